@@ -1,0 +1,120 @@
+// Command sluice is the Sluice CLI: the gateway (serve), the mock provider
+// (mock), the demo, benchmarks, batches, jobs and migrations.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// command is one subcommand. Each lives in a file named after it and
+// registers itself from init.
+type command struct {
+	name    string
+	summary string // one line for `sluice help`
+	usage   string // argument synopsis, e.g. "[flags] input.jsonl"
+	// run executes the command. It gets a fresh FlagSet named after the
+	// command; a returned error is printed as one line and exits non-zero.
+	run func(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error
+}
+
+var commands = map[string]command{}
+
+func register(c command) {
+	if _, dup := commands[c.name]; dup {
+		panic("duplicate command " + c.name) // programming error at init, not reachable from input
+	}
+	commands[c.name] = c
+}
+
+// errUsage marks an error caused by the command line; main exits 2 for it.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// runMain runs the CLI and returns the exit code; tests call it directly.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				fs := newFlagSet(c, stdout)
+				_ = c.run(ctx, fs, []string{"-h"}, stdout)
+				return 0
+			}
+		}
+		printHelp(stdout)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "sluice: unknown command %q (run 'sluice help')\n", args[0])
+		return 2
+	}
+	fs := newFlagSet(c, stderr)
+	err := c.run(ctx, fs, args[1:], stdout)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, oneLine(err))
+		return 2
+	default:
+		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, oneLine(err))
+		return 1
+	}
+}
+
+func newFlagSet(c command, w io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice "+c.name, flag.ContinueOnError)
+	fs.SetOutput(w)
+	fs.Usage = func() {
+		fmt.Fprintf(w, "Usage: sluice %s %s\n\n%s\n\nFlags:\n", c.name, c.usage, c.summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs and marks command-line errors as usage
+// errors (flag has already printed the details).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "Sluice keeps LLM traffic flowing: a priority queue, quota admission, retries and a durable job queue in front of provider APIs.")
+	fmt.Fprintln(w, "\nUsage: sluice <command> [flags]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'sluice <command> -h' for a command's flags.")
+}
+
+func oneLine(err error) string {
+	return strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+}

@@ -1,0 +1,90 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// Request is one provider call handed to an upstream's Dispatcher, from the
+// proxy handlers, the in-process RoundTripper or a job worker.
+type Request struct {
+	// Method and Path are sent upstream as they are (e.g. POST /v1/messages).
+	Method string
+	Path   string
+	// Header holds the client's headers to forward. The dispatcher removes
+	// hop-by-hop and credential headers and sets the upstream's own key.
+	Header http.Header
+	// Body is the request body, kept whole so that retries can replay it.
+	Body []byte
+	// Priority is the scheduling class.
+	Priority flow.Priority
+	// Client identifies the caller for fairness inside a class.
+	Client string
+	// Deadline bounds queueing and all attempts; zero means the class's
+	// default max wait.
+	Deadline time.Time
+	// Cost is the estimate charged against the quota before sending.
+	Cost provider.Cost
+}
+
+// Response is a successful (or terminally failed but passed-through)
+// upstream response. Its Body must be closed; closing it reconciles the
+// quota with the usage read from the body or stream and frees the
+// concurrency slot.
+type Response struct {
+	*http.Response
+	// QueueWait is how long the request waited before its first attempt.
+	QueueWait time.Duration
+	// Attempts is how many upstream attempts were made (1 = no retry).
+	Attempts int
+}
+
+// Reasons a Dispatcher gives up without a usable upstream response.
+var (
+	// ErrTooLarge means the request's cost exceeds a bucket's capacity: it
+	// can never be admitted.
+	ErrTooLarge = errors.New("request larger than the quota allows")
+	// ErrShed means the predicted wait already exceeds the deadline.
+	ErrShed = errors.New("request shed: predicted wait exceeds its deadline")
+	// ErrDeadline means the deadline passed while queued or retrying.
+	ErrDeadline = errors.New("deadline exceeded before the request could complete")
+	// ErrRetriesExhausted means every allowed attempt failed retryably.
+	ErrRetriesExhausted = errors.New("retries exhausted")
+	// ErrRetryBudget means the upstream's retry budget refused a retry.
+	ErrRetryBudget = errors.New("retry budget exhausted")
+	// ErrStopped means the dispatcher was stopped.
+	ErrStopped = errors.New("dispatcher stopped")
+)
+
+// Error is returned when Sluice itself gives up or sheds. The server turns it
+// into the provider's error shape with retry-after, retry-after-ms and
+// x-should-retry: false.
+type Error struct {
+	// Reason is one of the sentinel errors above.
+	Reason error
+	// Status is the HTTP status to answer with (429, 503, 529, 504, 413...).
+	Status int
+	// Type is the provider error type to use (rate_limit_error,
+	// overloaded_error, api_error, ...), chosen for the upstream's protocol.
+	Type string
+	// Message explains what happened, for the client.
+	Message string
+	// RetryAfter is the hint to send back; zero for none.
+	RetryAfter time.Duration
+	// Attempts and QueueWait as on Response.
+	Attempts  int
+	QueueWait time.Duration
+	// Last is the last upstream outcome, when there was one.
+	Last *provider.Outcome
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%v: %s (status %d after %d attempts)", e.Reason, e.Message, e.Status, e.Attempts)
+}
+
+func (e *Error) Unwrap() error { return e.Reason }
