@@ -1,0 +1,33 @@
+# The index of tasks. `make help` lists them.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+export SLUICE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+
+.PHONY: help test test-race lint fuzz bench demo build ci
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## Build the sluice binary into ./bin.
+	go build -o bin/sluice ./cmd/sluice
+
+test: ## Run all tests (the README's test command).
+	go test ./...
+
+test-race: ## Run all tests with the race detector, as CI does.
+	go test -race -count=1 ./...
+
+lint: ## Run golangci-lint (pinned version).
+	$(GOLANGCI_LINT) run ./...
+
+fuzz: ## Run every fuzz target for FUZZTIME (default 10s).
+	FUZZTIME=$${FUZZTIME:-10s} ./.ci/fuzz
+
+bench: ## Run the Go benchmarks (engine, provider, mock, store).
+	go test -run '^$$' -bench . -benchmem ./...
+
+demo: ## Run the demo: mock provider + gateway + mixed workload, naive client side by side.
+	go run ./cmd/sluice demo
+
+ci: ## Run what CI runs.
+	./.ci/run
