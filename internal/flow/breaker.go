@@ -1,0 +1,318 @@
+package flow
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// BreakerState is a circuit breaker's state.
+type BreakerState int
+
+// Breaker states.
+const (
+	// Closed lets every request through and counts failures.
+	Closed BreakerState = iota
+	// Open lets nothing through until the open period ends.
+	Open
+	// HalfOpen lets a bounded number of probes through.
+	HalfOpen
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half_open"
+	}
+	return fmt.Sprintf("breaker_state(%d)", int(s))
+}
+
+// Result is what an admitted request reports back to the breaker.
+type Result int
+
+// Results.
+const (
+	// Neutral neither helps nor hurts: RATE 429, client errors, cancelled
+	// or unsent attempts. It frees a half-open probe slot.
+	Neutral Result = iota
+	// Healthy is a success (the upstream answered properly).
+	Healthy
+	// Failed is an overload or transient failure.
+	Failed
+)
+
+// Breaker defaults.
+const (
+	// BreakerWindowDefault is the closed-state counting interval.
+	BreakerWindowDefault = 30 * time.Second
+	// BreakerMinRequestsDefault is the fewest results in a window before the
+	// failure ratio can trip the breaker.
+	BreakerMinRequestsDefault = 10
+	// BreakerFailureRatioDefault trips the breaker at this failure share.
+	BreakerFailureRatioDefault = 0.5
+	// BreakerConsecutiveFailuresDefault trips the breaker on this many
+	// failures in a row.
+	BreakerConsecutiveFailuresDefault = 5
+	// BreakerOpenTimeoutDefault is the mean open period.
+	BreakerOpenTimeoutDefault = 10 * time.Second
+	// BreakerHalfOpenProbesDefault is how many probes half-open admits; that
+	// many successes close it.
+	BreakerHalfOpenProbesDefault = 3
+)
+
+// ErrOpen is returned by Allow while the breaker refuses requests.
+var ErrOpen = errors.New("circuit breaker open")
+
+// BreakerConfig configures a Breaker.
+type BreakerConfig struct {
+	// Window is the closed-state counting interval; counts reset at its end.
+	// Defaults to BreakerWindowDefault.
+	Window time.Duration
+	// MinRequests is the fewest results in a window before FailureRatio
+	// applies. Defaults to BreakerMinRequestsDefault.
+	MinRequests int
+	// FailureRatio trips the breaker when failures/results reaches it.
+	// Defaults to BreakerFailureRatioDefault.
+	FailureRatio float64
+	// ConsecutiveFailures trips the breaker after this many failures in a
+	// row. Defaults to BreakerConsecutiveFailuresDefault.
+	ConsecutiveFailures int
+	// OpenTimeout is the mean open period; each opening lasts a uniformly
+	// jittered 75–125 % of it. Defaults to BreakerOpenTimeoutDefault.
+	OpenTimeout time.Duration
+	// HalfOpenProbes is how many requests half-open lets through at once;
+	// that many successes close the breaker. Defaults to
+	// BreakerHalfOpenProbesDefault.
+	HalfOpenProbes int
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c BreakerConfig) WithDefaults() BreakerConfig {
+	c.Window = cmp.Or(c.Window, BreakerWindowDefault)
+	c.MinRequests = cmp.Or(c.MinRequests, BreakerMinRequestsDefault)
+	c.FailureRatio = cmp.Or(c.FailureRatio, BreakerFailureRatioDefault)
+	c.ConsecutiveFailures = cmp.Or(c.ConsecutiveFailures, BreakerConsecutiveFailuresDefault)
+	c.OpenTimeout = cmp.Or(c.OpenTimeout, BreakerOpenTimeoutDefault)
+	c.HalfOpenProbes = cmp.Or(c.HalfOpenProbes, BreakerHalfOpenProbesDefault)
+	return c
+}
+
+// Validate reports a field out of range, by name.
+func (c BreakerConfig) Validate() error {
+	switch {
+	case c.Window <= 0:
+		return fmt.Errorf("Breaker.Window must be > 0, got %v", c.Window)
+	case c.MinRequests < 1:
+		return fmt.Errorf("Breaker.MinRequests must be >= 1, got %d", c.MinRequests)
+	case !(c.FailureRatio > 0 && c.FailureRatio <= 1):
+		return fmt.Errorf("Breaker.FailureRatio must be in (0, 1], got %v", c.FailureRatio)
+	case c.ConsecutiveFailures < 1:
+		return fmt.Errorf("Breaker.ConsecutiveFailures must be >= 1, got %d", c.ConsecutiveFailures)
+	case c.OpenTimeout <= 0:
+		return fmt.Errorf("Breaker.OpenTimeout must be > 0, got %v", c.OpenTimeout)
+	case c.HalfOpenProbes < 1:
+		return fmt.Errorf("Breaker.HalfOpenProbes must be >= 1, got %d", c.HalfOpenProbes)
+	}
+	return nil
+}
+
+// Breaker is a circuit breaker in the style of sony/gobreaker: Closed counts
+// results per Window and trips to Open on FailureRatio (with MinRequests) or
+// ConsecutiveFailures; Open refuses until a jittered OpenTimeout passes;
+// HalfOpen admits HalfOpenProbes at a time, closes after that many
+// successes and reopens on any failure.
+//
+// Use is two-step: Allow(now) returns a generation; Done(gen, result, now)
+// reports the outcome. The generation changes with every state change and
+// window reset, so a late result from a previous state is ignored. A
+// Breaker is safe for concurrent use; onChange runs outside its lock.
+type Breaker struct {
+	mu       sync.Mutex
+	cfg      BreakerConfig
+	rnd      *rand.Rand
+	onChange func(from, to BreakerState)
+
+	state       BreakerState
+	gen         uint64
+	expiry      time.Time // end of window (closed) or of open period
+	results     int
+	failures    int
+	consecutive int
+	probes      int // half-open: in flight
+	successes   int // half-open: successes so far
+	prev        BreakerState
+	changed     bool
+}
+
+// NewBreaker returns a closed Breaker. rnd jitters the open period (nil: a
+// fixed seed); onChange, when not nil, is told of every state change and
+// must not block.
+func NewBreaker(cfg BreakerConfig, rnd *rand.Rand, onChange func(from, to BreakerState), now time.Time) (*Breaker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if rnd == nil {
+		rnd = rand.New(rand.NewPCG(1, 2))
+	}
+	return &Breaker{cfg: cfg, rnd: rnd, onChange: onChange, expiry: now.Add(cfg.Window)}, nil
+}
+
+// State returns the state at now (Open becomes HalfOpen when its period
+// has passed) and, when Open, the instant it will half-open.
+func (b *Breaker) State(now time.Time) (BreakerState, time.Time) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	s, at := b.state, time.Time{}
+	if s == Open {
+		at = b.expiry
+	}
+	b.mu.Unlock()
+	b.notify(from, to)
+	return s, at
+}
+
+// Ready reports whether Allow would succeed at now, without taking a probe
+// slot; when it would not and the breaker is Open, readyAt is when it
+// half-opens (zero in HalfOpen with every probe out: wait for a result).
+func (b *Breaker) Ready(now time.Time) (ok bool, readyAt time.Time) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	switch b.state {
+	case Closed:
+		ok = true
+	case Open:
+		readyAt = b.expiry
+	case HalfOpen:
+		ok = b.probes < b.cfg.HalfOpenProbes
+	}
+	b.mu.Unlock()
+	b.notify(from, to)
+	return ok, readyAt
+}
+
+// Allow admits one request and returns its generation, or ErrOpen.
+func (b *Breaker) Allow(now time.Time) (uint64, error) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	var err error
+	switch b.state {
+	case Open:
+		err = ErrOpen
+	case HalfOpen:
+		if b.probes >= b.cfg.HalfOpenProbes {
+			err = ErrOpen
+		} else {
+			b.probes++
+		}
+	}
+	gen := b.gen
+	b.mu.Unlock()
+	b.notify(from, to)
+	return gen, err
+}
+
+// Done reports the result of a request admitted in generation gen. Results
+// from an older generation are ignored.
+func (b *Breaker) Done(gen uint64, r Result, now time.Time) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	if gen == b.gen {
+		switch b.state {
+		case Closed:
+			b.recordClosed(r, now)
+		case HalfOpen:
+			b.recordHalfOpen(r, now)
+		}
+	}
+	f2, t2 := b.lastChange()
+	b.mu.Unlock()
+	b.notify(from, to)
+	b.notify(f2, t2)
+}
+
+func (b *Breaker) recordClosed(r Result, now time.Time) {
+	switch r {
+	case Healthy:
+		b.results++
+		b.consecutive = 0
+	case Failed:
+		b.results++
+		b.failures++
+		b.consecutive++
+		if b.consecutive >= b.cfg.ConsecutiveFailures ||
+			(b.results >= b.cfg.MinRequests && float64(b.failures) >= b.cfg.FailureRatio*float64(b.results)) {
+			b.set(Open, now)
+		}
+	}
+}
+
+func (b *Breaker) recordHalfOpen(r Result, now time.Time) {
+	if b.probes > 0 {
+		b.probes--
+	}
+	switch r {
+	case Healthy:
+		b.successes++
+		if b.successes >= b.cfg.HalfOpenProbes {
+			b.set(Closed, now)
+		}
+	case Failed:
+		b.set(Open, now)
+	}
+}
+
+// tick applies time-driven transitions; b.mu held. It returns the change
+// made, if any (from == to when none).
+func (b *Breaker) tick(now time.Time) (from, to BreakerState) {
+	from = b.state
+	switch {
+	case b.state == Closed && !now.Before(b.expiry):
+		b.newGeneration(now)
+	case b.state == Open && !now.Before(b.expiry):
+		b.set(HalfOpen, now)
+	}
+	b.changed = false
+	return from, b.state
+}
+
+func (b *Breaker) set(s BreakerState, now time.Time) {
+	b.prev, b.changed = b.state, true
+	b.state = s
+	b.newGeneration(now)
+}
+
+func (b *Breaker) lastChange() (from, to BreakerState) {
+	if !b.changed {
+		return b.state, b.state
+	}
+	b.changed = false
+	return b.prev, b.state
+}
+
+func (b *Breaker) newGeneration(now time.Time) {
+	b.gen++
+	b.results, b.failures, b.consecutive, b.probes, b.successes = 0, 0, 0, 0, 0
+	switch b.state {
+	case Closed:
+		b.expiry = now.Add(b.cfg.Window)
+	case Open:
+		jitter := 0.75 + 0.5*b.rnd.Float64()
+		b.expiry = now.Add(time.Duration(jitter * float64(b.cfg.OpenTimeout)))
+	case HalfOpen:
+		b.expiry = time.Time{}
+	}
+}
+
+func (b *Breaker) notify(from, to BreakerState) {
+	if from != to && b.onChange != nil {
+		b.onChange(from, to)
+	}
+}

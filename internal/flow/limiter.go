@@ -1,0 +1,396 @@
+package flow
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Dim is one quota dimension the Limiter mirrors.
+type Dim int
+
+// The quota dimensions, as the providers count them.
+const (
+	// Requests is requests per minute (RPM).
+	Requests Dim = iota
+	// InputTokens is input tokens per minute (Anthropic ITPM).
+	InputTokens
+	// OutputTokens is output tokens per minute (Anthropic OTPM).
+	OutputTokens
+	// Tokens is combined input+output tokens per minute (OpenAI TPM,
+	// Anthropic tokens-*).
+	Tokens
+)
+
+// NumDims is how many dimensions there are.
+const NumDims = 4
+
+var dimNames = [NumDims]string{"requests", "input_tokens", "output_tokens", "tokens"}
+
+func (d Dim) String() string {
+	if d < 0 || d >= NumDims {
+		return fmt.Sprintf("dim(%d)", int(d))
+	}
+	return dimNames[d]
+}
+
+// Amount is a quantity in every dimension, e.g. the cost of one request.
+type Amount [NumDims]float64
+
+// NewAmount returns the cost of one request with the given token counts:
+// one request, in input tokens, out output tokens and in+out combined.
+func NewAmount(in, out int64) Amount {
+	return Amount{1, float64(in), float64(out), float64(in + out)}
+}
+
+// Add returns a+b.
+func (a Amount) Add(b Amount) Amount {
+	for i := range a {
+		a[i] += b[i]
+	}
+	return a
+}
+
+// Sub returns a-b.
+func (a Amount) Sub(b Amount) Amount {
+	for i := range a {
+		a[i] -= b[i]
+	}
+	return a
+}
+
+// Limiter defaults.
+const (
+	// BurstSecondsDefault is the initial bucket depth in seconds of refill:
+	// providers enforce per-minute limits over shorter intervals, so start
+	// shallow and deepen only when the provider's headers show room.
+	BurstSecondsDefault = 5.0
+	// SafetyMarginDefault is the share of each limit Sluice uses.
+	SafetyMarginDefault = 0.98
+)
+
+// ErrTooLarge means a cost exceeds a bucket's capacity: it can never fit.
+var ErrTooLarge = errors.New("cost exceeds the bucket's capacity")
+
+// LimiterConfig configures a Limiter.
+type LimiterConfig struct {
+	// Limits are the per-minute limits for each dimension; 0 means unknown
+	// (learned from the provider's headers, unlimited until then). Defaults
+	// to all unknown.
+	Limits [NumDims]float64
+	// BurstSeconds is the initial bucket depth in seconds of refill. Defaults
+	// to BurstSecondsDefault.
+	BurstSeconds float64
+	// SafetyMargin is the share of each limit used, in (0, 1]. Defaults to
+	// SafetyMarginDefault.
+	SafetyMargin float64
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c LimiterConfig) WithDefaults() LimiterConfig {
+	c.BurstSeconds = cmp.Or(c.BurstSeconds, BurstSecondsDefault)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, SafetyMarginDefault)
+	return c
+}
+
+func (c LimiterConfig) validate() error {
+	for i, l := range c.Limits {
+		if l < 0 || math.IsNaN(l) || math.IsInf(l, 0) {
+			return fmt.Errorf("Limits[%s] must be a finite number >= 0, got %v", Dim(i), l)
+		}
+	}
+	if !(c.BurstSeconds > 0 && c.BurstSeconds <= 60) {
+		return fmt.Errorf("BurstSeconds must be in (0, 60], got %v", c.BurstSeconds)
+	}
+	if !(c.SafetyMargin > 0 && c.SafetyMargin <= 1) {
+		return fmt.Errorf("SafetyMargin must be in (0, 1], got %v", c.SafetyMargin)
+	}
+	return nil
+}
+
+// bucket is one token bucket. Capacity is the per-minute limit (after the
+// safety margin); depth is how much it may hold for small requests. The
+// level is stored as of `last` and read lazily: level(now, cap) =
+// min(cap, level + rate·(now−last)), where cap is max(depth, cost) for a
+// request of that cost, so a request larger than the depth (but within the
+// capacity) can still accumulate enough room to be sent.
+type bucket struct {
+	capacity float64 // 0 = unlimited
+	depth    float64
+	level    float64
+	last     time.Time
+}
+
+func (b *bucket) rate() float64 { return b.capacity / 60 }
+
+// at returns the level at now for a request capped at c.
+func (b *bucket) at(now time.Time, c float64) float64 {
+	dt := now.Sub(b.last).Seconds()
+	if dt < 0 {
+		dt = 0
+	}
+	return math.Min(c, b.level+b.rate()*dt)
+}
+
+// settle moves the stored level to now, keeping everything up to capacity.
+func (b *bucket) settle(now time.Time) {
+	if now.After(b.last) {
+		b.level = b.at(now, math.Max(b.capacity, b.level))
+		b.last = now
+	}
+}
+
+// wait returns how long until cost fits (0 when it fits now).
+func (b *bucket) wait(cost float64, now time.Time) time.Duration {
+	if b.capacity == 0 || cost <= 0 {
+		return 0
+	}
+	lvl := b.at(now, math.Max(b.depth, cost))
+	if lvl >= cost {
+		return 0
+	}
+	return secs((cost - lvl) / b.rate())
+}
+
+func secs(s float64) time.Duration {
+	d := time.Duration(math.Ceil(s * float64(time.Second)))
+	if d <= 0 {
+		return time.Nanosecond
+	}
+	return d
+}
+
+// Limiter mirrors the provider's token buckets, one per dimension, so that a
+// request is sent only when every dimension has room for its estimated cost.
+// Reserve debits the estimate before sending; Reconcile corrects it with the
+// actual usage (the level may go negative); Refund returns what a failed
+// attempt did not consume; Observe clamps every level to what the provider
+// reports as remaining (never assuming more room than it does), learns
+// limits that were not configured and deepens a bucket when the provider
+// shows more room; Pause stops the whole upstream until an instant.
+//
+// All methods take the current time. A Limiter is safe for concurrent use.
+type Limiter struct {
+	mu          sync.Mutex
+	cfg         LimiterConfig
+	b           [NumDims]bucket
+	pausedUntil time.Time
+}
+
+// NewLimiter returns a Limiter with full buckets at now.
+func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{cfg: cfg}
+	for i, lim := range cfg.Limits {
+		l.setCapacity(Dim(i), lim*cfg.SafetyMargin, now)
+	}
+	return l, nil
+}
+
+func (l *Limiter) initialDepth(capacity float64) float64 {
+	return math.Min(capacity, capacity/60*l.cfg.BurstSeconds)
+}
+
+// setCapacity (re)sizes a bucket; l.mu held or not yet shared.
+func (l *Limiter) setCapacity(d Dim, capacity float64, now time.Time) {
+	b := &l.b[d]
+	b.settle(now)
+	if b.capacity == 0 {
+		b.depth = l.initialDepth(capacity)
+		b.level = b.depth
+	} else {
+		b.depth = math.Min(capacity, math.Max(b.depth, l.initialDepth(capacity)))
+	}
+	b.capacity = capacity
+	b.level = math.Min(b.level, capacity)
+	b.last = now
+}
+
+// TimeUntil returns how long until cost fits in every bucket and the
+// upstream is not paused; 0 means it fits now. A cost larger than a
+// bucket's capacity returns ErrTooLarge at once.
+func (l *Limiter) TimeUntil(cost Amount, now time.Time) (time.Duration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.timeUntil(cost, now)
+}
+
+func (l *Limiter) timeUntil(cost Amount, now time.Time) (time.Duration, error) {
+	var w time.Duration
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity > 0 && cost[i] > b.capacity {
+			return 0, fmt.Errorf("%w: %s cost %.0f > capacity %.0f", ErrTooLarge, Dim(i), cost[i], b.capacity)
+		}
+		w = max(w, b.wait(cost[i], now))
+	}
+	if p := l.pausedUntil.Sub(now); p > w {
+		w = p
+	}
+	return w, nil
+}
+
+// Reserve debits cost when it fits now and returns 0. When it does not fit
+// it debits nothing and returns how long until it will; ErrTooLarge when it
+// never will.
+func (l *Limiter) Reserve(cost Amount, now time.Time) (time.Duration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w, err := l.timeUntil(cost, now)
+	if err != nil || w > 0 {
+		return w, err
+	}
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity == 0 {
+			continue
+		}
+		b.settle(now)
+		b.level = math.Min(b.level, math.Max(b.depth, cost[i])) - cost[i]
+	}
+	return 0, nil
+}
+
+// Reconcile corrects a reservation with what the request actually
+// consumed: the difference is refunded or debited (the level may go
+// negative, which delays later requests).
+func (l *Limiter) Reconcile(reserved, actual Amount, now time.Time) {
+	l.Refund(reserved.Sub(actual), now)
+}
+
+// Refund returns amount to the buckets (e.g. what a failed attempt did not
+// consume). A negative amount debits.
+func (l *Limiter) Refund(amount Amount, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity == 0 {
+			continue
+		}
+		b.settle(now)
+		b.level = math.Min(b.level+amount[i], b.capacity)
+	}
+}
+
+// Observation is the provider's report of one dimension.
+type Observation struct {
+	// Limit is the provider's per-minute limit; <= 0 when not reported.
+	Limit float64
+	// Remaining is the level the provider reports; < 0 when not reported.
+	Remaining float64
+}
+
+// Observe applies the provider's rate-limit snapshot. A limit not
+// configured is learned (times the safety margin). Each level is clamped to
+// the reported remaining, so Sluice never assumes more room than the
+// provider has; when the provider shows more room than the bucket's depth,
+// the depth doubles, up to the capacity.
+func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for d, o := range obs {
+		if d < 0 || d >= NumDims {
+			continue
+		}
+		b := &l.b[d]
+		if o.Limit > 0 {
+			want := o.Limit * l.cfg.SafetyMargin
+			if configured := l.cfg.Limits[d] * l.cfg.SafetyMargin; configured > 0 {
+				want = math.Min(want, configured)
+			}
+			if want != b.capacity {
+				l.setCapacity(d, want, now)
+			}
+		}
+		if b.capacity == 0 || o.Remaining < 0 {
+			continue
+		}
+		b.settle(now)
+		lvl := b.at(now, b.depth)
+		if o.Remaining > b.depth && lvl >= b.depth*0.999 {
+			b.depth = math.Min(math.Min(b.capacity, o.Remaining), b.depth*2)
+		}
+		b.level = math.Min(b.level, o.Remaining)
+	}
+}
+
+// Pause stops every admission until until (a RATE 429 pauses the whole
+// upstream) and makes the buckets shallow again. An earlier instant than
+// the current pause is ignored.
+func (l *Limiter) Pause(until, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until.After(l.pausedUntil) {
+		l.pausedUntil = until
+	}
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity > 0 {
+			b.settle(now)
+			b.depth = l.initialDepth(b.capacity)
+		}
+	}
+}
+
+// PausedUntil returns the end of the current pause (zero when never paused).
+func (l *Limiter) PausedUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pausedUntil
+}
+
+// WaitFor predicts how long until demand (which may exceed the capacity,
+// e.g. the whole queue ahead plus one request) has been refilled, ignoring
+// the depth. It is the basis for shedding requests that cannot make their
+// deadline.
+func (l *Limiter) WaitFor(demand Amount, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var w time.Duration
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity == 0 || demand[i] <= 0 {
+			continue
+		}
+		lvl := b.at(now, b.capacity)
+		if lvl < demand[i] {
+			w = max(w, secs((demand[i]-lvl)/b.rate()))
+		}
+	}
+	if p := l.pausedUntil.Sub(now); p > w {
+		w = p
+	}
+	return w
+}
+
+// BucketState is one bucket's state for operators and metrics.
+type BucketState struct {
+	// Capacity is the per-minute limit after the safety margin (0 unknown).
+	Capacity float64
+	// Depth is how much the bucket may hold for small requests.
+	Depth float64
+	// Level is the room available now (may be negative).
+	Level float64
+}
+
+// State returns every bucket's state at now.
+func (l *Limiter) State(now time.Time) [NumDims]BucketState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var s [NumDims]BucketState
+	for i := range l.b {
+		b := &l.b[i]
+		s[i] = BucketState{Capacity: b.capacity, Depth: b.depth}
+		if b.capacity > 0 {
+			s[i].Level = b.at(now, b.depth)
+		}
+	}
+	return s
+}

@@ -1,0 +1,288 @@
+package flow
+
+import (
+	"container/list"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Scheduler defaults: class weights 8/4/2/1 give critical traffic eight
+// times low's share under saturation, so a class using less than its share
+// sees almost no queueing; max waits bound how long overtaking can delay a
+// request.
+var (
+	// WeightsDefault are the per-class WFQ weights (critical first).
+	WeightsDefault = [NumPriorities]float64{8, 4, 2, 1}
+	// MaxWaitDefault is each class's aging bound and default deadline.
+	MaxWaitDefault = [NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
+)
+
+// Item is one queued request as the Scheduler sees it.
+type Item struct {
+	// Class is the priority class.
+	Class Priority
+	// Client identifies the caller; clients of one class are served round
+	// robin.
+	Client string
+	// Size is the request's weight in fair queueing (e.g. its estimated
+	// tokens); values below 1 count as 1.
+	Size float64
+	// Cost is the request's quota demand, summed by Demand.
+	Cost Amount
+	// Arrival is when the request first joined the queue; aging counts from
+	// it, and a requeued item keeps it.
+	Arrival time.Time
+	// Value is the caller's payload.
+	Value any
+
+	seq        uint64
+	queued     bool
+	client     *clientQueue
+	clientElem *list.Element
+	classElem  *list.Element
+}
+
+type clientQueue struct {
+	name     string
+	items    *list.List // *Item in seq order
+	ringElem *list.Element
+}
+
+type classQueue struct {
+	start, finish float64 // SFQ tags
+	ring          *list.List // *clientQueue with items, served round robin
+	clients       map[string]*clientQueue
+	byArrival     *list.List // *Item in seq order, for aging
+	demand        Amount
+}
+
+// Scheduler orders queued requests. Between classes it is start-time fair
+// queueing (SFQ): a class that becomes backlogged gets start tag
+// max(V, its last finish tag); the backlogged class with the smallest start
+// tag is served; serving an item of size s advances the class's tags by
+// s/weight and the virtual time V to the served start tag. Inside a class,
+// clients are served round robin, each client's requests in arrival order.
+// Aging overrides both: an item that has waited its class's MaxWait is
+// served first (the most overdue first).
+//
+// Peek names the next item without removing it; the caller then Takes it
+// when it can be sent. Peek is stable while nothing changes, so the caller
+// waits for that item to fit instead of letting smaller items overtake it.
+// Requeue puts a retried item back in its original place. A Scheduler is
+// not safe for concurrent use: its owner serialises access.
+type Scheduler struct {
+	weights [NumPriorities]float64
+	maxWait [NumPriorities]time.Duration
+	classes [NumPriorities]classQueue
+	v       float64
+	seq     uint64
+	n       int
+}
+
+// NewScheduler returns an empty Scheduler. Zero weights or max waits take
+// the defaults.
+func NewScheduler(weights [NumPriorities]float64, maxWait [NumPriorities]time.Duration) (*Scheduler, error) {
+	s := &Scheduler{}
+	for c := range NumPriorities {
+		w, mw := weights[c], maxWait[c]
+		if w == 0 {
+			w = WeightsDefault[c]
+		}
+		if mw == 0 {
+			mw = MaxWaitDefault[c]
+		}
+		if !(w > 0) || math.IsInf(w, 0) {
+			return nil, fmt.Errorf("Weights[%s] must be > 0, got %v", Priority(c), w)
+		}
+		if mw < 0 {
+			return nil, fmt.Errorf("MaxWait[%s] must be > 0, got %v", Priority(c), mw)
+		}
+		s.weights[c], s.maxWait[c] = w, mw
+		s.classes[c] = classQueue{ring: list.New(), clients: map[string]*clientQueue{}, byArrival: list.New()}
+	}
+	return s, nil
+}
+
+// Len returns how many items are queued.
+func (s *Scheduler) Len() int { return s.n }
+
+// LenClass returns how many items of class c are queued.
+func (s *Scheduler) LenClass(c Priority) int {
+	if !c.Valid() {
+		return 0
+	}
+	return s.classes[c].byArrival.Len()
+}
+
+// Demand returns the summed Cost of the items queued in class c and every
+// more urgent class.
+func (s *Scheduler) Demand(c Priority) Amount {
+	var a Amount
+	for i := Critical; i <= c && i < NumPriorities; i++ {
+		a = a.Add(s.classes[i].demand)
+	}
+	return a
+}
+
+// Push queues a new item. An invalid class is queued as Low.
+func (s *Scheduler) Push(it *Item) {
+	if it.queued {
+		return
+	}
+	s.seq++
+	it.seq = s.seq
+	s.insert(it)
+}
+
+// Requeue puts back an item that was taken (e.g. for a retry), in the place
+// its original arrival gives it: ahead of everything that arrived later.
+func (s *Scheduler) Requeue(it *Item) {
+	if it.queued {
+		return
+	}
+	if it.seq == 0 {
+		s.Push(it)
+		return
+	}
+	s.insert(it)
+}
+
+func (s *Scheduler) insert(it *Item) {
+	if !it.Class.Valid() {
+		it.Class = Low
+	}
+	cq := &s.classes[it.Class]
+	if cq.byArrival.Len() == 0 {
+		cq.start = math.Max(s.v, cq.finish)
+	}
+	cl := cq.clients[it.Client]
+	if cl == nil {
+		cl = &clientQueue{name: it.Client, items: list.New()}
+		cq.clients[it.Client] = cl
+	}
+	if cl.ringElem == nil {
+		if it.seq == s.seq {
+			cl.ringElem = cq.ring.PushBack(cl)
+		} else {
+			cl.ringElem = cq.ring.PushFront(cl) // a retry resumes its turn
+		}
+	}
+	it.client = cl
+	it.clientElem = insertBySeq(cl.items, it)
+	it.classElem = insertBySeq(cq.byArrival, it)
+	cq.demand = cq.demand.Add(it.Cost)
+	it.queued = true
+	s.n++
+}
+
+// insertBySeq inserts it keeping l in seq order; new items go at the back
+// in O(1), requeued ones are placed by a scan from the front.
+func insertBySeq(l *list.List, it *Item) *list.Element {
+	if b := l.Back(); b == nil || b.Value.(*Item).seq < it.seq {
+		return l.PushBack(it)
+	}
+	for e := l.Front(); e != nil; e = e.Next() {
+		if e.Value.(*Item).seq > it.seq {
+			return l.InsertBefore(it, e)
+		}
+	}
+	return l.PushBack(it)
+}
+
+// Peek returns the item to serve next at now, or nil when empty.
+func (s *Scheduler) Peek(now time.Time) *Item {
+	if s.n == 0 {
+		return nil
+	}
+	var aged *Item
+	var agedAt time.Time
+	for c := range s.classes {
+		f := s.classes[c].byArrival.Front()
+		if f == nil {
+			continue
+		}
+		it := f.Value.(*Item)
+		due := it.Arrival.Add(s.maxWait[c])
+		if !now.Before(due) && (aged == nil || due.Before(agedAt)) {
+			aged, agedAt = it, due
+		}
+	}
+	if aged != nil {
+		return aged
+	}
+	best := -1
+	for c := range s.classes {
+		cq := &s.classes[c]
+		if cq.byArrival.Len() > 0 && (best < 0 || cq.start < s.classes[best].start) {
+			best = c
+		}
+	}
+	cl := s.classes[best].ring.Front().Value.(*clientQueue)
+	return cl.items.Front().Value.(*Item)
+}
+
+// Take removes it as served: its class's tags and the virtual time advance
+// by its size over the class weight, and its client goes to the back of
+// the round robin.
+func (s *Scheduler) Take(it *Item) {
+	if !it.queued {
+		return
+	}
+	cq := &s.classes[it.Class]
+	s.v = math.Max(s.v, cq.start)
+	cq.finish = cq.start + math.Max(it.Size, 1)/s.weights[it.Class]
+	cl := it.client
+	s.unlink(it)
+	if cl.ringElem != nil {
+		cq.ring.MoveToBack(cl.ringElem)
+	}
+	if cq.byArrival.Len() > 0 {
+		cq.start = cq.finish
+	}
+}
+
+// Remove takes it out of the queue without serving it (cancelled, expired,
+// shed). It reports whether it was queued.
+func (s *Scheduler) Remove(it *Item) bool {
+	if !it.queued {
+		return false
+	}
+	s.unlink(it)
+	return true
+}
+
+func (s *Scheduler) unlink(it *Item) {
+	cq := &s.classes[it.Class]
+	cl := it.client
+	cl.items.Remove(it.clientElem)
+	cq.byArrival.Remove(it.classElem)
+	cq.demand = cq.demand.Sub(it.Cost)
+	if cl.items.Len() == 0 {
+		if cl.ringElem != nil {
+			cq.ring.Remove(cl.ringElem)
+			cl.ringElem = nil
+		}
+		delete(cq.clients, cl.name)
+	}
+	if cq.byArrival.Len() == 0 {
+		cq.demand = Amount{}
+	}
+	it.queued, it.client, it.clientElem, it.classElem = false, nil, nil, nil
+	s.n--
+}
+
+// Drain removes and returns every queued item, oldest first per class.
+func (s *Scheduler) Drain() []*Item {
+	var out []*Item
+	for c := range s.classes {
+		for e := s.classes[c].byArrival.Front(); e != nil; {
+			next := e.Next()
+			it := e.Value.(*Item)
+			s.unlink(it)
+			out = append(out, it)
+			e = next
+		}
+	}
+	return out
+}
