@@ -50,7 +50,7 @@ type clientQueue struct {
 }
 
 type classQueue struct {
-	start, finish float64 // SFQ tags
+	start, finish float64    // SFQ tags
 	ring          *list.List // *clientQueue with items, served round robin
 	clients       map[string]*clientQueue
 	byArrival     *list.List // *Item in seq order, for aging
