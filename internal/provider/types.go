@@ -108,6 +108,9 @@ type Outcome struct {
 	HasRetryAfter bool
 	// ShouldRetry is the x-should-retry header, nil when absent.
 	ShouldRetry *bool
+	// SlowDown marks OpenAI's 503 "Slow Down" (Class Rate): retry, and cut
+	// the upstream's admitted rate, ramping back slowly.
+	SlowDown bool
 }
 
 // Dimension names one quota dimension in a rate-limit snapshot.

@@ -1,0 +1,212 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// billingCodes are OpenAI (and compatible) error codes and types that mean
+// no amount of waiting will help until someone pays or raises a limit.
+var billingCodes = map[string]bool{
+	"insufficient_quota":                true,
+	"credit_balance_exhausted":          true,
+	"organization_usage_limit_exceeded": true,
+	"project_usage_limit_exceeded":      true,
+	"billing_hard_limit_reached":        true,
+	"billing_not_active":                true,
+	"enforced_spend_limit_reached":      true,
+	"billing_error":                     true,
+}
+
+// quotaMessages are Anthropic texts (on 400, 402, 403 or 429) that mean a
+// spend limit or an empty credit balance.
+var quotaMessages = []string{
+	"credit balance is too low",
+	"specified api usage limits",
+	"specified workspace api usage limits",
+	"reached your api usage limits",
+}
+
+// requestedRE and usedRE read OpenAI's "Limit 10000, Requested 10770" and
+// "Used 163084" parts.
+var (
+	limitRequestedRE = regexp.MustCompile(`Limit (\d+),.*?Requested (\d+)`)
+	usedRE           = regexp.MustCompile(`\bUsed \d+`)
+)
+
+// Classify turns one upstream response into an Outcome (spec §8.1): a 2xx is
+// Success; an error is classified from its body (Anthropic, OpenAI or
+// Gemini envelope) and status, an unknown error type or a non-JSON body by
+// status alone. The retry hint (RetryHint) and x-should-retry are filled in
+// for every non-2xx status; the Class does not look at x-should-retry — the
+// engine weighs it.
+func Classify(p Protocol, status int, h http.Header, body []byte, now time.Time) Outcome {
+	o := Outcome{Status: status}
+	if h == nil {
+		h = http.Header{}
+	}
+	o.ShouldRetry = ShouldRetry(h)
+	if status >= 200 && status < 300 {
+		o.Class = Success
+		return o
+	}
+	e, _ := parseErrorBody(body)
+	o.ErrorType = e.Type
+	if o.ErrorType == "" && e.Status != "" {
+		o.ErrorType = e.Status
+	}
+	o.Code = e.Code
+	if e.ErrorCode != "" {
+		o.Code = e.ErrorCode
+	}
+	if e.isGemini() && o.Code == "429" {
+		// Gemini's "code" is the HTTP status again; the status string
+		// (RESOURCE_EXHAUSTED) is the useful part, kept in ErrorType.
+		o.Code = ""
+	}
+	o.Message = e.Message
+	o.RetryAfter, o.HasRetryAfter = RetryHint(p, h, body, now)
+	o.Class, o.SlowDown = classifyError(status, e)
+	return o
+}
+
+func classifyError(status int, e errorBody) (Class, bool) {
+	if isQuota(status, e) {
+		return Quota, false
+	}
+	switch {
+	case status == http.StatusTooManyRequests:
+		if e.isGemini() && e.geminiTerminal() {
+			return Quota, false
+		}
+		if requestTooLarge(e.Message) {
+			return Quota, false
+		}
+		return Rate, false
+	case status == http.StatusServiceUnavailable:
+		if strings.Contains(strings.ToLower(e.Message), "slow down") {
+			return Rate, true
+		}
+		return Overload, false
+	case status == 529:
+		return Overload, false
+	case status == http.StatusRequestTimeout, status == http.StatusConflict:
+		return Transient, false
+	case status >= 500:
+		if e.Type == "overloaded_error" {
+			return Overload, false
+		}
+		return Transient, false
+	}
+	// 400, 401, 402, 403, 404, 413, 422, any other 4xx, and statuses a
+	// provider should never answer (1xx, 3xx): terminal, passed through.
+	return ClientError, false
+}
+
+func isQuota(status int, e errorBody) bool {
+	if status < 400 || status >= 500 {
+		return false
+	}
+	if billingCodes[e.Type] || billingCodes[e.Code] || billingCodes[e.ErrorCode] {
+		return true
+	}
+	msg := strings.ToLower(e.Message)
+	for _, q := range quotaMessages {
+		if strings.Contains(msg, q) {
+			return true
+		}
+	}
+	return false
+}
+
+// requestTooLarge reports OpenAI's "Request too large" 429: the request
+// exceeds the whole bucket and can never succeed.
+func requestTooLarge(msg string) bool {
+	if strings.HasPrefix(strings.TrimSpace(msg), "Request too large") {
+		return true
+	}
+	if usedRE.MatchString(msg) {
+		return false
+	}
+	m := limitRequestedRE.FindStringSubmatch(msg)
+	if m == nil {
+		return false
+	}
+	// Compare as decimal strings: both are plain digit runs, so longer
+	// (without leading zeros) is larger.
+	limit, req := strings.TrimLeft(m[1], "0"), strings.TrimLeft(m[2], "0")
+	if len(req) != len(limit) {
+		return len(req) > len(limit)
+	}
+	return req > limit
+}
+
+// ClassifyTransportError classifies an attempt that got no HTTP response.
+// context.Canceled (the caller went away) is ClientError, ErrorType
+// "canceled": not retried and not held against the upstream. Everything
+// else — timeouts (context.DeadlineExceeded, net timeouts), connection
+// refused or reset, EOF before the response — is Transient: the engine's
+// own deadline decides whether another attempt fits. A nil error is
+// Success. Status is always 0.
+func ClassifyTransportError(err error) Outcome {
+	switch {
+	case err == nil:
+		return Outcome{Class: Success}
+	case errors.Is(err, context.Canceled):
+		return Outcome{Class: ClientError, ErrorType: "canceled", Message: err.Error()}
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		return Outcome{Class: Transient, ErrorType: "timeout", Message: err.Error()}
+	}
+	return Outcome{Class: Transient, ErrorType: "connection_error", Message: err.Error()}
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// ClassifyStreamError classifies the JSON of an in-stream error: the data of
+// an Anthropic "event: error" ({"type":"error","error":{...}}) or an OpenAI
+// "data: {"error":{...}}" frame. The Class is always StreamFail (even for an
+// overloaded_error): whether it may be retried depends on whether anything
+// was forwarded, which only the engine knows. ErrorType, Code and Message
+// come from the frame; a frame that cannot be read gets ErrorType
+// "stream_error".
+func ClassifyStreamError(p Protocol, data []byte) Outcome {
+	o := Outcome{Class: StreamFail}
+	e, ok := parseErrorBody(data)
+	if !ok {
+		var bare struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Code    any    `json:"code"`
+		}
+		// OpenAI Responses API error events are flat: {type:"error", code, message}.
+		if json.Unmarshal(data, &bare) == nil && bare.Message != "" {
+			o.ErrorType = bare.Type
+			o.Message = bare.Message
+			if s, ok := bare.Code.(string); ok {
+				o.Code = s
+			}
+			return o
+		}
+		o.ErrorType = "stream_error"
+		o.Message = "unreadable error event in the " + string(p) + " stream"
+		return o
+	}
+	o.ErrorType = e.Type
+	if o.ErrorType == "" {
+		o.ErrorType = e.Status
+	}
+	o.Code = e.Code
+	if e.ErrorCode != "" {
+		o.Code = e.ErrorCode
+	}
+	o.Message = e.Message
+	return o
+}
