@@ -1,0 +1,187 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+)
+
+// StreamObserver watches a streamed response as its bytes pass to the
+// client: it is an io.Writer to put beside the client in an io.MultiWriter
+// or to call from the relay loop. It frames the SSE stream and records the
+// usage, the first in-stream error, whether model output has been seen and
+// whether the stream completed. It never alters or blocks the bytes.
+//
+// Anthropic: usage is message_start's usage, then each message_delta's
+// cumulative usage replaces output_tokens (and input/cache counts when it
+// carries them). OpenAI: the last chunk with a non-null usage (the final
+// include_usage chunk). Unknown events are ignored.
+//
+// Methods are safe for concurrent use (the relay writes while the engine
+// may ask Content).
+type StreamObserver struct {
+	p Protocol
+
+	mu       sync.Mutex
+	parser   SSEParser
+	usage    Usage
+	hasUsage bool
+	err      Outcome
+	hasErr   bool
+	content  bool
+	done     bool
+	events   int
+}
+
+// NewStreamObserver returns an observer for a stream of protocol p.
+func NewStreamObserver(p Protocol) *StreamObserver {
+	return &StreamObserver{p: p}
+}
+
+// Write observes b. It always returns len(b), nil.
+func (o *StreamObserver) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.parser.feed(b, o.handle)
+	return len(b), nil
+}
+
+// Usage returns the usage the stream has reported so far, and whether it
+// reported any.
+func (o *StreamObserver) Usage() (Usage, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.usage, o.hasUsage
+}
+
+// StreamError returns the first in-stream error event (Class StreamFail),
+// and whether there was one.
+func (o *StreamObserver) StreamError() (Outcome, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err, o.hasErr
+}
+
+// Content reports whether an event carrying model output has been seen
+// (Anthropic content_block_start/delta/stop or message_delta; OpenAI a chunk
+// with choices). message_start, ping and errors are not content: until
+// Content is true, a retry is still invisible to a client that has only
+// been sent those.
+func (o *StreamObserver) Content() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.content
+}
+
+// Done reports whether the stream completed (Anthropic message_stop,
+// OpenAI data: [DONE]). A stream that ends without it was truncated.
+func (o *StreamObserver) Done() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.done
+}
+
+// Events returns how many SSE events have been dispatched.
+func (o *StreamObserver) Events() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.events
+}
+
+var doneMarker = []byte("[DONE]")
+
+func (o *StreamObserver) handle(event, data []byte) {
+	o.events++
+	if o.p == OpenAI {
+		o.handleOpenAI(data)
+		return
+	}
+	o.handleAnthropic(event, data)
+}
+
+func (o *StreamObserver) handleAnthropic(event, data []byte) {
+	name := string(event) // the switch below compares without allocating
+	if len(event) == 0 {
+		var t struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(data, &t) != nil {
+			return
+		}
+		name = t.Type
+	}
+	switch name {
+	case "content_block_start", "content_block_delta", "content_block_stop":
+		o.content = true
+	case "message_start":
+		var m struct {
+			Message struct {
+				Usage *wireUsage `json:"usage"`
+			} `json:"message"`
+		}
+		if json.Unmarshal(data, &m) == nil && m.Message.Usage != nil {
+			o.mergeAnthropic(m.Message.Usage, true)
+		}
+	case "message_delta":
+		o.content = true
+		var m struct {
+			Usage *wireUsage `json:"usage"`
+		}
+		if json.Unmarshal(data, &m) == nil && m.Usage != nil {
+			o.mergeAnthropic(m.Usage, false)
+		}
+	case "message_stop":
+		o.done = true
+	case "error":
+		o.recordError(data)
+	}
+}
+
+// mergeAnthropic applies a usage object: message_start sets every count;
+// message_delta's counts are cumulative, so each one present replaces.
+func (o *StreamObserver) mergeAnthropic(w *wireUsage, start bool) {
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = count(v)
+		} else if start {
+			*dst = 0
+		}
+	}
+	set(&o.usage.InputTokens, w.InputTokens)
+	set(&o.usage.OutputTokens, w.OutputTokens)
+	set(&o.usage.CacheCreationInputTokens, w.CacheCreationInputTokens)
+	set(&o.usage.CacheReadInputTokens, w.CacheReadInputTokens)
+	o.hasUsage = true
+}
+
+func (o *StreamObserver) handleOpenAI(data []byte) {
+	if bytes.Equal(bytes.TrimSpace(data), doneMarker) {
+		o.done = true
+		return
+	}
+	var c struct {
+		Choices []struct{}      `json:"choices"`
+		Usage   json.RawMessage `json:"usage"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(data, &c) != nil {
+		return
+	}
+	if len(c.Error) > 0 && !isNull(c.Error) {
+		o.recordError(data)
+		return
+	}
+	if len(c.Choices) > 0 {
+		o.content = true
+	}
+	if u, ok := usageFrom(OpenAI, c.Usage); ok {
+		o.usage, o.hasUsage = u, true
+	}
+}
+
+func (o *StreamObserver) recordError(data []byte) {
+	if o.hasErr {
+		return
+	}
+	o.err, o.hasErr = ClassifyStreamError(o.p, data), true
+}
