@@ -1,0 +1,286 @@
+package mock
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// quotas holds the buckets of every API key, per protocol. Each key has its
+// own lock, so keys never contend with each other.
+type quotas struct {
+	limits        Limits
+	burstSeconds  float64
+	realtime      bool
+	countRejected bool
+	keys          sync.Map // protocol + "\x00" + key → *keyState
+}
+
+// keyState is one API key's buckets on one protocol. Anthropic uses req, in
+// and out; OpenAI uses req and tok.
+type keyState struct {
+	mu    sync.Mutex
+	req   bucket
+	in    bucket
+	out   bucket
+	tok   bucket
+	cache map[uint64]struct{} // cacheable prefixes seen (Anthropic)
+}
+
+// maxCacheEntries bounds the simulated prompt cache per key; when full it is
+// emptied, as if everything expired at once.
+const maxCacheEntries = 100_000
+
+func (q *quotas) state(protocol, key string, now time.Time) *keyState {
+	k := protocol + "\x00" + key
+	if v, ok := q.keys.Load(k); ok {
+		return v.(*keyState)
+	}
+	ks := &keyState{
+		req: newBucket(q.limits.RPM, q.burstSeconds, now),
+		in:  newBucket(q.limits.ITPM, q.burstSeconds, now),
+		out: newBucket(q.limits.OTPM, q.burstSeconds, now),
+		tok: newBucket(q.limits.TPM, q.burstSeconds, now),
+	}
+	v, _ := q.keys.LoadOrStore(k, ks)
+	return v.(*keyState)
+}
+
+// reset forgets every key: buckets start full again and caches empty.
+func (q *quotas) reset() { q.keys.Clear() }
+
+// admission is the outcome of an admission check.
+type admission struct {
+	ok bool
+	// On refusal: the most violated dimension, its limit, how long until the
+	// request would fit, and (OpenAI) used/need for the message.
+	dim      string
+	limit    int64
+	wait     time.Duration
+	used     int64
+	need     int64
+	tooLarge bool
+	// On success (Anthropic): the input split and what was charged.
+	inputTokens int64 // uncached input
+	cacheRead   int64
+	cacheCreate int64
+	inCharged   int64
+	reserved    int64 // output tokens (or TPM tokens) reserved at admission
+	header      http.Header
+}
+
+type dimCheck struct {
+	b     *bucket
+	need  float64
+	name  string
+	field string // OpenAI error type
+}
+
+// worst returns the check with the longest wait, or -1 when all fit.
+func worst(checks []dimCheck) (int, time.Duration) {
+	idx, longest := -1, time.Duration(0)
+	for i, c := range checks {
+		if c.b.deficit(c.need) > 0 {
+			if w := c.b.wait(c.need); idx < 0 || w > longest {
+				idx, longest = i, w
+			}
+		}
+	}
+	return idx, longest
+}
+
+// cacheCountsTowardITPM reports the models (marked † in the spec) whose
+// cache reads count toward ITPM.
+func cacheCountsTowardITPM(model string) bool {
+	return strings.Contains(model, "3-5-haiku") || strings.Contains(model, "3-haiku") || strings.Contains(model, "haiku-3")
+}
+
+func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission {
+	ks := q.state("anthropic", key, now)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.req.refill(now)
+	ks.in.refill(now)
+	ks.out.refill(now)
+	var a admission
+	if r.cacheTokens > 0 {
+		if _, seen := ks.cache[r.cacheKey]; seen {
+			a.cacheRead = r.cacheTokens
+		} else {
+			a.cacheCreate = r.cacheTokens
+		}
+	}
+	a.inputTokens = r.inputTokens - a.cacheRead - a.cacheCreate
+	a.inCharged = a.inputTokens + a.cacheCreate
+	if cacheCountsTowardITPM(r.model) {
+		a.inCharged += a.cacheRead
+	}
+	outNeed := float64(r.maxTokens)
+	if q.realtime {
+		outNeed = 1 // realtime: admission only needs the bucket above zero
+	}
+	checks := []dimCheck{
+		{&ks.req, 1, "requests", ""},
+		{&ks.in, float64(a.inCharged), "input tokens", ""},
+		{&ks.out, outNeed, "output tokens", ""},
+	}
+	if i, w := worst(checks); i >= 0 {
+		a.dim, a.limit, a.wait = checks[i].name, int64(checks[i].b.limit), w
+		if q.countRejected {
+			ks.req.chargeRejected()
+		}
+		a.header = ks.anthropicHeaders(now)
+		return a
+	}
+	a.ok = true
+	ks.req.charge(1)
+	ks.in.charge(float64(a.inCharged))
+	if !q.realtime {
+		a.reserved = r.maxTokens
+		ks.out.charge(float64(r.maxTokens))
+	}
+	if r.cacheTokens > 0 {
+		if ks.cache == nil || len(ks.cache) >= maxCacheEntries {
+			ks.cache = map[uint64]struct{}{}
+		}
+		ks.cache[r.cacheKey] = struct{}{}
+	}
+	a.header = ks.anthropicHeaders(now)
+	return a
+}
+
+// chargeOutput charges delta output tokens (negative refunds) to key's
+// output bucket (Anthropic OTPM, OpenAI TPM): the reconciliation of a
+// reservation at the end of a reply, or realtime charging as tokens are
+// produced.
+func (q *quotas) chargeOutput(protocol, key string, delta int64, now time.Time) {
+	ks := q.state(protocol, key, now)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	b := &ks.out
+	if protocol == "openai" {
+		b = &ks.tok
+	}
+	b.refill(now)
+	b.charge(float64(delta))
+}
+
+func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
+	ks := q.state("openai", key, now)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.req.refill(now)
+	ks.tok.refill(now)
+	need := r.inputTokens + int64(r.n)*r.maxTokens
+	a := admission{need: need, inputTokens: r.inputTokens}
+	if !ks.tok.unlimited() && float64(need) > ks.tok.depth {
+		a.tooLarge, a.dim, a.limit = true, "tokens", int64(ks.tok.limit)
+		if q.countRejected {
+			ks.req.chargeRejected()
+		}
+		a.header = ks.openAIHeaders()
+		return a
+	}
+	checks := []dimCheck{{&ks.req, 1, "requests", "RPM"}, {&ks.tok, float64(need), "tokens", "TPM"}}
+	if i, w := worst(checks); i >= 0 {
+		b := checks[i].b
+		a.dim, a.limit, a.wait = checks[i].name, int64(b.limit), w
+		a.used = int64(math.Round(b.limit - b.level))
+		a.need = int64(checks[i].need)
+		if q.countRejected {
+			ks.req.chargeRejected()
+		}
+		a.header = ks.openAIHeaders()
+		return a
+	}
+	a.ok = true
+	a.reserved = need - r.inputTokens
+	ks.req.charge(1)
+	ks.tok.charge(float64(need))
+	a.header = ks.openAIHeaders()
+	return a
+}
+
+// peekHeaders returns the rate-limit headers of key without charging.
+func (q *quotas) peekHeaders(protocol, key string, now time.Time) http.Header {
+	ks := q.state(protocol, key, now)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	for _, b := range []*bucket{&ks.req, &ks.in, &ks.out, &ks.tok} {
+		b.refill(now)
+	}
+	if protocol == "openai" {
+		return ks.openAIHeaders()
+	}
+	return ks.anthropicHeaders(now)
+}
+
+// anthropicHeaders renders the 12 anthropic-ratelimit-* headers (§1.3):
+// token remaining rounded to the nearest 1000 and clamped at 0, resets as
+// RFC 3339 whole seconds at which the bucket is full again, tokens-* as the
+// sums of input and output. Unlimited dimensions are left out.
+// ks.mu must be held and the buckets refilled.
+func (ks *keyState) anthropicHeaders(now time.Time) http.Header {
+	h := http.Header{}
+	reset := func(b *bucket) string { return now.Add(b.toFull()).UTC().Format("2006-01-02T15:04:05Z") }
+	tokensRemaining := func(level float64) int64 { return max(0, int64(math.Round(level/1000))*1000) }
+	if !ks.req.unlimited() {
+		h["Anthropic-Ratelimit-Requests-Limit"] = []string{strconv.FormatInt(int64(ks.req.limit), 10)}
+		h["Anthropic-Ratelimit-Requests-Remaining"] = []string{strconv.FormatInt(max(0, int64(math.Floor(ks.req.level))), 10)}
+		h["Anthropic-Ratelimit-Requests-Reset"] = []string{reset(&ks.req)}
+	}
+	var sumLimit int64
+	var sumLevel float64
+	var latest *bucket
+	for _, d := range []struct {
+		name string
+		b    *bucket
+	}{{"Input", &ks.in}, {"Output", &ks.out}} {
+		if d.b.unlimited() {
+			continue
+		}
+		p := "Anthropic-Ratelimit-" + d.name + "-Tokens-"
+		h[p+"Limit"] = []string{strconv.FormatInt(int64(d.b.limit), 10)}
+		h[p+"Remaining"] = []string{strconv.FormatInt(tokensRemaining(d.b.level), 10)}
+		h[p+"Reset"] = []string{reset(d.b)}
+		sumLimit += int64(d.b.limit)
+		sumLevel += max(0, d.b.level)
+		if latest == nil || d.b.toFull() > latest.toFull() {
+			latest = d.b
+		}
+	}
+	if latest != nil {
+		h["Anthropic-Ratelimit-Tokens-Limit"] = []string{strconv.FormatInt(sumLimit, 10)}
+		h["Anthropic-Ratelimit-Tokens-Remaining"] = []string{strconv.FormatInt(tokensRemaining(sumLevel), 10)}
+		h["Anthropic-Ratelimit-Tokens-Reset"] = []string{reset(latest)}
+	}
+	return h
+}
+
+// openAIHeaders renders x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+// (§2.2) with resets as Go durations rounded to the millisecond.
+// ks.mu must be held and the buckets refilled.
+func (ks *keyState) openAIHeaders() http.Header {
+	h := http.Header{}
+	for _, d := range []struct {
+		name string
+		b    *bucket
+	}{{"requests", &ks.req}, {"tokens", &ks.tok}} {
+		if d.b.unlimited() {
+			continue
+		}
+		h.Set("x-ratelimit-limit-"+d.name, strconv.FormatInt(int64(d.b.limit), 10))
+		h.Set("x-ratelimit-remaining-"+d.name, strconv.FormatInt(max(0, int64(math.Floor(d.b.level))), 10))
+		h.Set("x-ratelimit-reset-"+d.name, d.b.toFull().Round(time.Millisecond).String())
+	}
+	return h
+}
+
+// retryAfterSeconds is the retry-after header value for a wait: whole
+// seconds, rounded up, at least 1.
+func retryAfterSeconds(wait time.Duration) string {
+	return strconv.FormatInt(max(1, int64(math.Ceil(wait.Seconds()))), 10)
+}
