@@ -1,0 +1,129 @@
+package dispatch
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// success wraps an admitted 2xx response so that reading it to the end (or
+// closing it) reconciles the quota with the usage it reports, records the
+// outcome and frees the concurrency slot. ahead holds stream bytes already
+// read (replayed first); so is the stream's observer (nil for JSON).
+func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver) *Response {
+	b := &trackedBody{d: d, w: w, g: g, upstream: resp.Body, so: so}
+	if ahead != nil {
+		b.replay = ahead.Bytes()
+	}
+	if so == nil {
+		b.buf = &bytes.Buffer{}
+	}
+	resp.Body = b
+	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts}
+}
+
+// trackedBody is a Response's Body.
+type trackedBody struct {
+	d        *Dispatcher
+	w        *waiter
+	g        grant
+	upstream io.ReadCloser
+	so       *provider.StreamObserver
+	buf      *bytes.Buffer // JSON body kept for ParseUsage, nil once too big
+	replay   []byte
+
+	mu       sync.Mutex
+	finished bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.finished {
+		return 0, io.EOF
+	}
+	if len(b.replay) > 0 {
+		n := copy(p, b.replay)
+		b.replay = b.replay[n:]
+		return n, nil
+	}
+	n, err := b.upstream.Read(p)
+	if n > 0 {
+		switch {
+		case b.so != nil:
+			_, _ = b.so.Write(p[:n])
+		case b.buf != nil:
+			if b.buf.Len()+n > UsageBufferDefault {
+				b.buf = nil
+			} else {
+				b.buf.Write(p[:n])
+			}
+		}
+	}
+	if err != nil {
+		b.finish(errors.Is(err, io.EOF), err)
+	}
+	return n, err
+}
+
+// Close closes the upstream body and finishes the request if it was not
+// read to the end.
+func (b *trackedBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	err := b.upstream.Close()
+	b.finish(false, nil)
+	return err
+}
+
+// finish runs once, with b.mu held: it reconciles the estimate with the
+// reported usage, records the result and releases the slot.
+func (b *trackedBody) finish(complete bool, readErr error) {
+	if b.finished {
+		return
+	}
+	b.finished = true
+	d, w := b.d, b.w
+	p := d.cfg.Protocol
+	var usage provider.Usage
+	var ok bool
+	switch {
+	case b.so != nil:
+		usage, ok = b.so.Usage()
+	case b.buf != nil && complete:
+		usage, ok = provider.ParseUsage(p, b.buf.Bytes())
+	}
+	var refund flow.Amount
+	if ok {
+		refund = w.cost.Sub(actualAmount(p, usage))
+		d.obs.Reconciled(w.req.Cost, usage)
+	}
+	result := flow.Healthy
+	switch {
+	case b.so != nil:
+		if o, bad := b.so.StreamError(); bad {
+			result = flow.Failed // a mid-stream error after content reached the client
+			if o.ErrorType == "overloaded_error" {
+				d.aimd.OnOverload()
+			}
+		} else if !complete && !b.so.Done() {
+			result = flow.Neutral // the client went away mid-stream
+		}
+	case readErr != nil && !complete:
+		result = flow.Failed
+	case !complete:
+		result = flow.Neutral
+	}
+	if result == flow.Healthy {
+		d.mu.Lock()
+		inflight := d.inflight
+		d.mu.Unlock()
+		d.aimd.OnSuccess(inflight)
+	}
+	d.release(w, b.g, result, refund)
+}

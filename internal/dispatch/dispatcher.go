@@ -1,0 +1,463 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// Dispatcher is one upstream's engine. A single goroutine decides what is
+// sent next: it takes the scheduler's head and admits it when the breaker
+// allows, a concurrency slot is free and every quota bucket has room for
+// its estimated cost; otherwise it sleeps on the clock until the earliest
+// instant that could change that (bucket refill, pause end, breaker
+// half-open) or until woken by an arrival or a completion. The head is not
+// skipped for a smaller request that would fit: it keeps its turn, so a big
+// request is never starved by a stream of small ones. Attempts run in the
+// callers' goroutines (Do).
+//
+// Create one with New, then Start it; Stop fails every queued request with
+// ErrStopped.
+type Dispatcher struct {
+	cfg     Config
+	clk     clock.Clock
+	obs     Observer
+	lim     *flow.Limiter
+	brk     *flow.Breaker
+	aimd    *flow.AIMD
+	budget  *flow.RetryBudget
+	backoff flow.Backoff
+	base    string
+
+	rmu sync.Mutex // guards cfg.Rand
+
+	mu       sync.Mutex // guards everything below
+	sched    *flow.Scheduler
+	inflight int
+	state    runState
+	wake     chan struct{} // buffered(1): something changed
+	stopping chan struct{} // closed by Stop
+	done     chan struct{} // closed when the loop exits
+	cancel   context.CancelFunc
+}
+
+type runState int
+
+const (
+	created runState = iota
+	running
+	stopped
+)
+
+// New returns a Dispatcher for cfg (after WithDefaults) or an error naming
+// the invalid field.
+func New(cfg Config) (*Dispatcher, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	now := cfg.Clock.Now()
+	d := &Dispatcher{
+		cfg:      cfg,
+		clk:      cfg.Clock,
+		obs:      cfg.Observer,
+		base:     trimSlash(cfg.BaseURL),
+		backoff:  flow.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay}.WithDefaults(),
+		wake:     make(chan struct{}, 1),
+		stopping: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	var err error
+	if d.lim, err = flow.NewLimiter(cfg.limiterConfig(), now); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	if d.sched, err = flow.NewScheduler(cfg.Weights, cfg.MaxWait); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	if d.aimd, err = flow.NewAIMD(cfg.MinConcurrency, cfg.Limits.MaxConcurrency, 0); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	if d.budget, err = flow.NewRetryBudget(cfg.Retry.BudgetRatio, cfg.Retry.BudgetMin, 0); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	breakerRand := rand.New(rand.NewPCG(cfg.Rand.Uint64(), cfg.Rand.Uint64()))
+	if d.brk, err = flow.NewBreaker(cfg.Breaker, breakerRand, d.breakerChanged, now); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	return d, nil
+}
+
+func trimSlash(s string) string {
+	for len(s) > 0 && s[len(s)-1] == '/' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func (d *Dispatcher) breakerChanged(from, to flow.BreakerState) {
+	d.obs.BreakerStateChanged(from, to)
+	d.kick()
+}
+
+// Name returns the upstream's name.
+func (d *Dispatcher) Name() string { return d.cfg.Name }
+
+// Protocol returns the upstream's protocol.
+func (d *Dispatcher) Protocol() provider.Protocol { return d.cfg.Protocol }
+
+// Start starts the admission loop. Starting twice, or after Stop, is an
+// error.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state != created {
+		return fmt.Errorf("starting dispatcher %q: already started or stopped", d.cfg.Name)
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	d.state = running
+	go d.loop(loopCtx)
+	return nil
+}
+
+// Stop stops admitting, fails every queued request with ErrStopped and
+// waits for the admission loop to exit (or ctx). Requests already sent
+// finish on their own. Stop is idempotent and safe before Start.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	prev := d.state
+	d.state = stopped
+	if prev == stopped {
+		d.mu.Unlock()
+		return d.waitDone(ctx, false)
+	}
+	close(d.stopping)
+	for _, it := range d.sched.Drain() {
+		w := it.Value.(*waiter)
+		w.grant <- grant{err: ErrStopped}
+	}
+	if d.cancel != nil {
+		d.cancel()
+	}
+	d.mu.Unlock()
+	return d.waitDone(ctx, prev == running)
+}
+
+func (d *Dispatcher) waitDone(ctx context.Context, started bool) error {
+	d.mu.Lock()
+	hasLoop := d.cancel != nil
+	d.mu.Unlock()
+	if !hasLoop && !started {
+		return nil
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopping dispatcher %q: %w", d.cfg.Name, context.Cause(ctx))
+	}
+}
+
+// kick wakes the admission loop without blocking.
+func (d *Dispatcher) kick() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop is the admission goroutine.
+func (d *Dispatcher) loop(ctx context.Context) {
+	defer close(d.done)
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		sleep := d.admit()
+		var fire <-chan time.Time
+		if sleep > 0 {
+			if timer == nil {
+				timer = d.clk.NewTimer(sleep)
+			} else {
+				timer.Reset(sleep)
+			}
+			fire = timer.C()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// admit sends every request it can and returns how long to sleep before
+// trying again (0: until woken).
+func (d *Dispatcher) admit() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.state == running {
+		now := d.clk.Now()
+		it := d.sched.Peek(now)
+		if it == nil {
+			return 0
+		}
+		w := it.Value.(*waiter)
+		if ok, readyAt := d.brk.Ready(now); !ok {
+			if readyAt.IsZero() {
+				return 0 // half-open with every probe out: wait for a result
+			}
+			return max(readyAt.Sub(now), time.Nanosecond)
+		}
+		if d.inflight >= d.aimd.Limit() {
+			return 0 // a completion wakes us
+		}
+		wait, err := d.lim.Reserve(w.cost, now)
+		if err != nil {
+			// Limits learned from headers after it was queued make it too large.
+			d.sched.Remove(it)
+			w.grant <- grant{err: err}
+			continue
+		}
+		if wait > 0 {
+			return wait
+		}
+		gen, err := d.brk.Allow(now)
+		if err != nil {
+			d.lim.Refund(w.cost, now)
+			continue // the state moved under us; Ready will say what to wait for
+		}
+		d.sched.Take(it)
+		d.inflight++
+		w.grant <- grant{gen: gen, at: now}
+	}
+	return 0
+}
+
+// waiter is one request's journey through the dispatcher.
+type waiter struct {
+	req      *Request
+	item     flow.Item
+	cost     flow.Amount
+	deadline time.Time
+	grant    chan grant // buffered(1); sent under d.mu
+
+	admittedOnce bool
+	queueWait    time.Duration
+	attempts     int // upstream attempts made
+	burnt        int // attempts that count against MaxAttempts
+	hintlessRate int // RATE answers without a retry hint
+	last         *provider.Outcome
+}
+
+type grant struct {
+	gen uint64
+	at  time.Time
+	err error
+}
+
+// Do sends req upstream through the queue and returns the upstream's
+// response: a success, or a terminal provider error passed through as it
+// is (quota, client error). When Sluice itself gives up it returns an
+// *Error whose Reason is one of the sentinel errors (ErrShed, ErrDeadline,
+// ErrTooLarge, ErrRetriesExhausted, ErrRetryBudget, ErrStopped). A
+// cancelled ctx removes the request from the queue and returns ctx's
+// cause. The caller must close the Response's Body.
+func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
+	if req == nil {
+		return nil, errors.New("dispatching: nil request")
+	}
+	now := d.clk.Now()
+	w := &waiter{
+		req:   req,
+		cost:  flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens),
+		grant: make(chan grant, 1),
+	}
+	class := req.Priority
+	if !class.Valid() {
+		class = flow.Normal
+	}
+	w.deadline = req.Deadline
+	if w.deadline.IsZero() {
+		w.deadline = now.Add(d.cfg.MaxWait[class])
+	}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(w.deadline) {
+		w.deadline = dl
+	}
+	w.item = flow.Item{
+		Class:   class,
+		Client:  req.Client,
+		Size:    float64(req.Cost.InputTokens + req.Cost.OutputTokens),
+		Cost:    w.cost,
+		Arrival: now,
+		Value:   w,
+	}
+	if _, err := d.lim.TimeUntil(w.cost, now); errors.Is(err, flow.ErrTooLarge) {
+		return nil, d.giveUp(w, ErrTooLarge, err.Error())
+	}
+
+	d.mu.Lock()
+	if d.state != running {
+		d.mu.Unlock()
+		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
+	}
+	predicted := d.lim.WaitFor(d.sched.Demand(class).Add(w.cost), now)
+	if now.Add(predicted).After(w.deadline) {
+		d.mu.Unlock()
+		e := d.giveUp(w, ErrShed, fmt.Sprintf("predicted queue wait %v exceeds the deadline", predicted.Round(time.Millisecond)))
+		e.RetryAfter = clientRetryAfter(predicted)
+		return nil, e
+	}
+	d.sched.Push(&w.item)
+	d.mu.Unlock()
+	d.obs.Enqueued(class)
+	d.kick()
+
+	for {
+		g, err := d.await(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		resp, retry, err := d.attempt(ctx, w, g)
+		if !retry {
+			return resp, err
+		}
+	}
+}
+
+// await waits in the queue for w's admission, its deadline, ctx or Stop.
+func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
+	t := d.clk.NewTimer(w.deadline.Sub(d.clk.Now()))
+	defer t.Stop()
+	var reason error
+	select {
+	case g := <-w.grant:
+		if g.err != nil {
+			return g, d.grantError(w, g.err)
+		}
+		return g, nil
+	case <-ctx.Done():
+		reason = context.Cause(ctx)
+	case <-t.C():
+		reason = ErrDeadline
+	}
+	d.mu.Lock()
+	removed := d.sched.Remove(&w.item)
+	d.mu.Unlock()
+	if !removed {
+		// Admitted (or stopped) in the meantime: the grant is in the channel.
+		g := <-w.grant
+		if g.err == nil {
+			d.release(w, g, flow.Neutral, w.cost)
+		}
+	}
+	d.kick()
+	if errors.Is(reason, ErrDeadline) {
+		return grant{}, d.giveUp(w, ErrDeadline, "the request waited in the queue until its deadline")
+	}
+	return grant{}, fmt.Errorf("waiting for upstream %q: %w", d.cfg.Name, reason)
+}
+
+func (d *Dispatcher) grantError(w *waiter, err error) error {
+	switch {
+	case errors.Is(err, ErrStopped):
+		return d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
+	case errors.Is(err, flow.ErrTooLarge):
+		return d.giveUp(w, ErrTooLarge, err.Error())
+	}
+	return err
+}
+
+// release frees an admitted request's slot and refunds what it did not
+// use.
+func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amount) {
+	now := d.clk.Now()
+	d.lim.Refund(refund, now)
+	d.brk.Done(g.gen, r, now)
+	d.mu.Lock()
+	d.inflight--
+	d.mu.Unlock()
+	d.kick()
+}
+
+// giveUp builds the *Error for reason and tells the observer.
+func (d *Dispatcher) giveUp(w *waiter, reason error, msg string) *Error {
+	e := &Error{
+		Reason:    reason,
+		Message:   msg,
+		Attempts:  w.attempts,
+		QueueWait: w.queueWait,
+		Last:      w.last,
+	}
+	switch {
+	case errors.Is(reason, ErrTooLarge):
+		e.Status = http.StatusRequestEntityTooLarge
+	case errors.Is(reason, ErrStopped):
+		e.Status = http.StatusServiceUnavailable
+	case errors.Is(reason, ErrRetriesExhausted), errors.Is(reason, ErrRetryBudget):
+		e.Status = statusForGiveUp(w.last)
+		e.RetryAfter = clientRetryAfter(d.backoff.Ceiling(w.burnt))
+	default: // shed, deadline
+		e.Status = http.StatusTooManyRequests
+		e.RetryAfter = clientRetryAfter(time.Second)
+	}
+	e.Type = errorTypeFor(d.cfg.Protocol, e.Status)
+	d.obs.Shed(w.item.Class, reason)
+	return e
+}
+
+// clientRetryAfter is the retry-after suggested to a client: at least 1s,
+// at most MaxClientRetryAfter.
+func clientRetryAfter(d time.Duration) time.Duration {
+	return min(max(d, time.Second), MaxClientRetryAfter).Round(time.Second)
+}
+
+// sleep waits d on the clock, or until ctx ends or the dispatcher stops.
+func (d *Dispatcher) sleep(ctx context.Context, dur time.Duration) error {
+	if dur <= 0 {
+		return nil
+	}
+	t := d.clk.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-d.stopping:
+		return ErrStopped
+	}
+}
+
+// requeue puts w back in its original place in line.
+func (d *Dispatcher) requeue(w *waiter) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state != running {
+		return ErrStopped
+	}
+	d.sched.Requeue(&w.item)
+	d.kick()
+	return nil
+}
+
+func (d *Dispatcher) uniform() float64 {
+	d.rmu.Lock()
+	defer d.rmu.Unlock()
+	return d.cfg.Rand.Float64()
+}

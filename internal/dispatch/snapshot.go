@@ -1,0 +1,44 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// Snapshot is a Dispatcher's state for operators and metrics.
+type Snapshot struct {
+	// Name is the upstream's name.
+	Name string
+	// Queued is the queue length per class (critical first).
+	Queued [flow.NumPriorities]int
+	// InFlight is how many requests are being sent or streamed.
+	InFlight int
+	// ConcurrencyLimit is the adaptive concurrency limit now.
+	ConcurrencyLimit int
+	// Buckets are the quota buckets per dimension (flow.Requests,
+	// flow.InputTokens, flow.OutputTokens, flow.Tokens).
+	Buckets [flow.NumDims]flow.BucketState
+	// Breaker is the circuit breaker's state.
+	Breaker flow.BreakerState
+	// BreakerReadyAt is when an open breaker half-opens (zero otherwise).
+	BreakerReadyAt time.Time
+	// PausedUntil is the end of the current upstream pause (zero or past
+	// when not paused).
+	PausedUntil time.Time
+}
+
+// Snapshot returns the dispatcher's current state. It is cheap enough to
+// call on every metrics scrape.
+func (d *Dispatcher) Snapshot() Snapshot {
+	now := d.clk.Now()
+	s := Snapshot{Name: d.cfg.Name, ConcurrencyLimit: d.aimd.Limit(), Buckets: d.lim.State(now), PausedUntil: d.lim.PausedUntil()}
+	s.Breaker, s.BreakerReadyAt = d.brk.State(now)
+	d.mu.Lock()
+	for c := range s.Queued {
+		s.Queued[c] = d.sched.LenClass(flow.Priority(c))
+	}
+	s.InFlight = d.inflight
+	d.mu.Unlock()
+	return s
+}

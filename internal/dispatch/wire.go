@@ -1,0 +1,124 @@
+package dispatch
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// AnthropicVersionDefault is sent as anthropic-version when the client did
+// not send one.
+const AnthropicVersionDefault = "2023-06-01"
+
+// errorBodyLimit bounds how much of an upstream error body is read.
+const errorBodyLimit = 1 << 20
+
+func errorTypeFor(p provider.Protocol, status int) string { return provider.ErrorTypeFor(p, status) }
+
+// hopHeaders are removed from forwarded requests: hop-by-hop headers
+// (RFC 9110 §7.6.1), the client's credentials (replaced by the upstream's
+// key) and Accept-Encoding (so the HTTP client decompresses and usage can
+// be read from the body).
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"X-Api-Key", "Authorization", "Accept-Encoding", "Content-Length", "Host",
+	"X-Priority", "X-Sluice-Client", "X-Sluice-Deadline",
+}
+
+// upstreamHeader returns the client's headers as they go upstream: without
+// hop-by-hop and credential headers, with the upstream's own key.
+func upstreamHeader(p provider.Protocol, apiKey string, in http.Header) http.Header {
+	h := in.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	switch p {
+	case provider.Anthropic:
+		if apiKey != "" {
+			h.Set("X-Api-Key", apiKey)
+		}
+		if h.Get("Anthropic-Version") == "" {
+			h.Set("Anthropic-Version", AnthropicVersionDefault)
+		}
+	case provider.OpenAI:
+		if apiKey != "" {
+			h.Set("Authorization", "Bearer "+apiKey)
+		}
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	return h
+}
+
+var dimOf = map[provider.Dimension]flow.Dim{
+	provider.DimRequests:     flow.Requests,
+	provider.DimInputTokens:  flow.InputTokens,
+	provider.DimOutputTokens: flow.OutputTokens,
+	provider.DimTokens:       flow.Tokens,
+}
+
+// observations converts the provider's rate-limit snapshot for the
+// limiter.
+func observations(rl provider.RateLimits) map[flow.Dim]flow.Observation {
+	if len(rl) == 0 {
+		return nil
+	}
+	obs := make(map[flow.Dim]flow.Observation, len(rl))
+	for dim, b := range rl {
+		d, ok := dimOf[dim]
+		if !ok {
+			continue
+		}
+		obs[d] = flow.Observation{Limit: float64(b.Limit), Remaining: float64(b.Remaining)}
+	}
+	return obs
+}
+
+// actualAmount is what a response's usage takes from each dimension: for
+// Anthropic, input counts input + cache creation (cache reads are not
+// charged against ITPM); for OpenAI, prompt tokens as reported.
+func actualAmount(p provider.Protocol, u provider.Usage) flow.Amount {
+	in := u.InputTokens
+	if p == provider.Anthropic {
+		in += u.CacheCreationInputTokens
+	}
+	return flow.NewAmount(in, u.OutputTokens)
+}
+
+// tokensOnly is a without the request itself: what an attempt that reached
+// the provider but produced nothing gives back.
+func tokensOnly(a flow.Amount) flow.Amount {
+	a[flow.Requests] = 0
+	return a
+}
+
+// statusForGiveUp is the status Sluice answers with after an outcome that
+// had no usable HTTP status (transport errors, stream failures).
+func statusForGiveUp(o *provider.Outcome) int {
+	switch {
+	case o == nil:
+		return http.StatusServiceUnavailable
+	case o.Status >= 400:
+		return o.Status
+	case o.ErrorType == "timeout" || o.ErrorType == "timeout_error":
+		return http.StatusGatewayTimeout
+	case o.ErrorType == "overloaded_error" || o.Class == provider.Overload:
+		return 529
+	}
+	return http.StatusBadGateway
+}
+
+func since(start, now time.Time) time.Duration { return max(now.Sub(start), 0) }
