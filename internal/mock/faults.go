@@ -30,12 +30,12 @@ type fault struct {
 // faultEngine draws faults from a generator seeded by Config.Seed, so a
 // sequence of requests at given times meets the same faults on every run.
 type faultEngine struct {
-	mu      sync.Mutex
-	f       Faults
-	rng     *rand.Rand
-	seed    uint64
-	start   time.Time
-	storm   bool      // in a correlated overload burst
+	mu       sync.Mutex
+	f        Faults
+	rng      *rand.Rand
+	seed     uint64
+	start    time.Time
+	storm    bool      // in a correlated overload burst
 	nextFlip time.Time // when the storm state next changes; zero = not started
 }
 

@@ -127,11 +127,14 @@ func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission 
 		{&ks.in, float64(a.inCharged), "input tokens", ""},
 		{&ks.out, outNeed, "output tokens", ""},
 	}
-	if i, w := worst(checks); i >= 0 {
-		a.dim, a.limit, a.wait = checks[i].name, int64(checks[i].b.limit), w
+	if i, _ := worst(checks); i >= 0 {
 		if q.countRejected {
 			ks.req.chargeRejected()
 		}
+		// The wait is taken after the rejected request's own charge, so
+		// retry-after stays true.
+		i, w := worst(checks)
+		a.dim, a.limit, a.wait = checks[i].name, int64(checks[i].b.limit), w
 		a.header = ks.anthropicHeaders(now)
 		return a
 	}
@@ -185,14 +188,15 @@ func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
 		return a
 	}
 	checks := []dimCheck{{&ks.req, 1, "requests", "RPM"}, {&ks.tok, float64(need), "tokens", "TPM"}}
-	if i, w := worst(checks); i >= 0 {
+	if i, _ := worst(checks); i >= 0 {
+		if q.countRejected {
+			ks.req.chargeRejected()
+		}
+		i, w := worst(checks)
 		b := checks[i].b
 		a.dim, a.limit, a.wait = checks[i].name, int64(b.limit), w
 		a.used = int64(math.Round(b.limit - b.level))
 		a.need = int64(checks[i].need)
-		if q.countRejected {
-			ks.req.chargeRejected()
-		}
 		a.header = ks.openAIHeaders()
 		return a
 	}
@@ -225,7 +229,9 @@ func (q *quotas) peekHeaders(protocol, key string, now time.Time) http.Header {
 // ks.mu must be held and the buckets refilled.
 func (ks *keyState) anthropicHeaders(now time.Time) http.Header {
 	h := http.Header{}
-	reset := func(b *bucket) string { return now.Add(b.toFull()).UTC().Format("2006-01-02T15:04:05Z") }
+	reset := func(b *bucket) string {
+		return now.Add(b.toFull().Round(time.Millisecond)).UTC().Format("2006-01-02T15:04:05Z")
+	}
 	tokensRemaining := func(level float64) int64 { return max(0, int64(math.Round(level/1000))*1000) }
 	if !ks.req.unlimited() {
 		h["Anthropic-Ratelimit-Requests-Limit"] = []string{strconv.FormatInt(int64(ks.req.limit), 10)}
