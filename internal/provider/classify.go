@@ -64,11 +64,6 @@ func Classify(p Protocol, status int, h http.Header, body []byte, now time.Time)
 	if e.ErrorCode != "" {
 		o.Code = e.ErrorCode
 	}
-	if e.isGemini() && o.Code == "429" {
-		// Gemini's "code" is the HTTP status again; the status string
-		// (RESOURCE_EXHAUSTED) is the useful part, kept in ErrorType.
-		o.Code = ""
-	}
 	o.Message = e.Message
 	o.RetryAfter, o.HasRetryAfter = RetryHint(p, h, body, now)
 	o.Class, o.SlowDown = classifyError(status, e)

@@ -210,7 +210,9 @@ func parseErrorBody(body []byte) (errorBody, bool) {
 	}
 	out.Type = scalarString(e.Type)
 	out.Message = scalarString(e.Message)
-	out.Code = scalarString(e.Code)
+	// Gemini's numeric "code" only repeats the HTTP status; its status
+	// string (RESOURCE_EXHAUSTED) is kept in Status instead.
+	_ = json.Unmarshal(e.Code, &out.Code)
 	out.Status = scalarString(e.Status)
 	var ad struct {
 		ErrorCode json.RawMessage `json:"error_code"`
