@@ -5,16 +5,16 @@
 //
 // # State machine
 //
-//	            Insert / CreateBatch
-//	                    │
-//	                    ▼
-//	  ┌──────────────► queued ◄───────────────┐
-//	  │ Fail(Reschedule)  │ Claim (lease)     │ Rescue (lease expired,
-//	  │ Fail(Retry)       ▼                   │ stalls+1 ≤ MaxStalls)
-//	  └──────────────── running ──────────────┘
-//	     Complete │       │ Fail(Terminal), attempts/deadline/stalls exhausted
-//	              ▼       ▼
-//	        succeeded    dead ──Requeue──► queued
+//	          Insert / CreateBatch
+//	                  │
+//	                  ▼
+//	┌──────────────► queued ◄───────────────┐
+//	│ Fail(Reschedule)  │ Claim (lease)     │ Rescue (lease expired,
+//	│ Fail(Retry)       ▼                   │ stalls+1 ≤ MaxStalls)
+//	└──────────────── running ──────────────┘
+//	   Complete │       │ Fail(Terminal), attempts/deadline/stalls exhausted
+//	            ▼       ▼
+//	      succeeded    dead ──Requeue──► queued
 //
 // Any queued or running job may be canceled (state canceled). Finished jobs
 // (succeeded, dead, canceled) are deleted by DeleteFinished after their

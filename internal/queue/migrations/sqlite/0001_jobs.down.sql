@@ -1,0 +1,3 @@
+DROP TABLE sluice_paused_upstreams;
+DROP TABLE sluice_batches;
+DROP TABLE sluice_jobs;

@@ -1,0 +1,300 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func (s *postgresStore) Requeue(ctx context.Context, p RequeueParams) (int, error) {
+	if err := p.validate(); err != nil {
+		return 0, fmt.Errorf("requeueing jobs: %w", err)
+	}
+	w := pgWhere{conds: []string{"state = 'dead'"}, args: []any{pgTime(p.Now)}} // $1 is now
+	if len(p.IDs) > 0 {
+		w.add("id = ANY($?)", p.IDs)
+	}
+	w.addIf("upstream", p.Upstream)
+	w.addIf("batch_id", p.BatchID)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("requeueing jobs: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, `UPDATE sluice_jobs SET state = 'queued', attempts = 0, stalls = 0,
+		available_at = $1, updated_at = $1, finished_at = NULL, result_status = NULL, result_header = NULL,
+		result_body = NULL WHERE `+w.String()+` RETURNING upstream`, w.args...)
+	if err != nil {
+		return 0, fmt.Errorf("requeueing jobs: %w", err)
+	}
+	ups, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("requeueing jobs: %w", err)
+	}
+	if len(ups) == 0 && len(p.IDs) == 1 {
+		if err := pgLeaseMiss(ctx, tx, p.IDs[0]); errors.Is(err, ErrNotFound) {
+			return 0, fmt.Errorf("requeueing job %d: %w", p.IDs[0], err)
+		}
+		return 0, fmt.Errorf("requeueing job %d: %w: job is not dead", p.IDs[0], ErrConflict)
+	}
+	if err := s.notifyTx(ctx, tx, distinct(ups)); err != nil {
+		return 0, fmt.Errorf("requeueing jobs: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("requeueing jobs: %w", err)
+	}
+	for _, u := range distinct(ups) {
+		s.notes.signal(u)
+	}
+	return len(ups), nil
+}
+
+// notifyTx sends a NOTIFY per upstream when tx commits.
+func (s *postgresStore) notifyTx(ctx context.Context, tx pgx.Tx, upstreams []string) error {
+	if len(upstreams) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_notify('`+notifyChannel+`', u) FROM unnest($1::text[]) AS u`, upstreams)
+	return err
+}
+
+func (s *postgresStore) Rescue(ctx context.Context, p RescueParams) (RescueResult, error) {
+	limit := cmpOr(p.Limit, RescueLimitDefault)
+	now := pgTime(p.Now)
+	var res RescueResult
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("rescuing jobs: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, `UPDATE sluice_jobs SET
+		state = CASE WHEN stalls + 1 > $1 THEN 'dead' ELSE 'queued' END,
+		finished_at = CASE WHEN stalls + 1 > $1 THEN $2 ELSE NULL END,
+		stalls = stalls + 1, available_at = $2, updated_at = $2, lease_expires_at = NULL,
+		errors = errors || jsonb_build_array(jsonb_set($3::jsonb, '{attempt}', to_jsonb(attempts + 1)))
+		WHERE id IN (SELECT id FROM sluice_jobs WHERE state = 'running' AND lease_expires_at <= $2
+			ORDER BY lease_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+		RETURNING state, upstream`, p.MaxStalls, now, historyEntry(stallMessage, p.Now), limit)
+	if err != nil {
+		return res, fmt.Errorf("rescuing jobs: %w", err)
+	}
+	var ups []string
+	for rows.Next() {
+		var state, upstream string
+		if err := rows.Scan(&state, &upstream); err != nil {
+			rows.Close()
+			return res, fmt.Errorf("rescuing jobs: %w", err)
+		}
+		if State(state) == StateDead {
+			res.Dead++
+		} else {
+			res.Requeued++
+			ups = append(ups, upstream)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("rescuing jobs: %w", err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE sluice_jobs SET state = 'dead', finished_at = $1, updated_at = $1,
+		errors = errors || jsonb_build_array(jsonb_set($2::jsonb, '{attempt}', to_jsonb(attempts + 1)))
+		WHERE id IN (SELECT id FROM sluice_jobs WHERE state = 'queued' AND deadline IS NOT NULL AND deadline <= $1
+			LIMIT $3 FOR UPDATE SKIP LOCKED)`, now, historyEntry(deadlineMessage, p.Now), limit)
+	if err != nil {
+		return res, fmt.Errorf("rescuing jobs: %w", err)
+	}
+	res.Expired = int(tag.RowsAffected())
+	ups = distinct(ups)
+	if err := s.notifyTx(ctx, tx, ups); err != nil {
+		return RescueResult{}, fmt.Errorf("rescuing jobs: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return RescueResult{}, fmt.Errorf("rescuing jobs: %w", err)
+	}
+	for _, u := range ups {
+		s.notes.signal(u)
+	}
+	return res, nil
+}
+
+func (s *postgresStore) DeleteFinished(ctx context.Context, p DeleteFinishedParams) (int, error) {
+	if err := p.validate(); err != nil {
+		return 0, fmt.Errorf("deleting finished jobs: %w", err)
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM sluice_jobs WHERE id IN (SELECT id FROM sluice_jobs
+		WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2 LIMIT $3)`,
+		string(p.State), pgTime(p.Before), cmpOr(p.Limit, RescueLimitDefault))
+	if err != nil {
+		return 0, fmt.Errorf("deleting finished jobs: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM sluice_batches b WHERE created_at < $1
+		AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.batch_id = b.id)`, pgTime(p.Before)); err != nil {
+		return 0, fmt.Errorf("deleting finished batches: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (s *postgresStore) SetPaused(ctx context.Context, p PauseParams) error {
+	if p.Upstream == "" {
+		return fmt.Errorf("pausing upstream: %w", invalid("Upstream", "required"))
+	}
+	var err error
+	if p.Paused {
+		_, err = s.pool.Exec(ctx, `INSERT INTO sluice_paused_upstreams (upstream, paused_at) VALUES ($1, $2)
+			ON CONFLICT (upstream) DO NOTHING`, p.Upstream, pgTime(p.Now))
+	} else {
+		_, err = s.pool.Exec(ctx, `WITH d AS (DELETE FROM sluice_paused_upstreams WHERE upstream = $1)
+			SELECT pg_notify('`+notifyChannel+`', $1)`, p.Upstream)
+		s.notes.signal(p.Upstream)
+	}
+	if err != nil {
+		return fmt.Errorf("pausing upstream %s: %w", p.Upstream, err)
+	}
+	return nil
+}
+
+func (s *postgresStore) PausedUpstreams(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT upstream FROM sluice_paused_upstreams ORDER BY upstream`)
+	if err != nil {
+		return nil, fmt.Errorf("listing paused upstreams: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing paused upstreams: %w", err)
+	}
+	return out, nil
+}
+
+func (s *postgresStore) NextAvailable(ctx context.Context, upstream string) (time.Time, bool, error) {
+	q, args := `SELECT min(available_at) FROM sluice_jobs WHERE state = 'queued'`, []any{}
+	if upstream != "" {
+		q += ` AND upstream = $1`
+		args = append(args, upstream)
+	}
+	at := pgTime(time.Time{})
+	if err := s.pool.QueryRow(ctx, q, args...).Scan(&at); err != nil {
+		return time.Time{}, false, fmt.Errorf("finding next available job: %w", err)
+	}
+	return fromPgTime(at), at.Valid, nil
+}
+
+func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Batch, error) {
+	if err := p.validate(); err != nil {
+		return nil, fmt.Errorf("creating batch: %w", err)
+	}
+	id := p.ID
+	if id == "" {
+		id = newBatchID()
+	}
+	now := storeTime(p.Now)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO sluice_batches (id, format, total, created_at) VALUES ($1, $2, $3, $4)`,
+			id, string(p.Format), len(p.Jobs), pgTime(now)); err != nil {
+			return mapPgErr(err)
+		}
+		rows := make([][]any, len(p.Jobs))
+		var ups []string
+		for i, j := range p.Jobs {
+			j = j.normalized()
+			a := pgInsertArgs(j, id)
+			// CopyFrom takes the column values without the literal state.
+			rows[i] = append(append(append([]any{}, a[:8]...), "queued"), a[8:]...)
+			ups = append(ups, j.Upstream)
+		}
+		cols := []string{"idempotency_key", "upstream", "priority", "client", "path", "body", "deadline", "max_attempts",
+			"state", "available_at", "batch_id", "custom_id", "webhook_url", "created_at", "updated_at"}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"sluice_jobs"}, cols, pgx.CopyFromRows(rows)); err != nil {
+			return mapPgErr(err)
+		}
+		return s.notifyTx(ctx, tx, distinct(ups))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating batch: %w", err)
+	}
+	s.notes.signal("")
+	return &Batch{ID: id, Format: p.Format, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)}, CreatedAt: now}, nil
+}
+
+func (s *postgresStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
+	b := &Batch{ID: id}
+	var format string
+	created := pgTime(time.Time{})
+	err := s.pool.QueryRow(ctx, `SELECT format, total, created_at FROM sluice_batches WHERE id = $1`, id).Scan(&format, &b.Total, &created)
+	if err != nil {
+		return nil, fmt.Errorf("getting batch %s: %w", id, mapPgErr(err))
+	}
+	b.Format, b.CreatedAt = providerProtocol(format), fromPgTime(created)
+	rows, err := s.pool.Query(ctx, `SELECT state, count(*) FROM sluice_jobs WHERE batch_id = $1 GROUP BY state`, id)
+	if err != nil {
+		return nil, fmt.Errorf("counting batch %s: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("counting batch %s: %w", id, err)
+		}
+		b.Counts.add(State(st), int(n))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("counting batch %s: %w", id, err)
+	}
+	return b, nil
+}
+
+func (s *postgresStore) BatchJobs(ctx context.Context, p BatchJobsParams) (BatchPage, error) {
+	var one int
+	if err := s.pool.QueryRow(ctx, `SELECT 1 FROM sluice_batches WHERE id = $1`, p.BatchID).Scan(&one); err != nil {
+		return BatchPage{}, fmt.Errorf("listing batch %s: %w", p.BatchID, mapPgErr(err))
+	}
+	limit := pageLimit(p.Limit)
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE batch_id = $1 AND custom_id COLLATE "C" > $2
+		ORDER BY custom_id COLLATE "C" LIMIT $3`, p.BatchID, p.After, limit+1)
+	if err != nil {
+		return BatchPage{}, fmt.Errorf("listing batch %s: %w", p.BatchID, err)
+	}
+	jobs, err := collectPgJobs(rows)
+	if err != nil {
+		return BatchPage{}, fmt.Errorf("listing batch %s: %w", p.BatchID, err)
+	}
+	return batchPage(jobs, limit), nil
+}
+
+func (s *postgresStore) CancelBatch(ctx context.Context, p CancelBatchParams) (CancelBatchResult, error) {
+	var res CancelBatchResult
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM sluice_batches WHERE id = $1`, p.BatchID).Scan(&one); err != nil {
+			return mapPgErr(err)
+		}
+		rows, err := tx.Query(ctx, `UPDATE sluice_jobs j SET state = 'canceled', lease_expires_at = NULL,
+			finished_at = $1, updated_at = $1
+			FROM (SELECT id, state FROM sluice_jobs WHERE batch_id = $2 AND state IN ('queued', 'running') FOR UPDATE) old
+			WHERE j.id = old.id RETURNING j.id, old.state`, pgTime(p.Now), p.BatchID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var prev string
+			if err := rows.Scan(&id, &prev); err != nil {
+				return err
+			}
+			res.Canceled++
+			if State(prev) == StateRunning {
+				res.Running = append(res.Running, id)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return CancelBatchResult{}, fmt.Errorf("canceling batch %s: %w", p.BatchID, err)
+	}
+	slicesSort(res.Running)
+	return res, nil
+}
