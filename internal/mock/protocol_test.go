@@ -125,7 +125,7 @@ func TestAnthropicMessageShapeAndHeaders(t *testing.T) {
 	require.Len(t, strings.Fields(text), 5, "one word per output token")
 	require.Equal(t, map[string]any{"input_tokens": 100.0, "cache_creation_input_tokens": 0.0, "cache_read_input_tokens": 0.0,
 		"cache_creation": map[string]any{"ephemeral_5m_input_tokens": 0.0, "ephemeral_1h_input_tokens": 0.0},
-		"output_tokens": 5.0, "service_tier": "standard"}, m["usage"])
+		"output_tokens":  5.0, "service_tier": "standard"}, m["usage"])
 	// The reservation was reconciled to 5 actual tokens: 15,995 left.
 	w = call(s, "POST", "/v1/messages/count_tokens", map[string]string{"x-api-key": "k"}, body)
 	require.Equal(t, "16000", w.Header().Get("anthropic-ratelimit-output-tokens-remaining"))
