@@ -1,0 +1,174 @@
+package provider_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+const (
+	msgStartCache = "event: message_start\n" +
+		`data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":10,"cache_creation_input_tokens":100,"cache_read_input_tokens":50,"output_tokens":1}}}` + "\n\n"
+	pingEvent  = "event: ping\ndata: {\"type\": \"ping\"}\n\n"
+	blockStart = "event: content_block_start\n" + `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n"
+	msgStop    = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+)
+
+func msgDelta(usage string) string {
+	return "event: message_delta\n" + `data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":` + usage + "}\n\n"
+}
+
+func TestStreamObserver(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		usage    provider.Usage
+		hasUsage bool
+		content  bool
+		done     bool
+		events   int
+		errType  string
+	}
+	tests := []struct {
+		name   string
+		p      provider.Protocol
+		stream string
+		want   want
+	}{
+		{"anthropic spec stream", provider.Anthropic, anthropicStream,
+			want{usage: provider.Usage{InputTokens: 25, OutputTokens: 15}, hasUsage: true, content: true, done: true, events: 8}},
+		{"message_start and ping are not content", provider.Anthropic, msgStartCache + pingEvent,
+			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, events: 2}},
+		{"error before content", provider.Anthropic, msgStartCache + pingEvent + anthropicStreamError,
+			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, events: 3, errType: "overloaded_error"}},
+		{"error after content", provider.Anthropic, msgStartCache + blockStart + anthropicStreamError,
+			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, events: 3, errType: "overloaded_error"}},
+		{"last message_delta wins, cache kept", provider.Anthropic, msgStartCache + blockStart + msgDelta(`{"output_tokens":7}`) + msgDelta(`{"output_tokens":20}`) + msgStop,
+			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, done: true, events: 5}},
+		{"message_delta carrying input counts", provider.Anthropic, msgStartCache + msgDelta(`{"output_tokens":3,"input_tokens":12,"cache_read_input_tokens":0}`),
+			want{usage: provider.Usage{InputTokens: 12, OutputTokens: 3, CacheCreationInputTokens: 100}, hasUsage: true, content: true, events: 2}},
+		{"event names missing: types from data", provider.Anthropic,
+			strings.NewReplacer("event: message_start\n", "", "event: content_block_delta\n", "", "event: message_delta\n", "", "event: message_stop\n", "").Replace(anthropicStream),
+			want{usage: provider.Usage{InputTokens: 25, OutputTokens: 15}, hasUsage: true, content: true, done: true, events: 8}},
+		{"truncated stream", provider.Anthropic, msgStartCache + blockStart + "event: content_block_delta\ndata: {",
+			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, events: 2}},
+		{"negative usage read as zero", provider.Anthropic, msgDelta(`{"output_tokens":-5}`),
+			want{hasUsage: true, content: true, events: 1}},
+		{"openai spec stream", provider.OpenAI, openAIStream,
+			want{usage: provider.Usage{InputTokens: 9, OutputTokens: 1}, hasUsage: true, content: true, done: true, events: 5}},
+		{"openai without usage chunk", provider.OpenAI, strings.Join(strings.Split(openAIStream, "\n\n")[:3], "\n\n") + "\n\ndata: [DONE]\n\n",
+			want{content: true, done: true, events: 4}},
+		{"openai error frame, first wins", provider.OpenAI, openAIStreamError + `data: {"error":{"message":"second","type":"other"}}` + "\n\n",
+			want{events: 2, errType: "server_error"}},
+		{"openai usage chunk is not content", provider.OpenAI, strings.Split(openAIStream, "\n\n")[3] + "\n\n",
+			want{usage: provider.Usage{InputTokens: 9, OutputTokens: 1}, hasUsage: true, events: 1}},
+		{"garbage", provider.OpenAI, "data: {not json\n\nrandom bytes", want{events: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			for _, chunk := range []int{len(tt.stream) + 1, 1, 7} {
+				o := provider.NewStreamObserver(tt.p)
+				for off := 0; off < len(tt.stream); off += chunk {
+					b := []byte(tt.stream[off:min(off+chunk, len(tt.stream))])
+					n, err := o.Write(b)
+					require.NoError(t, err)
+					require.Equal(t, len(b), n)
+				}
+				u, ok := o.Usage()
+				require.Equal(t, tt.want.hasUsage, ok)
+				require.Equal(t, tt.want.usage, u)
+				require.Equal(t, tt.want.content, o.Content())
+				require.Equal(t, tt.want.done, o.Done())
+				require.Equal(t, tt.want.events, o.Events())
+				se, hasErr := o.StreamError()
+				require.Equal(t, tt.want.errType != "", hasErr)
+				if hasErr {
+					require.Equal(t, provider.StreamFail, se.Class)
+					require.Equal(t, tt.want.errType, se.ErrorType)
+				}
+			}
+		})
+	}
+}
+
+func TestStreamObserverConcurrentReads(t *testing.T) {
+	t.Parallel()
+	o := provider.NewStreamObserver(provider.Anthropic)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; i < len(anthropicStream); i += 16 {
+			_, _ = o.Write([]byte(anthropicStream[i:min(i+16, len(anthropicStream))]))
+		}
+	})
+	wg.Go(func() {
+		for range 100 {
+			_ = o.Content()
+			_, _ = o.Usage()
+		}
+	})
+	wg.Wait()
+	require.True(t, o.Done())
+}
+
+func FuzzStreamObserver(f *testing.F) {
+	f.Add(true, []byte(anthropicStream), uint8(5))
+	f.Add(true, []byte(msgStartCache+anthropicStreamError), uint8(1))
+	f.Add(false, []byte(openAIStream), uint8(9))
+	f.Add(false, []byte(openAIStreamError), uint8(0))
+	f.Fuzz(func(t *testing.T, anthropic bool, stream []byte, chunk uint8) {
+		p := provider.OpenAI
+		if anthropic {
+			p = provider.Anthropic
+		}
+		whole := provider.NewStreamObserver(p)
+		_, _ = whole.Write(stream)
+		split := provider.NewStreamObserver(p)
+		step := int(chunk) + 1
+		for i := 0; i < len(stream); i += step {
+			n, err := split.Write(stream[i:min(i+step, len(stream))])
+			require.NoError(t, err)
+			require.Equal(t, min(step, len(stream)-i), n)
+		}
+		u, ok := split.Usage()
+		require.GreaterOrEqual(t, u.InputTokens, int64(0))
+		require.GreaterOrEqual(t, u.OutputTokens, int64(0))
+		require.GreaterOrEqual(t, u.CacheCreationInputTokens, int64(0))
+		require.GreaterOrEqual(t, u.CacheReadInputTokens, int64(0))
+		wu, wok := whole.Usage()
+		require.Equal(t, wok, ok)
+		require.Equal(t, wu, u)
+		require.Equal(t, whole.Events(), split.Events())
+		require.Equal(t, whole.Content(), split.Content())
+		require.Equal(t, whole.Done(), split.Done())
+		we, weok := whole.StreamError()
+		se, seok := split.StreamError()
+		require.Equal(t, weok, seok)
+		require.Equal(t, we, se)
+	})
+}
+
+func BenchmarkStreamObserver(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		p      provider.Protocol
+		stream []byte
+	}{
+		{"anthropic", provider.Anthropic, benchStream(2000)},
+		{"openai", provider.OpenAI, []byte(strings.Repeat(strings.Split(openAIStream, "\n\n")[1]+"\n\n", 2000) + "data: [DONE]\n\n")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.stream)))
+			b.ReportAllocs()
+			for b.Loop() {
+				o := provider.NewStreamObserver(tc.p)
+				for off := 0; off < len(tc.stream); off += 4096 {
+					_, _ = o.Write(tc.stream[off:min(off+4096, len(tc.stream))])
+				}
+			}
+		})
+	}
+}
