@@ -36,7 +36,8 @@ type SSEParser struct {
 	started bool   // the first line has been seen (BOM check done)
 	skipLF  bool   // the previous chunk ended in CR: drop a leading LF
 
-	// Feed's per-call output, reused when the caller has not kept it.
+	// lastName is the last event name Feed returned, so that a stream's
+	// repeated names share one string instead of allocating each time.
 	lastName string
 }
 
