@@ -252,7 +252,11 @@ func (s *Server) exchange(w http.ResponseWriter, r *http.Request, proto string) 
 // auth reads the API key; false means a 401 was sent.
 func (x *exchange) auth() bool {
 	if x.proto == protoAnthropic {
+		// x-api-key, or a bearer token as anthropic-sdk-go v2's WithAPIKey sends.
 		x.key = x.r.Header.Get("x-api-key")
+		if k, ok := strings.CutPrefix(x.r.Header.Get("Authorization"), "Bearer "); ok && x.key == "" {
+			x.key = strings.TrimSpace(k)
+		}
 		if x.key == "" {
 			x.fail(&apiError{status: http.StatusUnauthorized, typ: "authentication_error",
 				message: "x-api-key header is required"}, nil)
