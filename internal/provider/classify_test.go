@@ -136,11 +136,11 @@ func TestClassifyShouldRetryHeader(t *testing.T) {
 	require.Nil(t, got.ShouldRetry)
 }
 
-type timeoutErr struct{}
+type timeoutError struct{}
 
-func (timeoutErr) Error() string   { return "i/o timeout" }
-func (timeoutErr) Timeout() bool   { return true }
-func (timeoutErr) Temporary() bool { return true }
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
 
 func TestClassifyTransportError(t *testing.T) {
 	t.Parallel()
@@ -153,7 +153,7 @@ func TestClassifyTransportError(t *testing.T) {
 		{"nil", nil, provider.Success, ""},
 		{"canceled", fmt.Errorf("doing request: %w", context.Canceled), provider.ClientError, "canceled"},
 		{"deadline", fmt.Errorf("doing request: %w", context.DeadlineExceeded), provider.Transient, "timeout"},
-		{"net timeout", &net.OpError{Op: "read", Err: timeoutErr{}}, provider.Transient, "timeout"},
+		{"net timeout", &net.OpError{Op: "read", Err: timeoutError{}}, provider.Transient, "timeout"},
 		{"os deadline", os.ErrDeadlineExceeded, provider.Transient, "timeout"},
 		{"reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, provider.Transient, "connection_error"},
 		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, provider.Transient, "connection_error"},

@@ -457,8 +457,9 @@ func kindName(t reflect.Type) string {
 		return "list"
 	case reflect.Map, reflect.Struct, reflect.Pointer:
 		return "dictionary"
+	default:
+		return fmt.Sprint(t)
 	}
-	return fmt.Sprint(t)
 }
 
 func isNull(raw json.RawMessage) bool {
