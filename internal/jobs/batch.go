@@ -1,0 +1,274 @@
+package jobs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// UpstreamHeader may name a batch's upstream instead of ?upstream=.
+const UpstreamHeader = "X-Sluice-Upstream"
+
+// BatchView is a batch as the API shows it, in the shape of an Anthropic
+// MessageBatch plus Sluice's own per-state counts.
+type BatchView struct {
+	ID               string        `json:"id"`
+	Type             string        `json:"type"`
+	Format           string        `json:"format"`
+	ProcessingStatus string        `json:"processing_status"`
+	RequestCounts    RequestCounts `json:"request_counts"`
+	Counts           StateCounts   `json:"counts"`
+	Total            int           `json:"total"`
+	CreatedAt        time.Time     `json:"created_at"`
+	ResultsURL       string        `json:"results_url,omitempty"`
+	// Skipped lists lines left out by ?skip_invalid=true (create only).
+	Skipped []LineError `json:"skipped,omitempty"`
+}
+
+// RequestCounts are Anthropic's per-result counts.
+type RequestCounts struct {
+	Processing int `json:"processing"`
+	Succeeded  int `json:"succeeded"`
+	Errored    int `json:"errored"`
+	Canceled   int `json:"canceled"`
+	Expired    int `json:"expired"`
+}
+
+// StateCounts count a batch's jobs per state.
+type StateCounts struct {
+	Queued    int `json:"queued"`
+	Running   int `json:"running"`
+	Succeeded int `json:"succeeded"`
+	Dead      int `json:"dead"`
+	Canceled  int `json:"canceled"`
+}
+
+func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	upstream := q.Get("upstream")
+	if upstream == "" {
+		upstream = r.Header.Get(UpstreamHeader)
+	}
+	if upstream == "" {
+		writeError(w, http.StatusBadRequest, "name the upstream with ?upstream= or the %s header (have %s)", UpstreamHeader, strings.Join(s.upstreams, ", "))
+		return
+	}
+	proto, ok := s.cfg.Protocols[upstream]
+	if !ok {
+		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", upstream, strings.Join(s.upstreams, ", "))
+		return
+	}
+	skip := false
+	if v := q.Get("skip_invalid"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "skip_invalid must be true or false, got %q", v)
+			return
+		}
+		skip = b
+	}
+	maxAttempts := 0
+	if v := q.Get("max_attempts"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "max_attempts must be a number, got %q", v)
+			return
+		}
+		maxAttempts = n
+	}
+	prio, dl, attempts, err := s.parseJobOptions(q.Get("priority"), q.Get("deadline"), maxAttempts, "")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	data, err := readBody(w, r, s.cfg.MaxBatchBytes)
+	if err != nil {
+		bodyError(w, err, s.cfg.MaxBatchBytes)
+		return
+	}
+	f, err := ParseBatchFile(data, s.cfg.MaxBatchJobs)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if f.Format != "" && f.Format != proto {
+		writeError(w, http.StatusBadRequest, "the file has the %s batch shape but upstream %q speaks %s", f.Format, upstream, proto)
+		return
+	}
+	now := s.cfg.Clock.Now()
+	params := queue.CreateBatchParams{Format: proto, Now: now}
+	invalid := f.Invalid
+	for _, l := range f.Lines {
+		if _, err := provider.Estimate(proto, l.Body); err != nil {
+			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
+			continue
+		}
+		params.Jobs = append(params.Jobs, queue.InsertParams{
+			Upstream: upstream, Priority: prio, Client: s.cfg.ClientOf(r), Path: pathFor(proto),
+			Body: l.Body, Deadline: dl, MaxAttempts: attempts, CustomID: l.CustomID, Now: now,
+		})
+	}
+	sortLineErrors(invalid)
+	if len(invalid) > 0 && !skip {
+		writeJSON(w, http.StatusBadRequest, APIError{Type: "error", Error: ErrorDetail{
+			Type:    "invalid_request_error",
+			Message: fmt.Sprintf("%d invalid line(s), first on line %d: %s; nothing was queued (add ?skip_invalid=true to queue the valid lines)", len(invalid), invalid[0].Line, invalid[0].Message),
+			Lines:   invalid,
+		}})
+		return
+	}
+	if len(params.Jobs) == 0 {
+		writeJSON(w, http.StatusBadRequest, APIError{Type: "error", Error: ErrorDetail{Type: "invalid_request_error", Message: "no valid line to queue", Lines: invalid}})
+		return
+	}
+	b, err := s.store.CreateBatch(r.Context(), params)
+	if err != nil {
+		if errors.Is(err, queue.ErrInvalid) {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		storeError(w, "queueing the batch", err)
+		return
+	}
+	v := batchView(b)
+	v.Skipped = invalid
+	w.Header().Set("Location", "/v1/batches/"+b.ID)
+	writeJSON(w, http.StatusOK, v)
+}
+
+func sortLineErrors(es []LineError) {
+	for i := 1; i < len(es); i++ {
+		for k := i; k > 0 && es[k].Line < es[k-1].Line; k-- {
+			es[k], es[k-1] = es[k-1], es[k]
+		}
+	}
+}
+
+func batchView(b *queue.Batch) BatchView {
+	c := b.Counts
+	v := BatchView{
+		ID: b.ID, Type: "message_batch", Format: string(b.Format), Total: b.Total, CreatedAt: b.CreatedAt,
+		Counts:           StateCounts{Queued: c.Queued, Running: c.Running, Succeeded: c.Succeeded, Dead: c.Dead, Canceled: c.Canceled},
+		RequestCounts:    RequestCounts{Processing: c.Queued + c.Running, Succeeded: c.Succeeded, Errored: c.Dead, Canceled: c.Canceled},
+		ProcessingStatus: "in_progress",
+	}
+	if b.Ended() {
+		v.ProcessingStatus = "ended"
+		v.ResultsURL = "/v1/batches/" + b.ID + "/results"
+	}
+	return v
+}
+
+func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) (*queue.Batch, bool) {
+	id := r.PathValue("id")
+	b, err := s.store.GetBatch(r.Context(), id)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no batch %q", id)
+		return nil, false
+	case err != nil:
+		storeError(w, "loading the batch", err)
+		return nil, false
+	}
+	return b, true
+}
+
+func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.getBatch(w, r)
+	if !ok {
+		return
+	}
+	v := batchView(b)
+	if b.Ended() && b.Counts.Dead > 0 {
+		// Split dead jobs into errored and expired, as the provider does.
+		expiredN := 0
+		err := s.eachBatchJob(r, b.ID, func(j *queue.Job) error {
+			if expired(j) {
+				expiredN++
+			}
+			return nil
+		})
+		if err != nil {
+			storeError(w, "counting the batch", err)
+			return
+		}
+		v.RequestCounts.Errored -= expiredN
+		v.RequestCounts.Expired = expiredN
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// eachBatchJob calls fn for every job of a batch in custom_id order.
+func (s *Service) eachBatchJob(r *http.Request, id string, fn func(*queue.Job) error) error {
+	after := ""
+	for {
+		page, err := s.store.BatchJobs(r.Context(), queue.BatchJobsParams{BatchID: id, After: after, Limit: queue.ListLimitMax})
+		if err != nil {
+			return fmt.Errorf("listing batch jobs: %w", err)
+		}
+		for _, j := range page.Jobs {
+			if err := fn(j); err != nil {
+				return err
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		after = page.Next
+	}
+}
+
+// serveBatchResults streams one JSONL line per finished job; jobs still
+// queued or running are left out until they finish.
+func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
+	b, ok := s.getBatch(w, r)
+	if !ok {
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	if !b.Ended() {
+		w.Header().Set("X-Sluice-Partial", "true")
+	}
+	bw := bufio.NewWriter(w)
+	err := s.eachBatchJob(r, b.ID, func(j *queue.Job) error {
+		line, ok := ResultLine(b.Format, s.view(j, false))
+		if !ok {
+			return nil
+		}
+		bw.Write(line)
+		return bw.WriteByte('\n')
+	})
+	if err != nil {
+		s.cfg.Logger.Warn("writing batch results", "batch", b.ID, "err", err)
+	}
+	_ = bw.Flush()
+}
+
+func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	res, err := s.store.CancelBatch(r.Context(), queue.CancelBatchParams{BatchID: id, Now: s.cfg.Clock.Now()})
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no batch %q", id)
+		return
+	case err != nil:
+		storeError(w, "canceling the batch", err)
+		return
+	}
+	for _, jid := range res.Running {
+		s.abort(jid, errJobCanceled)
+	}
+	s.announce()
+	b, ok := s.getBatch(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, batchView(b))
+}

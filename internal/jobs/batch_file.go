@@ -1,0 +1,252 @@
+package jobs
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// MaxCustomIDLen bounds a batch line's custom_id.
+const MaxCustomIDLen = 512
+
+// BatchLine is one valid request of a batch file.
+type BatchLine struct {
+	// Line is the 1-based line number in the file.
+	Line int
+	// CustomID names the request in the results.
+	CustomID string
+	// Body is the provider request body (Anthropic params, OpenAI body).
+	Body json.RawMessage
+}
+
+// BatchFile is a parsed batch file.
+type BatchFile struct {
+	// Format is the shape of the lines: provider.Anthropic for Message
+	// Batches lines ({"custom_id","params"}), provider.OpenAI for batch
+	// API lines ({"custom_id","method","url","body"}).
+	Format provider.Protocol
+	// Lines are the valid requests in file order.
+	Lines []BatchLine
+	// Invalid lists the lines that were rejected, with why.
+	Invalid []LineError
+}
+
+// batchLineJSON accepts both shapes; which fields are set tells them apart.
+type batchLineJSON struct {
+	CustomID *string         `json:"custom_id"`
+	Params   json.RawMessage `json:"params"`
+	Method   string          `json:"method"`
+	URL      string          `json:"url"`
+	Body     json.RawMessage `json:"body"`
+}
+
+// ParseBatchFile parses a JSONL batch file in either provider's shape.
+// Blank lines are ignored; every line must have the shape of the first
+// valid one, a unique custom_id and a JSON object as its request. More
+// than maxLines requests is an error; so is a file with no request.
+func ParseBatchFile(data []byte, maxLines int) (*BatchFile, error) {
+	f := &BatchFile{}
+	seen := map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), len(data)+1)
+	n := 0
+	for sc.Scan() {
+		n++
+		raw := bytes.TrimSpace(sc.Bytes())
+		if len(raw) == 0 {
+			continue
+		}
+		id, format, body, err := parseBatchLine(raw)
+		if err == nil && f.Format != "" && format != f.Format {
+			err = fmt.Errorf("line has the %s batch shape but the file's first line has the %s shape", format, f.Format)
+		}
+		if err == nil {
+			if first, dup := seen[id]; dup {
+				err = fmt.Errorf("custom_id %q is already used on line %d", id, first)
+			}
+		}
+		if err != nil {
+			f.Invalid = append(f.Invalid, LineError{Line: n, CustomID: id, Message: err.Error()})
+			continue
+		}
+		if f.Format == "" {
+			f.Format = format
+		}
+		seen[id] = n
+		f.Lines = append(f.Lines, BatchLine{Line: n, CustomID: id, Body: body})
+		if len(f.Lines) > maxLines {
+			return nil, fmt.Errorf("batch has more than %d requests", maxLines)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading batch file: %w", err)
+	}
+	if len(f.Lines) == 0 && len(f.Invalid) == 0 {
+		return nil, errors.New("batch file has no requests")
+	}
+	return f, nil
+}
+
+// parseBatchLine decodes one non-blank line.
+func parseBatchLine(raw []byte) (id string, format provider.Protocol, body json.RawMessage, err error) {
+	var l batchLineJSON
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return "", "", nil, fmt.Errorf("not a JSON batch line: %w", err)
+	}
+	if dec.More() {
+		return "", "", nil, errors.New("more than one JSON value on the line")
+	}
+	if l.CustomID != nil {
+		id = *l.CustomID
+	}
+	switch {
+	case l.CustomID == nil || id == "":
+		return id, "", nil, errors.New("custom_id is required")
+	case len(id) > MaxCustomIDLen:
+		return "", "", nil, fmt.Errorf("custom_id longer than %d bytes", MaxCustomIDLen)
+	}
+	switch {
+	case l.Params != nil && l.Body == nil && l.Method == "" && l.URL == "":
+		format, body = provider.Anthropic, l.Params
+	case l.Body != nil && l.Params == nil:
+		format, body = provider.OpenAI, l.Body
+		if l.Method != "POST" {
+			return id, "", nil, fmt.Errorf("method must be POST, got %q", l.Method)
+		}
+		if l.URL != "/v1/chat/completions" {
+			return id, "", nil, fmt.Errorf("url must be /v1/chat/completions, got %q", l.URL)
+		}
+	default:
+		return id, "", nil, errors.New(`want {"custom_id","params"} (Anthropic) or {"custom_id","method","url","body"} (OpenAI)`)
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return id, "", nil, errors.New("the request must be a JSON object")
+	}
+	var probe struct {
+		Stream *bool `json:"stream"`
+	}
+	if err := json.Unmarshal(body, &probe); err != nil {
+		return id, "", nil, fmt.Errorf("the request: %w", err)
+	}
+	if probe.Stream != nil && *probe.Stream {
+		return id, "", nil, errors.New("batch requests cannot stream: remove \"stream\": true")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, body); err != nil {
+		return id, "", nil, fmt.Errorf("the request: %w", err)
+	}
+	return id, format, compact.Bytes(), nil
+}
+
+// ResultLine renders a finished job as one line of a batch results file in
+// the provider's results shape: Anthropic {"custom_id","result":{"type":
+// succeeded|errored|canceled|expired,…}}, OpenAI {"id","custom_id",
+// "response":{"status_code","request_id","body"},"error"}. It reports false
+// for a job still queued or running.
+func ResultLine(format provider.Protocol, j JobView) ([]byte, bool) {
+	var v any
+	switch format {
+	case provider.OpenAI:
+		v = openAIResult(j)
+	default:
+		v = anthropicResult(j)
+	}
+	if v == nil {
+		return nil, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, false
+	}
+	return b, true
+}
+
+func anthropicResult(j JobView) any {
+	type result struct {
+		Type    string `json:"type"`
+		Message any    `json:"message,omitempty"`
+		Error   any    `json:"error,omitempty"`
+	}
+	r := result{}
+	switch j.State {
+	case "succeeded":
+		r.Type = "succeeded"
+		if j.Response != nil {
+			r.Message = j.Response.Body
+		}
+	case "canceled":
+		r.Type = "canceled"
+	case "dead":
+		if j.Error != nil && j.Error.Type == "expired" {
+			r.Type = "expired"
+			break
+		}
+		r.Type = "errored"
+		r.Error = errorEnvelope(j)
+	default:
+		return nil
+	}
+	return struct {
+		CustomID string `json:"custom_id"`
+		Result   result `json:"result"`
+	}{j.CustomID, r}
+}
+
+// errorEnvelope is the provider's own error body when it sent one, else
+// one in Anthropic's shape.
+func errorEnvelope(j JobView) any {
+	if j.Error == nil {
+		return map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": "the request failed"}}
+	}
+	if raw, ok := j.Error.Body.(json.RawMessage); ok {
+		return raw
+	}
+	return map[string]any{"type": "error", "error": map[string]string{"type": j.Error.Type, "message": j.Error.Message}}
+}
+
+func openAIResult(j JobView) any {
+	type response struct {
+		StatusCode int    `json:"status_code"`
+		RequestID  string `json:"request_id"`
+		Body       any    `json:"body"`
+	}
+	type failure struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	out := struct {
+		ID       string    `json:"id"`
+		CustomID string    `json:"custom_id"`
+		Response *response `json:"response"`
+		Error    *failure  `json:"error"`
+	}{ID: "batch_req_" + formatID(j.ID), CustomID: j.CustomID}
+	switch j.State {
+	case "succeeded":
+		if j.Response != nil {
+			out.Response = &response{StatusCode: j.Response.Status, RequestID: j.Response.Headers["X-Request-Id"], Body: j.Response.Body}
+		}
+	case "canceled":
+		out.Error = &failure{Code: "batch_cancelled", Message: "the request was canceled"}
+	case "dead":
+		switch {
+		case j.Error == nil:
+			out.Error = &failure{Code: "api_error", Message: "the request failed"}
+		case j.Error.Type == "expired":
+			out.Error = &failure{Code: "batch_expired", Message: j.Error.Message}
+		case j.Error.Body != nil && j.Error.Status != 0:
+			out.Response = &response{StatusCode: j.Error.Status, Body: j.Error.Body}
+		default:
+			out.Error = &failure{Code: j.Error.Type, Message: j.Error.Message}
+		}
+	default:
+		return nil
+	}
+	return out
+}

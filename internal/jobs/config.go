@@ -1,0 +1,245 @@
+package jobs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Defaults for Config fields.
+const (
+	// LeaseForDefault is how long a lease lasts without a heartbeat.
+	LeaseForDefault = 30 * time.Second
+	// MaxInFlightPerUpstreamDefault is how many jobs per upstream are
+	// handed to the dispatcher at once.
+	MaxInFlightPerUpstreamDefault = 64
+	// ClaimBatchDefault is the most jobs claimed in one store call.
+	ClaimBatchDefault = 32
+	// PollIntervalDefault is the longest an idle worker sleeps before
+	// looking at the store again.
+	PollIntervalDefault = time.Second
+	// MaxAttemptsDefault is a job's MaxAttempts when the submitter names
+	// none.
+	MaxAttemptsDefault = 6
+	// MaxAttemptsMax caps the max_attempts a submitter may ask for.
+	MaxAttemptsMax = 100
+	// RetryBaseDelayDefault is the first requeue backoff ceiling of a job
+	// whose attempt burnt.
+	RetryBaseDelayDefault = 2 * time.Second
+	// RetryMaxDelayDefault caps the requeue backoff.
+	RetryMaxDelayDefault = 5 * time.Minute
+	// PriorityDefault is a job's class when the submitter names none.
+	PriorityDefault = flow.Low
+	// MaxBodyBytesDefault is the largest POST /v1/jobs body: Anthropic's
+	// Messages limit (32 MB).
+	MaxBodyBytesDefault = 32 << 20
+	// MaxBatchBytesDefault is the largest POST /v1/batches body:
+	// Anthropic's Message Batches limit (256 MB).
+	MaxBatchBytesDefault = 256 << 20
+	// MaxBatchJobsDefault is the most requests in one batch (Anthropic's
+	// limit).
+	MaxBatchJobsDefault = 100_000
+	// MaxLongPollDefault bounds GET /v1/jobs/{id}?wait=.
+	MaxLongPollDefault = 60 * time.Second
+	// WebhookMaxAttemptsDefault bounds the deliveries of one webhook.
+	WebhookMaxAttemptsDefault = 5
+	// WebhookTimeoutDefault bounds one webhook delivery.
+	WebhookTimeoutDefault = 10 * time.Second
+	// WebhookBaseDelayDefault is the first webhook retry's backoff.
+	WebhookBaseDelayDefault = time.Second
+	// MaxStallsDefault is how many expired leases a job survives.
+	MaxStallsDefault = queue.MaxStallsDefault
+)
+
+// Dispatcher is what the runtime needs from an upstream's engine:
+// *dispatch.Dispatcher implements it.
+type Dispatcher interface {
+	Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
+}
+
+// Config configures a Service.
+type Config struct {
+	// Store is the durable job store. Required. The Service does not close
+	// it.
+	Store queue.Store
+	// Dispatchers are the engines by upstream name; a job may only name an
+	// upstream listed here. Required: at least one.
+	Dispatchers map[string]Dispatcher
+	// Protocols are the upstreams' wire protocols, one per dispatcher.
+	// Required.
+	Protocols map[string]provider.Protocol
+	// Clock is the time source. Defaults to the wall clock.
+	Clock clock.Clock
+	// Owner names this process's workers in leases. Defaults to
+	// "host-pid".
+	Owner string
+	// LeaseFor is how long a lease lasts without a heartbeat. Defaults to
+	// LeaseForDefault.
+	LeaseFor time.Duration
+	// HeartbeatEvery is how often a running job's lease is renewed; it must
+	// be shorter than LeaseFor. Defaults to LeaseFor/3.
+	HeartbeatEvery time.Duration
+	// MaxInFlightPerUpstream caps the jobs of one upstream handed to its
+	// dispatcher at once. Defaults to MaxInFlightPerUpstreamDefault.
+	MaxInFlightPerUpstream int
+	// ClaimBatch is the most jobs claimed in one store call. Defaults to
+	// ClaimBatchDefault (capped by MaxInFlightPerUpstream).
+	ClaimBatch int
+	// PollInterval is the longest an idle worker or a long poll sleeps
+	// before looking at the store again. Defaults to PollIntervalDefault.
+	PollInterval time.Duration
+	// RescueInterval is how often the built-in queue.JobRescuer takes back
+	// expired leases; negative disables it (run one elsewhere). Defaults
+	// to LeaseFor/2.
+	RescueInterval time.Duration
+	// MaxStalls is how many expired leases a job survives before it dies.
+	// Defaults to MaxStallsDefault.
+	MaxStalls int
+	// MaxAttempts is a job's attempt budget when the submitter names none.
+	// Defaults to MaxAttemptsDefault.
+	MaxAttempts int
+	// RetryBaseDelay is the first backoff ceiling when a job is requeued
+	// after a burnt attempt (full jitter, doubling). Defaults to
+	// RetryBaseDelayDefault.
+	RetryBaseDelay time.Duration
+	// RetryMaxDelay caps that backoff. Defaults to RetryMaxDelayDefault.
+	RetryMaxDelay time.Duration
+	// MaxBodyBytes is the largest POST /v1/jobs body; larger gets 413.
+	// Defaults to MaxBodyBytesDefault.
+	MaxBodyBytes int64
+	// MaxBatchBytes is the largest POST /v1/batches body; larger gets 413.
+	// Defaults to MaxBatchBytesDefault.
+	MaxBatchBytes int64
+	// MaxBatchJobs is the most lines in one batch. Defaults to
+	// MaxBatchJobsDefault.
+	MaxBatchJobs int
+	// MaxLongPoll bounds GET /v1/jobs/{id}?wait=. Defaults to
+	// MaxLongPollDefault.
+	MaxLongPoll time.Duration
+	// WebhookSecret keys the HMAC-SHA256 in X-Sluice-Signature. Defaults
+	// to empty: webhooks are sent unsigned.
+	WebhookSecret string
+	// WebhookClient sends webhooks. Defaults to a client with
+	// http.DefaultTransport.
+	WebhookClient *http.Client
+	// WebhookMaxAttempts bounds the deliveries of one webhook. Defaults to
+	// WebhookMaxAttemptsDefault.
+	WebhookMaxAttempts int
+	// WebhookTimeout bounds one delivery. Defaults to
+	// WebhookTimeoutDefault.
+	WebhookTimeout time.Duration
+	// WebhookBaseDelay is the first webhook retry's delay, doubling after.
+	// Defaults to WebhookBaseDelayDefault.
+	WebhookBaseDelay time.Duration
+	// ClientOf names the submitter of an HTTP request (for fairness and
+	// listing). Defaults to the X-Sluice-Client header.
+	ClientOf func(r *http.Request) string
+	// Logger logs failures the runtime cannot return to anyone. Defaults
+	// to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with every unset field filled in. It is pure.
+func (c Config) WithDefaults() Config {
+	c.Clock = clock.Or(c.Clock)
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = cmp.Or(host, "sluice") + "-" + strconv.Itoa(os.Getpid())
+	}
+	c.LeaseFor = cmp.Or(c.LeaseFor, LeaseForDefault)
+	c.HeartbeatEvery = cmp.Or(c.HeartbeatEvery, c.LeaseFor/3)
+	c.MaxInFlightPerUpstream = cmp.Or(c.MaxInFlightPerUpstream, MaxInFlightPerUpstreamDefault)
+	c.ClaimBatch = min(cmp.Or(c.ClaimBatch, ClaimBatchDefault), c.MaxInFlightPerUpstream)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.RescueInterval = cmp.Or(c.RescueInterval, c.LeaseFor/2)
+	c.MaxStalls = cmp.Or(c.MaxStalls, MaxStallsDefault)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.RetryBaseDelay = cmp.Or(c.RetryBaseDelay, RetryBaseDelayDefault)
+	c.RetryMaxDelay = cmp.Or(c.RetryMaxDelay, max(RetryMaxDelayDefault, c.RetryBaseDelay))
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, MaxBatchBytesDefault)
+	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, MaxBatchJobsDefault)
+	c.MaxLongPoll = cmp.Or(c.MaxLongPoll, MaxLongPollDefault)
+	if c.WebhookClient == nil {
+		c.WebhookClient = &http.Client{Transport: http.DefaultTransport}
+	}
+	c.WebhookMaxAttempts = cmp.Or(c.WebhookMaxAttempts, WebhookMaxAttemptsDefault)
+	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
+	c.WebhookBaseDelay = cmp.Or(c.WebhookBaseDelay, WebhookBaseDelayDefault)
+	if c.ClientOf == nil {
+		c.ClientOf = func(r *http.Request) string { return r.Header.Get("X-Sluice-Client") }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate reports the first invalid field, by name.
+func (c Config) validate() error {
+	if c.Store == nil {
+		return errors.New("Store is required")
+	}
+	if len(c.Dispatchers) == 0 {
+		return errors.New("Dispatchers: at least one upstream is required")
+	}
+	for name, d := range c.Dispatchers {
+		if d == nil {
+			return fmt.Errorf("Dispatchers[%s] is nil", name)
+		}
+		p, ok := c.Protocols[name]
+		if !ok {
+			return fmt.Errorf("Protocols[%s] is missing", name)
+		}
+		if _, err := provider.ParseProtocol(string(p)); err != nil {
+			return fmt.Errorf("Protocols[%s]: %w", name, err)
+		}
+	}
+	switch {
+	case c.LeaseFor <= 0:
+		return fmt.Errorf("LeaseFor must be positive, got %v", c.LeaseFor)
+	case c.HeartbeatEvery <= 0 || c.HeartbeatEvery >= c.LeaseFor:
+		return fmt.Errorf("HeartbeatEvery must be in (0, LeaseFor=%v), got %v", c.LeaseFor, c.HeartbeatEvery)
+	case c.MaxInFlightPerUpstream < 1:
+		return fmt.Errorf("MaxInFlightPerUpstream must be >= 1, got %d", c.MaxInFlightPerUpstream)
+	case c.ClaimBatch < 1:
+		return fmt.Errorf("ClaimBatch must be >= 1, got %d", c.ClaimBatch)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("PollInterval must be positive, got %v", c.PollInterval)
+	case c.MaxStalls < 0:
+		return fmt.Errorf("MaxStalls must be >= 0, got %d", c.MaxStalls)
+	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsMax:
+		return fmt.Errorf("MaxAttempts must be in [1, %d], got %d", MaxAttemptsMax, c.MaxAttempts)
+	case c.RetryBaseDelay <= 0:
+		return fmt.Errorf("RetryBaseDelay must be positive, got %v", c.RetryBaseDelay)
+	case c.RetryMaxDelay < c.RetryBaseDelay:
+		return fmt.Errorf("RetryMaxDelay (%v) must be >= RetryBaseDelay (%v)", c.RetryMaxDelay, c.RetryBaseDelay)
+	case c.MaxBodyBytes < 1:
+		return fmt.Errorf("MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
+	case c.MaxBatchBytes < 1:
+		return fmt.Errorf("MaxBatchBytes must be >= 1, got %d", c.MaxBatchBytes)
+	case c.MaxBatchJobs < 1:
+		return fmt.Errorf("MaxBatchJobs must be >= 1, got %d", c.MaxBatchJobs)
+	case c.MaxLongPoll <= 0:
+		return fmt.Errorf("MaxLongPoll must be positive, got %v", c.MaxLongPoll)
+	case c.WebhookMaxAttempts < 1:
+		return fmt.Errorf("WebhookMaxAttempts must be >= 1, got %d", c.WebhookMaxAttempts)
+	case c.WebhookTimeout <= 0:
+		return fmt.Errorf("WebhookTimeout must be positive, got %v", c.WebhookTimeout)
+	case c.WebhookBaseDelay <= 0:
+		return fmt.Errorf("WebhookBaseDelay must be positive, got %v", c.WebhookBaseDelay)
+	}
+	return nil
+}

@@ -1,0 +1,419 @@
+package jobs
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// MaxIdempotencyKeyLen bounds an idempotency key.
+const MaxIdempotencyKeyLen = 255
+
+// IdempotencyKeyHeader may carry a job's idempotency key.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+func (s *Service) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/jobs", s.serveSubmit)
+	mux.HandleFunc("GET /v1/jobs", s.serveList)
+	mux.HandleFunc("GET /v1/jobs/{id}", s.serveGet)
+	mux.HandleFunc("DELETE /v1/jobs/{id}", s.serveCancel)
+	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.serveCancel)
+	mux.HandleFunc("POST /v1/jobs/{id}/retry", s.serveRetry)
+	mux.HandleFunc("POST /v1/jobs/retry", s.serveRetryBulk)
+	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", s.servePause)
+	mux.HandleFunc("GET /v1/upstreams/paused", s.servePaused)
+	mux.HandleFunc("POST /v1/batches", s.serveBatchCreate)
+	mux.HandleFunc("GET /v1/batches/{id}", s.serveBatchGet)
+	mux.HandleFunc("GET /v1/batches/{id}/results", s.serveBatchResults)
+	mux.HandleFunc("POST /v1/batches/{id}/cancel", s.serveBatchCancel)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
+	})
+	return mux
+}
+
+// SubmitRequest is the body of POST /v1/jobs. Only Upstream and Request are
+// required.
+type SubmitRequest struct {
+	Upstream       string          `json:"upstream"`
+	Request        json.RawMessage `json:"request"`
+	Priority       string          `json:"priority,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Deadline       string          `json:"deadline,omitempty"`
+	MaxAttempts    int             `json:"max_attempts,omitempty"`
+	WebhookURL     string          `json:"webhook_url,omitempty"`
+}
+
+// pathFor is the provider path a protocol's jobs are sent to.
+func pathFor(p provider.Protocol) string {
+	if p == provider.OpenAI {
+		return "/v1/chat/completions"
+	}
+	return "/v1/messages"
+}
+
+// checkRequest validates a provider request body for upstream.
+func (s *Service) checkRequest(upstream string, body []byte) error {
+	p, ok := s.cfg.Protocols[upstream]
+	if !ok {
+		return fmt.Errorf("%w %q (have %s)", ErrUnknownUpstream, upstream, strings.Join(s.upstreams, ", "))
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+		return errors.New("request must be a JSON object (the provider request body)")
+	}
+	if _, err := provider.Estimate(p, trimmed); err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
+	return nil
+}
+
+// parseJobOptions validates the shared optional fields.
+func (s *Service) parseJobOptions(priority, deadline string, maxAttempts int, webhook string) (flow.Priority, time.Time, int, error) {
+	prio := PriorityDefault
+	if priority != "" {
+		p, err := flow.ParsePriority(priority)
+		if err != nil {
+			return 0, time.Time{}, 0, fmt.Errorf("priority: %w", err)
+		}
+		prio = p
+	}
+	var dl time.Time
+	if deadline != "" {
+		t, err := time.Parse(time.RFC3339, deadline)
+		if err != nil {
+			return 0, time.Time{}, 0, fmt.Errorf("deadline: want RFC 3339 like 2026-01-02T15:04:05Z, got %q", deadline)
+		}
+		if !t.After(s.cfg.Clock.Now()) {
+			return 0, time.Time{}, 0, fmt.Errorf("deadline %s is already past", deadline)
+		}
+		dl = t
+	}
+	if maxAttempts == 0 {
+		maxAttempts = s.cfg.MaxAttempts
+	}
+	if maxAttempts < 1 || maxAttempts > MaxAttemptsMax {
+		return 0, time.Time{}, 0, fmt.Errorf("max_attempts must be in [1, %d], got %d", MaxAttemptsMax, maxAttempts)
+	}
+	if webhook != "" {
+		u, err := url.Parse(webhook)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return 0, time.Time{}, 0, fmt.Errorf("webhook_url must be an absolute http(s) URL, got %q", webhook)
+		}
+	}
+	return prio, dl, maxAttempts, nil
+}
+
+func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
+	raw, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		bodyError(w, err, s.cfg.MaxBodyBytes)
+		return
+	}
+	var req SubmitRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "body must be a JSON job: %v", err)
+		return
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "body must hold one JSON job")
+		return
+	}
+	if req.Upstream == "" {
+		writeError(w, http.StatusBadRequest, "upstream is required (have %s)", strings.Join(s.upstreams, ", "))
+		return
+	}
+	if len(req.Request) == 0 || string(req.Request) == "null" {
+		writeError(w, http.StatusBadRequest, "request is required: the provider request body")
+		return
+	}
+	if err := s.checkRequest(req.Upstream, req.Request); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	key := req.IdempotencyKey
+	if h := r.Header.Get(IdempotencyKeyHeader); h != "" {
+		if key != "" && key != h {
+			writeError(w, http.StatusBadRequest, "idempotency_key and the Idempotency-Key header differ")
+			return
+		}
+		key = h
+	}
+	if len(key) > MaxIdempotencyKeyLen {
+		writeError(w, http.StatusBadRequest, "idempotency key longer than %d bytes", MaxIdempotencyKeyLen)
+		return
+	}
+	prio, dl, attempts, err := s.parseJobOptions(req.Priority, req.Deadline, req.MaxAttempts, req.WebhookURL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, req.Request); err != nil {
+		writeError(w, http.StatusBadRequest, "request: %v", err)
+		return
+	}
+	res, err := s.store.Insert(r.Context(), queue.InsertParams{
+		IdempotencyKey: key,
+		Upstream:       req.Upstream,
+		Priority:       prio,
+		Client:         s.cfg.ClientOf(r),
+		Path:           pathFor(s.cfg.Protocols[req.Upstream]),
+		Body:           compact.Bytes(),
+		Deadline:       dl,
+		MaxAttempts:    attempts,
+		WebhookURL:     req.WebhookURL,
+		Now:            s.cfg.Clock.Now(),
+	})
+	if err != nil {
+		if errors.Is(err, queue.ErrInvalid) {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		storeError(w, "queueing the job", err)
+		return
+	}
+	status := http.StatusAccepted
+	if res.Existing {
+		status = http.StatusOK
+	}
+	w.Header().Set("Location", "/v1/jobs/"+formatID(res.Job.ID))
+	writeJSON(w, status, s.view(res.Job, false))
+}
+
+// jobID parses the {id} path value, answering 404 when it is no job id.
+func jobID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		writeError(w, http.StatusNotFound, "no job %q", r.PathValue("id"))
+		return 0, false
+	}
+	return id, true
+}
+
+func (s *Service) serveGet(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := parseWait(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "wait: %v", err)
+			return
+		}
+		wait = min(d, s.cfg.MaxLongPoll)
+	}
+	j, err := s.waitFinished(r.Context(), id, wait)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no job %d", id)
+		return
+	case err != nil && j == nil:
+		if r.Context().Err() != nil {
+			return // the client left
+		}
+		storeError(w, "loading the job", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.view(j, r.URL.Query().Get("include") == "request"))
+}
+
+// parseWait accepts a Go duration ("30s", "1m") or whole seconds ("30").
+func parseWait(v string) (time.Duration, error) {
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 {
+			return 0, fmt.Errorf("%q is negative", v)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration like 30s, got %q", v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q is negative", v)
+	}
+	return d, nil
+}
+
+func (s *Service) serveCancel(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
+	j, err := s.Cancel(r.Context(), id)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no job %d", id)
+	case errors.Is(err, queue.ErrConflict):
+		writeError(w, http.StatusConflict, "job %d already finished; it cannot be canceled", id)
+	case err != nil:
+		storeError(w, "canceling the job", err)
+	default:
+		writeJSON(w, http.StatusOK, s.view(j, false))
+	}
+}
+
+func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
+	n, err := s.store.Requeue(r.Context(), queue.RequeueParams{IDs: []int64{id}, Now: s.cfg.Clock.Now()})
+	if err != nil {
+		storeError(w, "requeueing the job", err)
+		return
+	}
+	j, err := s.store.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, "no job %d", id)
+	case err != nil:
+		storeError(w, "loading the job", err)
+	case n == 0:
+		writeError(w, http.StatusConflict, "job %d is %s; only dead jobs can be retried", id, j.State)
+	default:
+		writeJSON(w, http.StatusOK, s.view(j, false))
+	}
+}
+
+// RetryRequest is the body of POST /v1/jobs/retry: job ids, or filters, or
+// all.
+type RetryRequest struct {
+	IDs      []int64 `json:"ids,omitempty"`
+	Upstream string  `json:"upstream,omitempty"`
+	BatchID  string  `json:"batch_id,omitempty"`
+	All      bool    `json:"all,omitempty"`
+}
+
+func (s *Service) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
+	raw, err := readBody(w, r, 1<<20)
+	if err != nil {
+		bodyError(w, err, 1<<20)
+		return
+	}
+	var req RetryRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "body must be JSON like {\"ids\":[1,2]}, {\"upstream\":\"name\"}, {\"batch_id\":\"…\"} or {\"all\":true}: %v", err)
+		return
+	}
+	if len(req.IDs) == 0 && req.Upstream == "" && req.BatchID == "" && !req.All {
+		writeError(w, http.StatusBadRequest, "name ids, upstream or batch_id, or set all: true")
+		return
+	}
+	if req.Upstream != "" {
+		if _, ok := s.cfg.Protocols[req.Upstream]; !ok {
+			writeError(w, http.StatusBadRequest, "unknown upstream %q", req.Upstream)
+			return
+		}
+	}
+	n, err := s.store.Requeue(r.Context(), queue.RequeueParams{IDs: req.IDs, Upstream: req.Upstream, BatchID: req.BatchID, All: req.All, Now: s.cfg.Clock.Now()})
+	if err != nil {
+		if errors.Is(err, queue.ErrInvalid) {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		storeError(w, "requeueing jobs", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
+}
+
+// ListResponse is the body of GET /v1/jobs.
+type ListResponse struct {
+	Object     string    `json:"object"`
+	Data       []JobView `json:"data"`
+	NextCursor string    `json:"next_cursor,omitempty"`
+	HasMore    bool      `json:"has_more"`
+}
+
+func (s *Service) serveList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := queue.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id")}
+	if v := q.Get("state"); v != "" {
+		st, err := queue.ParseState(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "state: %v", err)
+			return
+		}
+		p.State = st
+	}
+	if p.Upstream != "" {
+		if _, ok := s.cfg.Protocols[p.Upstream]; !ok {
+			writeError(w, http.StatusBadRequest, "unknown upstream %q", p.Upstream)
+			return
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "cursor: %q is not a cursor from next_cursor", v)
+			return
+		}
+		p.After = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > queue.ListLimitMax {
+			writeError(w, http.StatusBadRequest, "limit must be in [1, %d], got %q", queue.ListLimitMax, v)
+			return
+		}
+		p.Limit = n
+	}
+	page, err := s.store.List(r.Context(), p)
+	if err != nil {
+		storeError(w, "listing jobs", err)
+		return
+	}
+	out := ListResponse{Object: "list", Data: make([]JobView, 0, len(page.Jobs))}
+	for _, j := range page.Jobs {
+		out.Data = append(out.Data, s.view(j, false))
+	}
+	if page.Next != 0 {
+		out.NextCursor, out.HasMore = formatID(page.Next), true
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Service) servePause(w http.ResponseWriter, r *http.Request) {
+	name, action := r.PathValue("name"), r.PathValue("action")
+	if action != "pause" && action != "resume" {
+		writeError(w, http.StatusNotFound, "no route %s %s (want pause or resume)", r.Method, r.URL.Path)
+		return
+	}
+	if _, ok := s.cfg.Protocols[name]; !ok {
+		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", name, strings.Join(s.upstreams, ", "))
+		return
+	}
+	if err := s.store.SetPaused(r.Context(), queue.PauseParams{Upstream: name, Paused: action == "pause", Now: s.cfg.Clock.Now()}); err != nil {
+		storeError(w, "pausing the upstream", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"upstream": name, "paused": action == "pause"})
+}
+
+func (s *Service) servePaused(w http.ResponseWriter, r *http.Request) {
+	names, err := s.store.PausedUpstreams(r.Context())
+	if err != nil {
+		storeError(w, "listing paused upstreams", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"paused": append([]string{}, names...)})
+}

@@ -1,0 +1,93 @@
+package jobs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// APIError is the JSON error every job API route answers with, shaped like
+// the Anthropic envelope: {"type":"error","error":{"type","message"}}.
+type APIError struct {
+	Type  string      `json:"type"`
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of an APIError.
+type ErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	// Lines lists the invalid lines of a rejected batch.
+	Lines []LineError `json:"lines,omitempty"`
+}
+
+// LineError is one invalid line of a batch file.
+type LineError struct {
+	Line     int    `json:"line"`
+	CustomID string `json:"custom_id,omitempty"`
+	Message  string `json:"message"`
+}
+
+func errorType(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusConflict:
+		return "conflict_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusMethodNotAllowed:
+		return "invalid_request_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"type":"error","error":{"type":"api_error","message":"encoding the response failed"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, APIError{Type: "error", Error: ErrorDetail{Type: errorType(status), Message: fmt.Sprintf(format, args...)}})
+}
+
+// readBody reads at most limit bytes; a larger body is errTooLarge.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, errTooLarge
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading request body: %w", err)
+	}
+	return b, nil
+}
+
+var errTooLarge = errors.New("request body too large")
+
+// bodyError answers a readBody failure.
+func bodyError(w http.ResponseWriter, err error, limit int64) {
+	if errors.Is(err, errTooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", limit)
+		return
+	}
+	writeError(w, http.StatusBadRequest, "%v", err)
+}
+
+// storeError answers a store failure.
+func storeError(w http.ResponseWriter, what string, err error) {
+	// ErrNotFound and friends are answered by callers that expect them.
+	writeError(w, http.StatusInternalServerError, "%s: %v", what, err)
+}

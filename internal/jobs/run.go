@@ -1,0 +1,227 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// keptHeaders are the response headers worth keeping with a result.
+var keptHeaders = []string{"Content-Type", "Request-Id", "X-Request-Id", "Anthropic-Organization-Id", "Openai-Organization", "Openai-Processing-Ms"}
+
+// maxResultBytes bounds a response body kept with a job.
+const maxResultBytes = 64 << 20
+
+// verdict is what one run decided for its job.
+type verdict struct {
+	complete *queue.Result // success
+	fail     *queue.FailParams
+}
+
+// run executes one leased job: dispatch with a heartbeat, then write the
+// verdict with the lease's fencing token.
+func (w *worker) run(j *queue.Job) {
+	s := w.s
+	ctx, cancel := context.WithCancelCause(w.jobCtx)
+	defer cancel(nil)
+	s.track(j.ID, cancel)
+	defer s.untrack(j.ID)
+
+	hbDone := make(chan struct{})
+	hbStop := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		w.heartbeat(ctx, j, cancel, hbStop)
+	}()
+	v := w.call(ctx, j)
+	close(hbStop)
+	<-hbDone
+
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, errJobCanceled), errors.Is(cause, errLeaseLost):
+		return // the store already moved the job on: write nothing
+	case errors.Is(cause, errShutdown):
+		// Hand the lease back so a restart runs the job at once.
+		v = verdict{fail: &queue.FailParams{Kind: queue.FailReschedule, Error: queue.AttemptError{Message: "gateway stopped during the call; requeued"}}}
+	}
+	w.write(j, v)
+}
+
+// heartbeat renews j's lease until stop; a lost lease aborts the call.
+func (w *worker) heartbeat(ctx context.Context, j *queue.Job, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+	cfg := w.s.cfg
+	t := cfg.Clock.NewTimer(cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		err := w.s.store.Heartbeat(ctx, queue.HeartbeatParams{ID: j.ID, Token: j.Lease.Token, LeaseFor: cfg.LeaseFor, Now: cfg.Clock.Now()})
+		switch {
+		case errors.Is(err, queue.ErrLeaseLost), errors.Is(err, queue.ErrNotFound):
+			cancel(errLeaseLost)
+			return
+		case err != nil && ctx.Err() == nil:
+			cfg.Logger.Warn("renewing job lease", "job", j.ID, "err", err)
+		}
+		t.Reset(cfg.HeartbeatEvery)
+	}
+}
+
+// call sends j through the dispatcher and reads the whole response.
+func (w *worker) call(ctx context.Context, j *queue.Job) verdict {
+	cost, err := provider.Estimate(w.protocol, j.Body)
+	if err != nil {
+		return terminal(http.StatusBadRequest, provider.ClientError, "invalid request body: "+err.Error(), nil)
+	}
+	resp, err := w.dispatcher.Do(ctx, &dispatch.Request{
+		Method:   http.MethodPost,
+		Path:     j.Path,
+		Header:   http.Header{},
+		Body:     j.Body,
+		Priority: j.Priority,
+		Client:   j.Client,
+		Deadline: j.Deadline,
+		Cost:     cost,
+	})
+	if err != nil {
+		return w.dispatchFailure(j, err)
+	}
+	defer resp.Body.Close()
+	var so *provider.StreamObserver
+	var body bytes.Buffer
+	var dst io.Writer = &body
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		so = provider.NewStreamObserver(w.protocol)
+		dst = io.MultiWriter(&body, so)
+	}
+	n, err := io.Copy(dst, io.LimitReader(resp.Body, maxResultBytes+1))
+	if err != nil {
+		return retry(w.s, j, 0, provider.Transient, "reading the upstream response: "+err.Error(), 0)
+	}
+	if n > maxResultBytes {
+		return terminal(resp.StatusCode, provider.ClientError, fmt.Sprintf("response larger than %d bytes", maxResultBytes), nil)
+	}
+	res := &queue.Result{Status: resp.StatusCode, Header: http.Header{}, Body: body.Bytes()}
+	for _, h := range keptHeaders {
+		if v := resp.Header.Values(h); len(v) > 0 {
+			res.Header[h] = v
+		}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// A terminal provider error the dispatcher passed through.
+		out := provider.Classify(w.protocol, resp.StatusCode, resp.Header, res.Body, w.s.cfg.Clock.Now())
+		switch kind := queue.FailKindFor(out.Class); kind {
+		case queue.FailTerminal:
+			return terminal(resp.StatusCode, out.Class, out.Message, res)
+		default:
+			return retry(w.s, j, resp.StatusCode, out.Class, out.Message, out.RetryAfter)
+		}
+	}
+	if so != nil {
+		if out, bad := so.StreamError(); bad {
+			return retry(w.s, j, resp.StatusCode, provider.StreamFail, "stream error: "+out.Message, 0)
+		}
+		if !so.Done() {
+			return retry(w.s, j, resp.StatusCode, provider.StreamFail, "stream ended before its final event", 0)
+		}
+		res.Usage, _ = so.Usage()
+	} else {
+		res.Usage, _ = provider.ParseUsage(w.protocol, res.Body)
+	}
+	return verdict{complete: res}
+}
+
+// dispatchFailure turns an error from Dispatcher.Do into a verdict.
+func (w *worker) dispatchFailure(j *queue.Job, err error) verdict {
+	var de *dispatch.Error
+	if !errors.As(err, &de) {
+		// ctx canceled (cancel, lost lease, shutdown) or a local failure.
+		return retry(w.s, j, 0, provider.Transient, err.Error(), 0)
+	}
+	last := provider.Transient
+	status := 0
+	if de.Last != nil {
+		last, status = de.Last.Class, de.Last.Status
+	}
+	switch {
+	case errors.Is(de, dispatch.ErrStopped):
+		return reschedule(w.s, 0, provider.Transient, de.Message, 0)
+	case errors.Is(de, dispatch.ErrTooLarge):
+		return terminal(de.Status, provider.ClientError, de.Message, nil)
+	case errors.Is(de, dispatch.ErrShed), errors.Is(de, dispatch.ErrDeadline):
+		// Waiting is not the job's fault: try again later without burning.
+		return reschedule(w.s, de.Status, provider.Rate, de.Message, de.RetryAfter)
+	}
+	switch queue.FailKindFor(last) {
+	case queue.FailReschedule:
+		return reschedule(w.s, status, last, de.Message, de.RetryAfter)
+	case queue.FailTerminal:
+		return terminal(status, last, de.Message, nil)
+	}
+	return retry(w.s, j, status, last, de.Message, de.RetryAfter)
+}
+
+func terminal(status int, class provider.Class, msg string, res *queue.Result) verdict {
+	return verdict{fail: &queue.FailParams{Kind: queue.FailTerminal, Error: queue.AttemptError{Status: status, Class: class, Message: msg}, Result: res}}
+}
+
+func reschedule(s *Service, status int, class provider.Class, msg string, hint time.Duration) verdict {
+	wait := max(hint, time.Second)
+	return verdict{fail: &queue.FailParams{Kind: queue.FailReschedule, Error: queue.AttemptError{Status: status, Class: class, Message: msg},
+		RetryAt: s.cfg.Clock.Now().Add(s.backoff.RateDelay(wait, s.uniform()))}}
+}
+
+func retry(s *Service, j *queue.Job, status int, class provider.Class, msg string, hint time.Duration) verdict {
+	delay := max(s.backoff.Delay(j.Attempts, s.uniform()), hint)
+	return verdict{fail: &queue.FailParams{Kind: queue.FailRetry, Error: queue.AttemptError{Status: status, Class: class, Message: msg},
+		RetryAt: s.cfg.Clock.Now().Add(delay)}}
+}
+
+// write records v with the job's fencing token. A lost lease means another
+// worker (or a cancel) owns the job now: nothing is overwritten.
+func (w *worker) write(j *queue.Job, v verdict) {
+	s := w.s
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.jobCtx), handBackTimeout)
+	defer cancel()
+	now := s.cfg.Clock.Now()
+	var err error
+	finished := false
+	if v.complete != nil {
+		err = s.store.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: now})
+		finished = err == nil
+	} else {
+		p := *v.fail
+		p.ID, p.Token, p.Now = j.ID, j.Lease.Token, now
+		var st queue.State
+		st, err = s.store.Fail(ctx, p)
+		finished = err == nil && st.Finished()
+	}
+	switch {
+	case errors.Is(err, queue.ErrLeaseLost), errors.Is(err, queue.ErrNotFound):
+		return
+	case err != nil:
+		s.cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
+		return
+	}
+	if finished {
+		s.announce()
+		if j.WebhookURL != "" {
+			s.webhook(j.ID)
+		}
+	}
+}

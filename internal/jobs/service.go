@@ -1,0 +1,248 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Errors callers branch on.
+var (
+	// ErrStarted is returned by a second Start.
+	ErrStarted = errors.New("job service already started")
+	// ErrStopped is returned by Start after Stop.
+	ErrStopped = errors.New("job service stopped")
+	// ErrUnknownUpstream means a job names an upstream with no dispatcher.
+	ErrUnknownUpstream = errors.New("unknown upstream")
+)
+
+// Causes given to the contexts of running jobs.
+var (
+	errJobCanceled = errors.New("job canceled")
+	errLeaseLost   = errors.New("job lease lost")
+	errShutdown    = errors.New("job service stopping")
+)
+
+// handBackTimeout bounds the store write that returns an aborted job's
+// lease on Stop.
+const handBackTimeout = 5 * time.Second
+
+type runState int
+
+const (
+	created runState = iota
+	running
+	stopped
+)
+
+// Service runs jobs from a store and serves the job API. Create it with
+// New, mount Handler, then Start it; Stop it before stopping the
+// dispatchers.
+type Service struct {
+	cfg       Config
+	store     queue.Store
+	rescuer   *queue.JobRescuer
+	upstreams []string
+	backoff   flow.Backoff
+	handler   http.Handler
+
+	rmu sync.Mutex
+	rnd *rand.Rand
+
+	mu          sync.Mutex
+	state       runState
+	stopClaims  context.CancelCauseFunc
+	abortJobs   context.CancelCauseFunc
+	stopHooks   context.CancelCauseFunc
+	hooksCtx    context.Context
+	loops       sync.WaitGroup // worker loops
+	jobs        sync.WaitGroup // running jobs
+	hooks       sync.WaitGroup // webhook deliveries
+	runningJobs map[int64]context.CancelCauseFunc
+	finished    chan struct{} // closed and replaced when a job finishes here
+}
+
+// New returns a Service for cfg (after WithDefaults), or an error naming
+// the invalid field.
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("configuring job service: %w", err)
+	}
+	s := &Service{
+		cfg:         cfg,
+		store:       cfg.Store,
+		backoff:     flow.Backoff{Base: cfg.RetryBaseDelay, Max: cfg.RetryMaxDelay}.WithDefaults(),
+		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		runningJobs: map[int64]context.CancelCauseFunc{},
+		finished:    make(chan struct{}),
+	}
+	for name := range cfg.Dispatchers {
+		s.upstreams = append(s.upstreams, name)
+	}
+	slices.Sort(s.upstreams)
+	if cfg.RescueInterval > 0 {
+		r, err := queue.NewJobRescuer(cfg.Store, queue.JobRescuerConfig{
+			Interval:  cfg.RescueInterval,
+			MaxStalls: cfg.MaxStalls,
+			Clock:     cfg.Clock,
+			OnPass: func(res queue.RescueResult, err error) {
+				if err != nil {
+					cfg.Logger.Warn("rescuing expired job leases", "err", err)
+				}
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("configuring job service: %w", err)
+		}
+		s.rescuer = r
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Upstreams returns the upstream names jobs may use, sorted.
+func (s *Service) Upstreams() []string { return slices.Clone(s.upstreams) }
+
+// Handler returns the job API routes: /v1/jobs, /v1/batches and
+// /v1/upstreams/{name}/pause|resume. It works before Start (jobs are
+// queued and run once the workers start).
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Start starts one worker loop per upstream and the lease rescuer. The
+// workers outlive ctx's cancellation only until Stop: they run on a
+// context detached from ctx's deadline.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case running:
+		return ErrStarted
+	case stopped:
+		return ErrStopped
+	}
+	base := context.WithoutCancel(ctx)
+	claimCtx, stopClaims := context.WithCancelCause(base)
+	jobCtx, abortJobs := context.WithCancelCause(base)
+	s.hooksCtx, s.stopHooks = context.WithCancelCause(base)
+	s.stopClaims, s.abortJobs = stopClaims, abortJobs
+	if s.rescuer != nil {
+		if err := s.rescuer.Start(base); err != nil {
+			stopClaims(errShutdown)
+			abortJobs(errShutdown)
+			s.stopHooks(errShutdown)
+			return fmt.Errorf("starting job service: %w", err)
+		}
+	}
+	s.state = running
+	for _, name := range s.upstreams {
+		w := &worker{s: s, upstream: name, dispatcher: s.cfg.Dispatchers[name], protocol: s.cfg.Protocols[name], jobCtx: jobCtx}
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			w.loop(claimCtx)
+		}()
+	}
+	return nil
+}
+
+// Stop stops claiming, waits for running jobs to finish until ctx ends,
+// then aborts those left and hands their leases back (requeued, no
+// attempt burnt), stops the rescuer and abandons pending webhooks. It is
+// idempotent and safe before Start.
+func (s *Service) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	prev := s.state
+	s.state = stopped
+	s.mu.Unlock()
+	if prev != running {
+		return nil
+	}
+	s.stopClaims(errShutdown)
+	s.loops.Wait() // loops exit promptly: they only wait on claims and signals
+	var errs []error
+	if !waitGroup(ctx, &s.jobs) {
+		s.abortJobs(errShutdown)
+		s.jobs.Wait() // aborted jobs return at once; the hand-back is bounded
+	}
+	s.abortJobs(errShutdown)
+	if s.rescuer != nil {
+		errs = append(errs, s.rescuer.Stop(ctx))
+	}
+	if !waitGroup(ctx, &s.hooks) {
+		s.stopHooks(errShutdown)
+		s.hooks.Wait()
+	}
+	s.stopHooks(errShutdown)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stopping job service: %w", err)
+	}
+	return nil
+}
+
+// waitGroup waits for wg or ctx and reports whether wg finished.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// track registers a running job's cancel function.
+func (s *Service) track(id int64, cancel context.CancelCauseFunc) {
+	s.mu.Lock()
+	s.runningJobs[id] = cancel
+	s.mu.Unlock()
+}
+
+func (s *Service) untrack(id int64) {
+	s.mu.Lock()
+	delete(s.runningJobs, id)
+	s.mu.Unlock()
+}
+
+// abort cancels a job's call if it runs in this process.
+func (s *Service) abort(id int64, cause error) {
+	s.mu.Lock()
+	cancel := s.runningJobs[id]
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// changed returns a channel closed the next time a job finishes here.
+func (s *Service) changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished
+}
+
+// announce wakes long polls after a job finished.
+func (s *Service) announce() {
+	s.mu.Lock()
+	close(s.finished)
+	s.finished = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *Service) uniform() float64 {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	return s.rnd.Float64()
+}

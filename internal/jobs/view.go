@@ -1,0 +1,173 @@
+package jobs
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// JobView is a job as the API shows it.
+type JobView struct {
+	ID             int64           `json:"id"`
+	Object         string          `json:"object"`
+	State          queue.State     `json:"state"`
+	Upstream       string          `json:"upstream"`
+	Priority       string          `json:"priority"`
+	Client         string          `json:"client,omitempty"`
+	Path           string          `json:"path"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	BatchID        string          `json:"batch_id,omitempty"`
+	CustomID       string          `json:"custom_id,omitempty"`
+	Attempts       int             `json:"attempts"`
+	MaxAttempts    int             `json:"max_attempts"`
+	Stalls         int             `json:"stalls"`
+	Deadline       *time.Time      `json:"deadline,omitempty"`
+	AvailableAt    time.Time       `json:"available_at"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	WebhookURL     string          `json:"webhook_url,omitempty"`
+	Errors         []AttemptView   `json:"errors,omitempty"`
+	Request        json.RawMessage `json:"request,omitempty"`
+	Response       *ResponseView   `json:"response,omitempty"`
+	Error          *ErrorView      `json:"error,omitempty"`
+}
+
+// AttemptView is one failed attempt.
+type AttemptView struct {
+	Attempt int       `json:"attempt"`
+	Status  int       `json:"status,omitempty"`
+	Class   string    `json:"class"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}
+
+// ResponseView is a succeeded job's provider response.
+type ResponseView struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is the provider's JSON body, or a string for a non-JSON body
+	// (an SSE stream).
+	Body  any            `json:"body"`
+	Usage provider.Usage `json:"usage"`
+}
+
+// ErrorView is why a job died.
+type ErrorView struct {
+	Status  int    `json:"status,omitempty"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	// Body is the provider's error body when it answered one.
+	Body any `json:"body,omitempty"`
+}
+
+// view renders j; full adds the request body.
+func (s *Service) view(j *queue.Job, full bool) JobView {
+	v := JobView{
+		ID: j.ID, Object: "job", State: j.State, Upstream: j.Upstream, Priority: j.Priority.String(),
+		Client: j.Client, Path: j.Path, IdempotencyKey: j.IdempotencyKey, BatchID: j.BatchID, CustomID: j.CustomID,
+		Attempts: j.Attempts, MaxAttempts: j.MaxAttempts, Stalls: j.Stalls, AvailableAt: j.AvailableAt,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, WebhookURL: j.WebhookURL,
+	}
+	if !j.Deadline.IsZero() {
+		d := j.Deadline
+		v.Deadline = &d
+	}
+	if !j.FinishedAt.IsZero() {
+		f := j.FinishedAt
+		v.FinishedAt = &f
+	}
+	for _, e := range j.Errors {
+		v.Errors = append(v.Errors, AttemptView{Attempt: e.Attempt, Status: e.Status, Class: e.Class.String(), Message: e.Message, At: e.At})
+	}
+	if full && json.Valid(j.Body) {
+		v.Request = json.RawMessage(j.Body)
+	}
+	switch j.State {
+	case queue.StateSucceeded:
+		if j.Result != nil {
+			v.Response = &ResponseView{Status: j.Result.Status, Headers: flatHeaders(j.Result.Header), Body: bodyValue(j.Result.Body), Usage: j.Result.Usage}
+		}
+	case queue.StateDead:
+		v.Error = deathOf(j)
+	case queue.StateCanceled:
+		v.Error = &ErrorView{Type: "canceled", Message: "the job was canceled"}
+	}
+	return v
+}
+
+// deathOf explains a dead job: the provider's kept error, else the last
+// attempt's.
+func deathOf(j *queue.Job) *ErrorView {
+	e := &ErrorView{Type: "api_error", Message: "the job died"}
+	if n := len(j.Errors); n > 0 {
+		last := j.Errors[n-1]
+		e.Status, e.Message = last.Status, last.Message
+		e.Type = errorTypeOf(last.Class)
+	}
+	if expired(j) {
+		e.Type = "expired"
+	}
+	if j.Result != nil {
+		e.Status = j.Result.Status
+		e.Body = bodyValue(j.Result.Body)
+		var env struct {
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(j.Result.Body, &env) == nil && env.Error.Type != "" {
+			e.Type, e.Message = env.Error.Type, env.Error.Message
+		}
+	}
+	return e
+}
+
+// expired reports whether a dead job died of its deadline.
+func expired(j *queue.Job) bool {
+	return j.State == queue.StateDead && !j.Deadline.IsZero() && !j.FinishedAt.Before(j.Deadline) && j.Result == nil
+}
+
+func errorTypeOf(c provider.Class) string {
+	switch c {
+	case provider.Rate:
+		return "rate_limit_error"
+	case provider.Overload:
+		return "overloaded_error"
+	case provider.Quota:
+		return "quota_error"
+	case provider.ClientError:
+		return "invalid_request_error"
+	}
+	return "api_error"
+}
+
+func bodyValue(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	return string(b)
+}
+
+func flatHeaders(h http.Header) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		if len(v) > 0 {
+			out[http.CanonicalHeaderKey(k)] = v[0]
+		}
+	}
+	return out
+}
+
+func formatID(id int64) string { return strconv.FormatInt(id, 10) }
