@@ -27,25 +27,11 @@ func (s *postgresStore) Insert(ctx context.Context, p InsertParams) (InsertResul
 		return InsertResult{}, fmt.Errorf("inserting job: %w", err)
 	}
 	p = p.normalized()
-	// The CTE inserts and notifies in one round trip; on a key conflict the
-	// existing job is read by the second statement.
-	j, err := scanPgJob(s.pool.QueryRow(ctx, `WITH ins AS (
-		INSERT INTO sluice_jobs `+pgInsertColumns+` VALUES `+pgInsertValues+`
-		ON CONFLICT (idempotency_key) DO NOTHING RETURNING `+jobColumns+`),
-		n AS (SELECT pg_notify('`+notifyChannel+`', upstream) FROM ins)
-		SELECT ins.* FROM ins LEFT JOIN n ON true`, pgInsertArgs(p, "")...))
-	if err == nil {
-		s.notes.signal(p.Upstream)
-		return InsertResult{Job: j}, nil
-	}
-	if !errors.Is(err, ErrNotFound) || p.IdempotencyKey == "" {
-		return InsertResult{}, fmt.Errorf("inserting job: %w", mapPgErr(err))
-	}
-	j, err = scanPgJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE idempotency_key = $1`, p.IdempotencyKey))
+	res, err := s.inserts.do(ctx, p)
 	if err != nil {
-		return InsertResult{}, fmt.Errorf("inserting job: reading existing key: %w", mapPgErr(err))
+		return InsertResult{}, err
 	}
-	return InsertResult{Job: j, Existing: true}, nil
+	return res, nil
 }
 
 func (s *postgresStore) Get(ctx context.Context, id int64) (*Job, error) {
@@ -171,17 +157,21 @@ func (s *postgresStore) Heartbeat(ctx context.Context, p HeartbeatParams) error 
 }
 
 func (s *postgresStore) Complete(ctx context.Context, p CompleteParams) error {
+	if _, err := s.completes.do(ctx, p); err != nil {
+		return fmt.Errorf("completing job %d: %w", p.ID, err)
+	}
+	return nil
+}
+
+// completeOne completes one job with its own statement.
+func (s *postgresStore) completeOne(ctx context.Context, p CompleteParams) error {
 	r := p.Result
-	err := s.fenced(ctx, p.ID, `UPDATE sluice_jobs SET state = 'succeeded', attempts = attempts + 1,
+	return s.fenced(ctx, p.ID, `UPDATE sluice_jobs SET state = 'succeeded', attempts = attempts + 1,
 		result_status = $1, result_header = $2, result_body = $3, usage_input = $4, usage_output = $5,
 		usage_cache_creation = $6, usage_cache_read = $7, lease_expires_at = NULL, finished_at = $8, updated_at = $8
 		WHERE id = $9 AND lease_token = $10 AND state = 'running'`,
 		r.Status, string(encodeHeader(r.Header)), nonNil(r.Body), r.Usage.InputTokens, r.Usage.OutputTokens,
 		r.Usage.CacheCreationInputTokens, r.Usage.CacheReadInputTokens, pgTime(p.Now), p.ID, p.Token)
-	if err != nil {
-		return fmt.Errorf("completing job %d: %w", p.ID, err)
-	}
-	return nil
 }
 
 func (s *postgresStore) Fail(ctx context.Context, p FailParams) (State, error) {

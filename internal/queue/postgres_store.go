@@ -25,6 +25,9 @@ type postgresStore struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	inserts   *groupCommit[InsertParams, InsertResult]
+	completes *groupCommit[CompleteParams, struct{}]
 }
 
 // notifyChannel is the LISTEN/NOTIFY channel; the payload is the upstream.
@@ -58,6 +61,8 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (Store, error) 
 	}
 	lctx, cancel := context.WithCancel(context.Background())
 	s := &postgresStore{pool: pool, notes: newNotifier(), opts: opts, cancel: cancel}
+	s.inserts = newGroupCommit(pgFlushers, opts.GroupCommitMax, s.flushInserts)
+	s.completes = newGroupCommit(pgFlushers, opts.GroupCommitMax, s.flushCompletes)
 	s.wg.Add(1)
 	go s.listen(lctx)
 	return s, nil
@@ -65,6 +70,8 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (Store, error) 
 
 func (s *postgresStore) Close() error {
 	s.once.Do(func() {
+		s.inserts.close()
+		s.completes.close()
 		s.cancel()
 		s.wg.Wait()
 		s.notes.close()

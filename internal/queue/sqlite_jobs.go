@@ -85,15 +85,17 @@ func (s *sqliteStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) 
 		return nil, fmt.Errorf("claiming jobs: %w", err)
 	}
 	now := micros(p.Now)
-	filter, args := "", []any{p.Owner, micros(p.Now.Add(p.LeaseFor)), now}
+	// INDEXED BY pins the claim index: the planner would otherwise take
+	// the (upstream, available_at) index and sort the whole backlog.
+	filter, index, args := "", "sluice_jobs_claim_any", []any{p.Owner, micros(p.Now.Add(p.LeaseFor)), now}
 	if p.Upstream != "" {
-		filter = "upstream = ? AND "
+		filter, index = "upstream = ? AND ", "sluice_jobs_claim_upstream"
 		args = append(args, p.Upstream)
 	}
 	args = append(args, now, now, p.Limit)
 	q := `UPDATE sluice_jobs SET state = 'running', lease_token = lease_token + 1, lease_owner = ?,
 		lease_expires_at = ?, updated_at = ?
-		WHERE id IN (SELECT id FROM sluice_jobs WHERE state = 'queued' AND ` + filter + `available_at <= ?
+		WHERE id IN (SELECT id FROM sluice_jobs INDEXED BY ` + index + ` WHERE state = 'queued' AND ` + filter + `available_at <= ?
 			AND (deadline IS NULL OR deadline > ?)
 			AND upstream NOT IN (SELECT upstream FROM sluice_paused_upstreams)
 			ORDER BY priority, available_at, id LIMIT ?)
