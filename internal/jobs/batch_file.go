@@ -205,8 +205,8 @@ func errorEnvelope(j JobView) any {
 	if j.Error == nil {
 		return map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": "the request failed"}}
 	}
-	if raw, ok := j.Error.Body.(json.RawMessage); ok {
-		return raw
+	if _, text := j.Error.Body.(string); j.Error.Body != nil && !text {
+		return j.Error.Body // the provider's JSON error body
 	}
 	return map[string]any{"type": "error", "error": map[string]string{"type": j.Error.Type, "message": j.Error.Message}}
 }

@@ -275,8 +275,8 @@ func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, err := s.store.Requeue(r.Context(), queue.RequeueParams{IDs: []int64{id}, Now: s.cfg.Clock.Now()})
-	if err != nil {
-		storeError(w, "requeueing the job", err)
+	if err != nil && !errors.Is(err, queue.ErrConflict) && !errors.Is(err, queue.ErrNotFound) {
+		requeueError(w, err)
 		return
 	}
 	j, err := s.store.Get(r.Context(), id)
@@ -289,6 +289,20 @@ func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "job %d is %s; only dead jobs can be retried", id, j.State)
 	default:
 		writeJSON(w, http.StatusOK, s.view(j, false))
+	}
+}
+
+// requeueError answers a failed Requeue.
+func requeueError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, queue.ErrConflict):
+		writeError(w, http.StatusConflict, "%v; only dead jobs can be retried", err)
+	case errors.Is(err, queue.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "%v", err)
+	default:
+		storeError(w, "requeueing jobs", err)
 	}
 }
 
@@ -326,11 +340,7 @@ func (s *Service) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := s.store.Requeue(r.Context(), queue.RequeueParams{IDs: req.IDs, Upstream: req.Upstream, BatchID: req.BatchID, All: req.All, Now: s.cfg.Clock.Now()})
 	if err != nil {
-		if errors.Is(err, queue.ErrInvalid) {
-			writeError(w, http.StatusBadRequest, "%v", err)
-			return
-		}
-		storeError(w, "requeueing jobs", err)
+		requeueError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})

@@ -175,7 +175,10 @@ func (s *Service) Stop(ctx context.Context) error {
 	}
 	s.abortJobs(errShutdown)
 	if s.rescuer != nil {
-		errs = append(errs, s.rescuer.Stop(ctx))
+		// A rescue pass is one bounded store call: let it finish.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+		errs = append(errs, s.rescuer.Stop(rctx))
+		cancel()
 	}
 	if !waitGroup(ctx, &s.hooks) {
 		s.stopHooks(errShutdown)

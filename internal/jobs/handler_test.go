@@ -1,0 +1,372 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	st := openStore(t)
+	base := func() Config {
+		return Config{Store: st, Dispatchers: map[string]Dispatcher{"a": succeed()}, Protocols: map[string]provider.Protocol{"a": provider.Anthropic}}
+	}
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"ok", func(*Config) {}, ""},
+		{"no store", func(c *Config) { c.Store = nil }, "Store"},
+		{"no dispatchers", func(c *Config) { c.Dispatchers = nil }, "Dispatchers"},
+		{"missing protocol", func(c *Config) { c.Protocols = nil }, "Protocols[a]"},
+		{"bad protocol", func(c *Config) { c.Protocols["a"] = "gemini" }, "Protocols[a]"},
+		{"heartbeat too slow", func(c *Config) { c.LeaseFor, c.HeartbeatEvery = time.Second, 2 * time.Second }, "HeartbeatEvery"},
+		{"negative lease", func(c *Config) { c.LeaseFor = -time.Second }, "LeaseFor"},
+		{"in flight", func(c *Config) { c.MaxInFlightPerUpstream = -1 }, "MaxInFlightPerUpstream"},
+		{"attempts", func(c *Config) { c.MaxAttempts = 1000 }, "MaxAttempts"},
+		{"retry delays", func(c *Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Minute, time.Second }, "RetryMaxDelay"},
+		{"webhook attempts", func(c *Config) { c.WebhookMaxAttempts = -2 }, "WebhookMaxAttempts"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := base()
+			tc.edit(&c)
+			s, err := New(c)
+			if tc.want == "" {
+				require.NoError(t, err)
+				require.NoError(t, s.Stop(context.Background()), "Stop before Start")
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestWithDefaultsIsPure(t *testing.T) {
+	t.Parallel()
+	c := Config{LeaseFor: 9 * time.Second}
+	d := c.WithDefaults()
+	require.Zero(t, c.HeartbeatEvery)
+	require.Equal(t, 3*time.Second, d.HeartbeatEvery)
+	require.Equal(t, 4500*time.Millisecond, d.RescueInterval)
+	require.Equal(t, MaxInFlightPerUpstreamDefault, d.MaxInFlightPerUpstream)
+}
+
+func TestSubmitRunsAndReturnsResponse(t *testing.T) {
+	t.Parallel()
+	d := succeed()
+	s := newService(t, nil, d, nil, nil)
+	j := submit(t, s, `,"priority":"high","max_attempts":3`)
+	require.Equal(t, queue.StateQueued, j.State)
+	require.Equal(t, "high", j.Priority)
+	require.Equal(t, 3, j.MaxAttempts)
+	v := await(t, s, j.ID)
+	require.Equal(t, queue.StateSucceeded, v.State)
+	require.NotNil(t, v.Response)
+	require.Equal(t, 200, v.Response.Status)
+	require.Equal(t, provider.Usage{InputTokens: 7, OutputTokens: 3}, v.Response.Usage)
+	require.Equal(t, "req_test", v.Response.Headers["Request-Id"])
+	got, err := json.Marshal(v.Response.Body)
+	require.NoError(t, err)
+	require.JSONEq(t, okMessage, string(got))
+	require.Equal(t, 1, d.Calls())
+}
+
+func TestSubmitBadInput(t *testing.T) {
+	t.Parallel()
+	s := newService(t, nil, succeed(), nil, func(c *Config) { c.MaxBodyBytes = 4096 })
+	cases := []struct {
+		name, body string
+		hdr        []string
+		status     int
+		want       string
+	}{
+		{"not json", `{`, nil, 400, "JSON job"},
+		{"array", `[]`, nil, 400, "JSON job"},
+		{"unknown field", `{"upstream":"claude","request":{},"colour":1}`, nil, 400, "colour"},
+		{"two values", `{"upstream":"claude","request":` + anthropicBody + `}{}`, nil, 400, "one JSON job"},
+		{"no upstream", `{"request":` + anthropicBody + `}`, nil, 400, "upstream is required"},
+		{"unknown upstream", `{"upstream":"nope","request":` + anthropicBody + `}`, nil, 400, "unknown upstream"},
+		{"no request", `{"upstream":"claude"}`, nil, 400, "request is required"},
+		{"request not object", `{"upstream":"claude","request":"hi"}`, nil, 400, "JSON object"},
+		{"request invalid for provider", `{"upstream":"claude","request":{"model":"x"}}`, nil, 400, "request"},
+		{"bad priority", `{"upstream":"claude","request":` + anthropicBody + `,"priority":"urgent"}`, nil, 400, "priority"},
+		{"bad deadline", `{"upstream":"claude","request":` + anthropicBody + `,"deadline":"tomorrow"}`, nil, 400, "RFC 3339"},
+		{"past deadline", `{"upstream":"claude","request":` + anthropicBody + `,"deadline":"2001-01-01T00:00:00Z"}`, nil, 400, "past"},
+		{"attempts", `{"upstream":"claude","request":` + anthropicBody + `,"max_attempts":1000}`, nil, 400, "max_attempts"},
+		{"negative attempts", `{"upstream":"claude","request":` + anthropicBody + `,"max_attempts":-1}`, nil, 400, "max_attempts"},
+		{"webhook", `{"upstream":"claude","request":` + anthropicBody + `,"webhook_url":"ftp://x"}`, nil, 400, "webhook_url"},
+		{"keys differ", `{"upstream":"claude","request":` + anthropicBody + `,"idempotency_key":"a"}`, []string{"Idempotency-Key", "b"}, 400, "differ"},
+		{"key too long", `{"upstream":"claude","request":` + anthropicBody + `}`, []string{"Idempotency-Key", strings.Repeat("k", 300)}, 400, "longer"},
+		{"too large", `{"upstream":"claude","request":{"pad":"` + strings.Repeat("x", 5000) + `"}}`, nil, 413, "exceeds"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, body := do(t, s.Handler(), "POST", "/v1/jobs", tc.body, tc.hdr...)
+			require.Equal(t, tc.status, code, string(body))
+			e := decode[APIError](t, body)
+			require.Equal(t, "error", e.Type)
+			require.Contains(t, e.Error.Message, tc.want)
+		})
+	}
+	code, body := do(t, s.Handler(), "GET", "/v1/jobs", "")
+	require.Equal(t, 200, code)
+	require.Empty(t, decode[ListResponse](t, body).Data, "nothing was queued")
+}
+
+func TestRoutesBadInput(t *testing.T) {
+	t.Parallel()
+	s := newService(t, nil, succeed(), nil, nil)
+	j := submit(t, s, "")
+	await(t, s, j.ID)
+	cases := []struct {
+		method, target, body string
+		status               int
+		want                 string
+	}{
+		{"GET", "/v1/jobs/999", "", 404, "no job 999"},
+		{"GET", "/v1/jobs/abc", "", 404, "no job"},
+		{"GET", "/v1/jobs/-3", "", 404, "no job"},
+		{"GET", "/v1/jobs/1?wait=soon", "", 400, "wait"},
+		{"GET", "/v1/jobs/1?wait=-5s", "", 400, "negative"},
+		{"DELETE", "/v1/jobs/999", "", 404, "no job"},
+		{"DELETE", "/v1/jobs/1", "", 409, "already finished"},
+		{"POST", "/v1/jobs/1/retry", "", 409, "only dead jobs"},
+		{"POST", "/v1/jobs/999/retry", "", 404, "no job"},
+		{"POST", "/v1/jobs/retry", "", 400, "JSON"},
+		{"POST", "/v1/jobs/retry", `{}`, 400, "name ids"},
+		{"POST", "/v1/jobs/retry", `{"upstream":"nope"}`, 400, "unknown upstream"},
+		{"GET", "/v1/jobs?state=lost", "", 400, "state"},
+		{"GET", "/v1/jobs?upstream=nope", "", 400, "unknown upstream"},
+		{"GET", "/v1/jobs?cursor=x", "", 400, "cursor"},
+		{"GET", "/v1/jobs?limit=0", "", 400, "limit"},
+		{"GET", "/v1/jobs?limit=5000", "", 400, "limit"},
+		{"POST", "/v1/upstreams/nope/pause", "", 400, "unknown upstream"},
+		{"POST", "/v1/upstreams/claude/explode", "", 404, "pause or resume"},
+		{"GET", "/v1/nothing", "", 404, "no route"},
+		{"GET", "/v1/batches/batch_nope", "", 404, "no batch"},
+		{"GET", "/v1/batches/batch_nope/results", "", 404, "no batch"},
+		{"POST", "/v1/batches/batch_nope/cancel", "", 404, "no batch"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			t.Parallel()
+			code, body := do(t, s.Handler(), tc.method, tc.target, tc.body)
+			require.Equal(t, tc.status, code, string(body))
+			require.Contains(t, decode[APIError](t, body).Error.Message, tc.want)
+		})
+	}
+}
+
+func TestIdempotencyNeverCallsTwice(t *testing.T) {
+	t.Parallel()
+	d := succeed()
+	s := newService(t, nil, d, nil, nil)
+	first := submit(t, s, `,"idempotency_key":"k1"`)
+	code, body := do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","request":`+anthropicBody+`}`, "Idempotency-Key", "k1")
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, first.ID, decode[JobView](t, body).ID)
+	await(t, s, first.ID)
+	code, body = do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","request":`+anthropicBody+`,"idempotency_key":"k1"}`)
+	require.Equal(t, http.StatusOK, code)
+	again := decode[JobView](t, body)
+	require.Equal(t, queue.StateSucceeded, again.State)
+	require.NotNil(t, again.Response, "a known key answers with the stored response")
+	require.Equal(t, 1, d.Calls())
+}
+
+func TestLongPollReturnsWhenJobFinishes(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	d := &fakeDispatcher{fn: func(ctx context.Context, _ *dispatch.Request) (*dispatch.Response, error) {
+		entered <- struct{}{}
+		<-release
+		return reply(200, okMessage), nil
+	}}
+	s := newService(t, nil, d, nil, nil)
+	j := submit(t, s, "")
+	<-entered
+	code, body := do(t, s.Handler(), "GET", "/v1/jobs/"+formatID(j.ID)+"?wait=0", "")
+	require.Equal(t, 200, code)
+	require.Equal(t, queue.StateRunning, decode[JobView](t, body).State)
+	got := make(chan JobView)
+	go func() {
+		_, body := do(t, s.Handler(), "GET", "/v1/jobs/"+formatID(j.ID)+"?wait=30s", "")
+		var v JobView
+		_ = json.Unmarshal(body, &v)
+		got <- v
+	}()
+	close(release)
+	v := <-got
+	require.Equal(t, queue.StateSucceeded, v.State)
+}
+
+func TestCancelAbortsRunningCall(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 1)
+	aborted := make(chan error, 1)
+	d := &fakeDispatcher{fn: func(ctx context.Context, _ *dispatch.Request) (*dispatch.Response, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		aborted <- context.Cause(ctx)
+		return nil, context.Cause(ctx)
+	}}
+	s := newService(t, nil, d, nil, nil)
+	j := submit(t, s, "")
+	<-entered
+	code, body := do(t, s.Handler(), "DELETE", "/v1/jobs/"+formatID(j.ID), "")
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, queue.StateCanceled, decode[JobView](t, body).State)
+	require.ErrorIs(t, <-aborted, errJobCanceled, "the upstream call's context is canceled")
+	v := await(t, s, j.ID)
+	require.Equal(t, queue.StateCanceled, v.State)
+	require.Equal(t, "canceled", v.Error.Type)
+	code, _ = do(t, s.Handler(), "DELETE", "/v1/jobs/"+formatID(j.ID), "")
+	require.Equal(t, 200, code, "canceling twice is a no-op")
+}
+
+func TestListPaginationPauseAndRetry(t *testing.T) {
+	t.Parallel()
+	bad := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
+		return reply(400, `{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`), nil
+	}}
+	s := newService(t, nil, bad, nil, func(c *Config) { c.Owner = "manual" })
+	h := s.Handler()
+	code, _ := do(t, h, "POST", "/v1/upstreams/claude/pause", "")
+	require.Equal(t, 200, code)
+	code, body := do(t, h, "GET", "/v1/upstreams/paused", "")
+	require.Equal(t, 200, code)
+	require.JSONEq(t, `{"paused":["claude"]}`, string(body))
+	var ids []int64
+	for range 5 {
+		ids = append(ids, submit(t, s, "").ID)
+	}
+	var seen []int64
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		code, body := do(t, h, "GET", "/v1/jobs?upstream=claude&state=queued&limit=2&cursor="+cursor, "")
+		require.Equal(t, 200, code, string(body))
+		page := decode[ListResponse](t, body)
+		for _, v := range page.Data {
+			seen = append(seen, v.ID)
+		}
+		if !page.HasMore {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	require.Equal(t, ids, seen)
+	require.NoError(t, s.Start(context.Background()))
+	code, _ = do(t, h, "POST", "/v1/upstreams/claude/resume", "")
+	require.Equal(t, 200, code)
+	for _, id := range ids {
+		v := await(t, s, id)
+		require.Equal(t, queue.StateDead, v.State)
+		require.Equal(t, "invalid_request_error", v.Error.Type)
+		require.Equal(t, 400, v.Error.Status)
+	}
+	require.Equal(t, 5, bad.Calls(), "terminal errors are not retried")
+	code, body = do(t, h, "POST", "/v1/jobs/"+formatID(ids[0])+"/retry", "")
+	require.Equal(t, 200, code, string(body))
+	require.Equal(t, queue.StateDead, await(t, s, ids[0]).State)
+	code, body = do(t, h, "POST", "/v1/jobs/retry", `{"upstream":"claude"}`)
+	require.Equal(t, 200, code, string(body))
+	require.JSONEq(t, `{"requeued":5}`, string(body))
+	for _, id := range ids {
+		await(t, s, id)
+	}
+	require.Equal(t, 11, bad.Calls())
+}
+
+func TestOutcomes(t *testing.T) {
+	t.Parallel()
+	rate := &provider.Outcome{Class: provider.Rate, Status: 429}
+	overload := &provider.Outcome{Class: provider.Overload, Status: 529}
+	cases := []struct {
+		name     string
+		resp     func() (*dispatch.Response, error)
+		state    queue.State
+		attempts int
+		errType  string
+	}{
+		{"rate reschedules without burning", func() (*dispatch.Response, error) {
+			return nil, &dispatch.Error{Reason: dispatch.ErrDeadline, Status: 429, Message: "rate limited", RetryAfter: time.Hour, Last: rate}
+		}, queue.StateQueued, 0, ""},
+		{"shed reschedules", func() (*dispatch.Response, error) {
+			return nil, &dispatch.Error{Reason: dispatch.ErrShed, Status: 429, Message: "shed", RetryAfter: time.Hour}
+		}, queue.StateQueued, 0, ""},
+		{"overload burns and backs off", func() (*dispatch.Response, error) {
+			return nil, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Message: "overloaded", RetryAfter: time.Hour, Last: overload}
+		}, queue.StateQueued, 1, ""},
+		{"too large is terminal", func() (*dispatch.Response, error) {
+			return nil, &dispatch.Error{Reason: dispatch.ErrTooLarge, Status: 413, Message: "too large"}
+		}, queue.StateDead, 1, "invalid_request_error"},
+		{"quota is terminal", func() (*dispatch.Response, error) {
+			return reply(429, `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits","details":{"error_code":"enforced_spend_limit_reached"}}}`), nil
+		}, queue.StateDead, 1, "rate_limit_error"},
+		{"local failure retries", func() (*dispatch.Response, error) { return nil, errors.New("boom") }, queue.StateQueued, 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) { return tc.resp() }}
+			st := openStore(t)
+			s := newService(t, st, d, nil, func(c *Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour })
+			j := submit(t, s, "")
+			require.Eventually(t, func() bool { return d.Calls() == 1 }, 10*time.Second, time.Millisecond)
+			var got *queue.Job
+			require.Eventually(t, func() bool {
+				var err error
+				got, err = st.Get(context.Background(), j.ID)
+				return err == nil && got.State != queue.StateRunning
+			}, 10*time.Second, time.Millisecond)
+			require.Equal(t, tc.state, got.State)
+			require.Equal(t, tc.attempts, got.Attempts)
+			if tc.state == queue.StateQueued && tc.name != "local failure retries" {
+				require.True(t, got.AvailableAt.After(time.Now().Add(30*time.Minute)), "requeued for later: %v", got.AvailableAt)
+			}
+			if tc.errType != "" {
+				require.Equal(t, tc.errType, s.view(got, false).Error.Type)
+			}
+		})
+	}
+}
+
+func TestStopHandsBackLeases(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 1)
+	d := &fakeDispatcher{fn: func(ctx context.Context, _ *dispatch.Request) (*dispatch.Response, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}}
+	st := openStore(t)
+	s := newService(t, st, d, nil, nil)
+	j := submit(t, s, "")
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no grace: abort at once
+	require.NoError(t, s.Stop(ctx))
+	got, err := st.Get(context.Background(), j.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateQueued, got.State, "the lease was handed back")
+	require.Zero(t, got.Attempts, "no attempt burnt")
+	require.NoError(t, s.Stop(context.Background()), "Stop is idempotent")
+	require.ErrorIs(t, s.Start(context.Background()), ErrStopped)
+}

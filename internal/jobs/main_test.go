@@ -1,0 +1,164 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(gatewayEnv) != "" {
+		os.Exit(runTestGateway())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// fakeDispatcher answers Do with fn and counts the calls.
+type fakeDispatcher struct {
+	mu    sync.Mutex
+	calls int
+	fn    func(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
+}
+
+func (f *fakeDispatcher) Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error) {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	return f.fn(ctx, req)
+}
+
+func (f *fakeDispatcher) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// reply builds a dispatcher response.
+func reply(status int, body string) *dispatch.Response {
+	return &dispatch.Response{Response: &http.Response{
+		StatusCode: status,
+		Header:     http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_test"}},
+		Body:       io.NopCloser(strings.NewReader(body)),
+	}, Attempts: 1}
+}
+
+const okMessage = `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":3}}`
+
+const anthropicBody = `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
+
+const openAIBody = `{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
+
+func succeed() *fakeDispatcher {
+	return &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
+		return reply(200, okMessage), nil
+	}}
+}
+
+func openStore(t *testing.T) queue.Store {
+	t.Helper()
+	st, err := queue.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "jobs.db"), queue.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	return st
+}
+
+// newService builds a service over a fresh store with upstream "claude"
+// (anthropic) served by d and "gpt" (openai) served by gpt; edit tunes the
+// config. It is started unless edit sets Owner to "manual".
+func newService(t *testing.T, st queue.Store, d, gpt Dispatcher, edit func(*Config)) *Service {
+	t.Helper()
+	if st == nil {
+		st = openStore(t)
+	}
+	if gpt == nil {
+		gpt = succeed()
+	}
+	cfg := Config{
+		Store:        st,
+		Dispatchers:  map[string]Dispatcher{"claude": d, "gpt": gpt},
+		Protocols:    map[string]provider.Protocol{"claude": provider.Anthropic, "gpt": provider.OpenAI},
+		PollInterval: 20 * time.Millisecond,
+		Owner:        "test",
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	manual := cfg.Owner == "manual"
+	s, err := New(cfg)
+	require.NoError(t, err)
+	if !manual {
+		require.NoError(t, s.Start(context.Background()))
+	}
+	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
+	return s
+}
+
+// do sends one request to h and returns the status and body.
+func do(t *testing.T, h http.Handler, method, target, body string, hdr ...string) (int, []byte) {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.Bytes()
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.NewDecoder(bytes.NewReader(b)).Decode(&v), string(b))
+	return v
+}
+
+// submit posts a job for upstream claude and returns its view.
+func submit(t *testing.T, s *Service, extra string) JobView {
+	t.Helper()
+	code, body := do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","request":`+anthropicBody+extra+`}`)
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	return decode[JobView](t, body)
+}
+
+// await long-polls job id until it is finished.
+func await(t *testing.T, s *Service, id int64) JobView {
+	t.Helper()
+	for range 100 {
+		code, body := do(t, s.Handler(), "GET", "/v1/jobs/"+formatID(id)+"?wait=5s", "")
+		require.Equal(t, http.StatusOK, code, string(body))
+		v := decode[JobView](t, body)
+		if v.State.Finished() {
+			return v
+		}
+	}
+	t.Fatalf("job %d never finished", id)
+	return JobView{}
+}
+
+// waitFor polls the store until job id is in state want.
+func waitFor(t *testing.T, st queue.Store, id int64, want queue.State) *queue.Job {
+	t.Helper()
+	var j *queue.Job
+	require.Eventually(t, func() bool {
+		var err error
+		j, err = st.Get(context.Background(), id)
+		return err == nil && j.State == want
+	}, 10*time.Second, 5*time.Millisecond, "job %d never reached %s", id, want)
+	return j
+}
