@@ -32,7 +32,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no dispatchers", func(c *Config) { c.Dispatchers = nil }, "Dispatchers"},
 		{"missing protocol", func(c *Config) { c.Protocols = nil }, "Protocols[a]"},
 		{"bad protocol", func(c *Config) { c.Protocols["a"] = "gemini" }, "Protocols[a]"},
-		{"heartbeat too slow", func(c *Config) { c.LeaseFor, c.HeartbeatEvery = time.Second, 2 * time.Second }, "HeartbeatEvery"},
+		{"heartbeat too slow", func(c *Config) { c.LeaseFor, c.HeartbeatEvery = time.Second, 2*time.Second }, "HeartbeatEvery"},
 		{"negative lease", func(c *Config) { c.LeaseFor = -time.Second }, "LeaseFor"},
 		{"in flight", func(c *Config) { c.MaxInFlightPerUpstream = -1 }, "MaxInFlightPerUpstream"},
 		{"attempts", func(c *Config) { c.MaxAttempts = 1000 }, "MaxAttempts"},
