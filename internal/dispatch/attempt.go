@@ -181,7 +181,9 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	}
 	now := d.clk.Now()
 	se, bad := so.StreamError()
-	if !bad && (so.Content() || so.Done()) {
+	// An error read in the same chunk as content came after it (an error
+	// event ends a stream): content has started either way.
+	if so.Content() || (so.Done() && !bad) {
 		d.obs.Attempted(provider.Success, resp.StatusCode, since(start, now))
 		return d.success(w, g, resp, &ahead, so), false, nil
 	}

@@ -1,0 +1,473 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const okMessage = `{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":5}}`
+
+const okStream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n" +
+	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7}}\n\n" +
+	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+
+const errorBeforeContent = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
+	"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+
+// reply is one scripted upstream answer.
+type reply struct {
+	status int
+	header map[string]string
+	body   string
+}
+
+func ok() reply { return reply{status: 200, body: okMessage} }
+
+// upstream is an httptest server answering from a script (the last entry
+// repeats) and recording the requests it got.
+type upstream struct {
+	*httptest.Server
+	mu      sync.Mutex
+	script  []reply
+	calls   atomic.Int32
+	headers []http.Header
+}
+
+func newUpstream(t *testing.T, script ...reply) *upstream {
+	t.Helper()
+	u := &upstream{script: script}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		n := int(u.calls.Add(1)) - 1
+		u.mu.Lock()
+		u.headers = append(u.headers, r.Header.Clone())
+		rep := u.script[min(n, len(u.script)-1)]
+		u.mu.Unlock()
+		ct := "application/json"
+		if strings.HasPrefix(rep.body, "event:") {
+			ct = "text/event-stream"
+		}
+		w.Header().Set("Content-Type", ct)
+		for k, v := range rep.header {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(rep.status)
+		_, _ = io.WriteString(w, rep.body)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+type recorder struct {
+	dispatch.NopObserver
+	mu       sync.Mutex
+	shed     []error
+	retried  []provider.Class
+	breaker  []string
+	admitted int
+}
+
+func (r *recorder) Shed(_ flow.Priority, reason error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.shed = append(r.shed, reason)
+}
+
+func (r *recorder) Retried(c provider.Class) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.retried = append(r.retried, c)
+}
+
+func (r *recorder) BreakerStateChanged(from, to flow.BreakerState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.breaker = append(r.breaker, from.String()+">"+to.String())
+}
+
+func (r *recorder) Admitted(flow.Priority, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.admitted++
+}
+
+func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dispatcher, *clock.Fake, *recorder) {
+	t.Helper()
+	fc := clock.NewFake(t0)
+	rec := &recorder{}
+	cfg := dispatch.Config{
+		Name:     "test",
+		Protocol: provider.Anthropic,
+		BaseURL:  u.URL,
+		APIKey:   "sk-upstream",
+		Clock:    fc,
+		Observer: rec,
+		Rand:     rand.New(rand.NewPCG(1, 2)),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	d, err := dispatch.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	return d, fc, rec
+}
+
+func request() *dispatch.Request {
+	return &dispatch.Request{
+		Method: http.MethodPost,
+		Path:   "/v1/messages",
+		Header: http.Header{"X-Api-Key": {"client-key"}, "Authorization": {"Bearer client"}, "Connection": {"close"}},
+		Body:   []byte(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`),
+		Cost:     provider.Cost{Model: "claude-sonnet-4-5", InputTokens: 50, OutputTokens: 100},
+		Priority: flow.Normal,
+	}
+}
+
+type result struct {
+	resp *dispatch.Response
+	body string
+	err  error
+}
+
+func doAsync(ctx context.Context, d *dispatch.Dispatcher, r *dispatch.Request) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		resp, err := d.Do(ctx, r)
+		res := result{resp: resp, err: err}
+		if err == nil {
+			b, rerr := io.ReadAll(resp.Body)
+			res.body = string(b)
+			res.err = errors.Join(rerr, resp.Body.Close())
+		}
+		ch <- res
+	}()
+	return ch
+}
+
+func TestSuccessReconcilesAndForwardsUpstreamKey(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, ok())
+	d, _, rec := start(t, u, func(c *dispatch.Config) { c.Limits.InputTokensPerMinute = 60000 })
+	res := <-doAsync(context.Background(), d, request())
+	require.NoError(t, res.err)
+	require.Equal(t, 200, res.resp.StatusCode)
+	require.Equal(t, 1, res.resp.Attempts)
+	require.JSONEq(t, okMessage, res.body)
+
+	h := u.headers[0]
+	require.Equal(t, "sk-upstream", h.Get("X-Api-Key"))
+	require.Equal(t, "2023-06-01", h.Get("Anthropic-Version"))
+	require.Empty(t, h.Get("Authorization"))
+
+	s := d.Snapshot()
+	require.Equal(t, 0, s.InFlight)
+	// Depth 5 s of 58800/min = 4900; reserved 50, actual 10: level 4890.
+	require.InDelta(t, 4890, s.Buckets[flow.InputTokens].Level, 0.5)
+	require.Equal(t, 1, rec.admitted)
+}
+
+func TestOpenAIUsesBearerKey(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, reply{status: 200, body: `{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`})
+	d, _, _ := start(t, u, func(c *dispatch.Config) { c.Protocol = provider.OpenAI })
+	r := request()
+	r.Path = "/v1/chat/completions"
+	res := <-doAsync(context.Background(), d, r)
+	require.NoError(t, res.err)
+	require.Equal(t, "Bearer sk-upstream", u.headers[0].Get("Authorization"))
+	require.Empty(t, u.headers[0].Get("X-Api-Key"))
+}
+
+func TestTerminalAnswersPassThrough(t *testing.T) {
+	t.Parallel()
+	spendCap := `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits","details":{"error_code":"enforced_spend_limit_reached"}}}`
+	tests := []struct {
+		name   string
+		rep    reply
+		status int
+	}{
+		{"bad request", reply{status: 400, body: `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`}, 400},
+		{"spend cap 429", reply{status: 429, body: spendCap}, 429},
+		{"should-retry false on 529", reply{status: 529, header: map[string]string{"x-should-retry": "false"}, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}, 529},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			u := newUpstream(t, tt.rep)
+			d, _, _ := start(t, u, nil)
+			res := <-doAsync(context.Background(), d, request())
+			require.NoError(t, res.err)
+			require.Equal(t, tt.status, res.resp.StatusCode)
+			require.Equal(t, 1, res.resp.Attempts)
+			require.Equal(t, tt.rep.body, res.body)
+			require.EqualValues(t, 1, u.calls.Load())
+		})
+	}
+}
+
+func TestRateLimitPausesWholeUpstreamWithoutBurningAttempts(t *testing.T) {
+	t.Parallel()
+	rate := reply{status: 429, header: map[string]string{"retry-after": "2"}, body: `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`}
+	u := newUpstream(t, rate, rate, ok())
+	d, fc, rec := start(t, u, func(c *dispatch.Config) {
+		c.Retry.MaxAttempts = 1
+		c.Limits.MaxConcurrency = 1 // one at a time, so the order is visible
+	})
+
+	first := doAsync(context.Background(), d, request())
+	// first: 429 → paused ~2 s. Wait for: first's deadline timer + the loop's pause timer.
+	require.True(t, fc.WaitForTimers(2, 5*time.Second))
+	require.EqualValues(t, 1, u.calls.Load())
+
+	second := doAsync(context.Background(), d, request())
+	require.True(t, fc.WaitForTimers(3, 5*time.Second)) // second's deadline timer
+	require.EqualValues(t, 1, u.calls.Load(), "the whole upstream is paused")
+
+	fc.Advance(2300 * time.Millisecond) // hint + at most 250ms jitter
+	// first (kept its place) goes first and gets the second 429; pause again.
+	require.Eventually(t, func() bool { return u.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+	require.True(t, fc.WaitForTimers(3, 5*time.Second))
+	fc.Advance(2300 * time.Millisecond)
+
+	r1, r2 := <-first, <-second
+	require.NoError(t, r1.err)
+	require.NoError(t, r2.err)
+	require.Equal(t, 3, r1.resp.Attempts, "MaxAttempts 1, yet RATE answers burnt nothing")
+	require.Equal(t, 1, r2.resp.Attempts)
+	require.Equal(t, []provider.Class{provider.Rate, provider.Rate}, rec.retried)
+}
+
+func TestOverloadRetriesUntilExhausted(t *testing.T) {
+	t.Parallel()
+	overloaded := reply{status: 529, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}
+	u := newUpstream(t, overloaded)
+	d, fc, _ := start(t, u, func(c *dispatch.Config) {
+		c.Retry.MaxAttempts = 3
+		c.Breaker.ConsecutiveFailures = 100
+		c.Breaker.MinRequests = 100
+	})
+	ch := doAsync(context.Background(), d, request())
+	for i := 1; i < 3; i++ {
+		require.Eventually(t, func() bool { return u.calls.Load() == int32(i) }, 5*time.Second, time.Millisecond)
+		require.True(t, fc.WaitForTimers(1, 5*time.Second)) // the backoff sleep
+		fc.Advance(10 * time.Second)
+	}
+	res := <-ch
+	var de *dispatch.Error
+	require.ErrorAs(t, res.err, &de)
+	require.ErrorIs(t, res.err, dispatch.ErrRetriesExhausted)
+	require.Equal(t, 529, de.Status)
+	require.Equal(t, "overloaded_error", de.Type)
+	require.Equal(t, 3, de.Attempts)
+	require.LessOrEqual(t, de.RetryAfter, dispatch.MaxClientRetryAfter)
+	require.EqualValues(t, 3, u.calls.Load())
+}
+
+func TestStreamErrorBeforeContentIsRetriedInvisibly(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, reply{status: 200, body: errorBeforeContent}, reply{status: 200, body: okStream})
+	d, fc, _ := start(t, u, func(c *dispatch.Config) { c.Limits.OutputTokensPerMinute = 60000 })
+	ch := doAsync(context.Background(), d, request())
+	require.Eventually(t, func() bool { return u.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.True(t, fc.WaitForTimers(1, 5*time.Second)) // the backoff sleep
+	fc.Advance(10 * time.Second)
+	res := <-ch
+	require.NoError(t, res.err)
+	require.Equal(t, okStream, res.body, "the client sees only the good stream, read-ahead replayed")
+	require.Equal(t, 2, res.resp.Attempts)
+	// Output reserved 100, stream reported 7 → refunded 93 of the 100.
+	lvl := d.Snapshot().Buckets[flow.OutputTokens].Level
+	require.InDelta(t, 4900-7, lvl, 1)
+}
+
+func TestMidStreamErrorAfterContentPassesThrough(t *testing.T) {
+	t.Parallel()
+	broken := strings.Replace(okStream, "event: message_delta", "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\nevent: message_delta", 1)
+	u := newUpstream(t, reply{status: 200, body: broken})
+	d, _, _ := start(t, u, nil)
+	res := <-doAsync(context.Background(), d, request())
+	require.NoError(t, res.err)
+	require.Equal(t, broken, res.body)
+	require.Equal(t, 1, res.resp.Attempts)
+}
+
+func TestBreakerOpensAndQueuedRequestsWaitThenSucceed(t *testing.T) {
+	t.Parallel()
+	fail := reply{status: 500, body: `{"type":"error","error":{"type":"api_error","message":"boom"}}`}
+	u := newUpstream(t, fail, fail, ok())
+	d, fc, rec := start(t, u, func(c *dispatch.Config) {
+		c.Breaker.ConsecutiveFailures = 2
+		c.Breaker.OpenTimeout = 4 * time.Second
+		c.Retry.MaxAttempts = 5
+	})
+	ch := doAsync(context.Background(), d, request())
+	require.Eventually(t, func() bool { return u.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.True(t, fc.WaitForTimers(1, 5*time.Second))
+	fc.Advance(time.Second) // past the first backoff (≤ 0.5 s)
+	require.Eventually(t, func() bool { return u.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
+	// Breaker open now; the request backs off, requeues and waits in line.
+	require.Eventually(t, func() bool { return d.Snapshot().Breaker == flow.Open }, 5*time.Second, time.Millisecond)
+	require.True(t, fc.WaitForTimers(1, 5*time.Second))
+	fc.Advance(time.Second) // past the second backoff: back in the queue
+	require.True(t, fc.WaitForTimers(2, 5*time.Second)) // deadline + breaker wait
+	require.EqualValues(t, 2, u.calls.Load(), "nothing is sent while the breaker is open")
+	require.Equal(t, 1, d.Snapshot().Queued[flow.Normal])
+	fc.Advance(5 * time.Second) // open period (≤ 125% of 4 s) ends: half-open probe
+	res := <-ch
+	require.NoError(t, res.err)
+	require.Equal(t, 3, res.resp.Attempts)
+	require.Eventually(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.breaker) == 2
+	}, 5*time.Second, time.Millisecond)
+	require.Equal(t, []string{"closed>open", "open>half_open"}, rec.breaker)
+}
+
+func TestShedWhenPredictedWaitExceedsDeadline(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, ok())
+	d, fc, rec := start(t, u, func(c *dispatch.Config) { c.Limits.RequestsPerMinute = 60 })
+	d.Snapshot()
+	// Drain the request bucket: depth 5 s × 0.98/s ≈ 4.9 requests.
+	for i := range 4 {
+		res := <-doAsync(context.Background(), d, request())
+		require.NoError(t, res.err, i)
+	}
+	r := request()
+	r.Deadline = fc.Now().Add(500 * time.Millisecond)
+	first := doAsync(context.Background(), d, r) // level 0.9: needs ~0.1 s, fits its deadline
+	require.True(t, fc.WaitForTimers(2, 5*time.Second))
+	r2 := request()
+	r2.Deadline = fc.Now().Add(500 * time.Millisecond)
+	res := <-doAsync(context.Background(), d, r2) // behind it: needs ~1.1 s
+	require.ErrorIs(t, res.err, dispatch.ErrShed)
+	fc.Advance(200 * time.Millisecond) // the refill it waits for, not its deadline
+	require.NoError(t, (<-first).err)
+	require.Equal(t, []error{dispatch.ErrShed}, rec.shed)
+}
+
+func TestDeadlineWhileQueued(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, reply{status: 429, header: map[string]string{"retry-after": "30"}, body: `{"type":"error","error":{"type":"rate_limit_error","message":"x"}}`}, ok())
+	d, fc, _ := start(t, u, nil)
+	// A pause of 30 s with a deadline of 10 s: RATE wait past the deadline.
+	r := request()
+	r.Deadline = fc.Now().Add(10 * time.Second)
+	res := <-doAsync(context.Background(), d, r)
+	require.ErrorIs(t, res.err, dispatch.ErrDeadline)
+	var de *dispatch.Error
+	require.ErrorAs(t, res.err, &de)
+	require.Equal(t, 429, de.Status)
+	require.Equal(t, dispatch.MaxClientRetryAfter, de.RetryAfter)
+
+	// Queued behind the pause, then the deadline passes in the queue.
+	r2 := request()
+	r2.Deadline = fc.Now().Add(40 * time.Second)
+	ch := doAsync(context.Background(), d, r2)
+	require.True(t, fc.WaitForTimers(2, 5*time.Second))
+	r3 := request()
+	r3.Deadline = fc.Now().Add(35 * time.Second)
+	ch3 := doAsync(context.Background(), d, r3)
+	require.True(t, fc.WaitForTimers(3, 5*time.Second))
+	fc.Advance(31 * time.Second)
+	require.NoError(t, (<-ch).err)
+	require.NoError(t, (<-ch3).err)
+}
+
+func TestCancelRemovesFromQueueAndStopFailsQueued(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, reply{status: 429, header: map[string]string{"retry-after": "60"}, body: `{"type":"error","error":{"type":"rate_limit_error","message":"x"}}`}, ok())
+	d, fc, rec := start(t, u, nil)
+	ch := doAsync(context.Background(), d, request()) // 429: paused 60 s, requeued
+	require.True(t, fc.WaitForTimers(2, 5*time.Second))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ch2 := doAsync(ctx, d, request())
+	require.True(t, fc.WaitForTimers(3, 5*time.Second))
+	require.Equal(t, 2, d.Snapshot().Queued[flow.Normal])
+	cancel()
+	require.ErrorIs(t, (<-ch2).err, context.Canceled)
+	require.Equal(t, 1, d.Snapshot().Queued[flow.Normal])
+
+	require.NoError(t, d.Stop(context.Background()))
+	require.NoError(t, d.Stop(context.Background()), "Stop is idempotent")
+	require.ErrorIs(t, (<-ch).err, dispatch.ErrStopped)
+	_, err := d.Do(context.Background(), request())
+	require.ErrorIs(t, err, dispatch.ErrStopped)
+	require.Contains(t, rec.shed, dispatch.ErrStopped)
+}
+
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, ok())
+	d, _, _ := start(t, u, func(c *dispatch.Config) { c.Limits.OutputTokensPerMinute = 1000 })
+	r := request()
+	r.Cost.OutputTokens = 5000
+	_, err := d.Do(context.Background(), r)
+	var de *dispatch.Error
+	require.ErrorAs(t, err, &de)
+	require.ErrorIs(t, err, dispatch.ErrTooLarge)
+	require.Equal(t, 413, de.Status)
+	require.Equal(t, "request_too_large", de.Type)
+}
+
+func TestConfigValidationNamesField(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		mod  func(*dispatch.Config)
+		want string
+	}{
+		{func(c *dispatch.Config) { c.Name = "" }, "Name"},
+		{func(c *dispatch.Config) { c.Protocol = "gemini" }, "Protocol"},
+		{func(c *dispatch.Config) { c.BaseURL = "api.anthropic.com" }, "BaseURL"},
+		{func(c *dispatch.Config) { c.Limits.RequestsPerMinute = -1 }, "Limits.RequestsPerMinute"},
+		{func(c *dispatch.Config) { c.SafetyMargin = 1.5 }, "SafetyMargin"},
+		{func(c *dispatch.Config) { c.MinConcurrency = 100; c.Limits.MaxConcurrency = 10 }, "MinConcurrency"},
+		{func(c *dispatch.Config) { c.Retry.MaxDelay = time.Millisecond }, "Retry.MaxDelay"},
+		{func(c *dispatch.Config) { c.Weights[flow.Low] = -1 }, "Weights[low]"},
+		{func(c *dispatch.Config) { c.Breaker.FailureRatio = 2 }, "Breaker.FailureRatio"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			t.Parallel()
+			cfg := dispatch.Config{Name: "x", Protocol: provider.Anthropic, BaseURL: "https://api.anthropic.com"}
+			tt.mod(&cfg)
+			_, err := dispatch.New(cfg)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+	d, err := dispatch.New(dispatch.Config{Name: "x", Protocol: provider.Anthropic, BaseURL: "https://api.anthropic.com"})
+	require.NoError(t, err)
+	require.NoError(t, d.Stop(context.Background()), "Stop before Start is safe")
+	require.Error(t, d.Start(context.Background()), "no Start after Stop")
+	_ = fmt.Sprint(d.Snapshot())
+}
