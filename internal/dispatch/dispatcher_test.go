@@ -141,10 +141,10 @@ func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dis
 
 func request() *dispatch.Request {
 	return &dispatch.Request{
-		Method: http.MethodPost,
-		Path:   "/v1/messages",
-		Header: http.Header{"X-Api-Key": {"client-key"}, "Authorization": {"Bearer client"}, "Connection": {"close"}},
-		Body:   []byte(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`),
+		Method:   http.MethodPost,
+		Path:     "/v1/messages",
+		Header:   http.Header{"X-Api-Key": {"client-key"}, "Authorization": {"Bearer client"}, "Connection": {"close"}},
+		Body:     []byte(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`),
 		Cost:     provider.Cost{Model: "claude-sonnet-4-5", InputTokens: 50, OutputTokens: 100},
 		Priority: flow.Normal,
 	}
@@ -335,7 +335,7 @@ func TestBreakerOpensAndQueuedRequestsWaitThenSucceed(t *testing.T) {
 	// Breaker open now; the request backs off, requeues and waits in line.
 	require.Eventually(t, func() bool { return d.Snapshot().Breaker == flow.Open }, 5*time.Second, time.Millisecond)
 	require.True(t, fc.WaitForTimers(1, 5*time.Second))
-	fc.Advance(time.Second) // past the second backoff: back in the queue
+	fc.Advance(time.Second)                             // past the second backoff: back in the queue
 	require.True(t, fc.WaitForTimers(2, 5*time.Second)) // deadline + breaker wait
 	require.EqualValues(t, 2, u.calls.Load(), "nothing is sent while the breaker is open")
 	require.Equal(t, 1, d.Snapshot().Queued[flow.Normal])
