@@ -29,6 +29,9 @@ const (
 	MaxBodyBytesDefault = 32 << 20
 	// ShutdownGraceDefault is how long Stop lets in-flight requests finish.
 	ShutdownGraceDefault = 30 * time.Second
+	// RequestTimeoutDefault bounds the wait for an upstream's response
+	// headers, as the official SDKs do (10 minutes).
+	RequestTimeoutDefault = 10 * time.Minute
 	// AnthropicBaseURLDefault and OpenAIBaseURLDefault are the upstreams
 	// used without a config file.
 	AnthropicBaseURLDefault = "https://api.anthropic.com"
@@ -80,14 +83,19 @@ type UpstreamConfig struct {
 	// Limits are the provider quotas to stay under. Defaults to no local
 	// limit (learned from the provider's rate-limit headers).
 	Limits LimitsConfig `yaml:"limits"`
-	// BurstSeconds is how many seconds of quota a bucket may hold.
-	// Defaults to the dispatcher's default.
+	// BurstSeconds is how many seconds of refill a quota bucket holds
+	// when full, in (0, 60]. Defaults to 5 (dispatch.BurstSecondsDefault).
 	BurstSeconds float64 `yaml:"burst_seconds"`
-	// SafetyMargin is the fraction of each quota kept in reserve (0–<1).
-	// Defaults to the dispatcher's default.
+	// SafetyMargin is the share of each quota Sluice lets itself use, in
+	// (0, 1]. Defaults to 0.98 (dispatch.SafetyMarginDefault).
 	SafetyMargin float64 `yaml:"safety_margin"`
-	// RequestTimeout bounds one upstream attempt. Defaults to the
-	// dispatcher's default.
+	// MinConcurrency is the floor of the adaptive concurrency limit.
+	// Defaults to 4 (dispatch.MinConcurrencyDefault), or
+	// limits.max_concurrency when that is lower.
+	MinConcurrency int `yaml:"min_concurrency"`
+	// RequestTimeout bounds how long one upstream attempt may take to
+	// return its response headers (a stream may then run for as long as it
+	// needs). Defaults to 10m (RequestTimeoutDefault).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// Retry shapes retries of failed attempts. Defaults to the dispatcher's.
 	Retry RetryConfig `yaml:"retry"`
@@ -109,49 +117,62 @@ type LimitsConfig struct {
 	OutputTokensPerMinute int64 `yaml:"output_tokens_per_minute"`
 	// TokensPerMinute is the combined TPM (OpenAI). Defaults to 0 (none).
 	TokensPerMinute int64 `yaml:"tokens_per_minute"`
-	// MaxConcurrency caps requests in flight upstream. Defaults to 0 (the
-	// dispatcher's default).
+	// MaxConcurrency caps requests in flight upstream. Defaults to 64
+	// (dispatch.MaxConcurrencyDefault).
 	MaxConcurrency int `yaml:"max_concurrency"`
 }
 
 // RetryConfig shapes retries.
 type RetryConfig struct {
-	// BaseDelay is the first backoff step. Defaults to the dispatcher's.
+	// BaseDelay is the first retry's full-jitter backoff ceiling.
+	// Defaults to 500ms (dispatch.BaseDelayDefault).
 	BaseDelay time.Duration `yaml:"base_delay"`
-	// MaxDelay caps one backoff. Defaults to the dispatcher's.
+	// MaxDelay caps the backoff ceiling. Defaults to 8s
+	// (dispatch.MaxDelayDefault).
 	MaxDelay time.Duration `yaml:"max_delay"`
-	// MaxAttempts bounds attempts per request (1 = no retry). Defaults to
-	// the dispatcher's.
+	// MaxAttempts bounds the attempts that fail with overload or transient
+	// errors (rate-limit waits do not count; 1 = no retry). Defaults to 4
+	// (dispatch.MaxAttemptsDefault).
 	MaxAttempts int `yaml:"max_attempts"`
-	// BudgetRatio is the share of retries to requests allowed (0–1).
-	// Defaults to the dispatcher's.
+	// BudgetRatio is the share of recent requests that may be retries
+	// (0–1). Defaults to 0.2 (dispatch.BudgetRatioDefault).
 	BudgetRatio float64 `yaml:"budget_ratio"`
+	// BudgetMin is the retries per second always allowed. Defaults to 3
+	// (dispatch.BudgetMinDefault).
+	BudgetMin float64 `yaml:"budget_min"`
 }
 
-// BreakerConfig is the circuit breaker.
+// BreakerConfig is the upstream's circuit breaker (flow.BreakerConfig).
 type BreakerConfig struct {
-	// FailureRatio opens the breaker when this share of recent attempts
-	// failed with overload or transient errors (0–1). Defaults to the
-	// dispatcher's.
-	FailureRatio float64 `yaml:"failure_ratio"`
-	// MinRequests is how many attempts the window needs before it may
-	// open. Defaults to the dispatcher's.
-	MinRequests int `yaml:"min_requests"`
-	// Window is the span of attempts considered. Defaults to the
-	// dispatcher's.
+	// Window is the closed-state counting interval. Defaults to 30s
+	// (flow.BreakerWindowDefault).
 	Window time.Duration `yaml:"window"`
-	// OpenFor is how long the breaker stays open before probing.
-	// Defaults to the dispatcher's.
-	OpenFor time.Duration `yaml:"open_for"`
+	// MinRequests is the fewest results in a window before failure_ratio
+	// applies. Defaults to 10 (flow.BreakerMinRequestsDefault).
+	MinRequests int `yaml:"min_requests"`
+	// FailureRatio trips the breaker when failures/results reaches it, in
+	// (0, 1]. Defaults to 0.5 (flow.BreakerFailureRatioDefault).
+	FailureRatio float64 `yaml:"failure_ratio"`
+	// ConsecutiveFailures trips the breaker after this many failures in a
+	// row. Defaults to 5 (flow.BreakerConsecutiveFailuresDefault).
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// OpenTimeout is the mean time the breaker stays open before probing.
+	// Defaults to 10s (flow.BreakerOpenTimeoutDefault).
+	OpenTimeout time.Duration `yaml:"open_timeout"`
+	// HalfOpenProbes is how many probes half-open lets through at once.
+	// Defaults to 3 (flow.BreakerHalfOpenProbesDefault).
+	HalfOpenProbes int `yaml:"half_open_probes"`
 }
 
 // ClassConfig is one priority class's scheduling share.
 type ClassConfig struct {
 	// Weight is the class's share in weighted fair queueing (> 0).
-	// Defaults to the dispatcher's.
-	Weight int `yaml:"weight"`
-	// MaxWait is the deadline of a request of this class that sets none.
-	// Defaults to the dispatcher's.
+	// Defaults to 8, 4, 2, 1 for critical, high, normal, low
+	// (flow.WeightsDefault).
+	Weight float64 `yaml:"weight"`
+	// MaxWait is the class's aging bound and the deadline of a request
+	// that sets none. Defaults to 30s, 1m, 5m, 30m for critical, high,
+	// normal, low (flow.MaxWaitDefault).
 	MaxWait time.Duration `yaml:"max_wait"`
 }
 
@@ -255,6 +276,7 @@ func (c Config) WithDefaults() Config {
 		case provider.OpenAI:
 			u.BaseURL = cmp.Or(u.BaseURL, OpenAIBaseURLDefault)
 		}
+		u.RequestTimeout = cmp.Or(u.RequestTimeout, RequestTimeoutDefault)
 		c.Upstreams[i] = u
 	}
 	c.Clients = append([]ClientConfig(nil), c.Clients...)
@@ -345,8 +367,11 @@ func (u UpstreamConfig) validate() error {
 		{"limits.output_tokens_per_minute", u.Limits.OutputTokensPerMinute},
 		{"limits.tokens_per_minute", u.Limits.TokensPerMinute},
 		{"limits.max_concurrency", int64(u.Limits.MaxConcurrency)},
+		{"min_concurrency", int64(u.MinConcurrency)},
 		{"retry.max_attempts", int64(u.Retry.MaxAttempts)},
 		{"breaker.min_requests", int64(u.Breaker.MinRequests)},
+		{"breaker.consecutive_failures", int64(u.Breaker.ConsecutiveFailures)},
+		{"breaker.half_open_probes", int64(u.Breaker.HalfOpenProbes)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must be >= 0", f.name)
@@ -360,7 +385,7 @@ func (u UpstreamConfig) validate() error {
 		{"retry.base_delay", u.Retry.BaseDelay},
 		{"retry.max_delay", u.Retry.MaxDelay},
 		{"breaker.window", u.Breaker.Window},
-		{"breaker.open_for", u.Breaker.OpenFor},
+		{"breaker.open_timeout", u.Breaker.OpenTimeout},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must be >= 0", f.name)
@@ -369,31 +394,30 @@ func (u UpstreamConfig) validate() error {
 	if u.Retry.MaxDelay > 0 && u.Retry.BaseDelay > u.Retry.MaxDelay {
 		return errors.New("retry.base_delay: must be <= retry.max_delay")
 	}
+	if u.Limits.MaxConcurrency > 0 && u.MinConcurrency > u.Limits.MaxConcurrency {
+		return errors.New("min_concurrency: must be <= limits.max_concurrency")
+	}
 	for _, f := range []struct {
-		name    string
-		v, max  float64
-		maxOpen bool
+		name   string
+		v, max float64
 	}{
-		{"burst_seconds", u.BurstSeconds, 3600, false},
-		{"safety_margin", u.SafetyMargin, 1, true},
-		{"retry.budget_ratio", u.Retry.BudgetRatio, 1, false},
-		{"breaker.failure_ratio", u.Breaker.FailureRatio, 1, false},
+		{"burst_seconds", u.BurstSeconds, 60},
+		{"safety_margin", u.SafetyMargin, 1},
+		{"retry.budget_ratio", u.Retry.BudgetRatio, 1},
+		{"retry.budget_min", u.Retry.BudgetMin, 1e6},
+		{"breaker.failure_ratio", u.Breaker.FailureRatio, 1},
 	} {
-		// The negated form also rejects NaN.
-		if !(f.v >= 0) || f.v > f.max || (f.maxOpen && f.v == f.max) {
-			bound := "<="
-			if f.maxOpen {
-				bound = "<"
-			}
-			return fmt.Errorf("%s: must be >= 0 and %s %g", f.name, bound, f.max)
+		// 0 means "the default"; the negated form also rejects NaN.
+		if !(f.v >= 0 && f.v <= f.max) {
+			return fmt.Errorf("%s: must be > 0 and <= %g (0 for the default)", f.name, f.max)
 		}
 	}
 	for name, cc := range u.Classes {
 		if _, err := flow.ParsePriority(name); err != nil || name != strings.ToLower(name) || len(name) == 1 {
 			return fmt.Errorf("classes.%s: unknown class (want critical, high, normal or low)", name)
 		}
-		if cc.Weight < 0 {
-			return fmt.Errorf("classes.%s.weight: must be >= 0", name)
+		if !(cc.Weight >= 0 && cc.Weight <= 1e6) {
+			return fmt.Errorf("classes.%s.weight: must be > 0 (0 for the default)", name)
 		}
 		if cc.MaxWait < 0 {
 			return fmt.Errorf("classes.%s.max_wait: must be >= 0", name)

@@ -31,10 +31,10 @@ upstreams:
     api_key: ${ANTHROPIC_API_KEY}
     limits: {requests_per_minute: 50, input_tokens_per_minute: 30000, output_tokens_per_minute: 8000, max_concurrency: "${CONC:-16}"}
     burst_seconds: 10
-    safety_margin: 0.05
+    safety_margin: 0.9
     request_timeout: 2m
     retry: {base_delay: 500ms, max_delay: 8s, max_attempts: 4, budget_ratio: 0.2}
-    breaker: {failure_ratio: 0.5, min_requests: 20, window: 30s, open_for: 10s}
+    breaker: {failure_ratio: 0.5, min_requests: 20, window: 30s, open_timeout: 10s, consecutive_failures: 3, half_open_probes: 2}
     classes:
       critical: {weight: 8, max_wait: 5s}
       low: {weight: 1, max_wait: 1h}
@@ -64,7 +64,7 @@ func TestParseConfigFull(t *testing.T) {
 	require.Equal(t, "sk-ant-secret", a.APIKey)
 	require.Equal(t, LimitsConfig{RequestsPerMinute: 50, InputTokensPerMinute: 30000, OutputTokensPerMinute: 8000, MaxConcurrency: 16}, a.Limits)
 	require.Equal(t, RetryConfig{BaseDelay: 500 * time.Millisecond, MaxDelay: 8 * time.Second, MaxAttempts: 4, BudgetRatio: 0.2}, a.Retry)
-	require.Equal(t, BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 30 * time.Second, OpenFor: 10 * time.Second}, a.Breaker)
+	require.Equal(t, BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, ConsecutiveFailures: 3, HalfOpenProbes: 2}, a.Breaker)
 	require.Equal(t, ClassConfig{Weight: 8, MaxWait: 5 * time.Second}, a.Classes["critical"])
 	require.Equal(t, 2*time.Minute, a.RequestTimeout)
 	o := cfg.Upstreams[1]
@@ -155,21 +155,26 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"otpm", "upstreams:\n  - {name: b, protocol: openai, api_key: k, limits: {output_tokens_per_minute: -5}}\n", "upstreams[0].limits.output_tokens_per_minute: must be >= 0"},
 		{"tpm", "upstreams:\n  - {name: b, protocol: openai, api_key: k, limits: {tokens_per_minute: -5}}\n", "upstreams[0].limits.tokens_per_minute: must be >= 0"},
 		{"concurrency", "upstreams:\n  - {name: b, protocol: openai, api_key: k, limits: {max_concurrency: -5}}\n", "upstreams[0].limits.max_concurrency: must be >= 0"},
-		{"burst", "upstreams:\n  - {name: b, protocol: openai, api_key: k, burst_seconds: -1}\n", "upstreams[0].burst_seconds: must be >= 0"},
+		{"burst", "upstreams:\n  - {name: b, protocol: openai, api_key: k, burst_seconds: -1}\n", "upstreams[0].burst_seconds: must be > 0 and <= 60"},
 		{"burst nan", "upstreams:\n  - {name: b, protocol: openai, api_key: k, burst_seconds: .nan}\n", "upstreams[0].burst_seconds:"},
-		{"safety_margin", "upstreams:\n  - {name: b, protocol: openai, api_key: k, safety_margin: 1}\n", "upstreams[0].safety_margin: must be >= 0 and < 1"},
+		{"safety_margin", "upstreams:\n  - {name: b, protocol: openai, api_key: k, safety_margin: 1.5}\n", "upstreams[0].safety_margin: must be > 0 and <= 1"},
 		{"request_timeout", "upstreams:\n  - {name: b, protocol: openai, api_key: k, request_timeout: -1s}\n", "upstreams[0].request_timeout: must be >= 0"},
 		{"retry.base_delay", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {base_delay: -1s}}\n", "upstreams[0].retry.base_delay: must be >= 0"},
 		{"retry.base over max", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {base_delay: 9s, max_delay: 1s}}\n", "upstreams[0].retry.base_delay: must be <= retry.max_delay"},
 		{"retry.max_delay", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {max_delay: -1s}}\n", "upstreams[0].retry.max_delay: must be >= 0"},
 		{"retry.max_attempts", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {max_attempts: -1}}\n", "upstreams[0].retry.max_attempts: must be >= 0"},
-		{"retry.budget_ratio", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {budget_ratio: 2}}\n", "upstreams[0].retry.budget_ratio: must be >= 0 and <= 1"},
+		{"retry.budget_ratio", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {budget_ratio: 2}}\n", "upstreams[0].retry.budget_ratio: must be > 0 and <= 1"},
 		{"breaker.failure_ratio", "upstreams:\n  - {name: b, protocol: openai, api_key: k, breaker: {failure_ratio: -0.1}}\n", "upstreams[0].breaker.failure_ratio:"},
 		{"breaker.min_requests", "upstreams:\n  - {name: b, protocol: openai, api_key: k, breaker: {min_requests: -1}}\n", "upstreams[0].breaker.min_requests: must be >= 0"},
 		{"breaker.window", "upstreams:\n  - {name: b, protocol: openai, api_key: k, breaker: {window: -1s}}\n", "upstreams[0].breaker.window: must be >= 0"},
-		{"breaker.open_for", "upstreams:\n  - {name: b, protocol: openai, api_key: k, breaker: {open_for: -1s}}\n", "upstreams[0].breaker.open_for: must be >= 0"},
+		{"breaker.open_timeout", "upstreams:\n  - {name: b, protocol: openai, api_key: k, breaker: {open_timeout: -1s}}\n", "upstreams[0].breaker.open_timeout: must be >= 0"},
+		{"breaker.consecutive_failures", "upstreams:\n  - {name: b, protocol: openai, api_key: k, breaker: {consecutive_failures: -1}}\n", "upstreams[0].breaker.consecutive_failures: must be >= 0"},
+		{"breaker.half_open_probes", "upstreams:\n  - {name: b, protocol: openai, api_key: k, breaker: {half_open_probes: -1}}\n", "upstreams[0].breaker.half_open_probes: must be >= 0"},
+		{"min_concurrency", "upstreams:\n  - {name: b, protocol: openai, api_key: k, min_concurrency: -1}\n", "upstreams[0].min_concurrency: must be >= 0"},
+		{"min over max concurrency", "upstreams:\n  - {name: b, protocol: openai, api_key: k, min_concurrency: 9, limits: {max_concurrency: 4}}\n", "upstreams[0].min_concurrency: must be <= limits.max_concurrency"},
+		{"retry.budget_min", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {budget_min: -1}}\n", "upstreams[0].retry.budget_min:"},
 		{"class name", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {urgent: {weight: 1}}}\n", "upstreams[0].classes.urgent: unknown class"},
-		{"class weight", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {low: {weight: -1}}}\n", "upstreams[0].classes.low.weight: must be >= 0"},
+		{"class weight", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {low: {weight: -1}}}\n", "upstreams[0].classes.low.weight: must be > 0"},
 		{"class max_wait", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {low: {max_wait: -1s}}}\n", "upstreams[0].classes.low.max_wait: must be >= 0"},
 		{"client name", "upstreams:\n" + up0 + "clients: [{key: k}]\n", "clients[0].name: required"},
 		{"client key", "upstreams:\n" + up0 + "clients: [{name: a}]\n", "clients[0].key: required"},

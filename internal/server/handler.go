@@ -1,0 +1,60 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// serveUpstream handles everything under /{upstream}/: authentication, then
+// the scheduled route through the engine or a pass-through to the provider.
+func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("upstream")
+	u, ok := s.upstreams[name]
+	if !ok {
+		s.serveNotFound(w, r)
+		return
+	}
+	reqID := newRequestID()
+	cl, ok := s.clients.authenticate(r.Header)
+	if !ok {
+		s.metrics.request(name, "", outcomeUnauthorized)
+		writeProviderError(w, u.cfg.Protocol, reqID, http.StatusUnauthorized, "",
+			"invalid or missing Sluice client key: send a configured client key as x-api-key or Authorization: Bearer", nil)
+		return
+	}
+	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
+	if r.Method == http.MethodPost && rest == u.scheduledPath() {
+		s.serveScheduled(w, r, u, cl, reqID)
+		return
+	}
+	s.servePassthrough(w, r, u)
+}
+
+// serveNotFound answers paths that name no upstream, in a JSON error shape
+// both SDK families read (Anthropic's envelope plus OpenAI's param and code).
+func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
+	msg := "no such route: " + r.URL.Path + " (use /{upstream}/v1/...; configured upstreams: " + strings.Join(s.order, ", ") + ")"
+	body, _ := json.Marshal(map[string]any{
+		"type": "error",
+		"error": map[string]any{
+			"type":    "not_found_error",
+			"message": msg,
+			"param":   nil,
+			"code":    "unknown_upstream",
+		},
+	})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Should-Retry", "false")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = w.Write(body)
+}
+
+// newRequestID returns an id for errors Sluice answers itself.
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return "req_sluice_" + hex.EncodeToString(b[:])
+}

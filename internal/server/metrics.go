@@ -1,0 +1,195 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// Request outcomes, the values of sluice_requests_total's outcome label.
+const (
+	outcomeSuccess       = "success"        // 2xx relayed
+	outcomeUpstreamError = "upstream_error" // terminal upstream error passed through
+	outcomeGaveUp        = "gave_up"        // Sluice shed or gave up (dispatch.Error)
+	outcomeBadRequest    = "bad_request"    // rejected before scheduling
+	outcomeUnauthorized  = "unauthorized"   // unknown or missing client key
+	outcomeCanceled      = "canceled"       // client went away
+	outcomeError         = "error"          // unexpected engine failure
+)
+
+// priorityUnknown labels requests rejected before their class was known.
+const priorityUnknown = "unknown"
+
+func outcomeFor(status int) string {
+	if status >= 200 && status < 300 {
+		return outcomeSuccess
+	}
+	return outcomeUpstreamError
+}
+
+// metrics is the Prometheus edge of the engine: it implements
+// dispatch.Observer (one per upstream) and collects Snapshot gauges on
+// scrape. Every label has bounded values: upstream names come from the
+// config, priorities and classes are enums, statuses are HTTP codes.
+type metrics struct {
+	registry    *prometheus.Registry
+	requests    *prometheus.CounterVec
+	passthrough *prometheus.CounterVec
+	attempts    *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	shed        *prometheus.CounterVec
+	breaker     *prometheus.CounterVec
+	tokens      *prometheus.CounterVec
+	queueWait   *prometheus.HistogramVec
+	latency     *prometheus.HistogramVec
+}
+
+func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
+	m := &metrics{
+		registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total",
+			Help: "Scheduled proxy requests by upstream, priority class and outcome.",
+		}, []string{"upstream", "priority", "outcome"}),
+		passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_passthrough_requests_total",
+			Help: "Requests forwarded unscheduled (paths other than messages/chat completions).",
+		}, []string{"upstream"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_attempts_total",
+			Help: "Upstream attempts by outcome class and HTTP status (0 for transport errors).",
+		}, []string{"upstream", "class", "status"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_retries_total",
+			Help: "Requests put back in the queue for another attempt, by the outcome class that caused it.",
+		}, []string{"upstream", "reason"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_shed_total",
+			Help: "Requests refused or given up without a usable upstream answer, by reason.",
+		}, []string{"upstream", "reason"}),
+		breaker: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_breaker_transitions_total",
+			Help: "Circuit breaker state changes, by the state entered.",
+		}, []string{"upstream", "to"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_tokens_total",
+			Help: "Tokens of finished requests: estimated before sending and actual from the usage report.",
+		}, []string{"upstream", "direction", "kind"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_queue_wait_seconds",
+			Help:    "Time from arrival to first upstream attempt.",
+			Buckets: []float64{.001, .005, .025, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
+		}, []string{"upstream", "priority"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_upstream_latency_seconds",
+			Help:    "Upstream attempt latency to response headers (first content for streams).",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"upstream"}),
+	}
+	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.breaker, m.tokens, m.queueWait, m.latency,
+		&snapshotCollector{s: s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Pre-create the per-upstream series so dashboards see zeros.
+	for _, u := range s.cfg.Upstreams {
+		m.passthrough.WithLabelValues(u.Name)
+		m.latency.WithLabelValues(u.Name)
+	}
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+func (m *metrics) request(upstream, priority, outcome string) {
+	if priority == "" {
+		priority = priorityUnknown
+	}
+	m.requests.WithLabelValues(upstream, priority, outcome).Inc()
+}
+
+func (m *metrics) passthroughRequest(upstream string) {
+	m.passthrough.WithLabelValues(upstream).Inc()
+}
+
+// observer returns the dispatch.Observer for one upstream.
+func (m *metrics) observer(upstream string) dispatch.Observer {
+	return &upstreamObserver{m: m, upstream: upstream}
+}
+
+// upstreamObserver records one dispatcher's events. Each method is a few
+// atomic adds: O(1), never blocking.
+type upstreamObserver struct {
+	m        *metrics
+	upstream string
+}
+
+var _ dispatch.Observer = (*upstreamObserver)(nil)
+
+func (o *upstreamObserver) Enqueued(flow.Priority) {}
+
+func (o *upstreamObserver) Admitted(class flow.Priority, queueWait time.Duration) {
+	o.m.queueWait.WithLabelValues(o.upstream, class.String()).Observe(queueWait.Seconds())
+}
+
+func (o *upstreamObserver) Attempted(outcome provider.Class, status int, latency time.Duration) {
+	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
+	o.m.latency.WithLabelValues(o.upstream).Observe(latency.Seconds())
+}
+
+func (o *upstreamObserver) Retried(outcome provider.Class) {
+	o.m.retries.WithLabelValues(o.upstream, outcome.String()).Inc()
+}
+
+func (o *upstreamObserver) Shed(_ flow.Priority, reason error) {
+	o.m.shed.WithLabelValues(o.upstream, shedReason(reason)).Inc()
+}
+
+func (o *upstreamObserver) BreakerStateChanged(_, to flow.BreakerState) {
+	o.m.breaker.WithLabelValues(o.upstream, to.String()).Inc()
+}
+
+func (o *upstreamObserver) Reconciled(est provider.Cost, actual provider.Usage) {
+	t := o.m.tokens
+	t.WithLabelValues(o.upstream, "input", "estimated").Add(float64(max(est.InputTokens, 0)))
+	t.WithLabelValues(o.upstream, "output", "reserved").Add(float64(max(est.OutputTokens, 0)))
+	t.WithLabelValues(o.upstream, "input", "actual").Add(float64(max(actual.InputTokens+actual.CacheCreationInputTokens+actual.CacheReadInputTokens, 0)))
+	t.WithLabelValues(o.upstream, "output", "actual").Add(float64(max(actual.OutputTokens, 0)))
+}
+
+// statusLabel keeps the status label to real HTTP codes.
+func statusLabel(status int) string {
+	if status < 100 || status > 599 {
+		return "0"
+	}
+	return strconv.Itoa(status)
+}
+
+// shedReason maps the dispatcher's sentinels to label values.
+func shedReason(err error) string {
+	for _, r := range []struct {
+		err   error
+		label string
+	}{
+		{dispatch.ErrTooLarge, "too_large"},
+		{dispatch.ErrShed, "predicted_wait"},
+		{dispatch.ErrDeadline, "deadline"},
+		{dispatch.ErrRetriesExhausted, "retries_exhausted"},
+		{dispatch.ErrRetryBudget, "retry_budget"},
+		{dispatch.ErrStopped, "stopped"},
+	} {
+		if errors.Is(err, r.err) {
+			return r.label
+		}
+	}
+	return "other"
+}

@@ -1,0 +1,323 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// ReadHeaderTimeoutDefault bounds how long a client may take to send its
+// request headers (slowloris protection).
+const ReadHeaderTimeoutDefault = 30 * time.Second
+
+// Errors callers branch on.
+var (
+	// ErrStopped is returned by Start after Stop.
+	ErrStopped = errors.New("server stopped")
+	// ErrStarted is returned by a second Start.
+	ErrStarted = errors.New("server already started")
+)
+
+// engine is what the server needs from an upstream's dispatcher: the real
+// one is *dispatch.Dispatcher; tests use a fake.
+type engine interface {
+	Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
+}
+
+// lifecycle is implemented by engines that run in the background.
+type lifecycle interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// Option configures a Server beyond its Config.
+type Option func(*options)
+
+type options struct {
+	clock     clock.Clock
+	logger    *slog.Logger
+	transport http.RoundTripper
+	engines   map[string]engine
+}
+
+// WithClock sets the clock used for deadlines and timings. Defaults to the
+// wall clock.
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithLogger sets the logger. Defaults to slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithTransport sets the HTTP transport used to reach the upstreams, for
+// both scheduled and passed-through requests. Defaults to a clone of
+// http.DefaultTransport.
+func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
+
+// withEngine replaces the dispatcher of one upstream (tests).
+func withEngine(upstream string, e engine) Option {
+	return func(o *options) {
+		if o.engines == nil {
+			o.engines = map[string]engine{}
+		}
+		o.engines[upstream] = e
+	}
+}
+
+// upstream is one configured provider API as the handlers see it.
+type upstream struct {
+	cfg    UpstreamConfig
+	target *url.URL
+	engine engine
+	proxy  *httputil.ReverseProxy
+}
+
+// scheduledPath is the one path under /{upstream} that goes through the
+// engine for this upstream's protocol.
+func (u *upstream) scheduledPath() string {
+	if u.cfg.Protocol == provider.OpenAI {
+		return "/v1/chat/completions"
+	}
+	return "/v1/messages"
+}
+
+// Server is the gateway: HTTP routes in front of one dispatcher per
+// upstream. Create it with New, then Start and Stop it, or mount Handler
+// in your own http.Server.
+type Server struct {
+	cfg       Config
+	clock     clock.Clock
+	log       *slog.Logger
+	upstreams map[string]*upstream
+	order     []string // upstream names in config order
+	clients   *clientSet
+	registry  *prometheus.Registry
+	metrics   *metrics
+	handler   http.Handler
+
+	mu        sync.Mutex
+	started   bool
+	stopped   bool
+	ln        net.Listener
+	http      *http.Server
+	serveDone chan struct{}
+	// cancelRequests ends the context of every in-flight request; Stop
+	// calls it when the grace period runs out.
+	cancelRequests context.CancelCauseFunc
+	baseCtx        context.Context
+}
+
+// errShutdown is the cause given to in-flight requests cut off by Stop.
+var errShutdown = errors.New("gateway shutting down")
+
+// New builds a Server and one dispatcher per upstream from cfg, which is
+// defaulted and validated first.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("validating config: %w", err)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.clock = clock.Or(o.clock)
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.transport == nil {
+		o.transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	baseCtx, cancel := context.WithCancelCause(context.Background())
+	s := &Server{
+		cfg:            cfg,
+		clock:          o.clock,
+		log:            o.logger,
+		upstreams:      map[string]*upstream{},
+		clients:        newClientSet(cfg.Clients),
+		registry:       prometheus.NewRegistry(),
+		baseCtx:        baseCtx,
+		cancelRequests: cancel,
+	}
+	s.metrics = newMetrics(s.registry, s)
+	for _, uc := range cfg.Upstreams {
+		target, err := url.Parse(uc.BaseURL)
+		if err != nil { // validated above; kept for safety
+			return nil, fmt.Errorf("parsing upstreams %s base_url: %w", uc.Name, redactURLError(err))
+		}
+		u := &upstream{cfg: uc, target: target}
+		if e, ok := o.engines[uc.Name]; ok {
+			u.engine = e
+		} else {
+			e, err := newDispatcher(uc, o, s.metrics.observer(uc.Name))
+			if err != nil {
+				return nil, fmt.Errorf("building dispatcher for upstream %s: %w", uc.Name, err)
+			}
+			u.engine = e
+		}
+		u.proxy = s.newPassthrough(u, o.transport)
+		s.upstreams[uc.Name] = u
+		s.order = append(s.order, uc.Name)
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Config returns the defaulted configuration the server runs with.
+func (s *Server) Config() Config { return s.cfg }
+
+// Handler returns the gateway's routes, for tests or to mount in another
+// server. Requests it serves are not cut off by Stop's grace period unless
+// they came through Start's listener.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.HandleFunc("GET /v1/status", s.serveStatus)
+	mux.HandleFunc("/{upstream}/", s.serveUpstream)
+	mux.HandleFunc("/", s.serveNotFound)
+	return mux
+}
+
+// Start starts the dispatchers, then listens on Config.Listen and serves in
+// the background until Stop.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return ErrStopped
+	case s.started:
+		return ErrStarted
+	}
+	// Dispatchers first, so the first request finds them running.
+	var started []lifecycle
+	for _, name := range s.order {
+		lc, ok := s.upstreams[name].engine.(lifecycle)
+		if !ok {
+			continue
+		}
+		if err := lc.Start(ctx); err != nil {
+			stopAll(ctx, started)
+			return fmt.Errorf("starting dispatcher for upstream %s: %w", name, err)
+		}
+		started = append(started, lc)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+	if err != nil {
+		stopAll(ctx, started)
+		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	s.http = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: ReadHeaderTimeoutDefault,
+		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.serveDone = make(chan struct{})
+	s.started = true
+	go func() {
+		defer close(s.serveDone)
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("serving HTTP", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr returns the address the server listens on (useful with port 0), or
+// "" before Start.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Stop shuts the gateway down gracefully. It is idempotent and safe before
+// Start. The order matters:
+//
+//  1. stop accepting connections and let in-flight requests finish, for up
+//     to Config.ShutdownGrace (or until ctx ends, if sooner);
+//  2. then cancel the requests still running and close their connections;
+//  3. then stop the dispatchers, once nothing can hand them work.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil
+	}
+	s.stopped = true
+	if !s.started {
+		s.cancelRequests(errShutdown)
+		return nil
+	}
+	var errs []error
+	graceCtx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
+	err := s.http.Shutdown(graceCtx)
+	cancel()
+	s.cancelRequests(errShutdown)
+	if err != nil {
+		// The grace period ran out: cut off what is left.
+		s.log.Warn("shutdown grace period over; closing remaining connections", "err", err)
+		errs = append(errs, s.http.Close())
+	}
+	<-s.serveDone
+	var lcs []lifecycle
+	for _, name := range s.order {
+		if lc, ok := s.upstreams[name].engine.(lifecycle); ok {
+			lcs = append(lcs, lc)
+		}
+	}
+	errs = append(errs, stopAll(ctx, lcs))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stopping server: %w", err)
+	}
+	return nil
+}
+
+func stopAll(ctx context.Context, lcs []lifecycle) error {
+	var errs []error
+	for _, lc := range lcs {
+		if err := lc.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// UpstreamNames returns the upstream names in config order.
+func (s *Server) UpstreamNames() []string { return append([]string(nil), s.order...) }
+
+// clientPriority applies a client's default and cap to a requested class.
+func clientPriority(cl client, requested *flow.Priority) flow.Priority {
+	p := cl.defaultPriority
+	if requested != nil {
+		p = *requested
+	}
+	if p < cl.maxPriority {
+		p = cl.maxPriority
+	}
+	return p
+}
