@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+func init() {
+	register(command{
+		name:    "serve",
+		summary: "run the gateway: a drop-in proxy for the Anthropic and OpenAI APIs",
+		usage:   "[--config FILE] [--listen ADDR] [--grace 30s] [--check]",
+		run:     runServe,
+	})
+}
+
+func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
+	configPath := fs.String("config", "", "YAML config `file` (see docs/config.md); without it, upstreams come from ANTHROPIC_API_KEY / OPENAI_API_KEY")
+	listen := fs.String("listen", "", "listen `address`, overriding the config (default "+server.ListenDefault+")")
+	grace := fs.Duration("grace", 0, "how long shutdown waits for in-flight requests, overriding the config (default "+server.ShutdownGraceDefault.String()+")")
+	check := fs.Bool("check", false, "validate the configuration and exit")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *grace < 0 {
+		return fmt.Errorf("%w: --grace must be >= 0", errUsage)
+	}
+	cfg, err := loadServeConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if *grace > 0 {
+		cfg.ShutdownGrace = *grace
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv, err := server.New(cfg, server.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	if *check {
+		fmt.Fprintf(out, "config ok: %s\n", describeUpstreams(srv.Config()))
+		return nil
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "sluice listening on http://%s\n", srv.Addr())
+	for _, u := range srv.Config().Upstreams {
+		fmt.Fprintf(out, "  /%s/ -> %s (%s)\n", u.Name, u.BaseURL, u.Protocol)
+	}
+	<-ctx.Done()
+	fmt.Fprintf(out, "shutting down (waiting up to %s for in-flight requests)\n", srv.Config().ShutdownGrace)
+	// ctx is already done; shutdown gets its own bound (grace plus a
+	// margin for stopping the dispatchers).
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), srv.Config().ShutdownGrace+10*time.Second)
+	defer cancel()
+	if err := srv.Stop(stopCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+func loadServeConfig(path string) (server.Config, error) {
+	if path == "" {
+		return server.EnvConfig(os.LookupEnv)
+	}
+	return server.LoadConfig(path, os.LookupEnv)
+}
+
+func describeUpstreams(cfg server.Config) string {
+	parts := make([]string, 0, len(cfg.Upstreams))
+	for _, u := range cfg.Upstreams {
+		parts = append(parts, fmt.Sprintf("/%s/ -> %s (%s)", u.Name, u.BaseURL, u.Protocol))
+	}
+	return fmt.Sprintf("listen %s, %d client(s), upstreams %s", cfg.Listen, len(cfg.Clients), strings.Join(parts, ", "))
+}
