@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/bench"
+)
+
+func init() {
+	names := []string{}
+	for _, s := range bench.Scenarios() {
+		names = append(names, s.Name)
+	}
+	register(command{
+		name:    "bench",
+		summary: "measure the gateway against a naive client on an in-process mock: " + strings.Join(names, ", ") + ", all",
+		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--json] <scenario>",
+		run:     runBench,
+	})
+}
+
+func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
+	seed := fs.Uint64("seed", bench.SeedDefault, "seed of workloads, simulated faults and retry jitter")
+	quick := fs.Bool("quick", false, "tiny sizes: a smoke run in seconds (figures not comparable with the targets)")
+	duration := fs.Duration("duration", bench.LoadDurationDefault, "how long the priority scenario overloads")
+	requests := fs.Int("requests", 0, "override the scenario's request count (goodput, overhead pairs, mock)")
+	asJSON := fs.Bool("json", false, "also print the results as JSON after the text report")
+	// Accept flags after the scenario name too: sluice bench goodput --quick.
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+		if fs.NArg() > 1 {
+			return fmt.Errorf("%w: one scenario expected, got %q", errUsage, strings.Join(fs.Args(), " "))
+		}
+	} else if fs.NArg() > 0 {
+		return fmt.Errorf("%w: one scenario expected, got extra %q", errUsage, strings.Join(fs.Args(), " "))
+	}
+	if name == "" {
+		return fmt.Errorf("%w: name a scenario (goodput, priority, outage, overhead, mock or all)", errUsage)
+	}
+	if *duration <= 0 {
+		return fmt.Errorf("%w: --duration must be positive, got %v", errUsage, *duration)
+	}
+	if *requests < 0 {
+		return fmt.Errorf("%w: --requests must be >= 0, got %d", errUsage, *requests)
+	}
+	var scenarios []bench.Scenario
+	if name == "all" {
+		scenarios = bench.Scenarios()
+	} else {
+		s, err := bench.Lookup(name)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		scenarios = []bench.Scenario{s}
+	}
+	opts := bench.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr}
+	if flagGiven(fs, "duration") || !*quick {
+		opts.Duration = *duration
+	}
+	var results []*bench.Result
+	missed := 0
+	for _, s := range scenarios {
+		r, err := s.Run(ctx, opts)
+		if err != nil {
+			return err
+		}
+		if err := r.WriteText(out); err != nil {
+			return err
+		}
+		if !r.Met() {
+			missed++
+		}
+		results = append(results, r)
+	}
+	if *asJSON {
+		if err := bench.WriteJSON(out, results); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "%d of %d scenarios met every target\n", len(results)-missed, len(results))
+	return nil
+}
