@@ -93,3 +93,10 @@ func parseSSE(t *testing.T, r io.Reader) []sseEvent {
 	require.NoError(t, sc.Err())
 	return out
 }
+
+func jsonMarshal(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

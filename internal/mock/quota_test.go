@@ -215,3 +215,36 @@ func TestSlidingWindowIsExactAndBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestStatsCompactionKeepsMaxima checks that folding old windows away to
+// bound memory does not change the reported maxima.
+func TestStatsCompactionKeepsMaxima(t *testing.T) {
+	t.Parallel()
+	sc := newScope()
+	rng := rand.New(rand.NewPCG(3, 4))
+	at := t0
+	var times []time.Time
+	var amounts []int64
+	for range 3 * compactAt {
+		at = at.Add(time.Duration(rng.IntN(40)) * time.Millisecond)
+		n := int64(1 + rng.IntN(100))
+		if rng.IntN(50) == 0 {
+			n = 5000 // occasional spikes early and late
+		}
+		sc.admit(at)
+		sc.finish(at, Counts{Requests: 1, InputTokens: n})
+		times, amounts = append(times, at), append(amounts, n)
+	}
+	require.Less(t, len(sc.events), 3*compactAt, "old events were dropped")
+	var want, sum int64
+	i := 0
+	for j := range times {
+		sum += amounts[j]
+		for !times[i].After(times[j].Add(-time.Minute)) {
+			sum -= amounts[i]
+			i++
+		}
+		want = max(want, sum)
+	}
+	require.Equal(t, want, sc.snapshot().Max60s.InputTokens)
+}

@@ -69,7 +69,7 @@ const statsWindow = 60 * time.Second
 // the windows that end before it was recorded.
 const (
 	compactAt    = 1 << 16
-	compactAfter = 10 * time.Minute
+	compactAfter = 2 * time.Minute
 )
 
 type event struct {
@@ -89,6 +89,9 @@ type scope struct {
 	events    []event // sorted by t
 	finalMax  Counts  // max over windows ending before finalUpTo
 	finalUpTo time.Time
+	// nextCompact is the event count that triggers the next compaction; it
+	// doubles with the live events so compaction stays amortized O(1).
+	nextCompact int
 }
 
 func newScope() *scope { return &scope{byStatus: map[string]int64{}} }
@@ -122,8 +125,9 @@ func (s *scope) finish(at time.Time, c Counts) {
 		i--
 	}
 	s.events = slices.Insert(s.events, i, event{at, c})
-	if len(s.events) > compactAt {
+	if len(s.events) > max(compactAt, s.nextCompact) {
 		s.compact()
+		s.nextCompact = 2 * len(s.events)
 	}
 }
 
