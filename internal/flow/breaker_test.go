@@ -1,0 +1,131 @@
+package flow_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+type transitions []string
+
+func newBreaker(t *testing.T, cfg flow.BreakerConfig) (*flow.Breaker, *transitions) {
+	t.Helper()
+	var tr transitions
+	b, err := flow.NewBreaker(cfg, rand.New(rand.NewPCG(1, 1)), func(from, to flow.BreakerState) {
+		tr = append(tr, from.String()+">"+to.String())
+	}, t0)
+	require.NoError(t, err)
+	return b, &tr
+}
+
+func run(t *testing.T, b *flow.Breaker, r flow.Result, now time.Time) {
+	t.Helper()
+	gen, err := b.Allow(now)
+	require.NoError(t, err)
+	b.Done(gen, r, now)
+}
+
+func TestBreakerTrips(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		results []flow.Result
+		open    bool
+	}{
+		{"consecutive failures", []flow.Result{flow.Failed, flow.Failed, flow.Failed}, true},
+		{"success resets the streak", []flow.Result{flow.Failed, flow.Failed, flow.Healthy, flow.Failed, flow.Failed}, false},
+		{"failure ratio with min requests", []flow.Result{flow.Failed, flow.Healthy, flow.Failed, flow.Healthy, flow.Healthy, flow.Failed}, true},
+		{"ratio below min requests", []flow.Result{flow.Failed, flow.Healthy, flow.Failed, flow.Healthy, flow.Failed}, false},
+		{"neutral never trips (rate, client errors)", []flow.Result{flow.Neutral, flow.Neutral, flow.Neutral, flow.Neutral, flow.Neutral, flow.Neutral, flow.Neutral}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b, _ := newBreaker(t, flow.BreakerConfig{ConsecutiveFailures: 3, MinRequests: 6, FailureRatio: 0.5})
+			for _, r := range tt.results {
+				run(t, b, r, t0)
+			}
+			s, _ := b.State(t0)
+			require.Equal(t, tt.open, s == flow.Open, s.String())
+		})
+	}
+}
+
+func TestBreakerHalfOpenProbesAndClose(t *testing.T) {
+	t.Parallel()
+	b, tr := newBreaker(t, flow.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, HalfOpenProbes: 2})
+	run(t, b, flow.Failed, t0)
+	s, readyAt := b.State(t0)
+	require.Equal(t, flow.Open, s)
+	require.False(t, readyAt.Before(t0.Add(7500*time.Millisecond)))
+	require.False(t, readyAt.After(t0.Add(12500*time.Millisecond)), "jittered 75-125%%")
+	_, err := b.Allow(t0)
+	require.ErrorIs(t, err, flow.ErrOpen)
+
+	now := readyAt
+	g1, err := b.Allow(now)
+	require.NoError(t, err)
+	g2, err := b.Allow(now)
+	require.NoError(t, err)
+	ok, _ := b.Ready(now)
+	require.False(t, ok, "every probe is out")
+	_, err = b.Allow(now)
+	require.ErrorIs(t, err, flow.ErrOpen)
+	b.Done(g1, flow.Healthy, now)
+	b.Done(g2, flow.Healthy, now)
+	s, _ = b.State(now)
+	require.Equal(t, flow.Closed, s)
+	require.Equal(t, transitions{"closed>open", "open>half_open", "half_open>closed"}, *tr)
+}
+
+func TestBreakerHalfOpenFailureReopens(t *testing.T) {
+	t.Parallel()
+	b, _ := newBreaker(t, flow.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: 3})
+	run(t, b, flow.Failed, t0)
+	now := t0.Add(2 * time.Second)
+	g, err := b.Allow(now)
+	require.NoError(t, err)
+	b.Done(g, flow.Failed, now)
+	s, _ := b.State(now)
+	require.Equal(t, flow.Open, s)
+}
+
+func TestBreakerIgnoresStaleGenerations(t *testing.T) {
+	t.Parallel()
+	b, _ := newBreaker(t, flow.BreakerConfig{ConsecutiveFailures: 2, OpenTimeout: time.Second, HalfOpenProbes: 1})
+	stale, err := b.Allow(t0) // sent while closed, answers late
+	require.NoError(t, err)
+	run(t, b, flow.Failed, t0)
+	run(t, b, flow.Failed, t0)
+	now := t0.Add(2 * time.Second)
+	probe, err := b.Allow(now) // half-open
+	require.NoError(t, err)
+	b.Done(stale, flow.Failed, now) // from the closed generation: ignored
+	s, _ := b.State(now)
+	require.Equal(t, flow.HalfOpen, s)
+	b.Done(probe, flow.Healthy, now)
+	s, _ = b.State(now)
+	require.Equal(t, flow.Closed, s)
+
+	// The closed window resets counts (a new generation) when it ends.
+	late, err := b.Allow(now)
+	require.NoError(t, err)
+	run(t, b, flow.Failed, now)
+	now = now.Add(flow.BreakerWindowDefault)
+	b.Done(late, flow.Failed, now) // previous window: ignored
+	run(t, b, flow.Failed, now)
+	s, _ = b.State(now)
+	require.Equal(t, flow.Closed, s, "one failure per window does not make two in a row")
+}
+
+func TestBreakerConfigValidation(t *testing.T) {
+	t.Parallel()
+	_, err := flow.NewBreaker(flow.BreakerConfig{FailureRatio: 1.5}, nil, nil, t0)
+	require.ErrorContains(t, err, "Breaker.FailureRatio")
+	_, err = flow.NewBreaker(flow.BreakerConfig{HalfOpenProbes: -1}, nil, nil, t0)
+	require.ErrorContains(t, err, "Breaker.HalfOpenProbes")
+}

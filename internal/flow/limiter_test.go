@@ -1,0 +1,233 @@
+package flow_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newLimiter(t testing.TB, limits [flow.NumDims]float64, burst float64) *flow.Limiter {
+	t.Helper()
+	l, err := flow.NewLimiter(flow.LimiterConfig{Limits: limits, BurstSeconds: burst, SafetyMargin: 1}, t0)
+	require.NoError(t, err)
+	return l
+}
+
+func TestLimiterBucketMath(t *testing.T) {
+	t.Parallel()
+	// 600 RPM = 10/s, depth 1 s = 10 requests.
+	l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 600}, 1)
+	one := flow.Amount{flow.Requests: 1}
+	for i := range 10 {
+		w, err := l.Reserve(one, t0)
+		require.NoError(t, err)
+		require.Zero(t, w, "request %d fits the depth", i)
+	}
+	w, err := l.Reserve(one, t0)
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, w, "one request refills in 1/10 s")
+	w, err = l.Reserve(one, t0.Add(100*time.Millisecond))
+	require.NoError(t, err)
+	require.Zero(t, w)
+
+	// After a long idle the bucket holds its depth, not a minute's worth.
+	later := t0.Add(time.Hour)
+	require.InDelta(t, 10, l.State(later)[flow.Requests].Level, 1e-9)
+
+	// Bigger than the depth but within the capacity: waits to accumulate.
+	big := flow.Amount{flow.Requests: 30}
+	w, err = l.TimeUntil(big, later)
+	require.NoError(t, err)
+	require.Zero(t, w, "an idle bucket has accumulated up to the capacity for a big request")
+	_, err = l.Reserve(big, later)
+	require.NoError(t, err)
+	w, err = l.TimeUntil(big, later)
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, w)
+
+	_, err = l.TimeUntil(flow.Amount{flow.Requests: 601}, later)
+	require.ErrorIs(t, err, flow.ErrTooLarge)
+
+	// Unknown dimensions never block.
+	w, err = l.TimeUntil(flow.Amount{flow.Tokens: 1e12}, later.Add(3*time.Second))
+	require.NoError(t, err)
+	require.Zero(t, w)
+}
+
+func TestLimiterReconcileRefund(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		reserved  flow.Amount
+		actual    flow.Amount
+		wantLevel float64
+	}{
+		{"refund unused output", flow.NewAmount(100, 1000), flow.NewAmount(100, 10), 6000 - 110},
+		{"debit beyond estimate goes negative", flow.NewAmount(100, 1000), flow.NewAmount(3000, 4000), 6000 - 7000},
+		{"exact", flow.NewAmount(100, 1000), flow.NewAmount(100, 1000), 6000 - 1100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := newLimiter(t, [flow.NumDims]float64{flow.Tokens: 60000}, 6) // depth 6000
+			w, err := l.Reserve(tt.reserved, t0)
+			require.NoError(t, err)
+			require.Zero(t, w)
+			l.Reconcile(tt.reserved, tt.actual, t0)
+			require.InDelta(t, tt.wantLevel, l.State(t0)[flow.Tokens].Level, 1e-9)
+		})
+	}
+	l := newLimiter(t, [flow.NumDims]float64{flow.Tokens: 60000}, 6)
+	_, err := l.Reserve(flow.NewAmount(0, 5000), t0)
+	require.NoError(t, err)
+	l.Refund(flow.NewAmount(0, 5000), t0)
+	require.InDelta(t, 6000, l.State(t0)[flow.Tokens].Level, 1e-9)
+}
+
+func TestLimiterObserve(t *testing.T) {
+	t.Parallel()
+	// Nothing configured: limits are learned, times the margin.
+	l, err := flow.NewLimiter(flow.LimiterConfig{SafetyMargin: 0.9, BurstSeconds: 6}, t0)
+	require.NoError(t, err)
+	l.Observe(map[flow.Dim]flow.Observation{flow.InputTokens: {Limit: 10000, Remaining: 200}}, t0)
+	s := l.State(t0)[flow.InputTokens]
+	require.InDelta(t, 9000, s.Capacity, 1e-9)
+	require.InDelta(t, 200, s.Level, 1e-9, "never more room than the provider reports")
+
+	// Configured higher than the provider says: the provider wins.
+	l = newLimiter(t, [flow.NumDims]float64{flow.Requests: 1000}, 6)
+	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 50, Remaining: -1}}, t0)
+	require.InDelta(t, 50, l.State(t0)[flow.Requests].Capacity, 1e-9)
+
+	// More room reported than the depth while the bucket is full: deepen.
+	l = newLimiter(t, [flow.NumDims]float64{flow.Tokens: 60000}, 1) // depth 1000
+	l.Observe(map[flow.Dim]flow.Observation{flow.Tokens: {Limit: 60000, Remaining: 50000}}, t0)
+	require.InDelta(t, 2000, l.State(t0)[flow.Tokens].Depth, 1e-9, "doubles, bounded by what is reported")
+	l.Pause(t0.Add(time.Second), t0)
+	require.InDelta(t, 1000, l.State(t0)[flow.Tokens].Depth, 1e-9, "a RATE pause makes it shallow again")
+}
+
+func TestLimiterPause(t *testing.T) {
+	t.Parallel()
+	l := newLimiter(t, [flow.NumDims]float64{}, 5)
+	l.Pause(t0.Add(3*time.Second), t0)
+	l.Pause(t0.Add(time.Second), t0) // earlier: ignored
+	w, err := l.Reserve(flow.NewAmount(1, 1), t0)
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, w)
+	require.Equal(t, 3*time.Second, l.WaitFor(flow.NewAmount(1, 1), t0))
+	w, err = l.Reserve(flow.NewAmount(1, 1), t0.Add(3*time.Second))
+	require.NoError(t, err)
+	require.Zero(t, w)
+}
+
+func TestLimiterConfigValidation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		cfg  flow.LimiterConfig
+		want string
+	}{
+		{flow.LimiterConfig{Limits: [flow.NumDims]float64{flow.Tokens: -1}}, "Limits[tokens]"},
+		{flow.LimiterConfig{BurstSeconds: 61}, "BurstSeconds"},
+		{flow.LimiterConfig{SafetyMargin: 2}, "SafetyMargin"},
+	}
+	for _, tt := range tests {
+		_, err := flow.NewLimiter(tt.cfg, t0)
+		require.ErrorContains(t, err, tt.want)
+	}
+}
+
+// TestLimiterNeverExceedsQuota drives random workloads through the limiter
+// (admitting only what Reserve accepts, reconciling with random actual
+// usage) and checks, in every dimension and over every window, that what
+// was admitted stays within the token-bucket envelope of the limiter's own
+// accounting: sum over [s, t] ≤ max(depth, largest cost) + rate·(t−s) +
+// what reconciliation refunded in between.
+func TestLimiterNeverExceedsQuota(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(8) {
+		rnd := rand.New(rand.NewPCG(seed, 99))
+		limits := [flow.NumDims]float64{
+			flow.Requests:     float64(10 + rnd.IntN(500)),
+			flow.InputTokens:  float64(10000 + rnd.IntN(100000)),
+			flow.OutputTokens: float64(2000 + rnd.IntN(20000)),
+			flow.Tokens:       0,
+		}
+		if rnd.IntN(2) == 0 {
+			limits[flow.Tokens] = limits[flow.InputTokens] + limits[flow.OutputTokens]/2
+		}
+		burst := 1 + rnd.Float64()*10
+		l := newLimiter(t, limits, burst)
+		type event struct {
+			at   time.Time
+			cost flow.Amount
+		}
+		var admitted []event
+		var refunds []event
+		now := t0
+		for range 1500 {
+			now = now.Add(time.Duration(rnd.IntN(300)) * time.Millisecond)
+			cost := flow.NewAmount(int64(1+rnd.IntN(int(limits[flow.InputTokens]/20))), int64(1+rnd.IntN(int(limits[flow.OutputTokens]/20))))
+			w, err := l.Reserve(cost, now)
+			require.NoError(t, err)
+			if w > 0 {
+				continue
+			}
+			admitted = append(admitted, event{now, cost})
+			// Actual usage: never above the reservation here, so refunds only.
+			actual := cost
+			actual[flow.OutputTokens] = math.Floor(cost[flow.OutputTokens] * rnd.Float64())
+			actual[flow.Tokens] = actual[flow.InputTokens] + actual[flow.OutputTokens]
+			l.Reconcile(cost, actual, now)
+			refunds = append(refunds, event{now, cost.Sub(actual)})
+		}
+		require.Greater(t, len(admitted), 100, "seed %d: the workload must exercise the limiter", seed)
+		for d := range flow.NumDims {
+			if limits[d] == 0 {
+				continue
+			}
+			rate := limits[d] / 60
+			var maxCost float64
+			for _, e := range admitted {
+				maxCost = math.Max(maxCost, e.cost[d])
+			}
+			depth := math.Max(limits[d]/60*burst, maxCost)
+			for i := range admitted {
+				var sum, refunded float64
+				for j := i; j < len(admitted); j++ {
+					sum += admitted[j].cost[d]
+					if j > i {
+						refunded += refunds[j-1].cost[d] // reconciled before j was admitted
+					}
+					span := admitted[j].at.Sub(admitted[i].at).Seconds()
+					if bound := depth + rate*span + refunded + 1e-6; sum > bound {
+						t.Fatalf("seed %d dim %s window [%d,%d]: admitted %.0f > envelope %.0f", seed, flow.Dim(d), i, j, sum, bound)
+					}
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkLimiterReserve(b *testing.B) {
+	l := newLimiter(b, [flow.NumDims]float64{flow.Requests: 1e9, flow.InputTokens: 1e12, flow.OutputTokens: 1e12, flow.Tokens: 1e12}, 60)
+	cost := flow.NewAmount(1000, 500)
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		if _, err := l.Reserve(cost, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

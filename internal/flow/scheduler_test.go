@@ -1,0 +1,202 @@
+package flow_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+func newScheduler(t testing.TB) *flow.Scheduler {
+	t.Helper()
+	s, err := flow.NewScheduler([flow.NumPriorities]float64{}, [flow.NumPriorities]time.Duration{})
+	require.NoError(t, err)
+	return s
+}
+
+func pop(s *flow.Scheduler, now time.Time) *flow.Item {
+	it := s.Peek(now)
+	if it != nil {
+		s.Take(it)
+	}
+	return it
+}
+
+func TestSchedulerSharesMatchWeights(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		sizes func(rnd *rand.Rand) float64
+	}{
+		{"equal sizes", func(*rand.Rand) float64 { return 1000 }},
+		{"mixed sizes", func(rnd *rand.Rand) float64 { return float64(100 + rnd.IntN(5000)) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rnd := rand.New(rand.NewPCG(7, 7))
+			s := newScheduler(t)
+			// Saturation: every class always has a backlog.
+			for c := range flow.NumPriorities {
+				for range 200 {
+					s.Push(&flow.Item{Class: flow.Priority(c), Size: tt.sizes(rnd), Arrival: t0})
+				}
+			}
+			var served [flow.NumPriorities]float64
+			var total float64
+			for range 20000 {
+				it := pop(s, t0)
+				served[it.Class] += it.Size
+				total += it.Size
+				s.Push(&flow.Item{Class: it.Class, Size: tt.sizes(rnd), Arrival: t0})
+			}
+			for c, w := range flow.WeightsDefault {
+				require.InDelta(t, w/15, served[c]/total, 0.01, "class %s", flow.Priority(c))
+			}
+		})
+	}
+}
+
+func TestSchedulerLightClassBarelyQueues(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	for range 1000 {
+		s.Push(&flow.Item{Class: flow.Low, Size: 1, Arrival: t0})
+	}
+	// A critical request arriving into a low backlog is served next.
+	crit := &flow.Item{Class: flow.Critical, Size: 1, Arrival: t0}
+	pop(s, t0)
+	s.Push(crit)
+	require.Same(t, crit, pop(s, t0))
+}
+
+func TestSchedulerRoundRobinBetweenClients(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	for i := range 6 {
+		s.Push(&flow.Item{Class: flow.Normal, Client: "greedy", Size: 1, Arrival: t0, Value: i})
+	}
+	s.Push(&flow.Item{Class: flow.Normal, Client: "a", Size: 1, Arrival: t0})
+	s.Push(&flow.Item{Class: flow.Normal, Client: "b", Size: 1, Arrival: t0})
+	var order []string
+	for s.Len() > 0 {
+		order = append(order, pop(s, t0).Client)
+	}
+	require.Equal(t, []string{"greedy", "a", "b", "greedy", "greedy", "greedy", "greedy", "greedy"}, order)
+}
+
+func TestSchedulerRequeueKeepsPlace(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	first := &flow.Item{Class: flow.Normal, Size: 1, Arrival: t0}
+	s.Push(first)
+	got := pop(s, t0)
+	require.Same(t, first, got)
+	later := &flow.Item{Class: flow.Normal, Size: 1, Arrival: t0.Add(time.Second)}
+	s.Push(later)
+	s.Requeue(first) // a retry: ahead of what arrived after it
+	require.Same(t, first, s.Peek(t0.Add(time.Second)))
+	require.True(t, s.Remove(first))
+	require.False(t, s.Remove(first))
+	require.Same(t, later, s.Peek(t0))
+}
+
+func TestSchedulerAgingBound(t *testing.T) {
+	t.Parallel()
+	// Random arrivals faster than service; whenever an item is overdue, the
+	// served item is overdue too and none is more overdue than it.
+	maxWait := [flow.NumPriorities]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	s, err := flow.NewScheduler([flow.NumPriorities]float64{}, maxWait)
+	require.NoError(t, err)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	queued := map[*flow.Item]bool{}
+	now := t0
+	agedServed := 0
+	for range 3000 {
+		now = now.Add(time.Duration(rnd.IntN(100)) * time.Millisecond)
+		for range 2 {
+			it := &flow.Item{Class: flow.Priority(rnd.IntN(4)), Client: fmt.Sprint(rnd.IntN(3)), Size: float64(1 + rnd.IntN(10)), Arrival: now}
+			s.Push(it)
+			queued[it] = true
+		}
+		due := func(it *flow.Item) time.Time { return it.Arrival.Add(maxWait[it.Class]) }
+		var earliest time.Time
+		for it := range queued {
+			if !now.Before(due(it)) && (earliest.IsZero() || due(it).Before(earliest)) {
+				earliest = due(it)
+			}
+		}
+		got := pop(s, now)
+		delete(queued, got)
+		if !earliest.IsZero() {
+			agedServed++
+			require.Equal(t, earliest, due(got), "the most overdue item goes first")
+		}
+	}
+	require.Greater(t, agedServed, 100, "the workload must make items overdue")
+}
+
+func TestSchedulerBigRequestNotStarved(t *testing.T) {
+	t.Parallel()
+	// The dispatcher waits for the head to fit. A big request among a
+	// stream of small ones of the same class is admitted once its turn
+	// comes and the bucket has refilled for it.
+	l := newLimiter(t, [flow.NumDims]float64{flow.Tokens: 60000}, 1) // 1000/s, depth 1000
+	s := newScheduler(t)
+	now := t0
+	for i := range 50 {
+		s.Push(&flow.Item{Class: flow.Normal, Client: fmt.Sprint(i % 5), Size: 100, Cost: flow.Amount{flow.Tokens: 100}, Arrival: now})
+	}
+	big := &flow.Item{Class: flow.Normal, Client: "big", Size: 20000, Cost: flow.Amount{flow.Tokens: 20000}, Arrival: now}
+	s.Push(big)
+	for step := 0; ; step++ {
+		require.Less(t, step, 10000)
+		// Small requests keep arriving.
+		s.Push(&flow.Item{Class: flow.Normal, Client: fmt.Sprint(step % 5), Size: 100, Cost: flow.Amount{flow.Tokens: 100}, Arrival: now})
+		head := s.Peek(now)
+		w, err := l.Reserve(head.Cost, now)
+		require.NoError(t, err)
+		if w > 0 {
+			now = now.Add(w) // sleep until the head fits; never skip it
+			continue
+		}
+		s.Take(head)
+		if head == big {
+			break
+		}
+	}
+	require.Less(t, now.Sub(t0), 40*time.Second, "admitted after its round-robin turn and a 20 s refill")
+}
+
+func TestSchedulerDemandAndDrain(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	s.Push(&flow.Item{Class: flow.Critical, Cost: flow.Amount{flow.Tokens: 10}, Arrival: t0})
+	s.Push(&flow.Item{Class: flow.Normal, Cost: flow.Amount{flow.Tokens: 20}, Arrival: t0})
+	s.Push(&flow.Item{Class: flow.Low, Cost: flow.Amount{flow.Tokens: 40}, Arrival: t0})
+	require.InDelta(t, 30, s.Demand(flow.Normal)[flow.Tokens], 1e-9)
+	require.InDelta(t, 70, s.Demand(flow.Low)[flow.Tokens], 1e-9)
+	require.Equal(t, 1, s.LenClass(flow.Low))
+	require.Len(t, s.Drain(), 3)
+	require.Zero(t, s.Len())
+	require.Nil(t, s.Peek(t0))
+}
+
+func BenchmarkSchedulerPushPop(b *testing.B) {
+	s := newScheduler(b)
+	items := make([]*flow.Item, 1024)
+	for i := range items {
+		items[i] = &flow.Item{Class: flow.Priority(i % 4), Client: fmt.Sprint(i % 16), Size: float64(100 + i), Arrival: t0}
+		s.Push(items[i])
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		it := s.Peek(t0)
+		s.Take(it)
+		s.Push(it)
+	}
+}
