@@ -283,3 +283,22 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestDocsExampleParses keeps the complete example in docs/config.md true.
+func TestDocsExampleParses(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/config.md")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "## Complete example")
+	require.True(t, ok)
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	require.True(t, ok)
+	example, _, ok := strings.Cut(rest, "```")
+	require.True(t, ok)
+	cfg, err := ParseConfig([]byte(example), env(map[string]string{
+		"ANTHROPIC_API_KEY": "a", "OPENAI_API_KEY": "o", "SLUICE_KEY_WEB": "w", "SLUICE_KEY_BATCH": "b",
+	}))
+	require.NoError(t, err)
+	require.Len(t, cfg.Upstreams, 2)
+	require.Len(t, cfg.Clients, 2)
+}
