@@ -188,9 +188,17 @@ func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: cfg}
 	for i, lim := range cfg.Limits {
-		l.setCapacity(Dim(i), lim*cfg.SafetyMargin, now)
+		if lim > 0 {
+			l.setCapacity(Dim(i), l.withMargin(lim), now)
+		}
 	}
 	return l, nil
+}
+
+// withMargin applies the safety margin, never leaving less than one unit
+// of a limit of at least one (1 RPM stays usable).
+func (l *Limiter) withMargin(limit float64) float64 {
+	return math.Max(limit*l.cfg.SafetyMargin, math.Min(limit, 1))
 }
 
 func (l *Limiter) initialDepth(capacity float64) float64 {
@@ -202,8 +210,10 @@ func (l *Limiter) setCapacity(d Dim, capacity float64, now time.Time) {
 	b := &l.b[d]
 	b.settle(now)
 	if b.capacity == 0 {
+		// A new bucket starts full, like the provider's; reads are capped
+		// at the depth, so only a big request can use more than that.
 		b.depth = l.initialDepth(capacity)
-		b.level = b.depth
+		b.level = capacity
 	} else {
 		b.depth = math.Min(capacity, math.Max(b.depth, l.initialDepth(capacity)))
 	}
@@ -301,8 +311,8 @@ func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
 		}
 		b := &l.b[d]
 		if o.Limit > 0 {
-			want := o.Limit * l.cfg.SafetyMargin
-			if configured := l.cfg.Limits[d] * l.cfg.SafetyMargin; configured > 0 {
+			want := l.withMargin(o.Limit)
+			if configured := l.withMargin(l.cfg.Limits[d]); configured > 0 {
 				want = math.Min(want, configured)
 			}
 			if want != b.capacity {

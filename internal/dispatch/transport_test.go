@@ -1,0 +1,134 @@
+package dispatch_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+const messageBody = `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
+
+func roundTrip(t *testing.T, tr http.RoundTripper, ctx context.Context, body string, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://api.anthropic.com/v1/messages?beta=true", bytes.NewReader([]byte(body)))
+	require.NoError(t, err)
+	req.Header.Set("X-Api-Key", "app-key")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return resp, b
+}
+
+func TestTransportSendsThroughDispatcher(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, ok())
+	d, _, rec := start(t, u, nil)
+	tr := dispatch.NewTransport(d)
+	resp, body := roundTrip(t, tr, dispatch.WithClient(dispatch.WithPriority(context.Background(), flow.Critical), "app"), messageBody, map[string]string{"X-Priority": "low"})
+	require.Equal(t, 200, resp.StatusCode)
+	require.JSONEq(t, okMessage, string(body))
+	require.Equal(t, "sk-upstream", u.headers[0].Get("X-Api-Key"))
+	require.Empty(t, u.headers[0].Get("X-Priority"), "steering headers stay in Sluice")
+	require.Equal(t, 1, rec.admitted)
+}
+
+func TestTransportSynthesisesProviderErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		body       string
+		header     map[string]string
+		limits     dispatch.Limits
+		status     int
+		errType    string
+		retryAfter string
+	}{
+		{name: "invalid body", body: `{"model":"m","messages":[]}`, status: 400, errType: "invalid_request_error"},
+		{name: "bad priority", body: messageBody, header: map[string]string{"X-Priority": "urgent"}, status: 400, errType: "invalid_request_error"},
+		{name: "too large", body: messageBody, limits: dispatch.Limits{OutputTokensPerMinute: 50}, status: 413, errType: "request_too_large"},
+		{name: "shed", body: messageBody, limits: dispatch.Limits{RequestsPerMinute: 1}, status: 429, errType: "rate_limit_error", retryAfter: "8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			u := newUpstream(t, ok())
+			d, _, _ := start(t, u, func(c *dispatch.Config) {
+				c.Limits = tt.limits
+				c.MaxWait[flow.Normal] = 10 * time.Second
+			})
+			tr := dispatch.NewTransport(d)
+			if tt.name == "shed" { // use the one request a minute first
+				resp, _ := roundTrip(t, tr, context.Background(), messageBody, nil)
+				require.Equal(t, 200, resp.StatusCode)
+			}
+			resp, body := roundTrip(t, tr, context.Background(), tt.body, tt.header)
+			require.Equal(t, tt.status, resp.StatusCode)
+			require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+			require.Equal(t, tt.retryAfter, resp.Header.Get("Retry-After"))
+			var env struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type string `json:"type"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(body, &env))
+			require.Equal(t, "error", env.Type)
+			require.Equal(t, tt.errType, env.Error.Type)
+		})
+	}
+}
+
+// BenchmarkDispatcherOverhead compares a request admitted at once through
+// Do with a direct call to the same upstream.
+func BenchmarkDispatcherOverhead(b *testing.B) {
+	u := newUpstream(&testing.T{}, ok())
+	defer u.Close()
+	body := []byte(messageBody)
+	client := &http.Client{}
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			req, _ := http.NewRequest(http.MethodPost, u.URL+"/v1/messages", bytes.NewReader(body))
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+	})
+	b.Run("dispatcher", func(b *testing.B) {
+		d, err := dispatch.New(dispatch.Config{Name: "bench", Protocol: provider.Anthropic, BaseURL: u.URL, Clock: clock.Real(), HTTPClient: client})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = d.Stop(context.Background()) }()
+		for b.Loop() {
+			resp, err := d.Do(context.Background(), &dispatch.Request{Method: http.MethodPost, Path: "/v1/messages", Body: body, Priority: flow.Normal, Cost: provider.Cost{InputTokens: 20, OutputTokens: 100}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+	})
+	client.CloseIdleConnections()
+}
