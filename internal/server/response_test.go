@@ -166,4 +166,3 @@ func TestOpenAIStreamUsageStripped(t *testing.T) {
 		})
 	}
 }
-
