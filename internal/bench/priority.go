@@ -71,7 +71,7 @@ func runPriority(ctx context.Context, o Options) (*Result, error) {
 	unloadedN := 40
 	if o.Quick {
 		limits = mock.Limits{RPM: 1200, ITPM: 120_000, OTPM: 30_000}
-		depth, in, maxTok, outMean, dur, unloadedN = 1, 100, 40, 30, 4*time.Second, 10
+		depth, in, maxTok, outMean, dur, unloadedN = 5, 100, 40, 30, 2*time.Second, 5
 	}
 	if o.Duration > 0 {
 		dur = o.Duration
