@@ -43,17 +43,23 @@ type trackedBody struct {
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.finished {
+		b.mu.Unlock()
 		return 0, io.EOF
 	}
 	if len(b.replay) > 0 {
 		n := copy(p, b.replay)
 		b.replay = b.replay[n:]
+		b.mu.Unlock()
 		return n, nil
 	}
+	b.mu.Unlock()
+	// Not under b.mu: a Close from another goroutine must be able to abort
+	// a Read blocked on the upstream.
 	n, err := b.upstream.Read(p)
-	if n > 0 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > 0 && !b.finished {
 		switch {
 		case b.so != nil:
 			_, _ = b.so.Write(p[:n])
@@ -74,9 +80,9 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 // Close closes the upstream body and finishes the request if it was not
 // read to the end.
 func (b *trackedBody) Close() error {
+	err := b.upstream.Close()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	err := b.upstream.Close()
 	b.finish(false, nil)
 	return err
 }
