@@ -75,8 +75,8 @@ func (s *postgresStore) Rescue(ctx context.Context, p RescueParams) (RescueResul
 		finished_at = CASE WHEN stalls + 1 > $1 THEN $2 ELSE NULL END,
 		stalls = stalls + 1, available_at = $2, updated_at = $2, lease_expires_at = NULL,
 		errors = errors || jsonb_build_array(jsonb_set($3::jsonb, '{attempt}', to_jsonb(attempts + 1)))
-		WHERE id IN (SELECT id FROM sluice_jobs WHERE state = 'running' AND lease_expires_at <= $2
-			ORDER BY lease_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+		WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs WHERE state = 'running' AND lease_expires_at <= $2
+			ORDER BY lease_expires_at LIMIT $4 FOR UPDATE SKIP LOCKED))
 		RETURNING state, upstream`, p.MaxStalls, now, historyEntry(stallMessage, p.Now), limit)
 	if err != nil {
 		return res, fmt.Errorf("rescuing jobs: %w", err)
@@ -101,8 +101,8 @@ func (s *postgresStore) Rescue(ctx context.Context, p RescueParams) (RescueResul
 	}
 	tag, err := tx.Exec(ctx, `UPDATE sluice_jobs SET state = 'dead', finished_at = $1, updated_at = $1,
 		errors = errors || jsonb_build_array(jsonb_set($2::jsonb, '{attempt}', to_jsonb(attempts + 1)))
-		WHERE id IN (SELECT id FROM sluice_jobs WHERE state = 'queued' AND deadline IS NOT NULL AND deadline <= $1
-			LIMIT $3 FOR UPDATE SKIP LOCKED)`, now, historyEntry(deadlineMessage, p.Now), limit)
+		WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs WHERE state = 'queued' AND deadline IS NOT NULL AND deadline <= $1
+			LIMIT $3 FOR UPDATE SKIP LOCKED))`, now, historyEntry(deadlineMessage, p.Now), limit)
 	if err != nil {
 		return res, fmt.Errorf("rescuing jobs: %w", err)
 	}
@@ -124,8 +124,10 @@ func (s *postgresStore) DeleteFinished(ctx context.Context, p DeleteFinishedPara
 	if err := p.validate(); err != nil {
 		return 0, fmt.Errorf("deleting finished jobs: %w", err)
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM sluice_jobs WHERE id IN (SELECT id FROM sluice_jobs
-		WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2 LIMIT $3)`,
+	// = ANY(ARRAY(…)) probes the primary key; IN (…) may scan the table
+	// (see pgClaim).
+	tag, err := s.pool.Exec(ctx, `DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs
+		WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2 LIMIT $3))`,
 		string(p.State), pgTime(p.Before), cmpOr(p.Limit, RescueLimitDefault))
 	if err != nil {
 		return 0, fmt.Errorf("deleting finished jobs: %w", err)

@@ -87,12 +87,18 @@ func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error)
 	return page, nil
 }
 
+// pgClaim leases jobs in one statement. The ids are gathered into an array
+// (= ANY(ARRAY(…))) rather than joined with IN (…): with IN the planner
+// may hash-join the locked ids against a sequential scan of the whole
+// table, finished jobs included, which made a claim's cost grow with the
+// table (7 ms of an 11 ms claim of 256 at 20k rows); an array always probes
+// the primary key.
 const pgClaim = `UPDATE sluice_jobs SET state = 'running', lease_token = lease_token + 1, lease_owner = $1,
 	lease_expires_at = $2, updated_at = $3
-	WHERE id IN (SELECT id FROM sluice_jobs WHERE state = 'queued' %s AND available_at <= $3
+	WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs WHERE state = 'queued' %s AND available_at <= $3
 		AND (deadline IS NULL OR deadline > $3)
 		AND upstream NOT IN (SELECT upstream FROM sluice_paused_upstreams)
-		ORDER BY priority, available_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+		ORDER BY priority, available_at, id LIMIT $4 FOR UPDATE SKIP LOCKED))
 	RETURNING ` + jobColumns
 
 var (

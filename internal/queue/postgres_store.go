@@ -14,8 +14,8 @@ import (
 )
 
 // postgresStore is the multi-node backend on a pgx pool. Claims lease a
-// batch of jobs in one UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP
-// LOCKED) statement, so concurrent claimers never get the same job. Work
+// batch of jobs in one UPDATE … WHERE id = ANY(ARRAY(SELECT … FOR UPDATE
+// SKIP LOCKED)) statement, so concurrent claimers never get the same job. Work
 // signals travel by LISTEN/NOTIFY on the channel notifyChannel; when the
 // listener connection is down, subscribers are woken every PollInterval.
 type postgresStore struct {
