@@ -8,13 +8,32 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// pgInsertGroup inserts the rows of parallel arrays. The MATERIALIZED CTE
+// draws every id once, in input order; the final join tells which rows
+// went in and which met an existing idempotency key.
+const pgInsertGroup = `WITH u AS MATERIALIZED (
+		SELECT nextval(pg_get_serial_sequence('sluice_jobs', 'id')) AS id, u.*
+		FROM unnest($1::text[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::bytea[],
+			$7::timestamptz[], $8::int[], $9::timestamptz[], $10::text[], $11::timestamptz[])
+			WITH ORDINALITY AS u(k, up, pr, cl, pa, bo, dl, ma, av, wh, nw, ord)),
+	ins AS (
+		INSERT INTO sluice_jobs (id, idempotency_key, upstream, priority, client, path, body, deadline, max_attempts,
+			state, available_at, webhook_url, created_at, updated_at)
+		SELECT u.id, u.k, u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, 'queued', u.av, u.wh, u.nw, u.nw
+		FROM u ORDER BY u.ord
+		ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, upstream),
+	n AS (SELECT pg_notify('` + notifyChannel + `', d.up) FROM (SELECT DISTINCT upstream AS up FROM ins) d)
+	SELECT u.ord, u.id, ins.id IS NOT NULL FROM u LEFT JOIN ins ON ins.id = u.id
+		LEFT JOIN (SELECT count(*) FROM n) c ON true`
+
 // pgFlushers is how many group-commit statements may be in flight at once
 // per kind (inserts, completions).
 const pgFlushers = 4
 
-// flushInserts inserts a group of jobs in two round trips: ids are drawn
-// from the sequence first, so each row's fate maps back to its caller;
-// rows whose idempotency key already existed are then read back.
+// flushInserts inserts a group of jobs in one round trip. Ids are drawn
+// from the sequence in the statement, in input order, so each row's fate
+// maps back to its caller by ordinality; rows whose idempotency key
+// already existed are then read back.
 func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) ([]InsertResult, []error) {
 	out := make([]InsertResult, len(items))
 	errs := make([]error, len(items))
@@ -23,23 +42,6 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 			errs[i] = fmt.Errorf("inserting job: %w", mapPgErr(err))
 		}
 		return out, errs
-	}
-	rows, err := s.pool.Query(ctx, `SELECT nextval(pg_get_serial_sequence('sluice_jobs', 'id')) FROM generate_series(1, $1)`, len(items))
-	if err != nil {
-		return fail(err)
-	}
-	ids := make([]int64, 0, len(items))
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return fail(err)
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail(err)
 	}
 	n := len(items)
 	keys := make([]*string, n)
@@ -56,29 +58,25 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 		prios[i], maxes[i], bodies[i] = int16(p.Priority), int32(p.MaxAttempts), p.Body
 		deadlines[i], avails[i], nows[i] = pgTime(p.Deadline), pgTime(p.AvailableAt), pgTime(p.Now)
 	}
-	rows, err = s.pool.Query(ctx, `WITH ins AS (
-		INSERT INTO sluice_jobs (id, idempotency_key, upstream, priority, client, path, body, deadline, max_attempts,
-			state, available_at, webhook_url, created_at, updated_at)
-		SELECT u.id, u.k, u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, 'queued', u.av, u.wh, u.nw, u.nw
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::smallint[], $5::text[], $6::text[], $7::bytea[],
-			$8::timestamptz[], $9::int[], $10::timestamptz[], $11::text[], $12::timestamptz[])
-			AS u(id, k, up, pr, cl, pa, bo, dl, ma, av, wh, nw)
-		ORDER BY u.id
-		ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, upstream),
-		n AS (SELECT pg_notify('`+notifyChannel+`', d.up) FROM (SELECT DISTINCT upstream AS up FROM ins) d)
-		SELECT ins.id FROM ins LEFT JOIN (SELECT count(*) FROM n) c ON true`,
-		ids, keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows)
+	rows, err := s.pool.Query(ctx, pgInsertGroup,
+		keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows)
 	if err != nil {
 		return fail(err)
 	}
-	inserted := map[int64]bool{}
+	ids := make([]int64, n)
+	inserted := make([]bool, n)
 	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
+		var ord, id int64
+		var ok bool
+		if err := rows.Scan(&ord, &id, &ok); err != nil {
 			rows.Close()
 			return fail(err)
 		}
-		inserted[id] = true
+		if ord < 1 || ord > int64(n) {
+			rows.Close()
+			return fail(fmt.Errorf("insert returned ordinality %d of %d", ord, n))
+		}
+		ids[ord-1], inserted[ord-1] = id, ok
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -86,7 +84,7 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	}
 	signaled := map[string]bool{}
 	for i, p := range items {
-		if inserted[ids[i]] {
+		if inserted[i] {
 			out[i] = InsertResult{Job: &Job{ID: ids[i], IdempotencyKey: p.IdempotencyKey, Upstream: p.Upstream,
 				Priority: p.Priority, Client: p.Client, Path: p.Path, Body: p.Body, Deadline: p.Deadline,
 				MaxAttempts: p.MaxAttempts, State: StateQueued, AvailableAt: p.AvailableAt, WebhookURL: p.WebhookURL,
