@@ -3,7 +3,6 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -174,30 +173,5 @@ func BenchmarkPickupLatency(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 		})
-	}
-}
-
-// BenchmarkClaimDepth measures one claim+complete with a deep backlog:
-// the cost must stay flat from 10k to 1M queued jobs.
-func BenchmarkClaimDepth(b *testing.B) {
-	depths := []int{10_000}
-	if os.Getenv("SLUICE_BENCH_1M") != "" {
-		depths = append(depths, 1_000_000)
-	}
-	for _, be := range benchBackends {
-		for _, depth := range depths {
-			b.Run(fmt.Sprintf("%s/%d", be.name, depth), func(b *testing.B) {
-				s := benchStore(b, be.dsn)
-				fill(b, s, depth)
-				ctx := context.Background()
-				b.ResetTimer()
-				for range b.N {
-					jobs, err := s.Claim(ctx, queue.ClaimParams{Upstream: "a", Limit: 1, LeaseFor: time.Minute, Now: time.Now()})
-					require.NoError(b, err)
-					require.Len(b, jobs, 1)
-					require.NoError(b, s.Complete(ctx, queue.CompleteParams{ID: jobs[0].ID, Token: jobs[0].Lease.Token, Now: time.Now()}))
-				}
-			})
-		}
 	}
 }

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// The Sluice workers use River's fetch timers, so the comparison is of the
+// stores, not of the loops around them.
+const (
+	sluiceClaimCooldown = riverFetchCooldown
+	sluicePollInterval  = riverFetchPollInterval
+)
+
+// sluiceSystem runs a queue.Store with one claim loop shaped like River's
+// producer: up to cfg.workers jobs in flight, each on its own goroutine,
+// claims woken by Notify, by a poll tick, or by a freed slot after a full
+// claim, never closer together than the cooldown.
+type sluiceSystem struct {
+	store   queue.Store
+	workers int
+	drop    func() error
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+var sqliteSeq atomic.Int64
+
+func openSluicePostgres(ctx context.Context, cfg config) (system, error) {
+	const schema = "queuebench_sluice"
+	pool, drop, err := freshSchema(ctx, cfg.postgres, schema, 2)
+	if err != nil {
+		return nil, err
+	}
+	pool.Close()
+	u, err := url.Parse(cfg.postgres)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	st, err := queue.Open(ctx, u.String(), queue.Options{MaxConns: 24})
+	if err != nil {
+		return nil, errors.Join(err, drop())
+	}
+	return &sluiceSystem{store: st, workers: cfg.workers, drop: drop}, nil
+}
+
+func openSluiceSQLite(ctx context.Context, cfg config) (system, error) {
+	path := filepath.Join(cfg.tmp, fmt.Sprintf("sluice-%d.db", sqliteSeq.Add(1)))
+	st, err := queue.Open(ctx, "sqlite:"+path, queue.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &sluiceSystem{store: st, workers: cfg.workers, drop: func() error { return nil }}, nil
+}
+
+func (s *sluiceSystem) fill(ctx context.Context, n int) error {
+	now := time.Now()
+	for done := 0; done < n; {
+		k := min(5000, n-done)
+		jobs := make([]queue.InsertParams, k)
+		for i := range jobs {
+			jobs[i] = queue.InsertParams{Upstream: "a", Path: "/v1/messages", Body: []byte(requestBody), MaxAttempts: 3, CustomID: fmt.Sprint(i), Now: now}
+		}
+		if _, err := s.store.CreateBatch(ctx, queue.CreateBatchParams{Format: provider.Anthropic, Jobs: jobs, Now: now}); err != nil {
+			return fmt.Errorf("filling sluice: %w", err)
+		}
+		done += k
+	}
+	return nil
+}
+
+func (s *sluiceSystem) submit(ctx context.Context) error {
+	_, err := s.store.Insert(ctx, queue.InsertParams{Upstream: "a", Path: "/v1/messages", Body: []byte(requestBody), MaxAttempts: 3, Now: time.Now()})
+	return err
+}
+
+func (s *sluiceSystem) start(_ context.Context, started, done func()) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Go(func() { s.loop(ctx, started, done) })
+	return nil
+}
+
+func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
+	notify := s.store.Notify(ctx, "a")
+	freed := make(chan struct{}, s.workers)
+	tick := time.NewTicker(sluicePollInterval)
+	defer tick.Stop()
+	inFlight, want, full := 0, true, false
+	var last time.Time
+	for {
+		for drained := false; !drained; {
+			select {
+			case <-freed:
+				inFlight--
+			default:
+				drained = true
+			}
+		}
+		if free := s.workers - inFlight; want && free > 0 {
+			if d := sluiceClaimCooldown - time.Since(last); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+			last = time.Now()
+			jobs, err := s.store.Claim(ctx, queue.ClaimParams{Upstream: "a", Limit: free, Owner: "queuebench", LeaseFor: time.Minute, Now: last})
+			if err != nil {
+				return
+			}
+			for _, j := range jobs {
+				inFlight++
+				s.wg.Go(func() {
+					started()
+					err := s.store.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token,
+						Result: queue.Result{Status: 200, Body: []byte(`{}`)}, Now: time.Now()})
+					if err == nil {
+						done()
+					}
+					freed <- struct{}{}
+				})
+			}
+			full = len(jobs) == free
+			want = full
+			if want && inFlight < s.workers {
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-freed:
+			inFlight--
+			want = want || full
+		case <-notify:
+			want = true
+		case <-tick.C:
+			want = true
+		}
+	}
+}
+
+func (s *sluiceSystem) close() error {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	return errors.Join(s.store.Close(), s.drop())
+}
