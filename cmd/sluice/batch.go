@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+func init() {
+	register(command{
+		name:    "batch",
+		summary: "run a JSONL batch file through the gateway's job queue, resumably",
+		usage:   "run input.jsonl -o results.jsonl [--server URL | --store DSN --config FILE] [--upstream NAME] [--priority low]",
+		run:     runBatch,
+	})
+}
+
+// batchRun is one `sluice batch run`.
+type batchRun struct {
+	c        *apiClient
+	file     *jobs.BatchFile
+	hash     string
+	upstream string
+	priority string
+	stderr   io.Writer
+	clk      clock.Clock
+
+	mu        sync.Mutex
+	out       *os.File
+	done      int
+	errored   int
+	already   int
+	tokensIn  int64
+	tokensOut int64
+	start     time.Time
+}
+
+func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, _ io.Writer) error {
+	output := fs.String("o", "", "results file (JSONL); required. Rerunning with the same file resumes")
+	srv := fs.String("server", cmp.Or(os.Getenv("SLUICE_SERVER"), serverDefault), "gateway URL (env SLUICE_SERVER)")
+	key := fs.String("api-key", os.Getenv("SLUICE_API_KEY"), "client key for the gateway (env SLUICE_API_KEY)")
+	store := fs.String("store", "", "run in-process on this store (sqlite:PATH or postgres://…) instead of a gateway; needs --config")
+	config := fs.String("config", "", "gateway config file (with --store): the upstreams to call")
+	upstream := fs.String("upstream", "", "upstream name; defaults to anthropic or openai after the file's shape")
+	priority := fs.String("priority", "low", "priority class: critical, high, normal or low")
+	concurrency := fs.Int("concurrency", 64, "jobs waited on at once")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// Flags may follow "run" and the file name.
+	var pos []string
+	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
+		pos = append(pos, rest[0])
+		if err := parseFlags(fs, rest[1:]); err != nil {
+			return err
+		}
+	}
+	if len(pos) != 2 || pos[0] != "run" {
+		return fmt.Errorf("%w: want: batch run input.jsonl -o results.jsonl", errUsage)
+	}
+	if *output == "" {
+		return fmt.Errorf("%w: -o results.jsonl is required", errUsage)
+	}
+	if *concurrency < 1 {
+		return fmt.Errorf("%w: --concurrency must be >= 1", errUsage)
+	}
+	data, err := os.ReadFile(pos[1])
+	if err != nil {
+		return fmt.Errorf("reading input: %w", err)
+	}
+	f, err := jobs.ParseBatchFile(data, 10_000_000)
+	if err != nil {
+		return fmt.Errorf("reading input: %w", err)
+	}
+	if len(f.Invalid) > 0 {
+		e := f.Invalid[0]
+		return fmt.Errorf("%s: %d invalid line(s), first: line %d: %s", pos[1], len(f.Invalid), e.Line, e.Message)
+	}
+	sum := sha256.Sum256(data)
+	r := &batchRun{file: f, hash: hex.EncodeToString(sum[:8]), upstream: cmp.Or(*upstream, string(f.Format)), priority: *priority, stderr: os.Stderr, clk: clock.Real()}
+
+	if *store != "" {
+		if *config == "" {
+			return fmt.Errorf("%w: --store needs --config to know the upstreams", errUsage)
+		}
+		stop, c, err := localGateway(ctx, *store, *config)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		r.c = c
+	} else {
+		if r.c, err = newAPIClient(*srv, *key); err != nil {
+			return err
+		}
+	}
+	return r.run(ctx, *output, *concurrency)
+}
+
+// idempotencyKey ties a job to this input file's content and a custom_id,
+// so a rerun never queues a request twice.
+func (r *batchRun) idempotencyKey(customID string) string {
+	id := sha256.Sum256([]byte(customID))
+	return "sluice-batch:" + r.hash + ":" + hex.EncodeToString(id[:16])
+}
+
+// resumeOutput opens the results file for appending, dropping a torn last
+// line, and returns the custom_ids already in it.
+func resumeOutput(path string) (*os.File, map[string]bool, error) {
+	done := map[string]bool{}
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("reading results: %w", err)
+	}
+	keep := len(data)
+	if i := bytes.LastIndexByte(data, '\n'); i+1 != len(data) {
+		keep = i + 1 // a line cut by a crash: it will be written again
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data[:keep]))
+	sc.Buffer(nil, 256<<20)
+	for sc.Scan() {
+		var l struct {
+			CustomID string `json:"custom_id"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.CustomID != "" {
+			done[l.CustomID] = true
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening results: %w", err)
+	}
+	if err := f.Truncate(int64(keep)); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("truncating a torn results line: %w", err)
+	}
+	if _, err := f.Seek(int64(keep), io.SeekStart); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("seeking results: %w", err)
+	}
+	return f, done, nil
+}
+
+func (r *batchRun) run(ctx context.Context, output string, concurrency int) error {
+	out, done, err := resumeOutput(output)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	r.out = out
+	var todo []jobs.BatchLine
+	for _, l := range r.file.Lines {
+		if !done[l.CustomID] {
+			todo = append(todo, l)
+		}
+	}
+	r.already = len(r.file.Lines) - len(todo)
+	r.start = r.clk.Now()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan jobs.BatchLine)
+	var wg sync.WaitGroup
+	for range min(concurrency, max(len(todo), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range work {
+				if err := r.one(ctx, l); err != nil {
+					cancel(err)
+				}
+			}
+		}()
+	}
+	progressDone := make(chan struct{})
+	go r.progressLoop(ctx, progressDone)
+feed:
+	for _, l := range todo {
+		select {
+		case work <- l:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	cancel(nil)
+	<-progressDone
+	r.printProgress(true)
+	if err := out.Sync(); err != nil {
+		return fmt.Errorf("saving results: %w", err)
+	}
+	r.mu.Lock()
+	finished := r.already + r.done
+	r.mu.Unlock()
+	if finished < len(r.file.Lines) {
+		cause := context.Cause(ctx)
+		return fmt.Errorf("stopped after %d/%d results (%v); run the same command again to finish the rest", finished, len(r.file.Lines), cause)
+	}
+	return nil
+}
+
+// one submits a line (idempotently) and waits for its result.
+func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
+	body, err := json.Marshal(jobs.SubmitRequest{Upstream: r.upstream, Request: l.Body, Priority: r.priority, IdempotencyKey: r.idempotencyKey(l.CustomID)})
+	if err != nil {
+		return fmt.Errorf("encoding line %d: %w", l.Line, err)
+	}
+	var j jobs.JobView
+	if _, err := r.c.call(ctx, "POST", "/v1/jobs", body, nil, &j); err != nil {
+		return fmt.Errorf("line %d: %w", l.Line, err)
+	}
+	for !j.State.Finished() {
+		if _, err := r.c.call(ctx, "GET", fmt.Sprintf("/v1/jobs/%d?wait=30s", j.ID), nil, nil, &j); err != nil {
+			return fmt.Errorf("waiting for line %d: %w", l.Line, err)
+		}
+	}
+	j.CustomID = l.CustomID
+	line, _ := jobs.ResultLine(r.file.Format, j)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, err := r.out.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	r.done++
+	if j.State != queue.StateSucceeded {
+		r.errored++
+	}
+	if j.Response != nil {
+		r.tokensIn += j.Response.Usage.InputTokens
+		r.tokensOut += j.Response.Usage.OutputTokens
+	}
+	return nil
+}
+
+func (r *batchRun) progressLoop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	for clock.Sleep(ctx, r.clk, 500*time.Millisecond) == nil {
+		r.printProgress(false)
+	}
+}
+
+// printProgress writes done/total, rate, ETA and tokens on one stderr line.
+func (r *batchRun) printProgress(final bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	total := len(r.file.Lines)
+	elapsed := r.clk.Now().Sub(r.start).Seconds()
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(r.done) / elapsed
+	}
+	eta := "?"
+	if rate > 0 {
+		eta = (time.Duration(float64(total-r.already-r.done)/rate) * time.Second).Round(time.Second).String()
+	}
+	end := "\r"
+	if final {
+		end = "\n"
+	}
+	fmt.Fprintf(r.stderr, "\rbatch: %d/%d done (%d errored, %d from an earlier run)  %.1f/s  ETA %s  tokens in %d out %d%s",
+		r.already+r.done, total, r.errored, r.already, rate, eta, r.tokensIn, r.tokensOut, end)
+}
+
+// localGateway runs the job runtime in this process on store, with the
+// upstreams of the gateway config file, and returns a client for it.
+func localGateway(ctx context.Context, dsn, configPath string) (func(), *apiClient, error) {
+	cfg, err := server.LoadConfig(configPath, os.LookupEnv)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := queue.Open(ctx, dsn, queue.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	ds := map[string]jobs.Dispatcher{}
+	protos := map[string]provider.Protocol{}
+	var started []*dispatch.Dispatcher
+	stopAll := func() {
+		for _, d := range started {
+			_ = d.Stop(context.WithoutCancel(ctx))
+		}
+		_ = st.Close()
+	}
+	for _, u := range cfg.Upstreams {
+		d, err := dispatch.New(dispatch.Config{
+			Name: u.Name, Protocol: u.Protocol, BaseURL: u.BaseURL, APIKey: u.APIKey,
+			Limits: dispatch.Limits{RequestsPerMinute: u.Limits.RequestsPerMinute, InputTokensPerMinute: u.Limits.InputTokensPerMinute,
+				OutputTokensPerMinute: u.Limits.OutputTokensPerMinute, TokensPerMinute: u.Limits.TokensPerMinute, MaxConcurrency: u.Limits.MaxConcurrency},
+		})
+		if err == nil {
+			err = d.Start(ctx)
+		}
+		if err != nil {
+			stopAll()
+			return nil, nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+		}
+		started = append(started, d)
+		ds[u.Name], protos[u.Name] = d, u.Protocol
+	}
+	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: ds, Protocols: protos})
+	if err == nil {
+		err = svc.Start(ctx)
+	}
+	if err != nil {
+		stopAll()
+		return nil, nil, err
+	}
+	c := &apiClient{base: "http://sluice.local", hc: &http.Client{Transport: handlerTransport{svc.Handler()}}}
+	return func() {
+		_ = svc.Stop(context.WithoutCancel(ctx))
+		stopAll()
+	}, c, nil
+}
+
+// handlerTransport serves requests with an in-process handler.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// countingUpstream answers every request and counts calls per body; after
+// stopAfter calls it runs onLimit once (the test's Ctrl-C).
+type countingUpstream struct {
+	mu        sync.Mutex
+	calls     map[string]int
+	stopAfter int
+	onLimit   func()
+}
+
+func (c *countingUpstream) Do(_ context.Context, req *dispatch.Request) (*dispatch.Response, error) {
+	c.mu.Lock()
+	c.calls[string(req.Body)]++
+	n := 0
+	for _, v := range c.calls {
+		n += v
+	}
+	if n == c.stopAfter && c.onLimit != nil {
+		c.onLimit()
+	}
+	c.mu.Unlock()
+	return &dispatch.Response{Response: &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(`{"id":"msg","type":"message","content":[],"usage":{"input_tokens":5,"output_tokens":2}}`))}}, nil
+}
+
+func TestBatchRunResumesWithoutResending(t *testing.T) {
+	t.Parallel()
+	st, err := queue.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), queue.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	up := &countingUpstream{calls: map[string]int{}, stopAfter: 15}
+	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": up}, Protocols: map[string]provider.Protocol{"anthropic": provider.Anthropic}})
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(context.Background()))
+	defer func() { require.NoError(t, svc.Stop(context.Background())) }()
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl")
+	var b strings.Builder
+	const n = 40
+	for i := range n {
+		fmt.Fprintf(&b, `{"custom_id":"r%02d","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"line %d"}]}}`+"\n", i, i)
+	}
+	require.NoError(t, os.WriteFile(in, []byte(b.String()), 0o644))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	up.onLimit = cancel // interrupt mid-run
+	var stdout, stderr bytes.Buffer
+	code := runMain(ctx, []string{"batch", "run", in, "-o", out, "--server", srv.URL, "--concurrency", "4"}, &stdout, &stderr)
+	require.Equal(t, 1, code, stderr.String())
+	require.Contains(t, stderr.String(), "run the same command again")
+	first, err := os.ReadFile(out)
+	require.NoError(t, err)
+	partial := strings.Count(string(first), "\n")
+	require.Less(t, partial, n, "the first run was interrupted")
+	// A torn last line from a crash must be rewritten, not kept.
+	require.NoError(t, os.WriteFile(out, append(first, []byte(`{"custom_id":"r3`)...), 0o644))
+
+	stderr.Reset()
+	code = runMain(context.Background(), []string{"batch", "run", in, "-o", out, "--server", srv.URL}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	final, err := os.ReadFile(out)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(final)), "\n")
+	require.Len(t, lines, n)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		require.Contains(t, l, `"type":"succeeded"`)
+		id := l[strings.Index(l, `"custom_id":"`)+13:][:3]
+		require.False(t, seen[id], "custom_id %s written twice", id)
+		seen[id] = true
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	require.Len(t, up.calls, n)
+	for body, c := range up.calls {
+		require.Equal(t, 1, c, "request sent twice: %s", body)
+	}
+}
+
+func TestBatchAndJobsCommandErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte("{\"custom_id\":\"a\",\"params\":{}}\nnope\n"), 0o644))
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"batch"}, 2, "batch run input.jsonl"},
+		{[]string{"batch", "run", bad}, 2, "-o results.jsonl is required"},
+		{[]string{"batch", "run", filepath.Join(dir, "missing.jsonl"), "-o", "x"}, 1, "reading input"},
+		{[]string{"batch", "run", bad, "-o", filepath.Join(dir, "o")}, 1, "line 2"},
+		{[]string{"batch", "run", bad, "-o", "x", "--store", "sqlite:x.db"}, 1, "invalid line"},
+		{[]string{"jobs"}, 2, "want ls, get"},
+		{[]string{"jobs", "explode"}, 2, "unknown jobs subcommand"},
+		{[]string{"jobs", "get"}, 2, "one job id"},
+		{[]string{"jobs", "ls", "--server", "ftp://x"}, 2, "--server"},
+		{[]string{"jobs", "get", "1", "--server", "http://127.0.0.1:1"}, 1, "calling GET"},
+	}
+	for _, tc := range cases {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, tc.code, runMain(context.Background(), tc.args, &stdout, &stderr), "%v: %s", tc.args, stderr.String())
+		require.Contains(t, stderr.String(), tc.want, tc.args)
+		require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
+	}
+}
+
+func TestJobsCommands(t *testing.T) {
+	t.Parallel()
+	st, err := queue.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), queue.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": &countingUpstream{calls: map[string]int{}}}, Protocols: map[string]provider.Protocol{"anthropic": provider.Anthropic}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(svc.Handler()) // not started: jobs stay queued
+	defer srv.Close()
+	defer svc.Stop(context.Background())
+	resp, err := http.Post(srv.URL+"/v1/jobs", "application/json", strings.NewReader(`{"upstream":"anthropic","request":{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 202, resp.StatusCode)
+	run := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := runMain(context.Background(), append(append([]string{"jobs"}, args...), "--server", srv.URL), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := run("ls", "--state", "queued")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "queued")
+	code, out, _ = run("get", "1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"state": "queued"`)
+	code, out, _ = run("cancel", "1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"state": "canceled"`)
+	code, _, errOut = run("retry", "1")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "only dead jobs")
+	code, out, _ = run("retry", "--all")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"requeued": 0`)
+}
