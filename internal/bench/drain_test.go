@@ -14,7 +14,7 @@ func TestIdealDrain(t *testing.T) {
 	// The goodput scenario: 1,500 requests of 500 in / 150 out tokens
 	// against RPM 3000, ITPM 300k, OTPM 60k with 10 s of depth.
 	goodput := []DimNeed{
-		{Name: "requests", Total: 1500, PerMinute: 3000},          // (1500-500)/50 = 20 s
+		{Name: "requests", Total: 1500, PerMinute: 3000},           // (1500-500)/50 = 20 s
 		{Name: "input tokens", Total: 750_000, PerMinute: 300_000}, // (750k-50k)/5k = 140 s
 		{Name: "output tokens", Total: 225_000, PerMinute: 60_000}, // (225k-10k)/1k = 215 s
 	}

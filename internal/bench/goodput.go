@@ -84,6 +84,9 @@ func runGoodput(ctx context.Context, o Options) (*Result, error) {
 	stats := map[string]runStats{"sluice": summarizeRun(sl.outs), "naive": summarizeRun(nv.outs)}
 	row("drain time", func(s side) string { return secs(stats[s.name].elapsed) })
 	row("vs ideal", func(s side) string {
+		if f := failures(s.outs); f > 0 {
+			return fmt.Sprintf("n/a (%d failed)", f) // finishing early by failing is not draining
+		}
 		return fmt.Sprintf("%+.1f%%", 100*(stats[s.name].elapsed.Seconds()/ideal.Seconds()-1))
 	})
 	row("succeeded", func(s side) string { return fmt.Sprint(stats[s.name].ok) })

@@ -176,6 +176,7 @@ func runOutage(ctx context.Context, o Options) (*Result, error) {
 		}
 		return "never"
 	})
+	row("backlog answered after outage", func(s side, _ []perSecond) string { return secs(backlogCleared(s.outs, outEnd)) })
 	row("latency p50", func(s side, _ []perSecond) string { return ms(stats[s.name].latency.P50) })
 	row("latency p99", func(s side, _ []perSecond) string { return ms(stats[s.name].latency.P99) })
 	r.Tables = append(r.Tables, t)
@@ -208,4 +209,16 @@ func runOutage(ctx context.Context, o Options) (*Result, error) {
 		r.Notes = append(r.Notes, "first sluice failure: "+f)
 	}
 	return r, nil
+}
+
+// backlogCleared is how long after outEnd the last request that arrived
+// before it was answered (0 if all were answered before).
+func backlogCleared(outs []Outcome, outEnd time.Duration) time.Duration {
+	var last time.Duration
+	for _, o := range outs {
+		if o.Start < outEnd {
+			last = max(last, o.End-outEnd)
+		}
+	}
+	return last
 }
