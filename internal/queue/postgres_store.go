@@ -28,10 +28,19 @@ type postgresStore struct {
 
 	inserts   *groupCommit[InsertParams, InsertResult]
 	completes *groupCommit[CompleteParams, struct{}]
+
+	notifyMu   sync.Mutex
+	notified   map[string]time.Time // last insert NOTIFY per upstream
+	lateNotify map[string]bool      // upstreams trailingNotify owes a NOTIFY
+	notifyKick chan struct{}
 }
 
 // notifyChannel is the LISTEN/NOTIFY channel; the payload is the upstream.
 const notifyChannel = "sluice_jobs"
+
+// notifyCooldown is the least time between two insert NOTIFYs of one
+// upstream from one store (see notifyDue).
+const notifyCooldown = 2 * time.Millisecond
 
 func newPgPool(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
@@ -60,11 +69,13 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (Store, error) 
 		return nil, fmt.Errorf("opening postgres store: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	s := &postgresStore{pool: pool, notes: newNotifier(), opts: opts, cancel: cancel}
-	s.inserts = newGroupCommit(pgFlushers, opts.GroupCommitMax, s.flushInserts)
-	s.completes = newGroupCommit(pgFlushers, opts.GroupCommitMax, s.flushCompletes)
-	s.wg.Add(1)
+	s := &postgresStore{pool: pool, notes: newNotifier(), opts: opts, cancel: cancel,
+		notified: map[string]time.Time{}, lateNotify: map[string]bool{}, notifyKick: make(chan struct{}, 1)}
+	s.inserts = newGroupCommit(pgFlushers, opts.GroupCommitMax, pgParallelMin, s.flushInserts)
+	s.completes = newGroupCommit(pgFlushers, opts.GroupCommitMax, pgParallelMin, s.flushCompletes)
+	s.wg.Add(2)
 	go s.listen(lctx)
+	go s.trailingNotify(lctx)
 	return s, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -79,4 +80,41 @@ func TestConformanceSQLite(t *testing.T) {
 func TestConformancePostgres(t *testing.T) {
 	t.Parallel()
 	queuetest.Run(t, openPostgres)
+}
+
+// TestPostgresInsertNotifiesOtherNodes listens on the NOTIFY channel as
+// another node would: every insert must be followed by a NOTIFY of its
+// upstream, including an insert whose NOTIFY was held back by the cooldown.
+func TestPostgresInsertNotifiesOtherNodes(t *testing.T) {
+	t.Parallel()
+	dsn := postgresDSN(t)
+	s, err := queue.Open(context.Background(), dsn, queue.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, conn.Close(context.Background())) }()
+	_, err = conn.Exec(ctx, "LISTEN sluice_jobs")
+	require.NoError(t, err)
+	// The channel is database-wide: other tests notify too, so wait for
+	// this test's own upstream.
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	upstream := "notify-" + hex.EncodeToString(b[:])
+	waitFor := func() {
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			require.NoError(t, err, "no NOTIFY for %s", upstream)
+			if n.Payload == upstream {
+				return
+			}
+		}
+	}
+	for i := range 3 {
+		_, err := s.Insert(ctx, queue.InsertParams{Upstream: upstream, Path: "/v1/messages", MaxAttempts: 1, Now: time.Now()})
+		require.NoError(t, err, "insert %d", i)
+		waitFor()
+	}
 }
