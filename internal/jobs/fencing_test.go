@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,6 +59,12 @@ func TestStaleWorkerCannotOverwriteNewerResult(t *testing.T) {
 	}
 	ps := &pausedStore{Store: st}
 	a := newService(t, ps, stale, nil, edit("A"))
+	// Cleanups run last-registered first: if an assertion below fails, this
+	// one frees A's stuck call before newService's cleanup waits in Stop,
+	// so a failure fails instead of hanging.
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
 	j := submit(t, a, "")
 	<-entered
 	ps.frozen.Store(true)
@@ -75,7 +82,7 @@ func TestStaleWorkerCannotOverwriteNewerResult(t *testing.T) {
 	require.NoError(t, b.Stop(context.Background()))
 
 	// A wakes up with its answer and tries to write it with its old token.
-	close(release)
+	unblock()
 	require.NoError(t, a.Stop(context.Background()), "Stop waits for A's job to finish")
 
 	final, err := st.Get(context.Background(), j.ID)
