@@ -24,6 +24,8 @@ const (
 	ListenDefault = "127.0.0.1:8080"
 	// StoreDefault is the job-queue store.
 	StoreDefault = "sqlite:./sluice.db"
+	// StoreNone turns the durable job queue off: the gateway proxies only.
+	StoreNone = "none"
 	// MaxBodyBytesDefault is the largest request body accepted on a
 	// scheduled route: Anthropic's own Messages limit (32 MB).
 	MaxBodyBytesDefault = 32 << 20
@@ -52,6 +54,9 @@ type Config struct {
 	// Store is the job-queue store: sqlite:PATH or postgres://... Defaults
 	// to sqlite:./sluice.db.
 	Store string `yaml:"store"`
+	// Jobs tunes the durable job queue. Defaults to the jobs package's
+	// defaults.
+	Jobs JobsConfig `yaml:"jobs"`
 	// MaxBodyBytes is the largest request body accepted on a scheduled
 	// route; larger bodies get 413. Defaults to 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
@@ -302,6 +307,9 @@ func (c Config) validate() error {
 	if err := validateStore(c.Store); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	if err := c.Jobs.validate(); err != nil {
+		return fmt.Errorf("jobs.%w", err)
+	}
 	if c.MaxBodyBytes < 0 {
 		return errors.New("max_body_bytes: must be >= 0")
 	}
@@ -474,6 +482,8 @@ func isLoopback(addr string) bool {
 
 func validateStore(s string) error {
 	switch {
+	case s == StoreNone:
+		return nil
 	case strings.HasPrefix(s, "sqlite:"):
 		if strings.TrimPrefix(s, "sqlite:") == "" {
 			return errors.New("sqlite: needs a path, e.g. sqlite:./sluice.db")

@@ -24,7 +24,7 @@ func TestGracefulShutdown(t *testing.T) {
 		<-release
 		return okResponse(`{"done":true}`), nil
 	}}
-	srv, err := New(Config{
+	srv, err := New(Config{Store: testStore(t),
 		Listen:    "127.0.0.1:0",
 		Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}},
 	}, withEngine("a", eng), WithLogger(discardLogger()))
@@ -82,7 +82,7 @@ func TestShutdownGraceCutsOffStragglers(t *testing.T) {
 		<-ctx.Done() // only the shutdown can end this request
 		return nil, context.Cause(ctx)
 	}}
-	srv, err := New(Config{
+	srv, err := New(Config{Store: testStore(t),
 		Listen:        "127.0.0.1:0",
 		ShutdownGrace: time.Millisecond,
 		Upstreams:     []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}},
@@ -106,7 +106,7 @@ func TestNewRefusesPublicListenWithoutClients(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{Listen: "0.0.0.0:0", Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}}})
 	require.ErrorContains(t, err, "allow_public")
-	srv, err := New(Config{Listen: "0.0.0.0:0", AllowPublic: true, Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}}})
+	srv, err := New(Config{Store: testStore(t), Listen: "0.0.0.0:0", AllowPublic: true, Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Stop(t.Context()))
 }
@@ -123,7 +123,7 @@ func TestEndToEndThroughDispatcher(t *testing.T) {
 		_, _ = w.Write([]byte(`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hello"}],"usage":{"input_tokens":5,"output_tokens":1}}`))
 	}))
 	defer up.Close()
-	srv, err := New(Config{
+	srv, err := New(Config{Store: testStore(t),
 		Listen:    "127.0.0.1:0",
 		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: provider.Anthropic, BaseURL: up.URL, APIKey: upstreamKey}},
 		Clients:   []ClientConfig{{Name: "web", Key: "ck"}},

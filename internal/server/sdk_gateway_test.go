@@ -57,7 +57,7 @@ func startGateway(t *testing.T, limits mock.Limits, burstSeconds float64, faults
 			Limits: LimitsConfig{RequestsPerMinute: limits.RPM, InputTokensPerMinute: limits.ITPM,
 				OutputTokensPerMinute: limits.OTPM, TokensPerMinute: limits.TPM, MaxConcurrency: 32}}
 	}
-	g, err := New(Config{Listen: "127.0.0.1:0",
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []UpstreamConfig{up("anthropic", provider.Anthropic), up("openai", provider.OpenAI)}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)

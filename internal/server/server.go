@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,9 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // ReadHeaderTimeoutDefault bounds how long a client may take to send its
@@ -52,6 +55,7 @@ type options struct {
 	logger    *slog.Logger
 	transport http.RoundTripper
 	engines   map[string]engine
+	store     queue.Store
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -117,6 +121,13 @@ type Server struct {
 	// calls it when the grace period runs out.
 	cancelRequests context.CancelCauseFunc
 	baseCtx        context.Context
+
+	// The job queue: store is the injected store (WithStore) or nil;
+	// ownStore is one Start opened from Config.Store and Stop closes.
+	store    queue.Store
+	ownStore queue.Store
+	jobs     atomic.Pointer[jobs.Service] // read by handlers without s.mu
+	cleaner  *queue.JobCleaner
 }
 
 // errShutdown is the cause given to in-flight requests cut off by Stop.
@@ -150,6 +161,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		registry:       prometheus.NewRegistry(),
 		baseCtx:        baseCtx,
 		cancelRequests: cancel,
+		store:          o.store,
 	}
 	s.metrics = newMetrics(s.registry, s)
 	for _, uc := range cfg.Upstreams {
@@ -191,6 +203,9 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
+	for _, p := range jobRoutes {
+		mux.HandleFunc(p, s.serveJobs)
+	}
 	mux.HandleFunc("/{upstream}/", s.serveUpstream)
 	mux.HandleFunc("/", s.serveNotFound)
 	return mux
@@ -220,10 +235,15 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		started = append(started, lc)
 	}
+	// Then the job queue, which hands work to the dispatchers.
+	if err := s.startJobs(ctx); err != nil {
+		stopAll(ctx, started)
+		return err
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
-		stopAll(ctx, started)
+		stopAll(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
 		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
 	}
 	s.ln = ln
@@ -261,7 +281,9 @@ func (s *Server) Addr() string {
 //  1. stop accepting connections and let in-flight requests finish, for up
 //     to Config.ShutdownGrace (or until ctx ends, if sooner);
 //  2. then cancel the requests still running and close their connections;
-//  3. then stop the dispatchers, once nothing can hand them work.
+//  3. then stop the job service (running jobs finish or hand their leases
+//     back), the retention cleaner, and close the store;
+//  4. then stop the dispatchers, once nothing can hand them work.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -284,7 +306,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		errs = append(errs, s.http.Close())
 	}
 	<-s.serveDone
-	var lcs []lifecycle
+	lcs := []lifecycle{jobsLifecycle{s}}
 	for _, name := range s.order {
 		if lc, ok := s.upstreams[name].engine.(lifecycle); ok {
 			lcs = append(lcs, lc)
@@ -296,6 +318,13 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	return nil
 }
+
+// jobsLifecycle stops the job queue as part of stopAll; s.mu is held by
+// the caller.
+type jobsLifecycle struct{ s *Server }
+
+func (j jobsLifecycle) Start(context.Context) error    { return nil }
+func (j jobsLifecycle) Stop(ctx context.Context) error { return j.s.stopJobs(ctx) }
 
 func stopAll(ctx context.Context, lcs []lifecycle) error {
 	var errs []error

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// The durable job queue runs inside the gateway: jobs are dispatched by the
+// same per-upstream engines as live traffic, so priorities and quotas apply
+// across both.
+
+// WithStore makes the server use st for the job queue instead of opening
+// Config.Store. The server does not close it.
+func WithStore(st queue.Store) Option { return func(o *options) { o.store = st } }
+
+// headerClient carries the authenticated client's name to the job service;
+// whatever the caller sent in it is overwritten.
+const headerClient = "X-Sluice-Client"
+
+// jobRoutes are the paths the job service answers.
+var jobRoutes = []string{"/v1/jobs", "/v1/jobs/", "/v1/batches", "/v1/batches/", "/v1/upstreams/"}
+
+// serveJobs authenticates the client and hands the request to the job
+// service. The client's name (never its key) is passed on for fairness and
+// listing.
+func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
+	cl, ok := s.clients.authenticate(r.Header)
+	if !ok {
+		writeJobsError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
+		return
+	}
+	svc := s.jobs.Load()
+	if svc == nil {
+		msg := "the job queue is not running"
+		if s.cfg.Store == StoreNone {
+			msg = "the job queue is disabled (store: none)"
+		}
+		writeJobsError(w, http.StatusServiceUnavailable, "unavailable_error", msg)
+		return
+	}
+	r.Header.Set(headerClient, cl.name)
+	svc.Handler().ServeHTTP(w, r)
+}
+
+func writeJobsError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%q}}`+"\n", typ, msg)
+}
+
+// startJobs opens the store (unless one was given), then starts the job
+// service and the retention cleaner. s.mu must be held.
+func (s *Server) startJobs(ctx context.Context) error {
+	if s.cfg.Store == StoreNone && s.store == nil {
+		return nil
+	}
+	st := s.store
+	if st == nil {
+		opened, err := queue.Open(ctx, s.cfg.Store, queue.Options{Clock: s.clock})
+		if err != nil {
+			return fmt.Errorf("opening the job store: %w", err)
+		}
+		st, s.ownStore = opened, opened
+	}
+	dispatchers := map[string]jobs.Dispatcher{}
+	protocols := map[string]provider.Protocol{}
+	for _, name := range s.order {
+		dispatchers[name] = s.upstreams[name].engine
+		protocols[name] = s.upstreams[name].cfg.Protocol
+	}
+	jc := s.cfg.Jobs
+	svc, err := jobs.New(jobs.Config{
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log,
+		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
+		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
+		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
+	})
+	if err != nil {
+		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
+	}
+	cleaner, err := queue.NewJobCleaner(st, queue.JobCleanerConfig{Clock: s.clock,
+		SucceededRetention: jc.Retention.Succeeded, DeadRetention: jc.Retention.Dead, CanceledRetention: jc.Retention.Canceled})
+	if err != nil {
+		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())
+	}
+	if err := svc.Start(ctx); err != nil {
+		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.closeStore())
+	}
+	if err := cleaner.Start(ctx); err != nil {
+		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.closeStore())
+	}
+	s.jobs.Store(svc)
+	s.cleaner = cleaner
+	return nil
+}
+
+// stopJobs stops the job service (in-flight jobs finish or hand their
+// leases back), the cleaner, and closes a store the server opened.
+// s.mu must be held.
+func (s *Server) stopJobs(ctx context.Context) error {
+	var errs []error
+	if svc := s.jobs.Swap(nil); svc != nil {
+		errs = append(errs, svc.Stop(ctx))
+	}
+	if s.cleaner != nil {
+		errs = append(errs, s.cleaner.Stop(ctx))
+		s.cleaner = nil
+	}
+	errs = append(errs, s.closeStore())
+	return errors.Join(errs...)
+}
+
+func (s *Server) closeStore() error {
+	if s.ownStore == nil {
+		return nil
+	}
+	err := s.ownStore.Close()
+	s.ownStore = nil
+	if err != nil {
+		return fmt.Errorf("closing the job store: %w", err)
+	}
+	return nil
+}

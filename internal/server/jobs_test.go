@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// testStore is a fresh SQLite job store for one test.
+func testStore(t *testing.T) string {
+	t.Helper()
+	return "sqlite:" + filepath.Join(t.TempDir(), "sluice.db")
+}
+
+func call(t *testing.T, method, url, key, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("x-api-key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, b
+}
+
+// TestJobsThroughGateway submits jobs and a batch to `sluice serve` (the
+// job queue mounted in the gateway, SQLite store) and reads the results
+// back, while the mock provider overloads a fifth of the calls.
+func TestJobsThroughGateway(t *testing.T) {
+	t.Parallel()
+	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", OutputTokens: mock.OutputRange{Min: 3, Max: 3},
+		Faults: mock.Faults{OverloadRate: 0.2}, Seed: 3})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: provider.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
+		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch"}},
+		Jobs:      JobsConfig{MaxAttempts: 10}},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+
+	code, body := call(t, "POST", base+"/v1/jobs", "", `{"upstream":"claude","request":{}}`)
+	require.Equal(t, http.StatusUnauthorized, code, string(body))
+
+	code, body = call(t, "POST", base+"/v1/jobs", "ck-batch", `{"upstream":"claude","idempotency_key":"k1",
+		"request":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}}`)
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	var job struct {
+		ID       json.Number `json:"id"`
+		State    string      `json:"state"`
+		Client   string      `json:"client"`
+		Response *struct {
+			Status int            `json:"status"`
+			Usage  provider.Usage `json:"usage"`
+		} `json:"response"`
+	}
+	require.NoError(t, json.Unmarshal(body, &job))
+
+	code, body = call(t, "GET", base+"/v1/jobs/"+job.ID.String()+"?wait=20s", "ck-batch", "")
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.NoError(t, json.Unmarshal(body, &job))
+	require.Equal(t, "succeeded", job.State, string(body))
+	require.Equal(t, "batch", job.Client, "the job is the authenticated client's")
+	require.Equal(t, 200, job.Response.Status)
+	require.Equal(t, int64(3), job.Response.Usage.OutputTokens)
+
+	// The same idempotency key is the same job: no second provider call.
+	before := m.Stats().Overall.ByStatus["200"]
+	code, body = call(t, "POST", base+"/v1/jobs", "ck-batch", `{"upstream":"claude","idempotency_key":"k1",
+		"request":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}}`)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Contains(t, string(body), `"id":`+job.ID.String())
+	require.Equal(t, before, m.Stats().Overall.ByStatus["200"])
+
+	var lines []string
+	for i := range 20 {
+		lines = append(lines, `{"custom_id":"r`+string(rune('a'+i))+`","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`)
+	}
+	code, body = call(t, "POST", base+"/v1/batches?upstream=claude", "ck-batch", strings.Join(lines, "\n"))
+	require.Equal(t, http.StatusOK, code, string(body)) // as Anthropic's batch create
+	var batch struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal(body, &batch))
+	require.Eventually(t, func() bool {
+		_, b := call(t, "GET", base+"/v1/batches/"+batch.ID, "ck-batch", "")
+		return strings.Contains(string(b), `"ended"`)
+	}, 30e9, 50e6)
+	code, body = call(t, "GET", base+"/v1/batches/"+batch.ID+"/results", "ck-batch", "")
+	require.Equal(t, http.StatusOK, code)
+	results := strings.Split(strings.TrimSpace(string(body)), "\n")
+	require.Len(t, results, 20)
+	for _, r := range results {
+		require.Contains(t, r, `"type":"succeeded"`)
+	}
+	require.Positive(t, m.Stats().Overall.ByStatus["529"], "the mock overloaded some calls and the queue retried them")
+}
+
+func TestJobsDisabledWithStoreNone(t *testing.T) {
+	t.Parallel()
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0",
+		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: provider.Anthropic, APIKey: "sk-up"}}},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	code, body := call(t, "POST", "http://"+g.Addr()+"/v1/jobs", "k", `{}`)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.JSONEq(t, `{"type":"error","error":{"type":"unavailable_error","message":"the job queue is disabled (store: none)"}}`, string(body))
+}
+
+func TestJobsConfigValidationNamesField(t *testing.T) {
+	t.Parallel()
+	_, err := ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {retention: {dead: -1h}}\n"), nil)
+	require.ErrorContains(t, err, "jobs.retention.dead: must be >= 0")
+	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\nstore: none\njobs: {lease_for: 10ms}\n"), nil)
+	require.ErrorContains(t, err, "jobs.lease_for: must be at least 1s")
+}
