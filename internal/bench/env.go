@@ -56,7 +56,7 @@ type gatewaySetup struct {
 func startGateway(ctx context.Context, mockURL string, g gatewaySetup) (*server.Server, error) {
 	cfg := server.Config{
 		Listen:        "127.0.0.1:0",
-		Store:         "sqlite:" + "bench-unused.db", // validated only: the scheduled routes need no store
+		Store:         server.StoreNone, // the proxy routes need no job queue
 		ShutdownGrace: stopTimeout,
 		Upstreams: []server.UpstreamConfig{{
 			Name: anthropicUpstream, Protocol: provider.Anthropic, BaseURL: mockURL, APIKey: anthropicKey, Limits: g.limits,
