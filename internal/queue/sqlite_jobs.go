@@ -24,7 +24,7 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 	}
 	p = p.normalized()
 	var res InsertResult
-	err := s.write(ctx, func(tx *sql.Tx, sig *[]string) error {
+	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
 		row := tx.QueryRowContext(ctx, sqliteInsert+` ON CONFLICT (idempotency_key) DO NOTHING RETURNING `+jobColumns,
 			sqliteInsertArgs(p, "")...)
 		j, err := scanSQLiteJob(row)
@@ -101,7 +101,7 @@ func (s *sqliteStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) 
 			ORDER BY priority, available_at, id LIMIT ?)
 		RETURNING ` + jobColumns
 	var jobs []*Job
-	err := s.write(ctx, func(tx *sql.Tx, _ *[]string) error {
+	err := s.write(ctx, func(tx sqliteTx, _ *[]string) error {
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -118,7 +118,7 @@ func (s *sqliteStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) 
 
 // leaseMiss explains why a fenced update touched nothing: the job is gone
 // (ErrNotFound) or no longer held by that token (ErrLeaseLost).
-func sqliteLeaseMiss(ctx context.Context, tx *sql.Tx, id int64) error {
+func sqliteLeaseMiss(ctx context.Context, tx sqliteTx, id int64) error {
 	var one int
 	err := tx.QueryRowContext(ctx, `SELECT 1 FROM sluice_jobs WHERE id = ?`, id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -131,7 +131,7 @@ func sqliteLeaseMiss(ctx context.Context, tx *sql.Tx, id int64) error {
 }
 
 func (s *sqliteStore) fenced(ctx context.Context, id int64, q string, args ...any) error {
-	return s.write(ctx, func(tx *sql.Tx, _ *[]string) error {
+	return s.write(ctx, func(tx sqliteTx, _ *[]string) error {
 		r, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -176,7 +176,7 @@ func nonNil(b []byte) []byte {
 
 func (s *sqliteStore) Fail(ctx context.Context, p FailParams) (State, error) {
 	var final State
-	err := s.write(ctx, func(tx *sql.Tx, sig *[]string) error {
+	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
 		var attempts, maxAttempts int
 		var deadline sql.NullInt64
 		var upstream string
@@ -232,7 +232,7 @@ func cmpOr(a, b int) int {
 
 func (s *sqliteStore) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
 	var res CancelResult
-	err := s.write(ctx, func(tx *sql.Tx, _ *[]string) error {
+	err := s.write(ctx, func(tx sqliteTx, _ *[]string) error {
 		j, err := scanSQLiteJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE id = ?`, p.ID))
 		if err != nil {
 			return err

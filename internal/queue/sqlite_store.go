@@ -27,13 +27,17 @@ type sqliteStore struct {
 	once  sync.Once
 	notes *notifier
 	max   int
+	// The writer's prepared statements, and those to prepare after the
+	// current commit; used by the writer loop only.
+	stmts     map[string]*sql.Stmt
+	toPrepare map[string]struct{}
 }
 
 // sqliteOp is one caller's write. fn runs inside the shared transaction
 // and adds the upstreams to signal after the commit to *sig.
 type sqliteOp struct {
 	ctx context.Context
-	fn  func(tx *sql.Tx, sig *[]string) error
+	fn  func(tx sqliteTx, sig *[]string) error
 	res chan error
 }
 
@@ -81,7 +85,8 @@ func openSQLite(ctx context.Context, path string, opts Options) (Store, error) {
 		_ = w.Close()
 		return nil, err
 	}
-	s := &sqliteStore{w: w, r: r, ops: make(chan *sqliteOp), done: make(chan struct{}), notes: newNotifier(), max: opts.GroupCommitMax}
+	s := &sqliteStore{w: w, r: r, ops: make(chan *sqliteOp), done: make(chan struct{}), notes: newNotifier(), max: opts.GroupCommitMax,
+		stmts: map[string]*sql.Stmt{}, toPrepare: map[string]struct{}{}}
 	s.wg.Add(1)
 	go s.writeLoop()
 	return s, nil
@@ -93,13 +98,13 @@ func (s *sqliteStore) Close() error {
 		close(s.done)
 		s.wg.Wait()
 		s.notes.close()
-		err = errors.Join(s.w.Close(), s.r.Close())
+		err = errors.Join(s.closeStmts(), s.w.Close(), s.r.Close())
 	})
 	return err
 }
 
 // write runs fn in the next group commit and waits for the commit.
-func (s *sqliteStore) write(ctx context.Context, fn func(tx *sql.Tx, sig *[]string) error) error {
+func (s *sqliteStore) write(ctx context.Context, fn func(tx sqliteTx, sig *[]string) error) error {
 	op := &sqliteOp{ctx: ctx, fn: fn, res: make(chan error, 1)}
 	select {
 	case s.ops <- op:
@@ -131,6 +136,7 @@ func (s *sqliteStore) writeLoop() {
 			}
 		}
 		s.commit(batch)
+		s.prepareNoted(context.Background())
 	}
 }
 
@@ -145,7 +151,7 @@ func (s *sqliteStore) commit(batch []*sqliteOp) {
 			op.res <- results[i]
 		}
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	sqlTx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		for i := range results {
 			results[i] = fmt.Errorf("beginning transaction: %w", mapSQLiteErr(err))
@@ -153,6 +159,7 @@ func (s *sqliteStore) commit(batch []*sqliteOp) {
 		reply()
 		return
 	}
+	tx := sqliteTx{Tx: sqlTx, s: s}
 	var signals []string
 	single := len(batch) == 1
 	for i, op := range batch {
