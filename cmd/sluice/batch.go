@@ -325,7 +325,7 @@ func localGateway(ctx context.Context, dsn, configPath string) (func(), *apiClie
 		stopAll()
 		return nil, nil, err
 	}
-	c := &apiClient{base: "http://sluice.local", hc: &http.Client{Transport: handlerTransport{svc.Handler()}}}
+	c := &apiClient{base: "http://sluice.local", hc: &http.Client{Transport: handlerTransport{svc.Handler()}, Timeout: apiCallTimeout}}
 	return func() {
 		_ = svc.Stop(context.WithoutCancel(ctx))
 		stopAll()

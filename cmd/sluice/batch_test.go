@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -45,18 +46,63 @@ func (c *countingUpstream) Do(_ context.Context, req *dispatch.Request) (*dispat
 		Body: io.NopCloser(strings.NewReader(`{"id":"msg","type":"message","content":[],"usage":{"input_tokens":5,"output_tokens":2}}`))}}, nil
 }
 
-func TestBatchRunResumesWithoutResending(t *testing.T) {
-	t.Parallel()
-	st, err := queue.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), queue.Options{})
+// testTimeout bounds every command, request and teardown of these tests, so
+// a wedged store or server fails them instead of hanging go test.
+const testTimeout = 30 * time.Second
+
+// boundedContext is a context that ends after testTimeout (or with t).
+func boundedContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// within runs fn, a step that could block, and fails t when it does not
+// return within testTimeout (fn is then left running: the test has failed).
+func within(t *testing.T, what string, fn func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	timer := time.NewTimer(testTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		require.NoError(t, err, what)
+	case <-timer.C:
+		t.Errorf("%s did not finish within %v", what, testTimeout)
+	}
+}
+
+// jobsGateway serves the job API of a service over a fresh SQLite store,
+// started unless start is false, on an httptest server. Everything is torn
+// down in t's cleanup, each step bounded.
+func jobsGateway(t *testing.T, up jobs.Dispatcher, start bool) *httptest.Server {
+	t.Helper()
+	st, err := queue.Open(boundedContext(t), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), queue.Options{})
 	require.NoError(t, err)
-	defer st.Close()
-	up := &countingUpstream{calls: map[string]int{}, stopAfter: 15}
+	t.Cleanup(func() { within(t, "closing the store", st.Close) })
 	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": up}, Protocols: map[string]provider.Protocol{"anthropic": provider.Anthropic}})
 	require.NoError(t, err)
-	require.NoError(t, svc.Start(context.Background()))
-	defer func() { require.NoError(t, svc.Stop(context.Background())) }()
+	if start {
+		require.NoError(t, svc.Start(boundedContext(t)))
+	}
+	t.Cleanup(func() {
+		within(t, "stopping the job service", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			return svc.Stop(ctx)
+		})
+	})
 	srv := httptest.NewServer(svc.Handler())
-	defer srv.Close()
+	t.Cleanup(func() { within(t, "closing the HTTP server", func() error { srv.Close(); return nil }) })
+	return srv
+}
+
+func TestBatchRunResumesWithoutResending(t *testing.T) {
+	t.Parallel()
+	up := &countingUpstream{calls: map[string]int{}, stopAfter: 15}
+	srv := jobsGateway(t, up, true)
 
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl")
@@ -67,8 +113,10 @@ func TestBatchRunResumesWithoutResending(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(in, []byte(b.String()), 0o644))
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(boundedContext(t))
+	up.mu.Lock()
 	up.onLimit = cancel // interrupt mid-run
+	up.mu.Unlock()
 	var stdout, stderr bytes.Buffer
 	code := runMain(ctx, []string{"batch", "run", in, "-o", out, "--server", srv.URL, "--concurrency", "4"}, &stdout, &stderr)
 	require.Equal(t, 1, code, stderr.String())
@@ -81,7 +129,7 @@ func TestBatchRunResumesWithoutResending(t *testing.T) {
 	require.NoError(t, os.WriteFile(out, append(first, []byte(`{"custom_id":"r3`)...), 0o644))
 
 	stderr.Reset()
-	code = runMain(context.Background(), []string{"batch", "run", in, "-o", out, "--server", srv.URL}, &stdout, &stderr)
+	code = runMain(boundedContext(t), []string{"batch", "run", in, "-o", out, "--server", srv.URL}, &stdout, &stderr)
 	require.Equal(t, 0, code, stderr.String())
 	final, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -133,21 +181,17 @@ func TestBatchAndJobsCommandErrors(t *testing.T) {
 
 func TestJobsCommands(t *testing.T) {
 	t.Parallel()
-	st, err := queue.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), queue.Options{})
+	srv := jobsGateway(t, &countingUpstream{calls: map[string]int{}}, false) // not started: jobs stay queued
+	req, err := http.NewRequestWithContext(boundedContext(t), "POST", srv.URL+"/v1/jobs",
+		strings.NewReader(`{"upstream":"anthropic","request":{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}}`))
 	require.NoError(t, err)
-	defer st.Close()
-	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": &countingUpstream{calls: map[string]int{}}}, Protocols: map[string]provider.Protocol{"anthropic": provider.Anthropic}})
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	srv := httptest.NewServer(svc.Handler()) // not started: jobs stay queued
-	defer srv.Close()
-	defer svc.Stop(context.Background())
-	resp, err := http.Post(srv.URL+"/v1/jobs", "application/json", strings.NewReader(`{"upstream":"anthropic","request":{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}}`))
-	require.NoError(t, err)
-	resp.Body.Close()
+	require.NoError(t, resp.Body.Close())
 	require.Equal(t, 202, resp.StatusCode)
 	run := func(args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
-		code := runMain(context.Background(), append(append([]string{"jobs"}, args...), "--server", srv.URL), &stdout, &stderr)
+		code := runMain(boundedContext(t), append(append([]string{"jobs"}, args...), "--server", srv.URL), &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
 	code, out, errOut := run("ls", "--state", "queued")
@@ -165,4 +209,27 @@ func TestJobsCommands(t *testing.T) {
 	code, out, _ = run("retry", "--all")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `"requeued": 0`)
+}
+
+func TestAPIClientCallsAreBounded(t *testing.T) {
+	t.Parallel()
+	c, err := newAPIClient("http://127.0.0.1:1", "")
+	require.NoError(t, err)
+	require.Greater(t, c.hc.Timeout, jobs.MaxLongPollDefault, "the longest long poll must fit in one call")
+
+	// A gateway that never answers fails the call instead of hanging it.
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-block:
+		}
+	}))
+	defer srv.Close()
+	defer close(block)
+	c, err = newAPIClient(srv.URL, "")
+	require.NoError(t, err)
+	c.hc.Timeout = 50 * time.Millisecond
+	_, err = c.call(boundedContext(t), "GET", "/v1/jobs/1?wait=30s", nil, nil, nil)
+	require.ErrorContains(t, err, "calling GET /v1/jobs/1?wait=30s")
 }

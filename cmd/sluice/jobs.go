@@ -22,6 +22,11 @@ import (
 // serverDefault is the gateway the job commands talk to.
 const serverDefault = "http://127.0.0.1:8080"
 
+// apiCallTimeout bounds one call to the gateway, a long poll included (the
+// gateway answers ?wait= within jobs.MaxLongPollDefault), so a gateway that
+// stops answering fails the command instead of hanging it.
+const apiCallTimeout = jobs.MaxLongPollDefault + 30*time.Second
+
 func init() {
 	register(command{
 		name:    "jobs",
@@ -43,7 +48,7 @@ func newAPIClient(server, key string) (*apiClient, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%w: --server must be an http(s) URL, got %q", errUsage, server)
 	}
-	return &apiClient{base: strings.TrimRight(server, "/"), key: key, hc: &http.Client{}}, nil
+	return &apiClient{base: strings.TrimRight(server, "/"), key: key, hc: &http.Client{Timeout: apiCallTimeout}}, nil
 }
 
 // call sends a request and decodes a 2xx JSON answer into out; any other
