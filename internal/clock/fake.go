@@ -62,12 +62,15 @@ func (f *Fake) Set(t time.Time) {
 		if next.when.After(f.now) {
 			f.now = next.when
 		}
-		now := f.now
-		f.mu.Unlock()
+		// Deliver under the lock (the send never blocks): a Stop or Reset
+		// racing with the fire must see it either not yet fired (and still
+		// scheduled) or fired with the value in the channel, never popped
+		// but not yet delivered.
 		select {
-		case next.ch <- now:
+		case next.ch <- f.now:
 		default:
 		}
+		f.mu.Unlock()
 	}
 }
 
