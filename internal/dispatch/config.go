@@ -109,6 +109,11 @@ type Config struct {
 	// MaxWait is each class's aging bound and default deadline. Defaults to
 	// flow.MaxWaitDefault (30s, 1m, 5m, 30m).
 	MaxWait [flow.NumPriorities]time.Duration
+	// Headroom is, per class, the share of each quota bucket's depth a
+	// request must leave unused, so more urgent classes find room at once
+	// under saturation; a negative value means none. Defaults to
+	// flow.HeadroomDefault (0, 5%, 10%, 10%).
+	Headroom [flow.NumPriorities]float64
 	// Retry governs retries. Defaults to RetryConfig's defaults.
 	Retry RetryConfig
 	// Breaker configures the circuit breaker. Defaults to flow's defaults.
@@ -136,6 +141,7 @@ func (c Config) WithDefaults() Config {
 	for i := range c.Weights {
 		c.Weights[i] = cmp.Or(c.Weights[i], flow.WeightsDefault[i])
 		c.MaxWait[i] = cmp.Or(c.MaxWait[i], flow.MaxWaitDefault[i])
+		c.Headroom[i] = max(cmp.Or(c.Headroom[i], flow.HeadroomDefault[i]), 0)
 	}
 	c.Limits.MaxConcurrency = cmp.Or(c.Limits.MaxConcurrency, MaxConcurrencyDefault)
 	c.MinConcurrency = cmp.Or(c.MinConcurrency, min(MinConcurrencyDefault, c.Limits.MaxConcurrency))
@@ -206,6 +212,9 @@ func (c Config) validate() error {
 		}
 		if c.MaxWait[i] <= 0 {
 			return fmt.Errorf("MaxWait[%s] must be > 0, got %v", flow.Priority(i), c.MaxWait[i])
+		}
+		if !(c.Headroom[i] >= 0 && c.Headroom[i] < 1) {
+			return fmt.Errorf("Headroom[%s] must be in [0, 1), got %v", flow.Priority(i), c.Headroom[i])
 		}
 	}
 	if err := c.Breaker.Validate(); err != nil {

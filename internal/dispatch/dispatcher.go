@@ -227,7 +227,7 @@ func (d *Dispatcher) admit() time.Duration {
 		if d.inflight >= d.aimd.Limit() {
 			return 0 // a completion wakes us
 		}
-		wait, err := d.lim.Reserve(w.cost, now)
+		wait, err := d.lim.ReserveKeeping(w.cost, d.cfg.Headroom[w.req.Priority], now)
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
 			d.sched.Remove(it)

@@ -354,7 +354,10 @@ func TestBreakerOpensAndQueuedRequestsWaitThenSucceed(t *testing.T) {
 func TestShedWhenPredictedWaitExceedsDeadline(t *testing.T) {
 	t.Parallel()
 	u := newUpstream(t, ok())
-	d, fc, rec := start(t, u, func(c *dispatch.Config) { c.Limits.RequestsPerMinute = 60 })
+	d, fc, rec := start(t, u, func(c *dispatch.Config) {
+		c.Limits.RequestsPerMinute = 60
+		c.Headroom = [flow.NumPriorities]float64{-1, -1, -1, -1} // exact refill arithmetic below
+	})
 	d.Snapshot()
 	// Drain the request bucket: depth 5 s × 0.98/s ≈ 4.9 requests.
 	for i := range 4 {
@@ -470,4 +473,49 @@ func TestConfigValidationNamesField(t *testing.T) {
 	require.NoError(t, d.Stop(context.Background()), "Stop before Start is safe")
 	require.Error(t, d.Start(context.Background()), "no Start after Stop")
 	_ = fmt.Sprint(d.Snapshot())
+}
+
+// TestCriticalUsesHeadroomWhileNormalWaits: once normal traffic has drained
+// the request bucket down to its headroom, a critical request is admitted
+// at once while the queued normal one keeps waiting for refill.
+func TestCriticalUsesHeadroomWhileNormalWaits(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, ok())
+	d, fc, _ := start(t, u, func(c *dispatch.Config) {
+		c.Limits.RequestsPerMinute = 600 // 9.8/s after the margin; depth 5 s = 49
+		c.Headroom = [flow.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
+	})
+	// Normal requests may use only half the depth: 24 go at once.
+	for i := range 24 {
+		require.NoError(t, (<-doAsync(context.Background(), d, request())).err, i)
+	}
+	normal := doAsync(context.Background(), d, request())
+	require.True(t, fc.WaitForTimers(2, 5*time.Second), "the normal request waits for refill (deadline + refill timers)")
+	crit := request()
+	crit.Priority = flow.Critical
+	select {
+	case res := <-doAsync(context.Background(), d, crit):
+		require.NoError(t, res.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the critical request did not use the headroom")
+	}
+	select {
+	case <-normal:
+		t.Fatal("the normal request was admitted into the headroom")
+	default:
+	}
+	// Step time (the loop re-arms its refill timer as it goes) until the
+	// normal request gets its turn, well within a second of refill.
+	for range 5000 {
+		select {
+		case res := <-normal:
+			require.NoError(t, res.err)
+			return
+		case <-time.After(time.Millisecond):
+		}
+		if fc.Timers() >= 2 { // its deadline + the loop's refill timer: the loop sleeps
+			fc.Advance(10 * time.Millisecond)
+		}
+	}
+	t.Fatalf("the normal request was never admitted: %+v", d.Snapshot())
 }

@@ -61,7 +61,7 @@ const (
 	// failures in a row.
 	BreakerConsecutiveFailuresDefault = 5
 	// BreakerOpenTimeoutDefault is the mean open period.
-	BreakerOpenTimeoutDefault = 10 * time.Second
+	BreakerOpenTimeoutDefault = 3 * time.Second
 	// BreakerHalfOpenProbesDefault is how many probes half-open admits; that
 	// many successes close it.
 	BreakerHalfOpenProbesDefault = 3

@@ -143,16 +143,20 @@ func (b *bucket) settle(now time.Time) {
 	}
 }
 
-// wait returns how long until cost fits (0 when it fits now).
-func (b *bucket) wait(cost float64, now time.Time) time.Duration {
+// wait returns how long until cost fits while leaving keep (a share of the
+// depth) in the bucket; 0 when it fits now. A request too big to leave the
+// headroom only needs the bucket full.
+func (b *bucket) wait(cost, keep float64, now time.Time) time.Duration {
 	if b.capacity == 0 || cost <= 0 {
 		return 0
 	}
-	lvl := b.at(now, math.Max(b.depth, cost))
-	if lvl >= cost {
+	c := math.Max(b.depth, cost)
+	need := math.Min(cost+keep*b.depth, c)
+	lvl := b.at(now, c)
+	if lvl >= need {
 		return 0
 	}
-	return secs((cost - lvl) / b.rate())
+	return secs((need - lvl) / b.rate())
 }
 
 func secs(s float64) time.Duration {
@@ -228,17 +232,17 @@ func (l *Limiter) setCapacity(d Dim, capacity float64, now time.Time) {
 func (l *Limiter) TimeUntil(cost Amount, now time.Time) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.timeUntil(cost, now)
+	return l.timeUntil(cost, 0, now)
 }
 
-func (l *Limiter) timeUntil(cost Amount, now time.Time) (time.Duration, error) {
+func (l *Limiter) timeUntil(cost Amount, keep float64, now time.Time) (time.Duration, error) {
 	var w time.Duration
 	for i := range l.b {
 		b := &l.b[i]
 		if b.capacity > 0 && cost[i] > b.capacity {
 			return 0, fmt.Errorf("%w: %s cost %.0f > capacity %.0f", ErrTooLarge, Dim(i), cost[i], b.capacity)
 		}
-		w = max(w, b.wait(cost[i], now))
+		w = max(w, b.wait(cost[i], keep, now))
 	}
 	if p := l.pausedUntil.Sub(now); p > w {
 		w = p
@@ -250,9 +254,18 @@ func (l *Limiter) timeUntil(cost Amount, now time.Time) (time.Duration, error) {
 // it debits nothing and returns how long until it will; ErrTooLarge when it
 // never will.
 func (l *Limiter) Reserve(cost Amount, now time.Time) (time.Duration, error) {
+	return l.ReserveKeeping(cost, 0, now)
+}
+
+// ReserveKeeping is Reserve for a request that must leave keep (a share of
+// each bucket's depth, in [0, 1)) unused: the headroom that lets a more
+// urgent class be admitted at once while the upstream is saturated. The
+// refill rate, and so the throughput, is the same; only the level the
+// buckets idle at under saturation is higher.
+func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	w, err := l.timeUntil(cost, now)
+	w, err := l.timeUntil(cost, keep, now)
 	if err != nil || w > 0 {
 		return w, err
 	}

@@ -231,3 +231,34 @@ func BenchmarkLimiterReserve(b *testing.B) {
 		}
 	}
 }
+
+func TestLimiterHeadroom(t *testing.T) {
+	t.Parallel()
+	// 6,000 output tokens per minute = 100/s, depth 10 s = 1,000 tokens.
+	l := newLimiter(t, [flow.NumDims]float64{flow.OutputTokens: 6000}, 10)
+	cost := flow.Amount{flow.OutputTokens: 200}
+	const keep = 0.1 // leave 100 tokens
+	for i := range 4 {
+		w, err := l.ReserveKeeping(cost, keep, t0)
+		require.NoError(t, err)
+		require.Zero(t, w, "request %d leaves the headroom", i)
+	}
+	// 200 left: a lower class must leave 100, so it waits for 100 more.
+	w, err := l.ReserveKeeping(cost, keep, t0)
+	require.NoError(t, err)
+	require.Equal(t, time.Second, w)
+	// The urgent class may use the headroom at once.
+	w, err = l.ReserveKeeping(cost, 0, t0)
+	require.NoError(t, err)
+	require.Zero(t, w)
+	// Empty now; with the headroom the lower class waits 3 s, not 2 s.
+	w, err = l.ReserveKeeping(cost, keep, t0)
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, w)
+
+	// A request too big to leave the headroom needs only a full bucket.
+	big := flow.Amount{flow.OutputTokens: 950}
+	w, err = l.ReserveKeeping(big, keep, t0.Add(10*time.Second))
+	require.NoError(t, err)
+	require.Zero(t, w)
+}

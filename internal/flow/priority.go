@@ -64,3 +64,10 @@ func (p *Priority) UnmarshalText(b []byte) error {
 	*p = v
 	return nil
 }
+
+// HeadroomDefault is, per class, the share of each quota bucket's depth a
+// request of that class must leave unused (see Limiter.ReserveKeeping):
+// under saturation the buckets idle at 10% of their depth for normal and
+// low traffic, so a critical request finds room at once and a high one
+// nearly at once.
+var HeadroomDefault = [NumPriorities]float64{0, 0.05, 0.10, 0.10}

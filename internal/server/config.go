@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -179,6 +180,12 @@ type ClassConfig struct {
 	// that sets none. Defaults to 30s, 1m, 5m, 30m for critical, high,
 	// normal, low (flow.MaxWaitDefault).
 	MaxWait time.Duration `yaml:"max_wait"`
+	// Headroom is the share (0 to <1) of each quota bucket's depth that
+	// requests of this class leave unused, so more urgent classes are
+	// admitted at once while the upstream is saturated; negative means
+	// none. Defaults to 0, 0.05, 0.10, 0.10 for critical, high, normal,
+	// low (flow.HeadroomDefault).
+	Headroom float64 `yaml:"headroom"`
 }
 
 // ClientConfig is one caller allowed through the gateway.
@@ -429,6 +436,9 @@ func (u UpstreamConfig) validate() error {
 		}
 		if cc.MaxWait < 0 {
 			return fmt.Errorf("classes.%s.max_wait: must be >= 0", name)
+		}
+		if !(cc.Headroom < 1) || math.IsNaN(cc.Headroom) {
+			return fmt.Errorf("classes.%s.headroom: must be < 1 (negative for none, 0 for the default)", name)
 		}
 	}
 	return nil

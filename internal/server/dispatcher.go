@@ -52,6 +52,7 @@ func dispatchConfig(uc UpstreamConfig, o options, obs dispatch.Observer) dispatc
 		}
 		cfg.Weights[p] = cc.Weight
 		cfg.MaxWait[p] = cc.MaxWait
+		cfg.Headroom[p] = cc.Headroom
 	}
 	return cfg
 }
