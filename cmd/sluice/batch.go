@@ -214,7 +214,7 @@ feed:
 	r.mu.Unlock()
 	if finished < len(r.file.Lines) {
 		cause := context.Cause(ctx)
-		return fmt.Errorf("stopped after %d/%d results (%v); run the same command again to finish the rest", finished, len(r.file.Lines), cause)
+		return fmt.Errorf("stopped after %d/%d results (%w); run the same command again to finish the rest", finished, len(r.file.Lines), cause)
 	}
 	return nil
 }

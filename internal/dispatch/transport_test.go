@@ -19,7 +19,17 @@ import (
 
 const messageBody = `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
 
-func roundTrip(t *testing.T, tr http.RoundTripper, ctx context.Context, body string, header map[string]string) (*http.Response, []byte) {
+// transportReply is what a test reads from a round trip, taken before the
+// response body is closed.
+type transportReply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// roundTrip sends body through tr, reads and closes the response body, and
+// returns the status, headers and body.
+func roundTrip(t *testing.T, tr http.RoundTripper, ctx context.Context, body string, header map[string]string) transportReply {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://api.anthropic.com/v1/messages?beta=true", bytes.NewReader([]byte(body)))
 	require.NoError(t, err)
@@ -32,7 +42,7 @@ func roundTrip(t *testing.T, tr http.RoundTripper, ctx context.Context, body str
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
-	return resp, b
+	return transportReply{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
 func TestTransportSendsThroughDispatcher(t *testing.T) {
@@ -40,9 +50,9 @@ func TestTransportSendsThroughDispatcher(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, _, rec := start(t, u, nil)
 	tr := dispatch.NewTransport(d)
-	resp, body := roundTrip(t, tr, dispatch.WithClient(dispatch.WithPriority(context.Background(), flow.Critical), "app"), messageBody, map[string]string{"X-Priority": "low"})
-	require.Equal(t, 200, resp.StatusCode)
-	require.JSONEq(t, okMessage, string(body))
+	rep := roundTrip(t, tr, dispatch.WithClient(dispatch.WithPriority(context.Background(), flow.Critical), "app"), messageBody, map[string]string{"X-Priority": "low"})
+	require.Equal(t, 200, rep.status)
+	require.JSONEq(t, okMessage, string(rep.body))
 	require.Equal(t, "sk-upstream", u.headers[0].Get("X-Api-Key"))
 	require.Empty(t, u.headers[0].Get("X-Priority"), "steering headers stay in Sluice")
 	require.Equal(t, 1, rec.admitted)
@@ -74,20 +84,20 @@ func TestTransportSynthesisesProviderErrors(t *testing.T) {
 			})
 			tr := dispatch.NewTransport(d)
 			if tt.name == "shed" { // use the one request a minute first
-				resp, _ := roundTrip(t, tr, context.Background(), messageBody, nil)
-				require.Equal(t, 200, resp.StatusCode)
+				first := roundTrip(t, tr, context.Background(), messageBody, nil)
+				require.Equal(t, 200, first.status)
 			}
-			resp, body := roundTrip(t, tr, context.Background(), tt.body, tt.header)
-			require.Equal(t, tt.status, resp.StatusCode)
-			require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
-			require.Equal(t, tt.retryAfter, resp.Header.Get("Retry-After"))
+			rep := roundTrip(t, tr, context.Background(), tt.body, tt.header)
+			require.Equal(t, tt.status, rep.status)
+			require.Equal(t, "false", rep.header.Get("X-Should-Retry"))
+			require.Equal(t, tt.retryAfter, rep.header.Get("Retry-After"))
 			var env struct {
 				Type  string `json:"type"`
 				Error struct {
 					Type string `json:"type"`
 				} `json:"error"`
 			}
-			require.NoError(t, json.Unmarshal(body, &env))
+			require.NoError(t, json.Unmarshal(rep.body, &env))
 			require.Equal(t, "error", env.Type)
 			require.Equal(t, tt.errType, env.Error.Type)
 		})

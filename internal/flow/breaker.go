@@ -212,6 +212,8 @@ func (b *Breaker) Allow(now time.Time) (uint64, error) {
 		} else {
 			b.probes++
 		}
+	case Closed:
+		// Closed admits every request.
 	}
 	gen := b.gen
 	b.mu.Unlock()
@@ -230,6 +232,9 @@ func (b *Breaker) Done(gen uint64, r Result, now time.Time) {
 			b.recordClosed(r, now)
 		case HalfOpen:
 			b.recordHalfOpen(r, now)
+		case Open:
+			// Nothing admitted in this generation is counted while open:
+			// the open period alone decides when probing starts.
 		}
 	}
 	f2, t2 := b.lastChange()
@@ -251,6 +256,8 @@ func (b *Breaker) recordClosed(r Result, now time.Time) {
 			(b.results >= b.cfg.MinRequests && float64(b.failures) >= b.cfg.FailureRatio*float64(b.results)) {
 			b.set(Open, now)
 		}
+	case Neutral:
+		// Neutral results say nothing about the upstream's health.
 	}
 }
 
@@ -266,6 +273,8 @@ func (b *Breaker) recordHalfOpen(r Result, now time.Time) {
 		}
 	case Failed:
 		b.set(Open, now)
+	case Neutral:
+		// A neutral probe frees its slot without moving the breaker.
 	}
 }
 

@@ -242,7 +242,9 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return nil
 		}
-		bw.Write(line)
+		if _, err := bw.Write(line); err != nil {
+			return err
+		}
 		return bw.WriteByte('\n')
 	})
 	if err != nil {

@@ -172,8 +172,9 @@ func (w *worker) dispatchFailure(j *queue.Job, err error) verdict {
 		return reschedule(w.s, status, last, de.Message, de.RetryAfter)
 	case queue.FailTerminal:
 		return terminal(status, last, de.Message, nil)
+	default: // queue.FailRetry: burn an attempt and back off.
+		return retry(w.s, j, status, last, de.Message, de.RetryAfter)
 	}
-	return retry(w.s, j, status, last, de.Message, de.RetryAfter)
 }
 
 func terminal(status int, class provider.Class, msg string, res *queue.Result) verdict {

@@ -128,6 +128,8 @@ func (s *Service) Start(ctx context.Context) error {
 		return ErrStarted
 	case stopped:
 		return ErrStopped
+	case created:
+		// First start: go on below.
 	}
 	base := context.WithoutCancel(ctx)
 	claimCtx, stopClaims := context.WithCancelCause(base)

@@ -96,6 +96,8 @@ func (s *Service) view(j *queue.Job, full bool) JobView {
 		v.Error = deathOf(j)
 	case queue.StateCanceled:
 		v.Error = &ErrorView{Type: "canceled", Message: "the job was canceled"}
+	case queue.StateQueued, queue.StateRunning:
+		// Not finished: neither a response nor an error yet.
 	}
 	return v
 }
@@ -143,8 +145,11 @@ func errorTypeOf(c provider.Class) string {
 		return "quota_error"
 	case provider.ClientError:
 		return "invalid_request_error"
+	default:
+		// Transient and stream failures (and a success that still failed
+		// the job) are the provider's own fault, as in its api_error.
+		return "api_error"
 	}
-	return "api_error"
 }
 
 func bodyValue(b []byte) any {

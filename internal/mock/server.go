@@ -376,6 +376,8 @@ func (x *exchange) sendFault(f fault) {
 			return
 		}
 		x.fail(serverError(x.proto, f.status), extra)
+	case faultNone:
+		// Callers send a fault only when one was drawn; nothing to inject.
 	}
 }
 

@@ -173,6 +173,10 @@ func FailKindFor(c provider.Class) FailKind {
 		return FailReschedule
 	case provider.Overload, provider.Transient, provider.StreamFail:
 		return FailRetry
+	default:
+		// Quota and client errors cannot succeed on retry; a success that
+		// still failed (and any unknown class) is terminal too, so that it
+		// can never loop.
+		return FailTerminal
 	}
-	return FailTerminal
 }

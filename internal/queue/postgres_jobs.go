@@ -11,16 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const pgInsertColumns = `(idempotency_key, upstream, priority, client, path, body, deadline, max_attempts,
-	state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at)`
-
 func pgInsertArgs(p InsertParams, batchID string) []any {
 	return []any{pgText(p.IdempotencyKey), p.Upstream, int16(p.Priority), p.Client, p.Path, p.Body,
 		pgTime(p.Deadline), p.MaxAttempts, pgTime(p.AvailableAt), pgText(batchID), pgText(p.CustomID),
 		p.WebhookURL, pgTime(p.Now), pgTime(p.Now)}
 }
-
-const pgInsertValues = `($1, $2, $3, $4, $5, $6, $7, $8, 'queued', $9, $10, $11, $12, $13, $14)`
 
 func (s *postgresStore) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
 	if err := p.validate(); err != nil {
@@ -265,6 +260,8 @@ func (s *postgresStore) cancel1(ctx context.Context, p CancelParams) (CancelResu
 		return CancelResult{Job: j}, nil
 	case StateSucceeded, StateDead:
 		return CancelResult{}, fmt.Errorf("%w: job is %s", ErrConflict, j.State)
+	case StateQueued, StateRunning:
+		// Still live: cancel it below.
 	}
 	prev := j.State
 	j, err = scanPgJob(tx.QueryRow(ctx, `UPDATE sluice_jobs SET state = 'canceled', lease_expires_at = NULL,

@@ -243,6 +243,8 @@ func (s *sqliteStore) Cancel(ctx context.Context, p CancelParams) (CancelResult,
 			return nil
 		case StateSucceeded, StateDead:
 			return fmt.Errorf("%w: job is %s", ErrConflict, j.State)
+		case StateQueued, StateRunning:
+			// Still live: cancel it below.
 		}
 		prev, now := j.State, micros(p.Now)
 		j, err = scanSQLiteJob(tx.QueryRowContext(ctx, `UPDATE sluice_jobs SET state = 'canceled', lease_expires_at = NULL,

@@ -39,7 +39,7 @@ func (tx sqliteTx) stmt(ctx context.Context, q string) *sql.Stmt {
 // must be free. A statement that fails to prepare stays unprepared.
 func (s *sqliteStore) prepareNoted(ctx context.Context) {
 	for q := range s.toPrepare {
-		if st, err := s.w.PrepareContext(ctx, q); err == nil {
+		if st, err := s.w.PrepareContext(ctx, q); err == nil { //nolint:sqlclosecheck // closed by closeStmts on Close
 			s.stmts[q] = st
 		}
 		delete(s.toPrepare, q)
@@ -47,7 +47,7 @@ func (s *sqliteStore) prepareNoted(ctx context.Context) {
 }
 
 func (tx sqliteTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	st := tx.stmt(ctx, q)
+	st := tx.stmt(ctx, q) //nolint:sqlclosecheck // tx-bound statement, closed by the transaction's Commit or Rollback
 	if st == nil {
 		return tx.Tx.ExecContext(ctx, q, args...)
 	}
@@ -55,7 +55,7 @@ func (tx sqliteTx) ExecContext(ctx context.Context, q string, args ...any) (sql.
 }
 
 func (tx sqliteTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	st := tx.stmt(ctx, q)
+	st := tx.stmt(ctx, q) //nolint:sqlclosecheck // tx-bound statement, closed by the transaction's Commit or Rollback
 	if st == nil {
 		return tx.Tx.QueryContext(ctx, q, args...)
 	}
@@ -63,7 +63,7 @@ func (tx sqliteTx) QueryContext(ctx context.Context, q string, args ...any) (*sq
 }
 
 func (tx sqliteTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	st := tx.stmt(ctx, q)
+	st := tx.stmt(ctx, q) //nolint:sqlclosecheck // tx-bound statement, closed by the transaction's Commit or Rollback
 	if st == nil {
 		return tx.Tx.QueryRowContext(ctx, q, args...)
 	}

@@ -509,7 +509,7 @@ func validateStore(s string) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("%q: want sqlite:PATH or postgres://...", redact(s))
+	return fmt.Errorf("%q: want sqlite:PATH or postgres://USER@HOST/DB", redact(s))
 }
 
 func validateBaseURL(s string) error {

@@ -86,6 +86,10 @@ func expandNode(n *yaml.Node, lookup LookupEnv) error {
 				return err
 			}
 		}
+	case yaml.AliasNode:
+		// The anchored node is expanded where it is defined; following the
+		// alias would expand it a second time, reading "$" in a value that
+		// came from the environment as another reference.
 	}
 	return nil
 }

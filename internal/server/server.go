@@ -230,20 +230,20 @@ func (s *Server) Start(ctx context.Context) error {
 			continue
 		}
 		if err := lc.Start(ctx); err != nil {
-			stopAll(ctx, started)
+			s.undoStart(ctx, started)
 			return fmt.Errorf("starting dispatcher for upstream %s: %w", name, err)
 		}
 		started = append(started, lc)
 	}
 	// Then the job queue, which hands work to the dispatchers.
 	if err := s.startJobs(ctx); err != nil {
-		stopAll(ctx, started)
+		s.undoStart(ctx, started)
 		return err
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
-		stopAll(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
+		s.undoStart(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
 		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
 	}
 	s.ln = ln
@@ -325,6 +325,15 @@ type jobsLifecycle struct{ s *Server }
 
 func (j jobsLifecycle) Start(context.Context) error    { return nil }
 func (j jobsLifecycle) Stop(ctx context.Context) error { return j.s.stopJobs(ctx) }
+
+// undoStart stops what a failed Start had started. Start returns the error
+// that made it fail; a failure to stop on the way out is logged so that it
+// is not lost.
+func (s *Server) undoStart(ctx context.Context, lcs []lifecycle) {
+	if err := stopAll(ctx, lcs); err != nil {
+		s.log.Warn("stopping components after a failed start", "err", err)
+	}
+}
 
 func stopAll(ctx context.Context, lcs []lifecycle) error {
 	var errs []error

@@ -127,7 +127,16 @@ func newTestServer(t *testing.T, clients []ClientConfig, mutate ...func(*Config)
 	return ts
 }
 
-func (ts *testServer) do(t *testing.T, method, path, body string, h map[string]string) (*http.Response, []byte) {
+// httpReply is what a test reads from a response: the status and headers,
+// taken before do closes the body.
+type httpReply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+// do sends a request to the test server, reads and closes the response
+// body, and returns the status, headers and body.
+func (ts *testServer) do(t *testing.T, method, path, body string, h map[string]string) (httpReply, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, ts.http.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
@@ -139,7 +148,7 @@ func (ts *testServer) do(t *testing.T, method, path, body string, h map[string]s
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp, b
+	return httpReply{StatusCode: resp.StatusCode, Header: resp.Header}, b
 }
 
 // requireProviderError checks the body is p's error shape with errType.

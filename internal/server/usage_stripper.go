@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 )
 
@@ -48,7 +49,7 @@ func (s *usageStripper) fill() {
 		line, err := s.src.ReadSlice('\n')
 		s.event = append(s.event, line...)
 		switch {
-		case err == bufio.ErrBufferFull:
+		case errors.Is(err, bufio.ErrBufferFull):
 			if len(s.event) > maxInspectedEvent {
 				s.emit(false)
 				return
