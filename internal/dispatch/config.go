@@ -112,7 +112,7 @@ type Config struct {
 	// Headroom is, per class, the share of each quota bucket's depth a
 	// request must leave unused, so more urgent classes find room at once
 	// under saturation; a negative value means none. Defaults to
-	// flow.HeadroomDefault (0, 5%, 10%, 10%).
+	// flow.HeadroomDefault (0, 10%, 20%, 20%).
 	Headroom [flow.NumPriorities]float64
 	// Retry governs retries. Defaults to RetryConfig's defaults.
 	Retry RetryConfig

@@ -183,7 +183,7 @@ type ClassConfig struct {
 	// Headroom is the share (0 to <1) of each quota bucket's depth that
 	// requests of this class leave unused, so more urgent classes are
 	// admitted at once while the upstream is saturated; negative means
-	// none. Defaults to 0, 0.05, 0.10, 0.10 for critical, high, normal,
+	// none. Defaults to 0, 0.10, 0.20, 0.20 for critical, high, normal,
 	// low (flow.HeadroomDefault).
 	Headroom float64 `yaml:"headroom"`
 }
