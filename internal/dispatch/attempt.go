@@ -120,6 +120,18 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out pr
 		d.aimd.OnOverload()
 	}
 	d.release(w, g, flow.Failed, refund)
+	if g.probe {
+		// A failed half-open probe tested the upstream, not the request:
+		// the breaker opens again and the request waits in its place in
+		// line for the next probe, bounded by its deadline, without
+		// burning an attempt or retry budget. The breaker already limits
+		// probes to a few per open period, so this cannot amplify load.
+		d.obs.Retried(out.Class)
+		if err := d.requeue(w); err != nil {
+			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
+		}
+		return nil, true, nil
+	}
 	w.burnt++
 	if w.burnt >= d.cfg.Retry.MaxAttempts {
 		return nil, false, d.giveUp(w, ErrRetriesExhausted, fmt.Sprintf("%d attempts failed, last: %s", w.burnt, describe(out)))

@@ -237,6 +237,7 @@ func (d *Dispatcher) admit() time.Duration {
 		if wait > 0 {
 			return wait
 		}
+		state, _ := d.brk.State(now)
 		gen, err := d.brk.Allow(now)
 		if err != nil {
 			d.lim.Refund(w.cost, now)
@@ -244,7 +245,7 @@ func (d *Dispatcher) admit() time.Duration {
 		}
 		d.sched.Take(it)
 		d.inflight++
-		w.grant <- grant{gen: gen, at: now}
+		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen}
 	}
 	return 0
 }
@@ -269,6 +270,9 @@ type grant struct {
 	gen uint64
 	at  time.Time
 	err error
+	// probe marks an attempt the half-open breaker let through to test
+	// the upstream's health.
+	probe bool
 }
 
 // Do sends req upstream through the queue and returns the upstream's

@@ -250,11 +250,10 @@ func TestRateLimitPausesWholeUpstreamWithoutBurningAttempts(t *testing.T) {
 	require.True(t, fc.WaitForTimers(3, 5*time.Second)) // second's deadline timer
 	require.EqualValues(t, 1, u.calls.Load(), "the whole upstream is paused")
 
-	fc.Advance(2300 * time.Millisecond) // hint + at most 250ms jitter
-	// first (kept its place) goes first and gets the second 429; pause again.
-	require.Eventually(t, func() bool { return u.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
-	require.True(t, fc.WaitForTimers(3, 5*time.Second))
-	fc.Advance(2300 * time.Millisecond)
+	stepUntil(t, fc, 3, func() bool { return u.calls.Load() == 2 }) // hint + at most 250ms jitter
+	// first (kept its place) went first and got the second 429; pause again.
+	require.EqualValues(t, 2, u.calls.Load())
+	stepUntil(t, fc, 2, func() bool { return u.calls.Load() == 4 })
 
 	r1, r2 := <-first, <-second
 	require.NoError(t, r1.err)
@@ -518,4 +517,56 @@ func TestCriticalUsesHeadroomWhileNormalWaits(t *testing.T) {
 		}
 	}
 	t.Fatalf("the normal request was never admitted: %+v", d.Snapshot())
+}
+
+// TestFailedProbesDoNotBurnAttempts: during a long outage the request at
+// the head of the line is the half-open probe again and again. Those
+// failures test the upstream, not the request, so it outlives MaxAttempts
+// and succeeds once the upstream recovers.
+func TestFailedProbesDoNotBurnAttempts(t *testing.T) {
+	t.Parallel()
+	fail := reply{status: 529, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}
+	u := newUpstream(t, fail, fail, fail, fail, fail, fail, ok())
+	d, fc, _ := start(t, u, func(c *dispatch.Config) {
+		c.Breaker.ConsecutiveFailures = 2
+		c.Breaker.OpenTimeout = time.Second
+		c.Breaker.HalfOpenProbes = 1
+		c.Retry.MaxAttempts = 3 // two closed-state failures burn two; the four probes none
+	})
+	r := request()
+	r.Deadline = t0.Add(time.Hour)
+	ch := doAsync(context.Background(), d, r)
+	// Step time until the upstream has answered all seven, far beyond
+	// MaxAttempts, then the request must have its success.
+	for range 5000 {
+		select {
+		case res := <-ch:
+			require.NoError(t, res.err)
+			require.Equal(t, 7, res.resp.Attempts)
+			require.EqualValues(t, 7, u.calls.Load())
+			return
+		case <-time.After(time.Millisecond):
+		}
+		if fc.Timers() >= 1 { // a backoff sleep, or its deadline while queued
+			fc.Advance(100 * time.Millisecond)
+		}
+	}
+	t.Fatalf("the request never finished; upstream calls %d, %+v", u.calls.Load(), d.Snapshot())
+}
+
+// stepUntil advances the fake clock in 50 ms steps, each only once at
+// least `timers` timers wait (the dispatcher is asleep), until done holds.
+func stepUntil(t *testing.T, fc *clock.Fake, timers int, done func() bool) {
+	t.Helper()
+	for range 5000 {
+		if done() {
+			return
+		}
+		if fc.Timers() >= timers {
+			fc.Advance(50 * time.Millisecond)
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Fatal("condition never reached while stepping the clock")
 }
