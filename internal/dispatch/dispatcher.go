@@ -235,7 +235,11 @@ func (d *Dispatcher) admit() time.Duration {
 			continue
 		}
 		if wait > 0 {
-			return wait
+			urgent := d.urgentFit(it, now)
+			if urgent == nil {
+				return wait
+			}
+			it, w = urgent, urgent.Value.(*waiter)
 		}
 		state, _ := d.brk.State(now)
 		gen, err := d.brk.Allow(now)
@@ -264,6 +268,28 @@ type waiter struct {
 	burnt        int // attempts that count against MaxAttempts
 	hintlessRate int // RATE answers without a retry hint
 	last         *provider.Outcome
+}
+
+// urgentFit is called when head must wait for its buckets to refill. A
+// more urgent class's next request that fits now, within its own (smaller)
+// headroom, goes first and its cost is reserved: this is what the headroom
+// is for. The head keeps its turn otherwise, and an overdue head (past its
+// class's max wait) is never overtaken. d.mu must be held.
+func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) *flow.Item {
+	if d.sched.Overdue(head, now) {
+		return nil
+	}
+	for c := flow.Critical; c < head.Class; c++ {
+		it := d.sched.PeekClass(c)
+		if it == nil {
+			continue
+		}
+		w := it.Value.(*waiter)
+		if wait, err := d.lim.ReserveKeeping(w.cost, d.cfg.Headroom[c], now); err == nil && wait == 0 {
+			return it
+		}
+	}
+	return nil
 }
 
 type grant struct {

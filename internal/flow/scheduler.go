@@ -222,6 +222,22 @@ func (s *Scheduler) Peek(now time.Time) *Item {
 	return cl.items.Front().Value.(*Item)
 }
 
+// PeekClass returns the item class c would serve next (its round-robin
+// client's oldest), or nil when the class is empty.
+func (s *Scheduler) PeekClass(c Priority) *Item {
+	if !c.Valid() || s.classes[c].byArrival.Len() == 0 {
+		return nil
+	}
+	cl := s.classes[c].ring.Front().Value.(*clientQueue)
+	return cl.items.Front().Value.(*Item)
+}
+
+// Overdue reports whether it has waited past its class's max wait (the
+// aging bound): such an item must not be overtaken.
+func (s *Scheduler) Overdue(it *Item, now time.Time) bool {
+	return !now.Before(it.Arrival.Add(s.maxWait[it.Class]))
+}
+
 // Take removes it as served: its class's tags and the virtual time advance
 // by its size over the class weight, and its client goes to the back of
 // the round robin.

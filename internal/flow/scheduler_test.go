@@ -200,3 +200,22 @@ func BenchmarkSchedulerPushPop(b *testing.B) {
 		s.Push(it)
 	}
 }
+
+func TestSchedulerPeekClassAndOverdue(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	require.Nil(t, s.PeekClass(flow.Critical))
+	require.Nil(t, s.PeekClass(flow.Priority(9)))
+	normal := &flow.Item{Class: flow.Normal, Client: "a", Size: 10, Arrival: t0}
+	crit1 := &flow.Item{Class: flow.Critical, Client: "a", Size: 10, Arrival: t0}
+	crit2 := &flow.Item{Class: flow.Critical, Client: "b", Size: 10, Arrival: t0}
+	s.Push(normal)
+	s.Push(crit1)
+	s.Push(crit2)
+	require.Same(t, crit1, s.PeekClass(flow.Critical))
+	require.Same(t, normal, s.PeekClass(flow.Normal))
+	s.Take(crit1)
+	require.Same(t, crit2, s.PeekClass(flow.Critical), "round robin moves to the next client")
+	require.False(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[flow.Normal]-time.Nanosecond)))
+	require.True(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[flow.Normal])))
+}
