@@ -26,6 +26,9 @@ const (
 	BudgetMinDefault = flow.BudgetMinDefault
 	// MaxConcurrencyDefault caps requests in flight.
 	MaxConcurrencyDefault = flow.MaxConcurrencyDefault
+	// HeadroomWindowDefault is how long a more urgent class's last request
+	// keeps the lower classes' headroom in force.
+	HeadroomWindowDefault = time.Minute
 	// MinConcurrencyDefault is the adaptive concurrency floor.
 	MinConcurrencyDefault = flow.MinConcurrencyDefault
 	// BurstSecondsDefault is the initial bucket depth in seconds of refill.
@@ -114,6 +117,10 @@ type Config struct {
 	// under saturation; a negative value means none. Defaults to
 	// flow.HeadroomDefault (0, 10%, 20%, 20%).
 	Headroom [flow.NumPriorities]float64
+	// HeadroomWindow is how recently a more urgent class must have sent a
+	// request for a class's headroom to apply: traffic of one class alone
+	// uses the whole bucket. Defaults to HeadroomWindowDefault.
+	HeadroomWindow time.Duration
 	// Retry governs retries. Defaults to RetryConfig's defaults.
 	Retry RetryConfig
 	// Breaker configures the circuit breaker. Defaults to flow's defaults.
@@ -143,6 +150,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxWait[i] = cmp.Or(c.MaxWait[i], flow.MaxWaitDefault[i])
 		c.Headroom[i] = max(cmp.Or(c.Headroom[i], flow.HeadroomDefault[i]), 0)
 	}
+	c.HeadroomWindow = cmp.Or(c.HeadroomWindow, HeadroomWindowDefault)
 	c.Limits.MaxConcurrency = cmp.Or(c.Limits.MaxConcurrency, MaxConcurrencyDefault)
 	c.MinConcurrency = cmp.Or(c.MinConcurrency, min(MinConcurrencyDefault, c.Limits.MaxConcurrency))
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, BaseDelayDefault)
@@ -212,6 +220,9 @@ func (c Config) validate() error {
 		}
 		if c.MaxWait[i] <= 0 {
 			return fmt.Errorf("MaxWait[%s] must be > 0, got %v", flow.Priority(i), c.MaxWait[i])
+		}
+		if c.HeadroomWindow < 0 {
+			return fmt.Errorf("HeadroomWindow must be >= 0, got %v", c.HeadroomWindow)
 		}
 		if !(c.Headroom[i] >= 0 && c.Headroom[i] < 1) {
 			return fmt.Errorf("Headroom[%s] must be in [0, 1), got %v", flow.Priority(i), c.Headroom[i])

@@ -41,6 +41,7 @@ type Dispatcher struct {
 
 	mu       sync.Mutex // guards everything below
 	sched    *flow.Scheduler
+	seen     [flow.NumPriorities]time.Time // last arrival per class, for headroom
 	inflight int
 	state    runState
 	wake     chan struct{} // buffered(1): something changed
@@ -227,7 +228,7 @@ func (d *Dispatcher) admit() time.Duration {
 		if d.inflight >= d.aimd.Limit() {
 			return 0 // a completion wakes us
 		}
-		wait, err := d.lim.ReserveKeeping(w.cost, d.cfg.Headroom[w.req.Priority], now)
+		wait, err := d.lim.ReserveKeeping(w.cost, d.headroom(w.req.Priority, now), now)
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
 			d.sched.Remove(it)
@@ -270,6 +271,19 @@ type waiter struct {
 	last         *provider.Outcome
 }
 
+// headroom is the share of each bucket's depth a request of class c must
+// leave unused: its configured headroom while a more urgent class has sent
+// a request within HeadroomWindow, else none, so traffic of one class alone
+// uses the whole bucket. d.mu must be held.
+func (d *Dispatcher) headroom(c flow.Priority, now time.Time) float64 {
+	for u := flow.Critical; u < c; u++ {
+		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.cfg.HeadroomWindow {
+			return d.cfg.Headroom[c]
+		}
+	}
+	return 0
+}
+
 // urgentFit is called when head must wait for its buckets to refill. A
 // more urgent class's next request that fits now, within its own (smaller)
 // headroom, goes first and its cost is reserved: this is what the headroom
@@ -285,7 +299,7 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) *flow.Item {
 			continue
 		}
 		w := it.Value.(*waiter)
-		if wait, err := d.lim.ReserveKeeping(w.cost, d.cfg.Headroom[c], now); err == nil && wait == 0 {
+		if wait, err := d.lim.ReserveKeeping(w.cost, d.headroom(c, now), now); err == nil && wait == 0 {
 			return it
 		}
 	}
@@ -354,6 +368,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		return nil, e
 	}
 	d.sched.Push(&w.item)
+	d.seen[class] = now
 	d.mu.Unlock()
 	d.obs.Enqueued(class)
 	d.kick()

@@ -484,8 +484,13 @@ func TestCriticalUsesHeadroomWhileNormalWaits(t *testing.T) {
 		c.Limits.RequestsPerMinute = 600 // 9.8/s after the margin; depth 5 s = 49
 		c.Headroom = [flow.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
 	})
-	// Normal requests may use only half the depth: 24 go at once.
-	for i := range 24 {
+	// Headroom applies once a more urgent class is active: one critical
+	// request (48 left), then normal ones may use only down to half the
+	// depth (24.5): 23 go at once.
+	first := request()
+	first.Priority = flow.Critical
+	require.NoError(t, (<-doAsync(context.Background(), d, first)).err)
+	for i := range 23 {
 		require.NoError(t, (<-doAsync(context.Background(), d, request())).err, i)
 	}
 	normal := doAsync(context.Background(), d, request())
@@ -564,9 +569,24 @@ func stepUntil(t *testing.T, fc *clock.Fake, timers int, done func() bool) {
 		}
 		if fc.Timers() >= timers {
 			fc.Advance(50 * time.Millisecond)
-		} else {
-			time.Sleep(time.Millisecond)
 		}
+		time.Sleep(time.Millisecond) // let the dispatcher act on it
 	}
 	t.Fatal("condition never reached while stepping the clock")
+}
+
+// TestNoHeadroomWithoutUrgentTraffic: traffic of one class alone uses the
+// whole bucket; the headroom is kept only while a more urgent class is
+// active.
+func TestNoHeadroomWithoutUrgentTraffic(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, ok())
+	d, fc, _ := start(t, u, func(c *dispatch.Config) {
+		c.Limits.RequestsPerMinute = 600 // depth 49 after the margin
+		c.Headroom = [flow.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
+	})
+	for i := range 49 {
+		require.NoError(t, (<-doAsync(context.Background(), d, request())).err, i)
+	}
+	require.Zero(t, fc.Timers(), "nothing waited")
 }
