@@ -98,6 +98,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.RawQuery != "" {
 		path += "?" + req.URL.RawQuery
 	}
+	// Ask an OpenAI stream for its usage so the quota is reconciled, and
+	// strip that chunk again for a caller that did not ask for it.
+	var stripUsage bool
+	if cost.Stream {
+		body, stripUsage = provider.EnsureStreamUsage(p, body)
+	}
 	resp, err := t.d.Do(req.Context(), &Request{
 		Method:   req.Method,
 		Path:     path,
@@ -115,6 +121,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Request = req
+	if stripUsage && resp.StatusCode/100 == 2 {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{provider.NewUsageStripper(resp.Body), resp.Body}
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+	}
 	return resp.Response, nil
 }
 

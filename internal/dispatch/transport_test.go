@@ -5,7 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +145,45 @@ func BenchmarkDispatcherOverhead(b *testing.B) {
 		}
 	})
 	client.CloseIdleConnections()
+}
+
+// TestTransportReconcilesOpenAIStreams: a caller streaming a chat
+// completion without asking for usage still gets its reservation
+// reconciled: the Transport asks the upstream for the usage chunk, reads it,
+// and strips it from what the caller sees.
+func TestTransportReconcilesOpenAIStreams(t *testing.T) {
+	t.Parallel()
+	const (
+		content = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}],\"usage\":null}\n\n"
+		usage   = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7,\"total_tokens\":12}}\n\n"
+		done    = "data: [DONE]\n\n"
+	)
+	var sawIncludeUsage atomic.Bool
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		sawIncludeUsage.Store(bytes.Contains(b, []byte(`"include_usage":true`)))
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, content+usage+done)
+	}))
+	t.Cleanup(up.Close)
+	fc := clock.NewFake(t0)
+	d, err := dispatch.New(dispatch.Config{Name: "gpt", Protocol: provider.OpenAI, BaseURL: up.URL, APIKey: "sk",
+		Clock: fc, Limits: dispatch.Limits{TokensPerMinute: 60_000}, Rand: rand.New(rand.NewPCG(1, 2))})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+	full := d.Snapshot().Buckets[flow.Tokens].Level
+
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "https://api.openai.com/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	resp, err := dispatch.NewTransport(d).RoundTrip(req)
+	require.NoError(t, err)
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+
+	require.True(t, sawIncludeUsage.Load(), "the upstream was asked for usage")
+	require.Equal(t, content+done, string(got), "the caller sees no usage chunk it did not ask for")
+	require.InDelta(t, full-12, d.Snapshot().Buckets[flow.Tokens].Level, 0.5, "charged the actual 12 tokens, not the 1,000-token reservation")
 }

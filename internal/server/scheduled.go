@@ -71,7 +71,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	s.metrics.request(u.cfg.Name, req.Priority.String(), outcomeFor(resp.StatusCode))
 	var src io.Reader = resp.Body
 	if stripUsage && resp.StatusCode/100 == 2 {
-		src = newUsageStripper(resp.Body)
+		src = provider.NewUsageStripper(resp.Body)
 		resp.Header.Del("Content-Length")
 	}
 	relay(w, r, p, resp.Response, src, resp.QueueWait, resp.Attempts, s.log)

@@ -1,4 +1,4 @@
-package server
+package provider
 
 import (
 	"bufio"
@@ -12,25 +12,25 @@ import (
 // before passing it on uninspected.
 const maxInspectedEvent = 1 << 20
 
-// usageStripper relays an OpenAI chat-completions SSE stream and drops the
-// final usage chunk ({"choices":[],"usage":{...}}) that the gateway asked
-// for on the client's behalf (stream_options.include_usage), so a client
-// that did not ask for it never sees a chunk with empty choices. The
-// dispatcher below it has already read the usage to reconcile the quota.
-// Every other byte passes through unchanged, one whole event per Read
-// batch so streaming stays live.
-type usageStripper struct {
+// UsageStripper relays an OpenAI chat-completions SSE stream and drops the
+// final usage chunk ({"choices":[],"usage":{...}}) that Sluice asked for on
+// the client's behalf (EnsureStreamUsage), so a client that did not ask for
+// it never sees a chunk with empty choices. The engine below it has already
+// read the usage to reconcile the quota. Every other byte passes through
+// unchanged, one whole event per Read batch so streaming stays live.
+type UsageStripper struct {
 	src     *bufio.Reader
 	event   []byte // the event being assembled
 	pending []byte // bytes ready for the caller
 	err     error  // the source's terminal error, returned once pending drains
 }
 
-func newUsageStripper(r io.Reader) *usageStripper {
-	return &usageStripper{src: bufio.NewReader(r)}
+// NewUsageStripper returns a UsageStripper reading the stream from r.
+func NewUsageStripper(r io.Reader) *UsageStripper {
+	return &UsageStripper{src: bufio.NewReader(r)}
 }
 
-func (s *usageStripper) Read(p []byte) (int, error) {
+func (s *UsageStripper) Read(p []byte) (int, error) {
 	for len(s.pending) == 0 {
 		if s.err != nil {
 			return 0, s.err
@@ -44,7 +44,7 @@ func (s *usageStripper) Read(p []byte) (int, error) {
 
 // fill reads lines until one event is complete (or the source ends) and
 // moves it to pending unless it is the usage chunk.
-func (s *usageStripper) fill() {
+func (s *UsageStripper) fill() {
 	for {
 		line, err := s.src.ReadSlice('\n')
 		s.event = append(s.event, line...)
@@ -67,7 +67,7 @@ func (s *usageStripper) fill() {
 	}
 }
 
-func (s *usageStripper) emit(complete bool) {
+func (s *UsageStripper) emit(complete bool) {
 	if !complete || !isUsageOnlyChunk(s.event) {
 		s.pending = append(s.pending[:0], s.event...)
 	}

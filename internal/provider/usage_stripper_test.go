@@ -1,4 +1,4 @@
-package server
+package provider_test
 
 import (
 	"io"
@@ -7,6 +7,8 @@ import (
 	"testing/iotest"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 func TestUsageStripper(t *testing.T) {
@@ -29,7 +31,7 @@ func TestUsageStripper(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := io.ReadAll(newUsageStripper(iotest.OneByteReader(strings.NewReader(tc.in))))
+			got, err := io.ReadAll(provider.NewUsageStripper(iotest.OneByteReader(strings.NewReader(tc.in))))
 			require.NoError(t, err)
 			require.Equal(t, tc.want, string(got))
 		})
@@ -38,7 +40,7 @@ func TestUsageStripper(t *testing.T) {
 
 func TestUsageStripperPassesErrors(t *testing.T) {
 	t.Parallel()
-	_, err := io.ReadAll(newUsageStripper(io.MultiReader(strings.NewReader("data: 1\n\n"), iotest.ErrReader(io.ErrUnexpectedEOF))))
+	_, err := io.ReadAll(provider.NewUsageStripper(io.MultiReader(strings.NewReader("data: 1\n\n"), iotest.ErrReader(io.ErrUnexpectedEOF))))
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }
 
@@ -49,7 +51,7 @@ func FuzzUsageStripper(f *testing.F) {
 	f.Add("data: x\r\n\r\n")
 	f.Add("\n\n\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		got, err := io.ReadAll(newUsageStripper(strings.NewReader(in)))
+		got, err := io.ReadAll(provider.NewUsageStripper(strings.NewReader(in)))
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(got), len(in))
 		if !strings.Contains(in, `"usage"`) {
