@@ -91,6 +91,10 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out pr
 		return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts}, false, nil
 
 	case out.Class == provider.Rate:
+		if out.SlowDown {
+			// OpenAI's 503 "Slow Down": back to a lower rate, then ramp up.
+			d.lim.Throttle(SlowDownFactor, SlowDownRamp, now)
+		}
 		hint := out.RetryAfter
 		if !out.HasRetryAfter {
 			w.hintlessRate++

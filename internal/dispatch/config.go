@@ -26,6 +26,12 @@ const (
 	BudgetMinDefault = flow.BudgetMinDefault
 	// MaxConcurrencyDefault caps requests in flight.
 	MaxConcurrencyDefault = flow.MaxConcurrencyDefault
+	// SlowDownFactor is the share of its current refill rate an upstream
+	// keeps after an OpenAI 503 "Slow Down" (spec §2.3, §8.1).
+	SlowDownFactor = 0.5
+	// SlowDownRamp is how long the rate then takes to ramp back to the
+	// limit: OpenAI asks for a steady rate for 15+ minutes before growing.
+	SlowDownRamp = 15 * time.Minute
 	// HeadroomWindowDefault is how long a more urgent class's last request
 	// keeps the lower classes' headroom in force.
 	HeadroomWindowDefault = time.Minute

@@ -590,3 +590,29 @@ func TestNoHeadroomWithoutUrgentTraffic(t *testing.T) {
 	}
 	require.Zero(t, fc.Timers(), "nothing waited")
 }
+
+// TestSlowDownCutsTheRate: OpenAI's 503 "Slow Down" pauses like a rate
+// limit and also halves the upstream's refill rate, ramping back over
+// SlowDownRamp; the request itself still succeeds.
+func TestSlowDownCutsTheRate(t *testing.T) {
+	t.Parallel()
+	slow := reply{status: 503, header: map[string]string{"retry-after": "1"},
+		body: `{"error":{"message":"Slow Down: A sudden increase in your request rate is impacting service reliability. Please reduce your request rate to its original level.","type":"server_error","param":null,"code":null}}`}
+	u := newUpstream(t, slow, ok())
+	d, fc, _ := start(t, u, func(c *dispatch.Config) {
+		c.Protocol = provider.OpenAI
+		c.Limits.RequestsPerMinute = 600
+	})
+	require.InDelta(t, 1.0, d.Snapshot().RateScale, 1e-9)
+	r := request()
+	r.Path = "/v1/chat/completions"
+	ch := doAsync(context.Background(), d, r)
+	require.Eventually(t, func() bool { return u.calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return d.Snapshot().RateScale < 0.51 }, 5*time.Second, time.Millisecond)
+	stepUntil(t, fc, 2, func() bool { return u.calls.Load() == 2 })
+	res := <-ch
+	require.NoError(t, res.err)
+	require.Equal(t, 2, res.resp.Attempts)
+	require.Greater(t, d.Snapshot().RateScale, 0.5, "ramping back")
+	require.Less(t, d.Snapshot().RateScale, 0.51, "slowly: 15 minutes to full rate")
+}

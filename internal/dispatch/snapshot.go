@@ -26,13 +26,17 @@ type Snapshot struct {
 	// PausedUntil is the end of the current upstream pause (zero or past
 	// when not paused).
 	PausedUntil time.Time
+	// RateScale is the share of its limits the upstream refills at: below
+	// 1 after a "Slow Down", ramping back to 1.
+	RateScale float64
 }
 
 // Snapshot returns the dispatcher's current state. It is cheap enough to
 // call on every metrics scrape.
 func (d *Dispatcher) Snapshot() Snapshot {
 	now := d.clk.Now()
-	s := Snapshot{Name: d.cfg.Name, ConcurrencyLimit: d.aimd.Limit(), Buckets: d.lim.State(now), PausedUntil: d.lim.PausedUntil()}
+	s := Snapshot{Name: d.cfg.Name, ConcurrencyLimit: d.aimd.Limit(), Buckets: d.lim.State(now),
+		PausedUntil: d.lim.PausedUntil(), RateScale: d.lim.Scale(now)}
 	s.Breaker, s.BreakerReadyAt = d.brk.State(now)
 	d.mu.Lock()
 	for c := range s.Queued {

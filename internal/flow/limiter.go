@@ -122,9 +122,15 @@ type bucket struct {
 	depth    float64
 	level    float64
 	last     time.Time
+	scale    float64 // refill-rate multiplier from Throttle; 0 means 1
 }
 
-func (b *bucket) rate() float64 { return b.capacity / 60 }
+func (b *bucket) rate() float64 {
+	if b.scale > 0 {
+		return b.capacity / 60 * b.scale
+	}
+	return b.capacity / 60
+}
 
 // at returns the level at now for a request capped at c.
 func (b *bucket) at(now time.Time, c float64) float64 {
@@ -182,6 +188,73 @@ type Limiter struct {
 	cfg         LimiterConfig
 	b           [NumDims]bucket
 	pausedUntil time.Time
+	throttle    throttle
+}
+
+// throttle is a refill-rate cut that ramps linearly back to the full rate.
+type throttle struct {
+	factor float64 // the multiplier at since
+	since  time.Time
+	ramp   time.Duration // 0: no throttle
+}
+
+// scaleAt is the refill-rate multiplier at now.
+func (t throttle) scaleAt(now time.Time) float64 {
+	if t.ramp <= 0 {
+		return 1
+	}
+	el := now.Sub(t.since)
+	if el >= t.ramp {
+		return 1
+	}
+	if el < 0 {
+		el = 0
+	}
+	return t.factor + (1-t.factor)*float64(el)/float64(t.ramp)
+}
+
+// ThrottleFloor is the smallest share of its limit a throttled bucket
+// refills at, however many cuts compound.
+const ThrottleFloor = 0.05
+
+// Throttle cuts every bucket's refill rate to factor times its current rate
+// and ramps it back linearly to the full limit over ramp. It answers a
+// provider that asks to slow down without a wait hint (OpenAI's 503 "Slow
+// Down": reduce to the original rate, keep it steady, ramp up slowly).
+// Cuts compound, down to ThrottleFloor of the limit.
+func (l *Limiter) Throttle(factor float64, ramp time.Duration, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refresh(now)
+	if !(factor > 0 && factor < 1) || ramp <= 0 {
+		return
+	}
+	l.throttle = throttle{factor: math.Max(l.throttle.scaleAt(now)*factor, ThrottleFloor), since: now, ramp: ramp}
+	l.refresh(now)
+}
+
+// Scale returns the current refill-rate multiplier (1 when not throttled).
+func (l *Limiter) Scale(now time.Time) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.throttle.scaleAt(now)
+}
+
+// refresh settles every bucket at the rate it had, then applies the
+// throttle's multiplier at now; l.mu held.
+func (l *Limiter) refresh(now time.Time) {
+	s := l.throttle.scaleAt(now)
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity == 0 || b.scale == s || (b.scale == 0 && s == 1) {
+			continue
+		}
+		b.settle(now)
+		b.scale = s
+	}
+	if s == 1 {
+		l.throttle = throttle{}
+	}
 }
 
 // NewLimiter returns a Limiter with full buckets at now.
@@ -232,6 +305,7 @@ func (l *Limiter) setCapacity(d Dim, capacity float64, now time.Time) {
 func (l *Limiter) TimeUntil(cost Amount, now time.Time) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refresh(now)
 	return l.timeUntil(cost, 0, now)
 }
 
@@ -265,6 +339,7 @@ func (l *Limiter) Reserve(cost Amount, now time.Time) (time.Duration, error) {
 func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refresh(now)
 	w, err := l.timeUntil(cost, keep, now)
 	if err != nil || w > 0 {
 		return w, err
@@ -292,6 +367,7 @@ func (l *Limiter) Reconcile(reserved, actual Amount, now time.Time) {
 func (l *Limiter) Refund(amount Amount, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refresh(now)
 	for i := range l.b {
 		b := &l.b[i]
 		if b.capacity == 0 {
@@ -318,6 +394,7 @@ type Observation struct {
 func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refresh(now)
 	for d, o := range obs {
 		if d < 0 || d >= NumDims {
 			continue
@@ -350,6 +427,7 @@ func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
 func (l *Limiter) Pause(until, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refresh(now)
 	if until.After(l.pausedUntil) {
 		l.pausedUntil = until
 	}
@@ -376,6 +454,7 @@ func (l *Limiter) PausedUntil() time.Time {
 func (l *Limiter) WaitFor(demand Amount, now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refresh(now)
 	var w time.Duration
 	for i := range l.b {
 		b := &l.b[i]
@@ -407,6 +486,7 @@ type BucketState struct {
 func (l *Limiter) State(now time.Time) [NumDims]BucketState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refresh(now)
 	var s [NumDims]BucketState
 	for i := range l.b {
 		b := &l.b[i]

@@ -262,3 +262,48 @@ func TestLimiterHeadroom(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, w)
 }
+
+func TestLimiterThrottleRampsBack(t *testing.T) {
+	t.Parallel()
+	// 600 RPM = 10/s, depth 1 s = 10 requests.
+	l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 600}, 1)
+	one := flow.Amount{flow.Requests: 1}
+	for range 10 {
+		w, err := l.Reserve(one, t0)
+		require.NoError(t, err)
+		require.Zero(t, w)
+	}
+	w, err := l.TimeUntil(one, t0)
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, w, "full rate: 10/s")
+
+	l.Throttle(0.5, 10*time.Minute, t0)
+	require.InDelta(t, 0.5, l.Scale(t0), 1e-9)
+	w, err = l.TimeUntil(one, t0)
+	require.NoError(t, err)
+	require.Equal(t, 200*time.Millisecond, w, "half rate: 5/s")
+
+	// Halfway through the ramp the rate is 75%.
+	half := t0.Add(5 * time.Minute)
+	require.InDelta(t, 0.75, l.Scale(half), 1e-9)
+	// A second cut compounds from there, never below the floor.
+	l.Throttle(0.5, 10*time.Minute, half)
+	require.InDelta(t, 0.375, l.Scale(half), 1e-9)
+	for range 10 {
+		l.Throttle(0.1, 10*time.Minute, half)
+	}
+	require.InDelta(t, flow.ThrottleFloor, l.Scale(half), 1e-9)
+
+	// After the ramp the full rate is back and the throttle is gone.
+	later := half.Add(10 * time.Minute)
+	require.InDelta(t, 1.0, l.Scale(later), 1e-9)
+	st := l.State(later)
+	require.InDelta(t, 10.0, st[flow.Requests].Level, 1e-6, "refilled to the depth")
+	for range 10 {
+		_, err := l.Reserve(one, later)
+		require.NoError(t, err)
+	}
+	w, err = l.TimeUntil(one, later)
+	require.NoError(t, err)
+	require.Equal(t, 100*time.Millisecond, w)
+}

@@ -38,6 +38,9 @@ type UpstreamStatus struct {
 	Buckets map[string]BucketStatus `json:"buckets"`
 	// PausedUntil is set while the upstream is paused after a rate limit.
 	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// RateScale is the share of its limits the upstream refills at: below
+	// 1 after an OpenAI "Slow Down", ramping back to 1 over 15 minutes.
+	RateScale float64 `json:"rate_scale"`
 	// Breaker is closed, open or half-open; BreakerReadyAt is when an open
 	// breaker will let probes through.
 	Breaker        string     `json:"breaker"`
@@ -66,7 +69,7 @@ func (s *Server) status() StatusResponse {
 			for c, n := range snap.Queued {
 				st.Queued[flow.Priority(c).String()] = n
 			}
-			st.InFlight, st.ConcurrencyLimit = snap.InFlight, snap.ConcurrencyLimit
+			st.InFlight, st.ConcurrencyLimit, st.RateScale = snap.InFlight, snap.ConcurrencyLimit, snap.RateScale
 			for d, b := range snap.Buckets {
 				if b.Capacity > 0 {
 					st.Buckets[flow.Dim(d).String()] = BucketStatus{LimitPerMinute: b.Capacity, Depth: b.Depth, Level: b.Level}
