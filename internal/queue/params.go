@@ -104,6 +104,17 @@ func (p *DeleteFinishedParams) validate() error {
 	return nil
 }
 
+// pageOf turns the up to limit+1 jobs a List query fetched into a page:
+// the extra job only tells that there is a next page.
+func pageOf(jobs []*Job, limit int) JobPage {
+	page := JobPage{Jobs: jobs}
+	if len(jobs) > limit {
+		page.Jobs = jobs[:limit]
+		page.Next = jobs[limit-1].ID
+	}
+	return page
+}
+
 func pageLimit(n int) int {
 	switch {
 	case n <= 0:

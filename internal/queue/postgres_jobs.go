@@ -74,12 +74,7 @@ func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error)
 	if err != nil {
 		return JobPage{}, fmt.Errorf("listing jobs: %w", err)
 	}
-	page := JobPage{Jobs: jobs}
-	if len(jobs) > limit {
-		page.Jobs = jobs[:limit]
-		page.Next = jobs[limit-1].ID
-	}
-	return page, nil
+	return pageOf(jobs, limit), nil
 }
 
 // pgClaim leases jobs in one statement. The ids are gathered into an array

@@ -72,12 +72,7 @@ func (s *sqliteStore) List(ctx context.Context, p ListParams) (JobPage, error) {
 	if err != nil {
 		return JobPage{}, fmt.Errorf("listing jobs: %w", err)
 	}
-	page := JobPage{Jobs: jobs}
-	if len(jobs) > limit {
-		page.Jobs = jobs[:limit]
-		page.Next = jobs[limit-1].ID
-	}
-	return page, nil
+	return pageOf(jobs, limit), nil
 }
 
 func (s *sqliteStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) {
