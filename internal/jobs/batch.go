@@ -83,7 +83,7 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		maxAttempts = n
 	}
-	prio, dl, attempts, err := s.parseJobOptions(q.Get("priority"), q.Get("deadline"), maxAttempts, "")
+	prio, dl, attempts, err := s.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

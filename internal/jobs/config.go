@@ -146,6 +146,10 @@ type Config struct {
 	// ClientOf names the submitter of an HTTP request (for fairness and
 	// listing). Defaults to the X-Sluice-Client header.
 	ClientOf func(r *http.Request) string
+	// PriorityOf returns the class a job submitted by r gets when it asks
+	// for requested (e.g. capped at the client's max_priority). Defaults to
+	// the requested class.
+	PriorityOf func(r *http.Request, requested flow.Priority) flow.Priority
 	// Logger logs failures the runtime cannot return to anyone. Defaults
 	// to slog.Default().
 	Logger *slog.Logger
@@ -178,6 +182,9 @@ func (c Config) WithDefaults() Config {
 	c.WebhookMaxAttempts = cmp.Or(c.WebhookMaxAttempts, WebhookMaxAttemptsDefault)
 	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
 	c.WebhookBaseDelay = cmp.Or(c.WebhookBaseDelay, WebhookBaseDelayDefault)
+	if c.PriorityOf == nil {
+		c.PriorityOf = func(_ *http.Request, p flow.Priority) flow.Priority { return p }
+	}
 	if c.ClientOf == nil {
 		c.ClientOf = func(r *http.Request) string { return r.Header.Get("X-Sluice-Client") }
 	}

@@ -80,7 +80,7 @@ func (s *Service) checkRequest(upstream string, body []byte) error {
 }
 
 // parseJobOptions validates the shared optional fields.
-func (s *Service) parseJobOptions(priority, deadline string, maxAttempts int, webhook string) (flow.Priority, time.Time, int, error) {
+func (s *Service) parseJobOptions(r *http.Request, priority, deadline string, maxAttempts int, webhook string) (flow.Priority, time.Time, int, error) {
 	prio := PriorityDefault
 	if priority != "" {
 		p, err := flow.ParsePriority(priority)
@@ -89,6 +89,7 @@ func (s *Service) parseJobOptions(priority, deadline string, maxAttempts int, we
 		}
 		prio = p
 	}
+	prio = s.cfg.PriorityOf(r, prio)
 	var dl time.Time
 	if deadline != "" {
 		t, err := time.Parse(time.RFC3339, deadline)
@@ -156,7 +157,7 @@ func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "idempotency key longer than %d bytes", MaxIdempotencyKeyLen)
 		return
 	}
-	prio, dl, attempts, err := s.parseJobOptions(req.Priority, req.Deadline, req.MaxAttempts, req.WebhookURL)
+	prio, dl, attempts, err := s.parseJobOptions(r, req.Priority, req.Deadline, req.MaxAttempts, req.WebhookURL)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/provider"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -22,6 +23,9 @@ func WithStore(st queue.Store) Option { return func(o *options) { o.store = st }
 // headerClient carries the authenticated client's name to the job service;
 // whatever the caller sent in it is overwritten.
 const headerClient = "X-Sluice-Client"
+
+// jobClientKey carries the authenticated client to the job service's hooks.
+type jobClientKey struct{}
 
 // jobRoutes are the paths the job service answers.
 var jobRoutes = []string{"/v1/jobs", "/v1/jobs/", "/v1/batches", "/v1/batches/", "/v1/upstreams/"}
@@ -45,7 +49,7 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Set(headerClient, cl.name)
-	svc.Handler().ServeHTTP(w, r)
+	svc.Handler().ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)))
 }
 
 func writeJobsError(w http.ResponseWriter, status int, typ, msg string) {
@@ -80,6 +84,12 @@ func (s *Server) startJobs(ctx context.Context) error {
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
+		PriorityOf: func(r *http.Request, p flow.Priority) flow.Priority {
+			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok && p < cl.maxPriority {
+				return cl.maxPriority // capped at the client's max_priority, as on the proxy routes
+			}
+			return p
+		},
 	})
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())

@@ -133,3 +133,32 @@ func TestJobsConfigValidationNamesField(t *testing.T) {
 	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\nstore: none\njobs: {lease_for: 10ms}\n"), nil)
 	require.ErrorContains(t, err, "jobs.lease_for: must be at least 1s")
 }
+
+// TestJobsPriorityCappedByClient: a client limited to normal cannot submit
+// critical jobs, as on the proxy routes.
+func TestJobsPriorityCappedByClient(t *testing.T) {
+	t.Parallel()
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: provider.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
+		Clients: []ClientConfig{{Name: "batch", Key: "ck-batch", MaxPriority: "normal"},
+			{Name: "web", Key: "ck-web", MaxPriority: "critical"}}},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	// Pause the upstream so the jobs stay queued and nothing is sent.
+	code, body := call(t, "POST", "http://"+g.Addr()+"/v1/upstreams/claude/pause", "ck-web", "")
+	require.Equal(t, http.StatusOK, code, string(body))
+	submit := func(key string) string {
+		code, body := call(t, "POST", "http://"+g.Addr()+"/v1/jobs", key, `{"upstream":"claude","priority":"critical",
+			"request":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}}`)
+		require.Equal(t, http.StatusAccepted, code, string(body))
+		var j struct {
+			Priority string `json:"priority"`
+		}
+		require.NoError(t, json.Unmarshal(body, &j))
+		return j.Priority
+	}
+	require.Equal(t, "normal", submit("ck-batch"), "capped at the client's max_priority")
+	require.Equal(t, "critical", submit("ck-web"))
+}
