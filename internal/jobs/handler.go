@@ -117,20 +117,8 @@ func (s *Service) parseJobOptions(r *http.Request, priority, deadline string, ma
 }
 
 func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
-	raw, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		bodyError(w, err, s.cfg.MaxBodyBytes)
-		return
-	}
 	var req SubmitRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "body must be a JSON job: %v", err)
-		return
-	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "body must hold one JSON job")
+	if !decodeBody(w, r, s.cfg.MaxBodyBytes, &req, "one JSON job") {
 		return
 	}
 	if req.Upstream == "" {
@@ -317,16 +305,8 @@ type RetryRequest struct {
 }
 
 func (s *Service) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
-	raw, err := readBody(w, r, 1<<20)
-	if err != nil {
-		bodyError(w, err, 1<<20)
-		return
-	}
 	var req RetryRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "body must be JSON like {\"ids\":[1,2]}, {\"upstream\":\"name\"}, {\"batch_id\":\"…\"} or {\"all\":true}: %v", err)
+	if !decodeBody(w, r, 1<<20, &req, `one JSON object like {"ids":[1,2]}, {"upstream":"name"}, {"batch_id":"…"} or {"all":true}`) {
 		return
 	}
 	if len(req.IDs) == 0 && req.Upstream == "" && req.BatchID == "" && !req.All {
@@ -427,4 +407,26 @@ func (s *Service) servePaused(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"paused": append([]string{}, names...)})
+}
+
+// decodeBody reads a body of at most limit bytes into v as exactly one JSON
+// value with no unknown fields and nothing after it. On failure it writes
+// the error (413 or 400, naming what was wanted) and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, want string) bool {
+	raw, err := readBody(w, r, limit)
+	if err != nil {
+		bodyError(w, err, limit)
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "body must be %s: %v", want, err)
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "body must be %s, with nothing after it", want)
+		return false
+	}
+	return true
 }

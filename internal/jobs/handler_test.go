@@ -149,6 +149,7 @@ func TestRoutesBadInput(t *testing.T) {
 		{"POST", "/v1/jobs/999/retry", "", 404, "no job"},
 		{"POST", "/v1/jobs/retry", "", 400, "JSON"},
 		{"POST", "/v1/jobs/retry", `{}`, 400, "name ids"},
+		{"POST", "/v1/jobs/retry", `{"all":true} {"all":true}`, 400, "nothing after it"},
 		{"POST", "/v1/jobs/retry", `{"upstream":"nope"}`, 400, "unknown upstream"},
 		{"GET", "/v1/jobs?state=lost", "", 400, "state"},
 		{"GET", "/v1/jobs?upstream=nope", "", 400, "unknown upstream"},
