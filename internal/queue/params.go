@@ -67,7 +67,12 @@ func (p *ClaimParams) validate() error {
 	return nil
 }
 
+// validate checks p and fills its defaults: a new ID when none is given,
+// and each job's Now from the batch's.
 func (p *CreateBatchParams) validate() error {
+	if p.ID == "" {
+		p.ID = newBatchID()
+	}
 	if _, err := provider.ParseProtocol(string(p.Format)); err != nil {
 		return invalid("Format", "%v", err)
 	}

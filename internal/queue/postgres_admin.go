@@ -188,9 +188,6 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 		return nil, fmt.Errorf("creating batch: %w", err)
 	}
 	id := p.ID
-	if id == "" {
-		id = newBatchID()
-	}
 	now := storeTime(p.Now)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO sluice_batches (id, format, total, created_at) VALUES ($1, $2, $3, $4)`,

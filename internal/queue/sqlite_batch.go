@@ -12,9 +12,6 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 		return nil, fmt.Errorf("creating batch: %w", err)
 	}
 	id := p.ID
-	if id == "" {
-		id = newBatchID()
-	}
 	now := storeTime(p.Now)
 	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sluice_batches (id, format, total, created_at) VALUES (?, ?, ?, ?)`,
