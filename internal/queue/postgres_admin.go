@@ -4,10 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/flow"
 )
+
+// pgInBatch matches the jobs of one batch ($? is its id), through the
+// membership table's primary key.
+const pgInBatch = `id = ANY(ARRAY(SELECT job_id FROM sluice_batch_jobs WHERE batch_id = $?))`
+
+// pgJobColumnsOf is jobColumns qualified with a table alias.
+func pgJobColumnsOf(alias string) string {
+	cols := strings.Split(jobColumns, ",")
+	for i, c := range cols {
+		cols[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
 
 func (s *postgresStore) Requeue(ctx context.Context, p RequeueParams) (int, error) {
 	if err := p.validate(); err != nil {
@@ -18,7 +34,9 @@ func (s *postgresStore) Requeue(ctx context.Context, p RequeueParams) (int, erro
 		w.add("id = ANY($?)", p.IDs)
 	}
 	w.addIf("upstream", p.Upstream)
-	w.addIf("batch_id", p.BatchID)
+	if p.BatchID != "" {
+		w.add(pgInBatch, p.BatchID)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("requeueing jobs: %w", err)
@@ -126,17 +144,22 @@ func (s *postgresStore) DeleteFinished(ctx context.Context, p DeleteFinishedPara
 	}
 	// = ANY(ARRAY(…)) probes the primary key; IN (…) may scan the table
 	// (see pgClaim).
-	tag, err := s.pool.Exec(ctx, `DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs
-		WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2 LIMIT $3))`,
-		string(p.State), pgTime(p.Before), cmpOr(p.Limit, RescueLimitDefault))
+	// Batch jobs leave their batch's membership in the same statement.
+	var n int
+	err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs
+			WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2 LIMIT $3))
+			RETURNING batch_id, custom_id),
+		m AS (DELETE FROM sluice_batch_jobs b USING d WHERE b.batch_id = d.batch_id AND b.custom_id = d.custom_id)
+		SELECT count(*) FROM d`,
+		string(p.State), pgTime(p.Before), cmpOr(p.Limit, RescueLimitDefault)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("deleting finished jobs: %w", err)
 	}
 	if _, err := s.pool.Exec(ctx, `DELETE FROM sluice_batches b WHERE created_at < $1
-		AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.batch_id = b.id)`, pgTime(p.Before)); err != nil {
+		AND NOT EXISTS (SELECT 1 FROM sluice_batch_jobs m WHERE m.batch_id = b.id)`, pgTime(p.Before)); err != nil {
 		return 0, fmt.Errorf("deleting finished batches: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
 func (s *postgresStore) SetPaused(ctx context.Context, p PauseParams) error {
@@ -170,11 +193,21 @@ func (s *postgresStore) PausedUpstreams(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// pgNextAvailable finds the earliest queued job with one index probe per
+// priority class, on the claim indexes (priority comes before available_at
+// in both, so a single min() would read every queued row).
+const pgNextAvailable = `SELECT min((SELECT available_at FROM sluice_jobs WHERE state = 'queued' AND priority = p %s
+	ORDER BY available_at LIMIT 1)) FROM generate_series(0, %d) AS p`
+
+var (
+	pgNextAvailableAny      = fmt.Sprintf(pgNextAvailable, "", flow.NumPriorities-1)
+	pgNextAvailableUpstream = fmt.Sprintf(pgNextAvailable, "AND upstream = $1", flow.NumPriorities-1)
+)
+
 func (s *postgresStore) NextAvailable(ctx context.Context, upstream string) (time.Time, bool, error) {
-	q, args := `SELECT min(available_at) FROM sluice_jobs WHERE state = 'queued'`, []any{}
+	q, args := pgNextAvailableAny, []any{}
 	if upstream != "" {
-		q += ` AND upstream = $1`
-		args = append(args, upstream)
+		q, args = pgNextAvailableUpstream, []any{upstream}
 	}
 	at := pgTime(time.Time{})
 	if err := s.pool.QueryRow(ctx, q, args...).Scan(&at); err != nil {
@@ -194,18 +227,33 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 			id, string(p.Format), len(p.Jobs), pgTime(now)); err != nil {
 			return mapPgErr(err)
 		}
+		// Draw the ids first: the membership rows name them.
+		ids := make([]int64, 0, len(p.Jobs))
+		idRows, err := tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('sluice_jobs', 'id')) FROM generate_series(1, $1)`, len(p.Jobs))
+		if err != nil {
+			return err
+		}
+		if ids, err = pgx.AppendRows(ids, idRows, pgx.RowTo[int64]); err != nil {
+			return err
+		}
 		rows := make([][]any, len(p.Jobs))
+		members := make([][]any, len(p.Jobs))
 		var ups []string
 		for i, j := range p.Jobs {
 			j = j.normalized()
 			a := pgInsertArgs(j, id)
 			// CopyFrom takes the column values without the literal state.
-			rows[i] = append(append(append([]any{}, a[:8]...), "queued"), a[8:]...)
+			rows[i] = append(append(append([]any{ids[i]}, a[:8]...), "queued"), a[8:]...)
+			members[i] = []any{id, j.CustomID, ids[i]}
 			ups = append(ups, j.Upstream)
 		}
-		cols := []string{"idempotency_key", "upstream", "priority", "client", "path", "body", "deadline", "max_attempts",
+		cols := []string{"id", "idempotency_key", "upstream", "priority", "client", "path", "body", "deadline", "max_attempts",
 			"state", "available_at", "batch_id", "custom_id", "webhook_url", "created_at", "updated_at"}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"sluice_jobs"}, cols, pgx.CopyFromRows(rows)); err != nil {
+			return mapPgErr(err)
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"sluice_batch_jobs"}, []string{"batch_id", "custom_id", "job_id"},
+			pgx.CopyFromRows(members)); err != nil {
 			return mapPgErr(err)
 		}
 		return s.notifyTx(ctx, tx, distinct(ups))
@@ -226,7 +274,8 @@ func (s *postgresStore) GetBatch(ctx context.Context, id string) (*Batch, error)
 		return nil, fmt.Errorf("getting batch %s: %w", id, mapPgErr(err))
 	}
 	b.Format, b.CreatedAt = providerProtocol(format), fromPgTime(created)
-	rows, err := s.pool.Query(ctx, `SELECT state, count(*) FROM sluice_jobs WHERE batch_id = $1 GROUP BY state`, id)
+	rows, err := s.pool.Query(ctx, `SELECT j.state, count(*) FROM sluice_batch_jobs b JOIN sluice_jobs j ON j.id = b.job_id
+		WHERE b.batch_id = $1 GROUP BY j.state`, id)
 	if err != nil {
 		return nil, fmt.Errorf("counting batch %s: %w", id, err)
 	}
@@ -251,8 +300,8 @@ func (s *postgresStore) BatchJobs(ctx context.Context, p BatchJobsParams) (Batch
 		return BatchPage{}, fmt.Errorf("listing batch %s: %w", p.BatchID, mapPgErr(err))
 	}
 	limit := pageLimit(p.Limit)
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE batch_id = $1 AND custom_id COLLATE "C" > $2
-		ORDER BY custom_id COLLATE "C" LIMIT $3`, p.BatchID, p.After, limit+1)
+	rows, err := s.pool.Query(ctx, `SELECT `+pgJobColumnsOf("j")+` FROM sluice_batch_jobs b JOIN sluice_jobs j ON j.id = b.job_id
+		WHERE b.batch_id = $1 AND b.custom_id > $2 ORDER BY b.custom_id LIMIT $3`, p.BatchID, p.After, limit+1)
 	if err != nil {
 		return BatchPage{}, fmt.Errorf("listing batch %s: %w", p.BatchID, err)
 	}
@@ -272,7 +321,8 @@ func (s *postgresStore) CancelBatch(ctx context.Context, p CancelBatchParams) (C
 		}
 		rows, err := tx.Query(ctx, `UPDATE sluice_jobs j SET state = 'canceled', lease_expires_at = NULL,
 			finished_at = $1, updated_at = $1
-			FROM (SELECT id, state FROM sluice_jobs WHERE batch_id = $2 AND state IN ('queued', 'running') FOR UPDATE) old
+			FROM (SELECT id, state FROM sluice_jobs WHERE `+strings.ReplaceAll(pgInBatch, "$?", "$2")+`
+				AND state IN ('queued', 'running') FOR UPDATE) old
 			WHERE j.id = old.id RETURNING j.id, old.state`, pgTime(p.Now), p.BatchID)
 		if err != nil {
 			return err

@@ -24,7 +24,7 @@ const pgInsertGroup = `WITH u AS MATERIALIZED (
 			state, available_at, webhook_url, created_at, updated_at)
 		SELECT u.id, u.k, u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, 'queued', u.av, u.wh, u.nw, u.nw
 		FROM u ORDER BY u.ord
-		ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, upstream),
+		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id, upstream),
 	n AS (SELECT pg_notify('` + notifyChannel + `', x) FROM unnest($12::text[]) x)
 	SELECT u.ord, u.id, ins.id IS NOT NULL, (SELECT count(*) FROM n) FROM u LEFT JOIN ins ON ins.id = u.id`
 

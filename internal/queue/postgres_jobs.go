@@ -62,7 +62,9 @@ func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error)
 	w.addIf("state", string(p.State))
 	w.addIf("upstream", p.Upstream)
 	w.addIf("client", p.Client)
-	w.addIf("batch_id", p.BatchID)
+	if p.BatchID != "" {
+		w.add(pgInBatch, p.BatchID)
+	}
 	limit := pageLimit(p.Limit)
 	w.args = append(w.args, limit+1)
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE `+w.String()+
