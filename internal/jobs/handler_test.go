@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,7 +72,7 @@ func TestSubmitRunsAndReturnsResponse(t *testing.T) {
 	d := succeed()
 	s := newService(t, nil, d, nil, nil)
 	j := submit(t, s, `,"priority":"high","max_attempts":3`)
-	require.Equal(t, queue.StateQueued, j.State)
+	require.Contains(t, []queue.State{queue.StateQueued, queue.StateRunning}, j.State, "running when handed to an idle worker")
 	require.Equal(t, "high", j.Priority)
 	require.Equal(t, 3, j.MaxAttempts)
 	v := await(t, s, j.ID)
@@ -370,4 +372,62 @@ func TestStopHandsBackLeases(t *testing.T) {
 	require.Zero(t, got.Attempts, "no attempt burnt")
 	require.NoError(t, s.Stop(context.Background()), "Stop is idempotent")
 	require.ErrorIs(t, s.Start(context.Background()), ErrStopped)
+}
+
+// claimCounter counts Claim calls and keeps the last Handoff registered.
+type claimCounter struct {
+	queue.Store
+	claims  atomic.Int64
+	handoff atomic.Pointer[queue.Handoff]
+}
+
+func (c *claimCounter) Handoff(p queue.HandoffParams) (*queue.Handoff, error) {
+	h, err := c.Store.Handoff(p)
+	if err == nil && p.Upstream == "claude" {
+		c.handoff.Store(h)
+	}
+	return h, err
+}
+
+func (c *claimCounter) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
+	c.claims.Add(1)
+	return c.Store.Claim(ctx, p)
+}
+
+// TestIdleWorkerTakesSubmitsWithoutClaiming: jobs submitted while the
+// upstream's worker is idle are leased in the insert and run without a
+// claim; jobs submitted while it is busy queue and are claimed later.
+func TestIdleWorkerTakesSubmitsWithoutClaiming(t *testing.T) {
+	t.Parallel()
+	st := &claimCounter{Store: openStore(t)}
+	release := make(chan struct{})
+	d := &fakeDispatcher{fn: func(ctx context.Context, _ *dispatch.Request) (*dispatch.Response, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		return reply(200, okMessage), nil
+	}}
+	s := newService(t, st, d, nil, func(c *Config) { c.PollInterval = time.Hour; c.MaxInFlightPerUpstream = 2 })
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the service stops, even when the test fails
+	require.Eventually(t, func() bool {
+		h := st.handoff.Load()
+		return h != nil && h.Offered() == 2
+	}, 10*time.Second, time.Millisecond, "the idle worker offers its two slots")
+	before := st.claims.Load()
+	a, b := submit(t, s, ""), submit(t, s, "")
+	require.Equal(t, queue.StateRunning, a.State, "handed off at submit")
+	require.Equal(t, queue.StateRunning, b.State)
+	require.Equal(t, before, st.claims.Load(), "no claim for handed-off jobs")
+	c := submit(t, s, "")
+	require.Equal(t, queue.StateQueued, c.State, "both slots are busy")
+	unblock()
+	for _, id := range []int64{a.ID, b.ID, c.ID} {
+		require.Equal(t, queue.StateSucceeded, await(t, s, id).State)
+	}
+	require.Greater(t, st.claims.Load(), before, "the queued job was claimed")
+	require.Equal(t, 3, d.Calls())
 }

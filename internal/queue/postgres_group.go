@@ -9,24 +9,29 @@ import (
 )
 
 // pgInsertGroup inserts the rows of parallel arrays. The MATERIALIZED CTE
-// draws every id once, in input order; the final join tells which rows
-// went in and which met an existing idempotency key. $12 lists the
-// upstreams to NOTIFY; the notify CTE is referenced from the select list,
-// because PostgreSQL skips a CTE nothing reads (an earlier LEFT JOIN on it
-// was planned away, so other nodes were never notified of inserts).
+// draws every id once, in input order, and decides which rows start leased
+// to a local worker (lo: the Handoff's owner, set when one took the row and
+// its upstream is not paused); the final join tells which rows went in,
+// leased or queued, and which met an existing idempotency key. $12 lists
+// the upstreams to NOTIFY; the notify CTE is referenced from the select
+// list, because PostgreSQL skips a CTE nothing reads (an earlier LEFT JOIN
+// on it was planned away, so other nodes were never notified of inserts).
 const pgInsertGroup = `WITH u AS MATERIALIZED (
-		SELECT nextval(pg_get_serial_sequence('sluice_jobs', 'id')) AS id, u.*
+		SELECT nextval(pg_get_serial_sequence('sluice_jobs', 'id')) AS id, u.*,
+			u.ow IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sluice_paused_upstreams p WHERE p.upstream = u.up) AS leased
 		FROM unnest($1::text[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::bytea[],
-			$7::timestamptz[], $8::int[], $9::timestamptz[], $10::text[], $11::timestamptz[])
-			WITH ORDINALITY AS u(k, up, pr, cl, pa, bo, dl, ma, av, wh, nw, ord)),
+			$7::timestamptz[], $8::int[], $9::timestamptz[], $10::text[], $11::timestamptz[], $13::text[], $14::timestamptz[])
+			WITH ORDINALITY AS u(k, up, pr, cl, pa, bo, dl, ma, av, wh, nw, ow, ex, ord)),
 	ins AS (
 		INSERT INTO sluice_jobs (id, idempotency_key, upstream, priority, client, path, body, deadline, max_attempts,
-			state, available_at, webhook_url, created_at, updated_at)
-		SELECT u.id, u.k, u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, 'queued', u.av, u.wh, u.nw, u.nw
+			state, available_at, webhook_url, created_at, updated_at, lease_token, lease_owner, lease_expires_at)
+		SELECT u.id, u.k, u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, CASE WHEN u.leased THEN 'running' ELSE 'queued' END,
+			u.av, u.wh, u.nw, u.nw, CASE WHEN u.leased THEN 1 ELSE 0 END, CASE WHEN u.leased THEN u.ow ELSE '' END,
+			CASE WHEN u.leased THEN u.ex END
 		FROM u ORDER BY u.ord
-		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id, upstream),
+		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id),
 	n AS (SELECT pg_notify('` + notifyChannel + `', x) FROM unnest($12::text[]) x)
-	SELECT u.ord, u.id, ins.id IS NOT NULL, (SELECT count(*) FROM n) FROM u LEFT JOIN ins ON ins.id = u.id`
+	SELECT u.ord, u.id, ins.id IS NOT NULL, u.leased, (SELECT count(*) FROM n) FROM u LEFT JOIN ins ON ins.id = u.id`
 
 // pgFlushers is how many group-commit statements of one kind (inserts,
 // completions) may be in flight at once; pgParallelMin is how many calls
@@ -58,7 +63,15 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	prios, maxes := make([]int16, n), make([]int32, n)
 	bodies := make([][]byte, n)
 	deadlines, avails, nows := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+	owners, expires := make([]*string, n), make([]pgtype.Timestamptz, n)
+	takers := make([]*Handoff, n)
+	var queuedUps []string
 	for i, p := range items {
+		if h := s.handoffs.take(p); h != nil {
+			takers[i], owners[i], expires[i] = h, &h.owner, pgTime(p.Now.Add(h.leaseFor))
+		} else {
+			queuedUps = append(queuedUps, p.Upstream)
+		}
 		if p.IdempotencyKey != "" {
 			k := p.IdempotencyKey
 			keys[i] = &k
@@ -67,39 +80,32 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 		prios[i], maxes[i], bodies[i] = int16(p.Priority), int32(p.MaxAttempts), p.Body
 		deadlines[i], avails[i], nows[i] = pgTime(p.Deadline), pgTime(p.AvailableAt), pgTime(p.Now)
 	}
-	due, late := s.notifyDue(ups)
-	rows, err := s.pool.Query(ctx, pgInsertGroup,
-		keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due)
-	if err != nil {
-		return fail(err)
-	}
+	// Upstreams whose every row was handed off need no NOTIFY.
+	due, late := s.notifyDue(queuedUps)
 	ids := make([]int64, n)
-	inserted := make([]bool, n)
-	for rows.Next() {
-		var ord, id, notified int64
-		var ok bool
-		if err := rows.Scan(&ord, &id, &ok, &notified); err != nil {
-			rows.Close()
-			return fail(err)
+	inserted, leased := make([]bool, n), make([]bool, n)
+	err := s.queryInsertGroup(ctx, ids, inserted, leased,
+		keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
+	for i, h := range takers {
+		if h != nil && (err != nil || !inserted[i] || !leased[i]) {
+			h.untake()
+			takers[i] = nil
 		}
-		if ord < 1 || ord > int64(n) {
-			rows.Close()
-			return fail(fmt.Errorf("insert returned ordinality %d of %d", ord, n))
-		}
-		ids[ord-1], inserted[ord-1] = id, ok
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return fail(err)
 	}
 	s.notifyLater(late)
 	signaled := map[string]bool{}
 	for i, p := range items {
+		if h := takers[i]; h != nil {
+			j := leasedJob(p, ids[i], h)
+			out[i] = InsertResult{Job: j}
+			h.deliver(j)
+			continue
+		}
 		if inserted[i] {
-			out[i] = InsertResult{Job: &Job{ID: ids[i], IdempotencyKey: p.IdempotencyKey, Upstream: p.Upstream,
-				Priority: p.Priority, Client: p.Client, Path: p.Path, Body: p.Body, Deadline: p.Deadline,
-				MaxAttempts: p.MaxAttempts, State: StateQueued, AvailableAt: p.AvailableAt, WebhookURL: p.WebhookURL,
-				CreatedAt: p.Now, UpdatedAt: p.Now}}
+			out[i] = InsertResult{Job: insertedJob(p, ids[i])}
 			if !signaled[p.Upstream] {
 				signaled[p.Upstream] = true
 				s.notes.signal(p.Upstream)
@@ -114,6 +120,28 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 		out[i] = InsertResult{Job: j, Existing: true}
 	}
 	return out, errs
+}
+
+// queryInsertGroup runs pgInsertGroup and fills, by input position, each
+// row's id and whether it was inserted and leased.
+func (s *postgresStore) queryInsertGroup(ctx context.Context, ids []int64, inserted, leased []bool, args ...any) error {
+	rows, err := s.pool.Query(ctx, pgInsertGroup, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ord, id, notified int64
+		var ok, lease bool
+		if err := rows.Scan(&ord, &id, &ok, &lease, &notified); err != nil {
+			return err
+		}
+		if ord < 1 || ord > int64(len(ids)) {
+			return fmt.Errorf("insert returned ordinality %d of %d", ord, len(ids))
+		}
+		ids[ord-1], inserted[ord-1], leased[ord-1] = id, ok, lease
+	}
+	return rows.Err()
 }
 
 // notifyDue splits the distinct upstreams among ups into those this store

@@ -12,6 +12,13 @@ const sqliteInsert = `INSERT INTO sluice_jobs (idempotency_key, upstream, priori
 	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`
 
+// sqliteInsertLeased inserts a job already leased to a Handoff's worker;
+// its arguments are sqliteInsertArgs then the lease owner and expiry.
+const sqliteInsertLeased = `INSERT INTO sluice_jobs (idempotency_key, upstream, priority, client, path, body,
+	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at,
+	lease_token, lease_owner, lease_expires_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, 1, ?, ?)`
+
 func sqliteInsertArgs(p InsertParams, batchID string) []any {
 	return []any{nullString(p.IdempotencyKey), p.Upstream, int(p.Priority), p.Client, p.Path, p.Body,
 		nullMicros(p.Deadline), p.MaxAttempts, micros(p.AvailableAt), nullString(batchID), nullString(p.CustomID),
@@ -24,9 +31,19 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 	}
 	p = p.normalized()
 	var res InsertResult
+	h := s.handoffs.take(p)
 	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
-		row := tx.QueryRowContext(ctx, sqliteInsert+` ON CONFLICT (idempotency_key) DO NOTHING RETURNING `+jobColumns,
-			sqliteInsertArgs(p, "")...)
+		q, args := sqliteInsert, sqliteInsertArgs(p, "")
+		if h != nil {
+			paused, err := sqlitePaused(ctx, tx, p.Upstream)
+			if err != nil {
+				return err
+			}
+			if !paused {
+				q, args = sqliteInsertLeased, append(args, h.owner, micros(p.Now.Add(h.leaseFor)))
+			}
+		}
+		row := tx.QueryRowContext(ctx, q+` ON CONFLICT (idempotency_key) DO NOTHING RETURNING `+jobColumns, args...)
 		j, err := scanSQLiteJob(row)
 		if errors.Is(err, ErrNotFound) {
 			j, err = scanSQLiteJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE idempotency_key = ?`, p.IdempotencyKey))
@@ -37,13 +54,32 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 			return mapSQLiteErr(err)
 		}
 		res = InsertResult{Job: j}
-		*sig = append(*sig, p.Upstream)
+		if j.State == StateQueued {
+			*sig = append(*sig, p.Upstream)
+		}
 		return nil
 	})
+	if h != nil {
+		if err == nil && !res.Existing && res.Job.State == StateRunning {
+			h.deliver(res.Job)
+		} else {
+			h.untake()
+		}
+	}
 	if err != nil {
 		return InsertResult{}, fmt.Errorf("inserting job: %w", err)
 	}
 	return res, nil
+}
+
+// sqlitePaused tells whether upstream's queue is paused.
+func sqlitePaused(ctx context.Context, tx sqliteTx, upstream string) (bool, error) {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM sluice_paused_upstreams WHERE upstream = ?`, upstream).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 func (s *sqliteStore) Get(ctx context.Context, id int64) (*Job, error) {

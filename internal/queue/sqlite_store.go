@@ -20,13 +20,14 @@ import (
 // savepoint), and a pool of read-only connections. The database runs in
 // WAL mode with synchronous=FULL, so a returned write is on disk.
 type sqliteStore struct {
-	w, r  *sql.DB
-	ops   chan *sqliteOp
-	done  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
-	notes *notifier
-	max   int
+	w, r     *sql.DB
+	ops      chan *sqliteOp
+	done     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
+	notes    *notifier
+	handoffs handoffs
+	max      int
 	// The writer's prepared statements, and those to prepare after the
 	// current commit; used by the writer loop only.
 	stmts     map[string]*sql.Stmt
@@ -379,3 +380,5 @@ func (c sqliteMigrationConn) apply(ctx context.Context, m migration, up bool, no
 	}
 	return tx.Commit()
 }
+
+func (s *sqliteStore) Handoff(p HandoffParams) (*Handoff, error) { return s.handoffs.register(p) }

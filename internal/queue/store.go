@@ -90,6 +90,9 @@ type Store interface {
 	// closed when ctx is done. Jobs scheduled for later are not signaled
 	// when their time comes: combine Notify with NextAvailable or a poll.
 	Notify(ctx context.Context, upstream string) <-chan struct{}
+	// Handoff registers a local worker that takes jobs leased at insert
+	// while it is idle (see Handoff). Close it when the worker stops.
+	Handoff(p HandoffParams) (*Handoff, error)
 	// NextAvailable returns the earliest AvailableAt among queued jobs of
 	// upstream ("" for any); ok is false when nothing is queued.
 	NextAvailable(ctx context.Context, upstream string) (at time.Time, ok bool, err error)

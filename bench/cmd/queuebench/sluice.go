@@ -24,7 +24,9 @@ const (
 // sluiceSystem runs a queue.Store with one claim loop shaped like River's
 // producer: up to cfg.workers jobs in flight, each on its own goroutine,
 // claims woken by Notify, by a poll tick, or by a freed slot after a full
-// claim, never closer together than the cooldown.
+// claim, never closer together than the cooldown. Like the jobs runtime,
+// the loop offers its free slots through a queue.Handoff while its last
+// claim came back short, so jobs submitted meanwhile arrive leased.
 type sluiceSystem struct {
 	store   queue.Store
 	workers int
@@ -99,17 +101,37 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 	tick := time.NewTicker(sluicePollInterval)
 	defer tick.Stop()
 	inFlight, want, full := 0, true, false
+	run := func(j *queue.Job) {
+		inFlight++
+		s.wg.Go(func() {
+			started()
+			err := s.store.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token,
+				Result: queue.Result{Status: 200, Body: []byte(`{}`)}, Now: time.Now()})
+			if err == nil {
+				done()
+			}
+			freed <- struct{}{}
+		})
+	}
+	h, err := s.store.Handoff(queue.HandoffParams{Upstream: "a", Owner: "queuebench", LeaseFor: time.Minute, Capacity: s.workers})
+	if err != nil {
+		return
+	}
+	defer func() { h.Close() }() // jobs left over are rescued with their leases; the run is over
 	var last time.Time
 	for {
 		for drained := false; !drained; {
 			select {
 			case <-freed:
 				inFlight--
+			case j := <-h.Jobs():
+				run(j)
 			default:
 				drained = true
 			}
 		}
-		if free := s.workers - inFlight; want && free > 0 {
+		if free := s.workers - inFlight - h.Pending(); want && free > 0 {
+			h.Withdraw()
 			if d := sluiceClaimCooldown - time.Since(last); d > 0 {
 				select {
 				case <-ctx.Done():
@@ -123,16 +145,7 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 				return
 			}
 			for _, j := range jobs {
-				inFlight++
-				s.wg.Go(func() {
-					started()
-					err := s.store.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token,
-						Result: queue.Result{Status: 200, Body: []byte(`{}`)}, Now: time.Now()})
-					if err == nil {
-						done()
-					}
-					freed <- struct{}{}
-				})
+				run(j)
 			}
 			full = len(jobs) == free
 			want = full
@@ -140,9 +153,14 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 				continue
 			}
 		}
+		if !full {
+			h.Offer(s.workers - inFlight - h.Pending())
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case j := <-h.Jobs():
+			run(j)
 		case <-freed:
 			inFlight--
 			want = want || full

@@ -48,6 +48,9 @@ func Run(t *testing.T, open func(t *testing.T) queue.Store) {
 		{"LongPayload", testLongPayload},
 		{"Notify", testNotify},
 		{"Validation", testValidation},
+		{"Handoff", testHandoff},
+		{"HandoffDeclines", testHandoffDeclines},
+		{"HandoffConcurrent", testHandoffConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,157 @@
+package queuetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+func handoff(t *testing.T, s queue.Store, capacity int) *queue.Handoff {
+	t.Helper()
+	h, err := s.Handoff(queue.HandoffParams{Upstream: "a", Owner: "local", LeaseFor: time.Minute, Capacity: capacity})
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// received takes the job waiting on h, failing if there is none.
+func received(t *testing.T, h *queue.Handoff) *queue.Job {
+	t.Helper()
+	select {
+	case j := <-h.Jobs():
+		return j
+	default:
+		t.Fatal("no job was handed off")
+		return nil
+	}
+}
+
+func testHandoff(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	h := handoff(t, s, 4)
+	h.Offer(2)
+	require.Equal(t, 0, h.Pending())
+
+	// Offered slots take new jobs, leased, in the insert itself.
+	a := insert(t, s, job("a", T0))
+	require.Equal(t, queue.StateRunning, a.State)
+	require.Equal(t, queue.Lease{Token: 1, Owner: "local", ExpiresAt: T0.Add(time.Minute)}, a.Lease)
+	b := insert(t, s, job("a", T0))
+	require.Equal(t, 2, h.Pending())
+	require.Equal(t, a.ID, received(t, h).ID)
+	require.Equal(t, b.ID, received(t, h).ID)
+	require.Equal(t, 0, h.Pending())
+	// Close hands back what was taken and not received.
+	h2, err := s.Handoff(queue.HandoffParams{Upstream: "z", Owner: "local", LeaseFor: time.Minute, Capacity: 1})
+	require.NoError(t, err)
+	h2.Offer(1)
+	z := insert(t, s, job("z", T0))
+	left := h2.Close()
+	require.Len(t, left, 1)
+	require.Equal(t, z.ID, left[0].ID)
+
+	got, err := s.Get(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateRunning, got.State)
+	require.Equal(t, a.Lease, got.Lease)
+
+	// The offer is used up: the next job queues, and only it is claimable.
+	c := insert(t, s, job("a", T0))
+	require.Equal(t, queue.StateQueued, c.State)
+	require.Equal(t, []int64{c.ID}, ids(claim(t, s, "a", 10, T0)))
+
+	// A handed-off job lives like a claimed one: heartbeat, complete, and
+	// rescue with fencing once its lease expires.
+	require.NoError(t, s.Heartbeat(ctx, queue.HeartbeatParams{ID: a.ID, Token: 1, LeaseFor: time.Minute, Now: T0}))
+	require.NoError(t, s.Complete(ctx, queue.CompleteParams{ID: a.ID, Token: 1, Result: queue.Result{Status: 200}, Now: T0}))
+	r, err := s.Rescue(ctx, queue.RescueParams{MaxStalls: 3, Now: T0.Add(2 * time.Minute)})
+	require.NoError(t, err)
+	require.Equal(t, 3, r.Requeued, "b, c and z had expired leases")
+	again := claim(t, s, "a", 10, T0.Add(2*time.Minute))
+	require.Equal(t, []int64{b.ID, c.ID}, ids(again))
+	require.Greater(t, again[0].Lease.Token, b.Lease.Token)
+	require.ErrorIs(t, s.Complete(ctx, queue.CompleteParams{ID: b.ID, Token: b.Lease.Token, Result: queue.Result{Status: 200}, Now: T0}), queue.ErrLeaseLost)
+}
+
+func testHandoffDeclines(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	h := handoff(t, s, 8)
+	other, err := s.Handoff(queue.HandoffParams{Upstream: "b", Owner: "other", LeaseFor: time.Minute, Capacity: 1})
+	require.NoError(t, err)
+	defer other.Close()
+	h.Offer(8)
+	queued := func(p queue.InsertParams) {
+		t.Helper()
+		r, err := s.Insert(ctx, p)
+		require.NoError(t, err)
+		require.Equal(t, queue.StateQueued, r.Job.State)
+		require.Equal(t, 0, h.Pending(), "no slot stays reserved")
+	}
+
+	later := job("a", T0)
+	later.AvailableAt = T0.Add(time.Minute)
+	queued(later) // not available yet
+	queued(job("b", T0))
+
+	keyed := job("a", T0)
+	keyed.IdempotencyKey = "k1"
+	first := insert(t, s, keyed)
+	require.Equal(t, first.ID, received(t, h).ID)
+	r, err := s.Insert(ctx, keyed)
+	require.NoError(t, err)
+	require.True(t, r.Existing)
+	require.Equal(t, 0, h.Pending(), "an existing job is never handed off")
+
+	require.NoError(t, s.SetPaused(ctx, queue.PauseParams{Upstream: "a", Paused: true, Now: T0}))
+	queued(job("a", T0))
+	require.NoError(t, s.SetPaused(ctx, queue.PauseParams{Upstream: "a", Paused: false, Now: T0}))
+
+	_, err = s.CreateBatch(ctx, queue.CreateBatchParams{Format: provider.Anthropic, Jobs: []queue.InsertParams{{Upstream: "a", Path: "/v1/messages",
+		Body: []byte(`{}`), MaxAttempts: 1, CustomID: "x", Now: T0}}, Now: T0})
+	require.NoError(t, err)
+	require.Equal(t, 0, h.Pending(), "batch jobs queue")
+
+	h.Withdraw()
+	queued(job("a", T0))
+	h.Offer(1)
+	require.Empty(t, h.Close())
+	queued(job("a", T0))
+	require.Len(t, claim(t, s, "a", 10, T0.Add(time.Minute)), 5, "the later, paused, batch, withdrawn and closed jobs")
+
+	for _, p := range []queue.HandoffParams{{Owner: "x", LeaseFor: time.Minute, Capacity: 1},
+		{Upstream: "a", Capacity: 1}, {Upstream: "a", LeaseFor: time.Minute}} {
+		_, err := s.Handoff(p)
+		require.ErrorIs(t, err, queue.ErrInvalid, fmt.Sprintf("%+v", p))
+	}
+}
+
+// testHandoffConcurrent: concurrent inserts fill exactly the offered slots;
+// every other job queues, and no job is both handed off and claimable.
+func testHandoffConcurrent(t *testing.T, s queue.Store) {
+	const n, offered = 60, 7
+	h := handoff(t, s, 10)
+	h.Offer(100) // capped at the capacity
+	h.Offer(offered)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { insert(t, s, job("a", T0)) })
+	}
+	wg.Wait()
+	require.Equal(t, offered, h.Pending())
+	seen := map[int64]bool{}
+	for range offered {
+		seen[received(t, h).ID] = true
+	}
+	claimed := claim(t, s, "a", 100, T0)
+	require.Len(t, claimed, n-offered)
+	for _, j := range claimed {
+		require.False(t, seen[j.ID], "job %d handed off and claimed", j.ID)
+	}
+}
