@@ -77,14 +77,15 @@ func run(args []string) error {
 	fs.IntVar(&cfg.pickups, "pickups", 300, "jobs timed in the pickup run")
 	fs.IntVar(&cfg.workers, "workers", 1000, "jobs in flight at once per system (River's MaxWorkers)")
 	fs.IntVar(&cfg.runs, "runs", 1, "runs of each scenario; the median is printed")
-	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated")
+	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated (also sluice-postgres-claim: no handoffs, the claim path alone)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if cfg.backlog < 1 || cfg.submitters < 1 || cfg.pickups < 1 || cfg.workers < 1 || cfg.runs < 1 || cfg.duration <= 0 {
 		return errors.New("-backlog, -submitters, -pickups, -workers, -runs and -duration must be positive")
 	}
-	all := []factory{{"river", openRiver}, {"sluice-postgres", openSluicePostgres}, {"sluice-sqlite", openSluiceSQLite}}
+	all := []factory{{"river", openRiver}, {"sluice-postgres", openSluicePostgres}, {"sluice-sqlite", openSluiceSQLite},
+		{"sluice-postgres-claim", withoutHandoff(openSluicePostgres)}}
 	var chosen []factory
 	for _, name := range strings.Split(systems, ",") {
 		i := slices.IndexFunc(all, func(f factory) bool { return f.name == strings.TrimSpace(name) })

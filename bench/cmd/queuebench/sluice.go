@@ -28,11 +28,12 @@ const (
 // the loop offers its free slots through a queue.Handoff while its last
 // claim came back short, so jobs submitted meanwhile arrive leased.
 type sluiceSystem struct {
-	store   queue.Store
-	workers int
-	drop    func() error
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	store     queue.Store
+	workers   int
+	noHandoff bool // claims only, as before handoffs
+	drop      func() error
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 var sqliteSeq atomic.Int64
@@ -65,6 +66,19 @@ func openSluiceSQLite(ctx context.Context, cfg config) (system, error) {
 		return nil, err
 	}
 	return &sluiceSystem{store: st, workers: cfg.workers, drop: func() error { return nil }}, nil
+}
+
+// withoutHandoff opens a system whose loop never offers slots (the claim
+// path alone), to measure what handoffs change in the same run.
+func withoutHandoff(open func(context.Context, config) (system, error)) func(context.Context, config) (system, error) {
+	return func(ctx context.Context, cfg config) (system, error) {
+		s, err := open(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.(*sluiceSystem).noHandoff = true
+		return s, nil
+	}
 }
 
 func (s *sluiceSystem) fill(ctx context.Context, n int) error {
@@ -153,7 +167,7 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 				continue
 			}
 		}
-		if !full {
+		if !full && !s.noHandoff {
 			h.Offer(s.workers - inFlight - h.Pending())
 		}
 		select {
