@@ -112,6 +112,10 @@ type Config struct {
 	// SafetyMargin is the share of each limit used, in (0, 1]. Defaults to
 	// SafetyMarginDefault.
 	SafetyMargin float64
+	// JitterAllowance is the uneven delivery delay the quota buckets leave
+	// room for (flow.LimiterConfig.JitterAllowance). Defaults to
+	// flow.JitterAllowanceDefault; negative means none.
+	JitterAllowance time.Duration
 	// Weights are the WFQ weights per class (critical first). Defaults to
 	// flow.WeightsDefault (8/4/2/1).
 	Weights [flow.NumPriorities]float64
@@ -205,6 +209,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("Limits.MaxConcurrency must be >= 1, got %d", c.Limits.MaxConcurrency)
 	case c.MinConcurrency < 1 || c.MinConcurrency > c.Limits.MaxConcurrency:
 		return fmt.Errorf("MinConcurrency must be in [1, Limits.MaxConcurrency=%d], got %d", c.Limits.MaxConcurrency, c.MinConcurrency)
+	case c.JitterAllowance > time.Minute:
+		return fmt.Errorf("JitterAllowance must be at most 1m, got %v", c.JitterAllowance)
 	case !(c.BurstSeconds > 0 && c.BurstSeconds <= 60):
 		return fmt.Errorf("BurstSeconds must be in (0, 60], got %v", c.BurstSeconds)
 	case !(c.SafetyMargin > 0 && c.SafetyMargin <= 1):
@@ -248,7 +254,8 @@ func (c Config) limiterConfig() flow.LimiterConfig {
 			flow.OutputTokens: float64(c.Limits.OutputTokensPerMinute),
 			flow.Tokens:       float64(c.Limits.TokensPerMinute),
 		},
-		BurstSeconds: c.BurstSeconds,
-		SafetyMargin: c.SafetyMargin,
+		BurstSeconds:    c.BurstSeconds,
+		SafetyMargin:    c.SafetyMargin,
+		JitterAllowance: c.JitterAllowance,
 	}
 }

@@ -128,6 +128,9 @@ func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dis
 		Clock:    fc,
 		Observer: rec,
 		Rand:     rand.New(rand.NewPCG(1, 2)),
+		// The tests check exact bucket math; the allowance has its own
+		// tests in internal/flow.
+		JitterAllowance: -1,
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -70,6 +70,9 @@ const (
 	BurstSecondsDefault = 5.0
 	// SafetyMarginDefault is the share of each limit Sluice uses.
 	SafetyMarginDefault = 0.98
+	// JitterAllowanceDefault is the uneven delivery delay the buckets leave
+	// room for (see LimiterConfig.JitterAllowance).
+	JitterAllowanceDefault = 100 * time.Millisecond
 )
 
 // ErrTooLarge means a cost exceeds a bucket's capacity: it can never fit.
@@ -87,12 +90,21 @@ type LimiterConfig struct {
 	// SafetyMargin is the share of each limit used, in (0, 1]. Defaults to
 	// SafetyMarginDefault.
 	SafetyMargin float64
+	// JitterAllowance keeps each bucket's depth this much refill below the
+	// burst it is derived from (BurstSeconds, or the provider's remaining
+	// when deepening): requests admitted in order but delayed unevenly on
+	// their way (a busy CPU, a slow connection) can then bunch up at the
+	// provider without outrunning its bucket. The depth never drops below
+	// half of what it would be without it. Defaults to
+	// JitterAllowanceDefault; negative means none.
+	JitterAllowance time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c LimiterConfig) WithDefaults() LimiterConfig {
 	c.BurstSeconds = cmp.Or(c.BurstSeconds, BurstSecondsDefault)
 	c.SafetyMargin = cmp.Or(c.SafetyMargin, SafetyMarginDefault)
+	c.JitterAllowance = cmp.Or(c.JitterAllowance, JitterAllowanceDefault)
 	return c
 }
 
@@ -107,6 +119,9 @@ func (c LimiterConfig) validate() error {
 	}
 	if !(c.SafetyMargin > 0 && c.SafetyMargin <= 1) {
 		return fmt.Errorf("SafetyMargin must be in (0, 1], got %v", c.SafetyMargin)
+	}
+	if c.JitterAllowance > time.Minute {
+		return fmt.Errorf("JitterAllowance must be at most 1m, got %v", c.JitterAllowance)
 	}
 	return nil
 }
@@ -279,7 +294,16 @@ func (l *Limiter) withMargin(limit float64) float64 {
 }
 
 func (l *Limiter) initialDepth(capacity float64) float64 {
-	return math.Min(capacity, capacity/60*l.cfg.BurstSeconds)
+	return l.lessJitter(capacity, math.Min(capacity, capacity/60*l.cfg.BurstSeconds))
+}
+
+// lessJitter takes the jitter allowance (at capacity's refill rate) off a
+// depth, keeping at least half of it.
+func (l *Limiter) lessJitter(capacity, depth float64) float64 {
+	if l.cfg.JitterAllowance <= 0 {
+		return depth
+	}
+	return math.Max(depth/2, depth-capacity/60*l.cfg.JitterAllowance.Seconds())
 }
 
 // setCapacity (re)sizes a bucket; l.mu held or not yet shared.
@@ -414,8 +438,8 @@ func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
 		}
 		b.settle(now)
 		lvl := b.at(now, b.depth)
-		if o.Remaining > b.depth && lvl >= b.depth*0.999 {
-			b.depth = math.Min(math.Min(b.capacity, o.Remaining), b.depth*2)
+		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.depth*0.999 {
+			b.depth = math.Min(math.Min(b.capacity, room), b.depth*2)
 		}
 		b.level = math.Min(b.level, o.Remaining)
 	}

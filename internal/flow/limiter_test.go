@@ -3,6 +3,7 @@ package flow_test
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func newLimiter(t testing.TB, limits [flow.NumDims]float64, burst float64) *flow.Limiter {
 	t.Helper()
-	l, err := flow.NewLimiter(flow.LimiterConfig{Limits: limits, BurstSeconds: burst, SafetyMargin: 1}, t0)
+	l, err := flow.NewLimiter(flow.LimiterConfig{Limits: limits, BurstSeconds: burst, SafetyMargin: 1, JitterAllowance: -1}, t0)
 	require.NoError(t, err)
 	return l
 }
@@ -97,7 +98,7 @@ func TestLimiterReconcileRefund(t *testing.T) {
 func TestLimiterObserve(t *testing.T) {
 	t.Parallel()
 	// Nothing configured: limits are learned, times the margin.
-	l, err := flow.NewLimiter(flow.LimiterConfig{SafetyMargin: 0.9, BurstSeconds: 6}, t0)
+	l, err := flow.NewLimiter(flow.LimiterConfig{SafetyMargin: 0.9, BurstSeconds: 6, JitterAllowance: -1}, t0)
 	require.NoError(t, err)
 	l.Observe(map[flow.Dim]flow.Observation{flow.InputTokens: {Limit: 10000, Remaining: 200}}, t0)
 	s := l.State(t0)[flow.InputTokens]
@@ -140,6 +141,7 @@ func TestLimiterConfigValidation(t *testing.T) {
 		{flow.LimiterConfig{Limits: [flow.NumDims]float64{flow.Tokens: -1}}, "Limits[tokens]"},
 		{flow.LimiterConfig{BurstSeconds: 61}, "BurstSeconds"},
 		{flow.LimiterConfig{SafetyMargin: 2}, "SafetyMargin"},
+		{flow.LimiterConfig{JitterAllowance: 2 * time.Minute}, "JitterAllowance"},
 	}
 	for _, tt := range tests {
 		_, err := flow.NewLimiter(tt.cfg, t0)
@@ -306,4 +308,63 @@ func TestLimiterThrottleRampsBack(t *testing.T) {
 	w, err = l.TimeUntil(one, later)
 	require.NoError(t, err)
 	require.Equal(t, 100*time.Millisecond, w)
+}
+
+// TestLimiterJitterAllowance: the depth stays the allowance's refill below
+// the burst it comes from, so a request stream admitted by the limiter and
+// then delayed unevenly (by up to the allowance) still fits a provider
+// bucket as deep as that burst.
+func TestLimiterJitterAllowance(t *testing.T) {
+	t.Parallel()
+	cfg := flow.LimiterConfig{Limits: [flow.NumDims]float64{flow.Requests: 1200}, BurstSeconds: 1, SafetyMargin: 1,
+		JitterAllowance: 100 * time.Millisecond}
+	l, err := flow.NewLimiter(cfg, t0)
+	require.NoError(t, err)
+	require.InDelta(t, 18, l.State(t0)[flow.Requests].Depth, 1e-9, "20 a second deep, less 100 ms of refill")
+
+	// Deepening from the provider's remaining keeps the same allowance.
+	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 1200, Remaining: 20}}, t0)
+	require.InDelta(t, 18, l.State(t0)[flow.Requests].Depth, 1e-9, "20 remaining leave no room to deepen")
+	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 1200, Remaining: 30}}, t0)
+	require.InDelta(t, 28, l.State(t0)[flow.Requests].Depth, 1e-9)
+
+	// Never below half: a 50 ms burst keeps 0.5 request, not a negative one.
+	cfg.BurstSeconds = 0.05
+	l, err = flow.NewLimiter(cfg, t0)
+	require.NoError(t, err)
+	require.InDelta(t, 0.5, l.State(t0)[flow.Requests].Depth, 1e-9)
+
+	// Admit 200 requests as fast as the limiter allows, delay the opening
+	// burst by the allowance (the worst case: the provider's bucket sits
+	// full meanwhile while later requests arrive on time), and replay the
+	// arrivals against a provider bucket of 20 requests refilling at 20/s:
+	// none is refused. Without the allowance one would be.
+	cfg.BurstSeconds = 1
+	l, err = flow.NewLimiter(cfg, t0)
+	require.NoError(t, err)
+	now := t0
+	var arrivals []time.Time
+	for range 200 {
+		for {
+			w, err := l.Reserve(flow.NewAmount(1, 0), now)
+			require.NoError(t, err)
+			if w == 0 {
+				break
+			}
+			now = now.Add(w)
+		}
+		delay := time.Duration(0)
+		if now.Equal(t0) {
+			delay = cfg.JitterAllowance
+		}
+		arrivals = append(arrivals, now.Add(delay))
+	}
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	level, last := 20.0, t0
+	for i, at := range arrivals {
+		level = math.Min(20, level+at.Sub(last).Seconds()*20)
+		last = at
+		require.GreaterOrEqual(t, level, 1-1e-9, "arrival %d at %v found the provider's bucket empty", i, at.Sub(t0))
+		level--
+	}
 }

@@ -95,6 +95,11 @@ type UpstreamConfig struct {
 	// SafetyMargin is the share of each quota Sluice lets itself use, in
 	// (0, 1]. Defaults to 0.98 (dispatch.SafetyMarginDefault).
 	SafetyMargin float64 `yaml:"safety_margin"`
+	// JitterAllowance keeps the quota buckets this much refill shallower
+	// than the provider's burst, so requests delayed unevenly on their way
+	// cannot reach it faster than it refills. Defaults to 100ms
+	// (flow.JitterAllowanceDefault); negative turns it off; at most 1m.
+	JitterAllowance time.Duration `yaml:"jitter_allowance"`
 	// MinConcurrency is the floor of the adaptive concurrency limit.
 	// Defaults to 4 (dispatch.MinConcurrencyDefault), or
 	// limits.max_concurrency when that is lower.
@@ -405,6 +410,9 @@ func (u UpstreamConfig) validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must be >= 0", f.name)
 		}
+	}
+	if u.JitterAllowance > time.Minute {
+		return errors.New("jitter_allowance: must be <= 1m")
 	}
 	if u.Retry.MaxDelay > 0 && u.Retry.BaseDelay > u.Retry.MaxDelay {
 		return errors.New("retry.base_delay: must be <= retry.max_delay")

@@ -23,9 +23,10 @@ func dispatchConfig(uc UpstreamConfig, o options, obs dispatch.Observer) dispatc
 			TokensPerMinute:       uc.Limits.TokensPerMinute,
 			MaxConcurrency:        uc.Limits.MaxConcurrency,
 		},
-		BurstSeconds:   uc.BurstSeconds,
-		SafetyMargin:   uc.SafetyMargin,
-		MinConcurrency: uc.MinConcurrency,
+		BurstSeconds:    uc.BurstSeconds,
+		SafetyMargin:    uc.SafetyMargin,
+		JitterAllowance: uc.JitterAllowance,
+		MinConcurrency:  uc.MinConcurrency,
 		Retry: dispatch.RetryConfig{
 			BaseDelay:   uc.Retry.BaseDelay,
 			MaxDelay:    uc.Retry.MaxDelay,
