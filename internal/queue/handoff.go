@@ -131,13 +131,15 @@ func (h *Handoff) take() bool {
 	return true
 }
 
-// deliver hands over a job leased in a reserved slot. It never blocks: the
-// slot was offered within the channel's capacity.
+// deliver hands over a copy of a job leased in a reserved slot (the
+// inserter keeps the original). It never blocks: the slot was offered
+// within the channel's capacity.
 func (h *Handoff) deliver(j *Job) {
+	c := *j
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.release()
-	h.jobs <- j
+	h.jobs <- &c
 }
 
 // release ends a reservation; h.mu is held.

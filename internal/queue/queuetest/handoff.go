@@ -45,7 +45,9 @@ func testHandoff(t *testing.T, s queue.Store) {
 	require.Equal(t, queue.Lease{Token: 1, Owner: "local", ExpiresAt: T0.Add(time.Minute)}, a.Lease)
 	b := insert(t, s, job("a", T0))
 	require.Equal(t, 2, h.Pending())
-	require.Equal(t, a.ID, received(t, h).ID)
+	ra := received(t, h)
+	require.Equal(t, *a, *ra, "the worker gets the job as inserted")
+	require.NotSame(t, a, ra, "a copy: the submitter and the worker never share one")
 	require.Equal(t, b.ID, received(t, h).ID)
 	require.Equal(t, 0, h.Pending())
 	// Close hands back what was taken and not received.
