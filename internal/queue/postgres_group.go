@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -84,8 +85,15 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	due, late := s.notifyDue(queuedUps)
 	ids := make([]int64, n)
 	inserted, leased := make([]bool, n), make([]bool, n)
-	err := s.queryInsertGroup(ctx, ids, inserted, leased,
-		keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
+	var err error
+	if len(queuedUps) == n && !slices.ContainsFunc(keys, func(k *string) bool { return k != nil }) {
+		// Plain jobs only: the lean statement, half the server time.
+		err = s.queryInsertPlain(ctx, ids, inserted,
+			ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due)
+	} else {
+		err = s.queryInsertGroup(ctx, ids, inserted, leased,
+			keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
+	}
 	for i, h := range takers {
 		if h != nil && (err != nil || !inserted[i] || !leased[i]) {
 			h.untake()
@@ -120,6 +128,51 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 		out[i] = InsertResult{Job: j, Existing: true}
 	}
 	return out, errs
+}
+
+// pgInsertPlain inserts rows without idempotency keys or leases: nothing
+// can conflict and every row queues, so it needs neither pgInsertGroup's
+// id CTE nor its join. A plain INSERT … SELECT over unnest inserts rows in
+// array order, each drawing its id from the sequence as it goes in, so the
+// ids in ascending order are the rows in input order. $11 lists the
+// upstreams to NOTIFY (see pgInsertGroup).
+const pgInsertPlain = `WITH ins AS (
+		INSERT INTO sluice_jobs (upstream, priority, client, path, body, deadline, max_attempts,
+			state, available_at, webhook_url, created_at, updated_at)
+		SELECT u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, 'queued', u.av, u.wh, u.nw, u.nw
+		FROM unnest($1::text[], $2::smallint[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::int[],
+			$8::timestamptz[], $9::text[], $10::timestamptz[]) AS u(up, pr, cl, pa, bo, dl, ma, av, wh, nw)
+		RETURNING id),
+	n AS (SELECT pg_notify('` + notifyChannel + `', x) FROM unnest($11::text[]) x)
+	SELECT id, (SELECT count(*) FROM n) FROM ins`
+
+// queryInsertPlain runs pgInsertPlain and fills ids in input order.
+func (s *postgresStore) queryInsertPlain(ctx context.Context, ids []int64, inserted []bool, args ...any) error {
+	rows, err := s.pool.Query(ctx, pgInsertPlain, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	got := make([]int64, 0, len(ids))
+	for rows.Next() {
+		var id, notified int64
+		if err := rows.Scan(&id, &notified); err != nil {
+			return err
+		}
+		got = append(got, id)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(got) != len(ids) {
+		return fmt.Errorf("insert returned %d ids for %d rows", len(got), len(ids))
+	}
+	slices.Sort(got)
+	copy(ids, got)
+	for i := range inserted {
+		inserted[i] = true
+	}
+	return nil
 }
 
 // queryInsertGroup runs pgInsertGroup and fills, by input position, each

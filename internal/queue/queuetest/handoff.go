@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/provider"
@@ -156,4 +157,33 @@ func testHandoffConcurrent(t *testing.T, s queue.Store) {
 	for _, j := range claimed {
 		require.False(t, seen[j.ID], "job %d handed off and claimed", j.ID)
 	}
+}
+
+// testConcurrentInserts: inserts that share a group commit each get back
+// their own job, whatever statement the group used (with and without keys).
+func testConcurrentInserts(t *testing.T, s queue.Store) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 128 {
+		wg.Go(func() {
+			p := job("a", T0)
+			p.Client = fmt.Sprint("client-", i)
+			if i >= 64 && i%8 == 0 { // groups with keys take another statement
+				p.IdempotencyKey = fmt.Sprint("key-", i)
+			}
+			r, err := s.Insert(ctx, p)
+			if !assert.NoError(t, err) {
+				return
+			}
+			got, err := s.Get(ctx, r.Job.ID)
+			if assert.NoError(t, err) {
+				assert.Equal(t, p.Client, got.Client, "job %d", r.Job.ID)
+				assert.Equal(t, p.Client, r.Job.Client)
+			}
+		})
+		if i == 63 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
 }

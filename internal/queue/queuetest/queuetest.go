@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) queue.Store) {
 		{"Handoff", testHandoff},
 		{"HandoffDeclines", testHandoffDeclines},
 		{"HandoffConcurrent", testHandoffConcurrent},
+		{"ConcurrentInserts", testConcurrentInserts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
