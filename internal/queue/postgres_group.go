@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -86,10 +87,10 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	ids := make([]int64, n)
 	inserted, leased := make([]bool, n), make([]bool, n)
 	var err error
-	if len(queuedUps) == n && !slices.ContainsFunc(keys, func(k *string) bool { return k != nil }) {
-		// Plain jobs only: the lean statement, half the server time.
-		err = s.queryInsertPlain(ctx, ids, inserted,
-			ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due)
+	if !slices.ContainsFunc(keys, func(k *string) bool { return k != nil }) {
+		// No idempotency keys: the lean statement, half the server time.
+		err = s.queryInsertPlain(ctx, ids, inserted, leased,
+			ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
 	} else {
 		err = s.queryInsertGroup(ctx, ids, inserted, leased,
 			keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
@@ -130,36 +131,49 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	return out, errs
 }
 
-// pgInsertPlain inserts rows without idempotency keys or leases: nothing
-// can conflict and every row queues, so it needs neither pgInsertGroup's
-// id CTE nor its join. A plain INSERT … SELECT over unnest inserts rows in
-// array order, each drawing its id from the sequence as it goes in, so the
-// ids in ascending order are the rows in input order. $11 lists the
-// upstreams to NOTIFY (see pgInsertGroup).
-const pgInsertPlain = `WITH ins AS (
-		INSERT INTO sluice_jobs (upstream, priority, client, path, body, deadline, max_attempts,
-			state, available_at, webhook_url, created_at, updated_at)
-		SELECT u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, 'queued', u.av, u.wh, u.nw, u.nw
+// pgInsertPlain inserts rows without idempotency keys: nothing can
+// conflict, so it needs neither pgInsertGroup's id CTE nor its conflict
+// clause and join. A plain INSERT … SELECT over unnest inserts rows in array
+// order, each drawing its id from the sequence as it goes in, so the ids in
+// ascending order are the rows in input order. Rows with an owner ($12)
+// start leased unless their upstream is paused, as in pgInsertGroup. $11
+// lists the upstreams to NOTIFY (see pgInsertGroup).
+const pgInsertPlain = `WITH u AS (
+		SELECT u.*, u.ow IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sluice_paused_upstreams p WHERE p.upstream = u.up) AS leased
 		FROM unnest($1::text[], $2::smallint[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::int[],
-			$8::timestamptz[], $9::text[], $10::timestamptz[]) AS u(up, pr, cl, pa, bo, dl, ma, av, wh, nw)
-		RETURNING id),
+			$8::timestamptz[], $9::text[], $10::timestamptz[], $12::text[], $13::timestamptz[])
+			AS u(up, pr, cl, pa, bo, dl, ma, av, wh, nw, ow, ex)),
+	ins AS (
+		INSERT INTO sluice_jobs (upstream, priority, client, path, body, deadline, max_attempts,
+			state, available_at, webhook_url, created_at, updated_at, lease_token, lease_owner, lease_expires_at)
+		SELECT u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, CASE WHEN u.leased THEN 'running' ELSE 'queued' END,
+			u.av, u.wh, u.nw, u.nw, CASE WHEN u.leased THEN 1 ELSE 0 END, CASE WHEN u.leased THEN u.ow ELSE '' END,
+			CASE WHEN u.leased THEN u.ex END
+		FROM u
+		RETURNING id, state = 'running'),
 	n AS (SELECT pg_notify('` + notifyChannel + `', x) FROM unnest($11::text[]) x)
-	SELECT id, (SELECT count(*) FROM n) FROM ins`
+	SELECT ins.*, (SELECT count(*) FROM n) FROM ins`
 
-// queryInsertPlain runs pgInsertPlain and fills ids in input order.
-func (s *postgresStore) queryInsertPlain(ctx context.Context, ids []int64, inserted []bool, args ...any) error {
+// queryInsertPlain runs pgInsertPlain and fills, in input order, each row's
+// id and whether it was leased.
+func (s *postgresStore) queryInsertPlain(ctx context.Context, ids []int64, inserted, leased []bool, args ...any) error {
 	rows, err := s.pool.Query(ctx, pgInsertPlain, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	got := make([]int64, 0, len(ids))
+	type row struct {
+		id    int64
+		lease bool
+	}
+	got := make([]row, 0, len(ids))
 	for rows.Next() {
-		var id, notified int64
-		if err := rows.Scan(&id, &notified); err != nil {
+		var r row
+		var notified int64
+		if err := rows.Scan(&r.id, &r.lease, &notified); err != nil {
 			return err
 		}
-		got = append(got, id)
+		got = append(got, r)
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -167,10 +181,9 @@ func (s *postgresStore) queryInsertPlain(ctx context.Context, ids []int64, inser
 	if len(got) != len(ids) {
 		return fmt.Errorf("insert returned %d ids for %d rows", len(got), len(ids))
 	}
-	slices.Sort(got)
-	copy(ids, got)
-	for i := range inserted {
-		inserted[i] = true
+	slices.SortFunc(got, func(a, b row) int { return cmp.Compare(a.id, b.id) })
+	for i, r := range got {
+		ids[i], inserted[i], leased[i] = r.id, true, r.lease
 	}
 	return nil
 }
