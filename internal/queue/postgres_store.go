@@ -21,7 +21,7 @@ import (
 type postgresStore struct {
 	pool     *pgxpool.Pool
 	notes    *notifier
-	handoffs handoffs
+	handoffs // Handoff
 	opts     Options
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -330,5 +330,3 @@ func (c pgMigrationConn) apply(ctx context.Context, m migration, up bool, now ti
 	}
 	return tx.Commit(ctx)
 }
-
-func (s *postgresStore) Handoff(p HandoffParams) (*Handoff, error) { return s.handoffs.register(p) }

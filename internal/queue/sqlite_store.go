@@ -26,7 +26,7 @@ type sqliteStore struct {
 	wg       sync.WaitGroup
 	once     sync.Once
 	notes    *notifier
-	handoffs handoffs
+	handoffs // Handoff
 	max      int
 	// The writer's prepared statements, and those to prepare after the
 	// current commit; used by the writer loop only.
@@ -380,5 +380,3 @@ func (c sqliteMigrationConn) apply(ctx context.Context, m migration, up bool, no
 	}
 	return tx.Commit()
 }
-
-func (s *sqliteStore) Handoff(p HandoffParams) (*Handoff, error) { return s.handoffs.register(p) }
