@@ -198,9 +198,9 @@ func (hs *handoffs) unregister(h *Handoff) {
 	}
 }
 
-// take finds a handoff of p's upstream with a free slot for a job that
+// handoffFor finds a handoff of p's upstream with a free slot for a job that
 // could be claimed at once, and reserves the slot.
-func (hs *handoffs) take(p InsertParams) *Handoff {
+func (hs *handoffs) handoffFor(p InsertParams) *Handoff {
 	if p.AvailableAt.After(p.Now) || (!p.Deadline.IsZero() && !p.Deadline.After(p.Now)) {
 		return nil
 	}

@@ -69,7 +69,7 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	takers := make([]*Handoff, n)
 	var queuedUps []string
 	for i, p := range items {
-		if h := s.handoffs.take(p); h != nil {
+		if h := s.handoffFor(p); h != nil {
 			takers[i], owners[i], expires[i] = h, &h.owner, pgTime(p.Now.Add(h.leaseFor))
 		} else {
 			queuedUps = append(queuedUps, p.Upstream)

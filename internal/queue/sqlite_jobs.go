@@ -31,7 +31,7 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 	}
 	p = p.normalized()
 	var res InsertResult
-	h := s.handoffs.take(p)
+	h := s.handoffFor(p)
 	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
 		q, args := sqliteInsert, sqliteInsertArgs(p, "")
 		if h != nil {
