@@ -73,9 +73,6 @@ func (w *worker) loop(ctx context.Context) {
 		}
 		if claimNow {
 			claimNow = false
-			if h != nil {
-				h.Withdraw()
-			}
 			for received := false; !received; {
 				select {
 				case j := <-handed:
@@ -84,12 +81,21 @@ func (w *worker) loop(ctx context.Context) {
 					received = true
 				}
 			}
-			free := cfg.MaxInFlightPerUpstream - inFlight - pending()
+			// The claim gets up to a batch of slots; what stays offered
+			// keeps taking inserts meanwhile.
+			held := 0
+			if h != nil {
+				held = h.Withdraw(cfg.ClaimBatch)
+			}
+			free := cfg.MaxInFlightPerUpstream - inFlight - held
 			full = free <= 0
 			if free > 0 {
 				limit := min(free, cfg.ClaimBatch)
 				claimed := w.claim(ctx, limit, start)
-				if claimed == limit && claimed < free {
+				if claimed == limit && h != nil {
+					h.Withdraw(-1) // more may be queued: they go before new jobs
+				}
+				if claimed == limit && cfg.MaxInFlightPerUpstream-inFlight-pending() > 0 {
 					claimNow = true
 					continue // there may be more right now
 				}

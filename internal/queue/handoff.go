@@ -74,12 +74,22 @@ func (h *Handoff) Offer(n int) {
 	h.offered = max(0, min(n, cap(h.jobs)-h.reserved-len(h.jobs)))
 }
 
-// Withdraw takes back the slots not yet taken: call it before claiming, so
-// claims and handoffs never overfill the worker.
-func (h *Handoff) Withdraw() {
+// Withdraw takes back up to n of the slots not yet taken (n < 0: all of
+// them) and returns the slots the handoff still holds: those still offered
+// plus Pending, read together. Before a claim, a worker withdraws the slots
+// the claim may fill and claims at most its capacity, less its jobs in
+// flight, less what Withdraw returned: claims and handoffs never overfill
+// it, and the rest of the offer keeps taking inserts while the claim runs.
+// (Withdrawing everything instead made every claim of an idle worker a
+// window in which inserts queued, woke it and so caused the next claim.)
+func (h *Handoff) Withdraw(n int) (held int) {
 	h.mu.Lock()
-	h.offered = 0
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	if n < 0 {
+		n = h.offered
+	}
+	h.offered -= min(n, h.offered)
+	return h.offered + h.reserved + len(h.jobs)
 }
 
 // Pending counts jobs taken for this worker and not yet received from

@@ -67,8 +67,10 @@ func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error)
 	}
 	limit := pageLimit(p.Limit)
 	w.args = append(w.args, limit+1)
+	// Planned for these values (see newPgPool): which filters are set, and
+	// how selective, varies from call to call.
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE `+w.String()+
-		` ORDER BY id LIMIT $`+strconv.Itoa(len(w.args)), w.args...)
+		` ORDER BY id LIMIT $`+strconv.Itoa(len(w.args)), append([]any{pgx.QueryExecModeSimpleProtocol}, w.args...)...)
 	if err != nil {
 		return JobPage{}, fmt.Errorf("listing jobs: %w", err)
 	}

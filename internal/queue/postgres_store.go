@@ -57,10 +57,20 @@ func newPgPool(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, er
 	// 50k rows, until autovacuum's first ANALYZE). With sequential scans
 	// priced out, cached plans stay on the indexes and nothing is planned
 	// twice (planning each execution instead cost a quarter of
-	// PostgreSQL's time under single submits). A DSN that sets
-	// enable_seqscan keeps its own choice.
-	if _, ok := cfg.ConnConfig.RuntimeParams["enable_seqscan"]; !ok {
-		cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	// PostgreSQL's time under single submits).
+	//
+	// Generic plans are also forced: PostgreSQL otherwise compares a
+	// generic plan's cost with the custom plans' and kept planning the
+	// group insert afresh on every execution (its custom plan knows how
+	// many rows the arrays hold, so for small groups it looks cheaper):
+	// 9% of the machine under single submits went to planning it. Every
+	// statement here has one good plan whatever its values; List, whose
+	// filters vary, is planned per call (simple protocol). A DSN that sets
+	// either parameter keeps its own choice.
+	for k, v := range map[string]string{"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan"} {
+		if _, ok := cfg.ConnConfig.RuntimeParams[k]; !ok {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -57,6 +57,7 @@ type config struct {
 	workers    int
 	runs       int
 	tmp        string
+	scenarios  map[string]bool
 }
 
 func main() {
@@ -69,7 +70,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("queuebench", flag.ContinueOnError)
 	var cfg config
-	var systems string
+	var systems, scenarios string
 	fs.StringVar(&cfg.postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL address (schemas queuebench_* are created and dropped)")
 	fs.IntVar(&cfg.backlog, "backlog", 50_000, "jobs in the drain backlog")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of the sustained run")
@@ -78,8 +79,17 @@ func run(args []string) error {
 	fs.IntVar(&cfg.workers, "workers", 1000, "jobs in flight at once per system (River's MaxWorkers)")
 	fs.IntVar(&cfg.runs, "runs", 1, "runs of each scenario; the median is printed")
 	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated (also sluice-postgres-claim: no handoffs, the claim path alone)")
+	fs.StringVar(&scenarios, "scenarios", "drain,sustained,pickup", "scenarios to run, comma separated (the others print as 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	cfg.scenarios = map[string]bool{}
+	for _, name := range strings.Split(scenarios, ",") {
+		name = strings.TrimSpace(name)
+		if name != "drain" && name != "sustained" && name != "pickup" {
+			return fmt.Errorf("unknown scenario %q (want drain, sustained or pickup)", name)
+		}
+		cfg.scenarios[name] = true
 	}
 	if cfg.backlog < 1 || cfg.submitters < 1 || cfg.pickups < 1 || cfg.workers < 1 || cfg.runs < 1 || cfg.duration <= 0 {
 		return errors.New("-backlog, -submitters, -pickups, -workers, -runs and -duration must be positive")
@@ -128,21 +138,26 @@ func (r result) String() string {
 func measure(ctx context.Context, f factory, cfg config) (result, error) {
 	var drains, sustains, p50s, p99s []float64
 	for range cfg.runs {
-		d, err := withSystem(ctx, f, cfg, func(s system) (float64, error) { return drain(ctx, s, cfg) })
-		if err != nil {
-			return result{}, fmt.Errorf("drain: %w", err)
+		var d, st, p50, p99 float64
+		var err error
+		if cfg.scenarios["drain"] {
+			if d, err = withSystem(ctx, f, cfg, func(s system) (float64, error) { return drain(ctx, s, cfg) }); err != nil {
+				return result{}, fmt.Errorf("drain: %w", err)
+			}
 		}
-		st, err := withSystem(ctx, f, cfg, func(s system) (float64, error) { return sustained(ctx, s, cfg) })
-		if err != nil {
-			return result{}, fmt.Errorf("sustained: %w", err)
+		if cfg.scenarios["sustained"] {
+			if st, err = withSystem(ctx, f, cfg, func(s system) (float64, error) { return sustained(ctx, s, cfg) }); err != nil {
+				return result{}, fmt.Errorf("sustained: %w", err)
+			}
 		}
-		var p50, p99 float64
-		_, err = withSystem(ctx, f, cfg, func(s system) (float64, error) {
-			p50, p99, err = pickup(ctx, s, cfg)
-			return 0, err
-		})
-		if err != nil {
-			return result{}, fmt.Errorf("pickup: %w", err)
+		if cfg.scenarios["pickup"] {
+			_, err = withSystem(ctx, f, cfg, func(s system) (float64, error) {
+				p50, p99, err = pickup(ctx, s, cfg)
+				return 0, err
+			})
+			if err != nil {
+				return result{}, fmt.Errorf("pickup: %w", err)
+			}
 		}
 		drains, sustains, p50s, p99s = append(drains, d), append(sustains, st), append(p50s, p50), append(p99s, p99)
 	}

@@ -144,8 +144,13 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 				drained = true
 			}
 		}
-		if free := s.workers - inFlight - h.Pending(); want && free > 0 {
-			h.Withdraw()
+		// A claim gets up to half the slots; what stays offered keeps
+		// taking inserts meanwhile (a drain offers nothing: all go to it).
+		free := 0
+		if want {
+			free = s.workers - inFlight - h.Withdraw(s.workers/2)
+		}
+		if free > 0 {
 			if d := sluiceClaimCooldown - time.Since(last); d > 0 {
 				select {
 				case <-ctx.Done():
@@ -162,6 +167,9 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 				run(j)
 			}
 			full = len(jobs) == free
+			if full {
+				h.Withdraw(-1) // more may be queued: they go before new jobs
+			}
 			want = full
 			if want && inFlight < s.workers {
 				continue
