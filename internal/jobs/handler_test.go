@@ -431,3 +431,60 @@ func TestIdleWorkerTakesSubmitsWithoutClaiming(t *testing.T) {
 	require.Greater(t, st.claims.Load(), before, "the queued job was claimed")
 	require.Equal(t, 3, d.Calls())
 }
+
+// gatedClaims blocks claude's claims while gate is set, telling entered.
+type gatedClaims struct {
+	claimCounter
+	gate    atomic.Pointer[chan struct{}]
+	entered chan struct{}
+}
+
+func (g *gatedClaims) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
+	if gate := g.gate.Load(); gate != nil && p.Upstream == "claude" {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-*gate:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	return g.claimCounter.Claim(ctx, p)
+}
+
+// TestIdleWorkerKeepsOfferingWhileClaiming: an idle worker's claim takes
+// back only a claim batch of its offered slots, so a job submitted while
+// the claim runs is still handed off instead of queueing (and waking the
+// worker for yet another claim).
+func TestIdleWorkerKeepsOfferingWhileClaiming(t *testing.T) {
+	t.Parallel()
+	st := &gatedClaims{claimCounter: claimCounter{Store: openStore(t)}, entered: make(chan struct{}, 1)}
+	d := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
+		return reply(200, okMessage), nil
+	}}
+	s := newService(t, st, d, nil, func(c *Config) {
+		c.PollInterval = 20 * time.Millisecond
+		c.MaxInFlightPerUpstream, c.ClaimBatch = 4, 2
+	})
+	require.Eventually(t, func() bool {
+		h := st.handoff.Load()
+		return h != nil && h.Offered() == 4
+	}, 10*time.Second, time.Millisecond, "the idle worker offers its four slots")
+	gate := make(chan struct{})
+	st.gate.Store(&gate)
+	var once sync.Once
+	open := func() { once.Do(func() { st.gate.Store(nil); close(gate) }) }
+	t.Cleanup(open)
+	select {
+	case <-st.entered: // the poll timer started a claim, now held
+	case <-time.After(10 * time.Second):
+		t.Fatal("no claim started")
+	}
+	require.Equal(t, 2, st.handoff.Load().Offered(), "the claim took back one batch of slots")
+	j := submit(t, s, "")
+	require.Equal(t, queue.StateRunning, j.State, "handed off while the claim runs")
+	open()
+	require.Equal(t, queue.StateSucceeded, await(t, s, j.ID).State)
+}

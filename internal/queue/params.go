@@ -155,6 +155,9 @@ func decodeAttemptErrors(b []byte) ([]AttemptError, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
+	if string(b) == "[]" {
+		return []AttemptError{}, nil // most jobs: no decoder for nothing
+	}
 	var raw []attemptErrorJSON
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("decoding error history: %w", err)

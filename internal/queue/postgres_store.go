@@ -95,8 +95,8 @@ func openPostgres(ctx context.Context, dsn string, opts Options) (Store, error) 
 	lctx, cancel := context.WithCancel(context.Background())
 	s := &postgresStore{pool: pool, notes: newNotifier(), opts: opts, cancel: cancel,
 		notified: map[string]time.Time{}, lateNotify: map[string]bool{}, notifyKick: make(chan struct{}, 1)}
-	s.inserts = newGroupCommit(pgFlushers, opts.GroupCommitMax, pgParallelMin, s.flushInserts)
-	s.completes = newGroupCommit(pgFlushers, opts.GroupCommitMax, pgParallelMin, s.flushCompletes)
+	s.inserts = newGroupCommit(pgFlushers, opts.GroupCommitMax, pgInsertParallelMin, s.flushInserts)
+	s.completes = newGroupCommit(pgFlushers, opts.GroupCommitMax, pgCompleteParallelMin, s.flushCompletes)
 	s.wg.Add(2)
 	go s.listen(lctx)
 	go s.trailingNotify(lctx)

@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -79,9 +80,21 @@ func run(args []string) error {
 	fs.IntVar(&cfg.workers, "workers", 1000, "jobs in flight at once per system (River's MaxWorkers)")
 	fs.IntVar(&cfg.runs, "runs", 1, "runs of each scenario; the median is printed")
 	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated (also sluice-postgres-claim: no handoffs, the claim path alone)")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	fs.StringVar(&scenarios, "scenarios", "drain,sustained,pickup", "scenarios to run, comma separated (the others print as 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	cfg.scenarios = map[string]bool{}
 	for _, name := range strings.Split(scenarios, ",") {
