@@ -374,7 +374,9 @@ func TestStopHandsBackLeases(t *testing.T) {
 	require.ErrorIs(t, s.Start(context.Background()), ErrStopped)
 }
 
-// claimCounter counts Claim calls and keeps the last Handoff registered.
+// claimCounter counts claude's Claim calls (other upstreams' workers claim
+// when they start, whenever they are scheduled) and keeps claude's last
+// Handoff.
 type claimCounter struct {
 	queue.Store
 	claims  atomic.Int64
@@ -390,7 +392,9 @@ func (c *claimCounter) Handoff(p queue.HandoffParams) (*queue.Handoff, error) {
 }
 
 func (c *claimCounter) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
-	c.claims.Add(1)
+	if p.Upstream == "claude" {
+		c.claims.Add(1)
+	}
 	return c.Store.Claim(ctx, p)
 }
 

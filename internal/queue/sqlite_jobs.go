@@ -12,12 +12,18 @@ const sqliteInsert = `INSERT INTO sluice_jobs (idempotency_key, upstream, priori
 	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`
 
-// sqliteInsertLeased inserts a job already leased to a Handoff's worker;
-// its arguments are sqliteInsertArgs then the lease owner and expiry.
+// sqliteInsertLeased inserts a job already leased to a Handoff's worker,
+// unless its upstream is paused (then it queues, as sqliteInsert would);
+// its arguments are sqliteInsertArgs then the lease owner and expiry. The
+// pause is read in the statement: a separate query was 6% of the writer's
+// time under single submits. ("WHERE true" keeps SQLite from reading the
+// ON CONFLICT that follows as a join constraint.)
 const sqliteInsertLeased = `INSERT INTO sluice_jobs (idempotency_key, upstream, priority, client, path, body,
 	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at,
 	lease_token, lease_owner, lease_expires_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, 1, ?, ?)`
+	SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, CASE WHEN paused THEN 'queued' ELSE 'running' END, ?9, ?10, ?11, ?12, ?13, ?14,
+		CASE WHEN paused THEN 0 ELSE 1 END, CASE WHEN paused THEN '' ELSE ?15 END, CASE WHEN paused THEN NULL ELSE ?16 END
+	FROM (SELECT EXISTS (SELECT 1 FROM sluice_paused_upstreams WHERE upstream = ?2) AS paused) WHERE true`
 
 func sqliteInsertArgs(p InsertParams, batchID string) []any {
 	return []any{nullString(p.IdempotencyKey), p.Upstream, int(p.Priority), p.Client, p.Path, p.Body,
@@ -35,28 +41,27 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
 		q, args := sqliteInsert, sqliteInsertArgs(p, "")
 		if h != nil {
-			paused, err := sqlitePaused(ctx, tx, p.Upstream)
-			if err != nil {
-				return err
-			}
-			if !paused {
-				q, args = sqliteInsertLeased, append(args, h.owner, micros(p.Now.Add(h.leaseFor)))
-			}
+			q, args = sqliteInsertLeased, append(args, h.owner, micros(p.Now.Add(h.leaseFor)))
 		}
-		row := tx.QueryRowContext(ctx, q+` ON CONFLICT (idempotency_key) DO NOTHING RETURNING `+jobColumns, args...)
-		j, err := scanSQLiteJob(row)
-		if errors.Is(err, ErrNotFound) {
-			j, err = scanSQLiteJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE idempotency_key = ?`, p.IdempotencyKey))
+		// Only the id comes back: the row is what p says (reading all of
+		// it back was a fifth of the writer's time under single submits).
+		var id int64
+		var state string
+		err := tx.QueryRowContext(ctx, q+` ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, state`, args...).Scan(&id, &state)
+		if errors.Is(err, sql.ErrNoRows) {
+			j, err := scanSQLiteJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE idempotency_key = ?`, p.IdempotencyKey))
 			res = InsertResult{Job: j, Existing: true}
 			return err
 		}
 		if err != nil {
 			return mapSQLiteErr(err)
 		}
-		res = InsertResult{Job: j}
-		if j.State == StateQueued {
-			*sig = append(*sig, p.Upstream)
+		if state == string(StateRunning) {
+			res = InsertResult{Job: leasedJob(p, id, h)}
+			return nil
 		}
+		res = InsertResult{Job: insertedJob(p, id)}
+		*sig = append(*sig, p.Upstream)
 		return nil
 	})
 	if h != nil {
@@ -70,16 +75,6 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 		return InsertResult{}, fmt.Errorf("inserting job: %w", err)
 	}
 	return res, nil
-}
-
-// sqlitePaused tells whether upstream's queue is paused.
-func sqlitePaused(ctx context.Context, tx sqliteTx, upstream string) (bool, error) {
-	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM sluice_paused_upstreams WHERE upstream = ?`, upstream).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 func (s *sqliteStore) Get(ctx context.Context, id int64) (*Job, error) {
