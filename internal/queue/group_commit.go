@@ -49,8 +49,22 @@ type gcResult[R any] struct {
 func newGroupCommit[T, R any](flushers, max, parallelMin int, flush func(ctx context.Context, items []T) ([]R, []error)) *groupCommit[T, R] {
 	g := &groupCommit[T, R]{kick: make(chan struct{}, 1), done: make(chan struct{}), max: max,
 		flushers: max1(flushers), parallelMin: max1(parallelMin), flush: flush}
-	g.wg.Add(1)
-	go g.dispatch()
+	// The flushers are long-lived: a goroutine per flush started with a
+	// small stack and copied it as it grew through the driver, every time.
+	work := make(chan []*gcItem[T, R])
+	finished := make(chan struct{}, g.flushers)
+	for range g.flushers {
+		g.wg.Go(func() {
+			for batch := range work {
+				g.run(batch)
+				finished <- struct{}{}
+			}
+		})
+	}
+	g.wg.Go(func() {
+		defer close(work)
+		g.dispatch(work, finished)
+	})
 	return g
 }
 
@@ -88,9 +102,9 @@ func (g *groupCommit[T, R]) take(pending []*gcItem[T, R]) []*gcItem[T, R] {
 	return pending
 }
 
-func (g *groupCommit[T, R]) dispatch() {
-	defer g.wg.Done()
-	finished := make(chan struct{}, g.flushers)
+// dispatch hands batches to the flushers on work (one is always free while
+// fewer than g.flushers run) and counts them back on finished.
+func (g *groupCommit[T, R]) dispatch(work chan<- []*gcItem[T, R], finished <-chan struct{}) {
 	running := 0
 	var pending []*gcItem[T, R]
 	defer func() {
@@ -106,10 +120,7 @@ func (g *groupCommit[T, R]) dispatch() {
 			batch := slices.Clone(pending[:n])
 			pending = append(pending[:0], pending[n:]...)
 			running++
-			go func() {
-				g.run(batch)
-				finished <- struct{}{}
-			}()
+			work <- batch
 		}
 		// Wait for a call or a finished flush.
 		select {

@@ -66,7 +66,7 @@ func TestMigrationsSQLite(t *testing.T) {
 func TestMigrationsPostgres(t *testing.T) {
 	t.Parallel()
 	dsn := postgresDSN(t)
-	testMigrations(t, dsn, []string{"0001_jobs", "0002_leaner_indexes"}, func(t *testing.T) {
+	testMigrations(t, dsn, []string{"0001_jobs", "0002_leaner_indexes", "0003_lease_index_predicate"}, func(t *testing.T) {
 		c, err := pgx.Connect(context.Background(), dsn)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, c.Close(context.Background())) }()
@@ -87,8 +87,17 @@ func TestMigrationPostgres0002KeepsBatches(t *testing.T) {
 	defer func() { require.NoError(t, m.Close()) }()
 	_, err = m.Up(ctx, queuetest.T0)
 	require.NoError(t, err)
-	_, err = m.Down(ctx, 1, queuetest.T0)
-	require.NoError(t, err)
+	toSchema1 := func() { // down every migration after 0001
+		t.Helper()
+		st, err := m.Status(ctx)
+		require.NoError(t, err)
+		_, err = m.Down(ctx, st.Current-1, queuetest.T0)
+		require.NoError(t, err)
+		st, err = m.Status(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, st.Current)
+	}
+	toSchema1()
 
 	c, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
@@ -117,8 +126,7 @@ func TestMigrationPostgres0002KeepsBatches(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.Existing, "the idempotency key still holds")
 		require.NoError(t, s.Close())
-		_, err = m.Down(ctx, 1, queuetest.T0)
-		require.NoError(t, err)
+		toSchema1()
 	}
 }
 

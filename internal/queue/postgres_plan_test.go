@@ -1,0 +1,67 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/queue/queuetest"
+)
+
+// TestPostgresFencedLookupsProbePrimaryKey: on a queue whose table was
+// empty when its connections first planned them, heartbeats, completions
+// and failures still find their job through the primary key. With schema 2
+// the lease index's predicate (state = 'running') was implied by these
+// lookups, and the cached generic plans walked that whole index instead:
+// every completion then cost more with every job in flight.
+func TestPostgresFencedLookupsProbePrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := postgresDSN(t)
+	s, err := queue.Open(ctx, dsn, queue.Options{MaxConns: 2})
+	require.NoError(t, err)
+	t0 := queuetest.T0
+	var jobs []*queue.Job
+	for range 4 {
+		r, err := s.Insert(ctx, queue.InsertParams{Upstream: "a", Path: "/v1/messages", Body: []byte(`{}`), MaxAttempts: 3, Now: t0})
+		require.NoError(t, err)
+		claimed, err := s.Claim(ctx, queue.ClaimParams{Upstream: "a", Limit: 1, Owner: "w", LeaseFor: time.Minute, Now: t0})
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		require.Equal(t, r.Job.ID, claimed[0].ID)
+		jobs = append(jobs, claimed[0])
+	}
+	for _, j := range jobs {
+		require.NoError(t, s.Heartbeat(ctx, queue.HeartbeatParams{ID: j.ID, Token: j.Lease.Token, LeaseFor: time.Minute, Now: t0}))
+	}
+	for _, j := range jobs[:3] {
+		require.NoError(t, s.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: queue.Result{Status: 200}, Now: t0}))
+	}
+	_, err = s.Fail(ctx, queue.FailParams{ID: jobs[3].ID, Token: jobs[3].Lease.Token, Kind: queue.FailTerminal,
+		Error: queue.AttemptError{Status: 400, Message: "bad"}, Now: t0})
+	require.NoError(t, err)
+	require.NoError(t, s.Close()) // its backends report their statistics as they end
+
+	c, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close(ctx)) }()
+	scans := func() (pkey, lease int64) {
+		err := c.QueryRow(ctx, `SELECT
+			coalesce(sum(idx_scan) FILTER (WHERE indexrelname = 'sluice_jobs_pkey'), 0),
+			coalesce(sum(idx_scan) FILTER (WHERE indexrelname = 'sluice_jobs_lease'), 0)
+			FROM pg_stat_user_indexes WHERE schemaname = current_schema()`).Scan(&pkey, &lease)
+		require.NoError(t, err)
+		return pkey, lease
+	}
+	require.Eventually(t, func() bool {
+		_, _ = c.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+		pkey, lease := scans()
+		return pkey+lease >= 7 // 4 heartbeats, the completions, a failure's lock and update
+	}, 10*time.Second, 20*time.Millisecond, "the backends' statistics never arrived")
+	_, lease := scans()
+	require.Zero(t, lease, "no fenced lookup walked the lease index")
+}
