@@ -32,7 +32,7 @@ func (s *sqliteStore) Requeue(ctx context.Context, p RequeueParams) (int, error)
 		args = append(args, p.BatchID)
 	}
 	var n int
-	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
 		// tx.Tx: the text varies with the id count, so it is not cached.
 		rows, err := tx.Tx.QueryContext(ctx, `UPDATE sluice_jobs SET state = 'queued', attempts = 0, stalls = 0,
 			available_at = ?, updated_at = ?, finished_at = NULL, result_status = NULL, result_header = NULL,
@@ -94,7 +94,7 @@ func (s *sqliteStore) Rescue(ctx context.Context, p RescueParams) (RescueResult,
 	limit := cmpOr(p.Limit, RescueLimitDefault)
 	now := micros(p.Now)
 	var res RescueResult
-	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE sluice_jobs SET
 			state = CASE WHEN stalls + 1 > ? THEN 'dead' ELSE 'queued' END,
 			finished_at = CASE WHEN stalls + 1 > ? THEN ? ELSE NULL END,
@@ -146,7 +146,7 @@ func (s *sqliteStore) DeleteFinished(ctx context.Context, p DeleteFinishedParams
 		return 0, fmt.Errorf("deleting finished jobs: %w", err)
 	}
 	var n int64
-	err := s.write(ctx, func(tx sqliteTx, _ *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
 		r, err := tx.ExecContext(ctx, `DELETE FROM sluice_jobs WHERE id IN (SELECT id FROM sluice_jobs
 			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?)`,
 			string(p.State), micros(p.Before), cmpOr(p.Limit, RescueLimitDefault))
@@ -168,7 +168,7 @@ func (s *sqliteStore) SetPaused(ctx context.Context, p PauseParams) error {
 	if p.Upstream == "" {
 		return fmt.Errorf("pausing upstream: %w", invalid("Upstream", "required"))
 	}
-	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
 		if p.Paused {
 			_, err := tx.ExecContext(ctx, `INSERT INTO sluice_paused_upstreams (upstream, paused_at) VALUES (?, ?)
 				ON CONFLICT (upstream) DO NOTHING`, p.Upstream, micros(p.Now))

@@ -13,7 +13,7 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 	}
 	id := p.ID
 	now := storeTime(p.Now)
-	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sluice_batches (id, format, total, created_at) VALUES (?, ?, ?, ?)`,
 			id, string(p.Format), len(p.Jobs), micros(now)); err != nil {
 			return mapSQLiteErr(err)
@@ -125,7 +125,7 @@ func batchPage(jobs []*Job, limit int) BatchPage {
 
 func (s *sqliteStore) CancelBatch(ctx context.Context, p CancelBatchParams) (CancelBatchResult, error) {
 	var res CancelBatchResult
-	err := s.write(ctx, func(tx sqliteTx, _ *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sluice_batches WHERE id = ?`, p.BatchID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -38,7 +38,7 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 	p = p.normalized()
 	var res InsertResult
 	h := s.handoffFor(p)
-	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
+	err := s.writeOne(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
 		q, args := sqliteInsert, sqliteInsertArgs(p, "")
 		if h != nil {
 			q, args = sqliteInsertLeased, append(args, h.owner, micros(p.Now.Add(h.leaseFor)))
@@ -127,7 +127,7 @@ func (s *sqliteStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) 
 			ORDER BY priority, available_at, id LIMIT ?)
 		RETURNING ` + jobColumns
 	var jobs []*Job
-	err := s.write(ctx, func(tx sqliteTx, _ *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -157,7 +157,7 @@ func sqliteLeaseMiss(ctx context.Context, tx sqliteTx, id int64) error {
 }
 
 func (s *sqliteStore) fenced(ctx context.Context, id int64, q string, args ...any) error {
-	return s.write(ctx, func(tx sqliteTx, _ *[]string) error {
+	return s.writeOne(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
 		r, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -202,7 +202,7 @@ func nonNil(b []byte) []byte {
 
 func (s *sqliteStore) Fail(ctx context.Context, p FailParams) (State, error) {
 	var final State
-	err := s.write(ctx, func(tx sqliteTx, sig *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
 		var attempts, maxAttempts int
 		var deadline sql.NullInt64
 		var upstream string
@@ -258,7 +258,7 @@ func cmpOr(a, b int) int {
 
 func (s *sqliteStore) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
 	var res CancelResult
-	err := s.write(ctx, func(tx sqliteTx, _ *[]string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
 		j, err := scanSQLiteJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE id = ?`, p.ID))
 		if err != nil {
 			return err
