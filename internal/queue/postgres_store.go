@@ -205,53 +205,73 @@ func fromPgTime(t pgtype.Timestamptz) time.Time {
 
 func pgText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
 
-func scanPgJob(row pgx.Row) (*Job, error) {
-	var (
-		j                                         Job
-		key, batch, custom                        pgtype.Text
-		deadline, avail, lease, created, upd, fin pgtype.Timestamptz
-		state                                     string
-		priority                                  int16
-		errs, header, body                        []byte
-		status                                    pgtype.Int4
-		usage                                     [4]int64
-	)
-	err := row.Scan(&j.ID, &key, &j.Upstream, &priority, &j.Client, &j.Path, &j.Body, &deadline,
-		&j.MaxAttempts, &j.Attempts, &j.Stalls, &state, &avail, &j.Lease.Token, &j.Lease.Owner,
-		&lease, &errs, &status, &header, &body, &usage[0], &usage[1], &usage[2], &usage[3],
-		&batch, &custom, &j.WebhookURL, &created, &upd, &fin)
-	if err != nil {
+// pgJobScan holds the scan targets of one job row. Every target passed to
+// Scan escapes to the heap through its ...any, so scanning into locals made
+// some twenty allocations per row (a claim of 1,000 jobs: 20,000);
+// collectPgJobs reuses one pgJobScan for all its rows, and each row then
+// costs its Job and the values it holds.
+type pgJobScan struct {
+	j                                         Job
+	key, batch, custom                        pgtype.Text
+	deadline, avail, lease, created, upd, fin pgtype.Timestamptz
+	state                                     string
+	priority                                  int16
+	body, errs, header, resultBody            []byte // pgx copies each bytea it scans
+	status                                    pgtype.Int4
+	usage                                     [4]int64
+	dest                                      []any
+}
+
+func newPgJobScan() *pgJobScan {
+	sc := &pgJobScan{}
+	j := &sc.j
+	sc.dest = []any{&j.ID, &sc.key, &j.Upstream, &sc.priority, &j.Client, &j.Path, &sc.body, &sc.deadline,
+		&j.MaxAttempts, &j.Attempts, &j.Stalls, &sc.state, &sc.avail, &j.Lease.Token, &j.Lease.Owner,
+		&sc.lease, &sc.errs, &sc.status, &sc.header, &sc.resultBody, &sc.usage[0], &sc.usage[1], &sc.usage[2], &sc.usage[3],
+		&sc.batch, &sc.custom, &j.WebhookURL, &sc.created, &sc.upd, &sc.fin}
+	return sc
+}
+
+func scanPgJob(row pgx.Row) (*Job, error) { return newPgJobScan().scan(row) }
+
+// scan reads one row into a new Job.
+func (sc *pgJobScan) scan(row pgx.Row) (*Job, error) {
+	sc.j = Job{}
+	if err := row.Scan(sc.dest...); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, ErrNotFound
 		}
 		return nil, fmt.Errorf("reading job: %w", err)
 	}
-	j.Priority = priorityOf(priority)
-	j.IdempotencyKey, j.BatchID, j.CustomID = key.String, batch.String, custom.String
-	j.State = State(state)
-	j.Deadline, j.AvailableAt, j.Lease.ExpiresAt = fromPgTime(deadline), fromPgTime(avail), fromPgTime(lease)
-	j.CreatedAt, j.UpdatedAt, j.FinishedAt = fromPgTime(created), fromPgTime(upd), fromPgTime(fin)
-	if j.Errors, err = decodeAttemptErrors(errs); err != nil {
+	j := sc.j
+	j.Body = nonNil(sc.body)
+	j.Priority = priorityOf(sc.priority)
+	j.IdempotencyKey, j.BatchID, j.CustomID = sc.key.String, sc.batch.String, sc.custom.String
+	j.State = State(sc.state)
+	j.Deadline, j.AvailableAt, j.Lease.ExpiresAt = fromPgTime(sc.deadline), fromPgTime(sc.avail), fromPgTime(sc.lease)
+	j.CreatedAt, j.UpdatedAt, j.FinishedAt = fromPgTime(sc.created), fromPgTime(sc.upd), fromPgTime(sc.fin)
+	var err error
+	if j.Errors, err = decodeAttemptErrors(sc.errs); err != nil {
 		return nil, err
 	}
-	if status.Valid {
-		h, err := decodeHeader(header)
+	if sc.status.Valid {
+		h, err := decodeHeader(sc.header)
 		if err != nil {
 			return nil, err
 		}
-		j.Result = &Result{Status: int(status.Int32), Header: h, Body: nonNil(body)}
-		j.Result.Usage.InputTokens, j.Result.Usage.OutputTokens = usage[0], usage[1]
-		j.Result.Usage.CacheCreationInputTokens, j.Result.Usage.CacheReadInputTokens = usage[2], usage[3]
+		j.Result = &Result{Status: int(sc.status.Int32), Header: h, Body: nonNil(sc.resultBody)}
+		j.Result.Usage.InputTokens, j.Result.Usage.OutputTokens = sc.usage[0], sc.usage[1]
+		j.Result.Usage.CacheCreationInputTokens, j.Result.Usage.CacheReadInputTokens = sc.usage[2], sc.usage[3]
 	}
-	j.Body = nonNil(j.Body)
 	return &j, nil
 }
 
 func collectPgJobs(rows pgx.Rows) ([]*Job, error) {
 	defer rows.Close()
 	var out []*Job
+	sc := newPgJobScan()
 	for rows.Next() {
-		j, err := scanPgJob(rows)
+		j, err := sc.scan(rows)
 		if err != nil {
 			return nil, err
 		}

@@ -135,6 +135,7 @@ func testClaimOrder(t *testing.T, s queue.Store) {
 	mk := func(p flow.Priority, avail time.Duration) *queue.Job {
 		q := job("a", T0)
 		q.Priority, q.AvailableAt = p, T0.Add(avail)
+		q.Body = fmt.Appendf(nil, `{"model":"m","max_tokens":10,"n":%q}`, p.String()+avail.String())
 		return insert(t, s, q)
 	}
 	low := mk(flow.Low, 0)
@@ -146,6 +147,12 @@ func testClaimOrder(t *testing.T, s queue.Store) {
 
 	got := claim(t, s, "a", 3, T0.Add(time.Hour))
 	require.Equal(t, []int64{crit.ID, normEarly.ID, normEarly2.ID}, ids(got))
+	for i, want := range []*queue.Job{crit, normEarly, normEarly2} {
+		require.Equal(t, string(want.Body), string(got[i].Body), "each claimed job keeps its own body")
+	}
+	got[0].Body[0] = 'X' // a body shared between jobs would show in the others
+	require.Equal(t, byte('{'), got[1].Body[0])
+	require.Equal(t, byte('{'), got[2].Body[0])
 	got = claim(t, s, "a", 10, T0.Add(time.Hour))
 	require.Equal(t, []int64{normLate.ID, low.ID}, ids(got))
 	got = claim(t, s, "", 10, T0.Add(time.Hour))
