@@ -393,18 +393,36 @@ func TestDeadlineWhileQueued(t *testing.T) {
 	require.Equal(t, 429, de.Status)
 	require.Equal(t, dispatch.MaxClientRetryAfter, de.RetryAfter)
 
-	// Queued behind the pause, then the deadline passes in the queue.
+	// Queued behind the pause with deadlines past it: sent once it ends.
 	r2 := request()
-	r2.Deadline = fc.Now().Add(40 * time.Second)
+	r2.Deadline = fc.Now().Add(100 * time.Second)
 	ch := doAsync(context.Background(), d, r2)
 	require.True(t, fc.WaitForTimers(2, 5*time.Second))
 	r3 := request()
-	r3.Deadline = fc.Now().Add(35 * time.Second)
+	r3.Deadline = fc.Now().Add(95 * time.Second)
 	ch3 := doAsync(context.Background(), d, r3)
 	require.True(t, fc.WaitForTimers(3, 5*time.Second))
 	fc.Advance(31 * time.Second)
-	require.NoError(t, (<-ch).err)
-	require.NoError(t, (<-ch3).err)
+	require.NoError(t, recvStepping(t, fc, ch).err)
+	require.NoError(t, recvStepping(t, fc, ch3).err)
+}
+
+// recvStepping waits for a result, advancing the fake clock a second at a
+// time (at most 60 s) while none comes: the dispatcher may re-arm its
+// timer from a reading of the clock taken just before an Advance, and then
+// waits for a further step. (A single Advance once hung CI for 20 minutes.)
+func recvStepping(t *testing.T, fc *clock.Fake, ch <-chan result) result {
+	t.Helper()
+	for range 60 {
+		select {
+		case res := <-ch:
+			return res
+		case <-time.After(50 * time.Millisecond):
+			fc.Advance(time.Second)
+		}
+	}
+	t.Fatal("no result while stepping the clock 60 s")
+	return result{}
 }
 
 func TestCancelRemovesFromQueueAndStopFailsQueued(t *testing.T) {
