@@ -63,10 +63,14 @@ func newPgPool(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, er
 	// generic plan's cost with the custom plans' and kept planning the
 	// group insert afresh on every execution (its custom plan knows how
 	// many rows the arrays hold, so for small groups it looks cheaper):
-	// 9% of the machine under single submits went to planning it. Every
-	// statement here has one good plan whatever its values; List, whose
-	// filters vary, is planned per call (simple protocol). A DSN that sets
-	// either parameter keeps its own choice.
+	// 9% of the machine under single submits went to planning it. A generic
+	// plan lives as long as its connection, so each statement here must
+	// have one good plan whatever the values and table size: sequential
+	// scans are priced out above, and migration 0003 keeps lookups by id
+	// off the lease index, which an empty table's plans otherwise chose
+	// (TestPostgresFencedLookupsProbePrimaryKey). List, whose filters vary,
+	// is planned per call (simple protocol). A DSN that sets either
+	// parameter keeps its own choice.
 	for k, v := range map[string]string{"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan"} {
 		if _, ok := cfg.ConnConfig.RuntimeParams[k]; !ok {
 			cfg.ConnConfig.RuntimeParams[k] = v
