@@ -47,6 +47,9 @@ type system interface {
 type factory struct {
 	name string
 	open func(ctx context.Context, cfg config) (system, error)
+	// drainOnly systems are not job queues (the bare pattern): they run
+	// the drain alone, and the other columns print "-".
+	drainOnly bool
 }
 
 type config struct {
@@ -79,7 +82,7 @@ func run(args []string) error {
 	fs.IntVar(&cfg.pickups, "pickups", 300, "jobs timed in the pickup run")
 	fs.IntVar(&cfg.workers, "workers", 1000, "jobs in flight at once per system (River's MaxWorkers)")
 	fs.IntVar(&cfg.runs, "runs", 1, "runs of each scenario; the median is printed")
-	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated (also sluice-postgres-claim: no handoffs, the claim path alone)")
+	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated (also sluice-postgres-claim: no handoffs, the claim path alone; bare-postgres: the ceiling of claim and complete statements with no client overhead, see bare.go)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	fs.StringVar(&scenarios, "scenarios", "drain,sustained,pickup", "scenarios to run, comma separated (the others print as 0)")
 	if err := fs.Parse(args); err != nil {
@@ -107,8 +110,8 @@ func run(args []string) error {
 	if cfg.backlog < 1 || cfg.submitters < 1 || cfg.pickups < 1 || cfg.workers < 1 || cfg.runs < 1 || cfg.duration <= 0 {
 		return errors.New("-backlog, -submitters, -pickups, -workers, -runs and -duration must be positive")
 	}
-	all := []factory{{"river", openRiver}, {"sluice-postgres", openSluicePostgres}, {"sluice-sqlite", openSluiceSQLite},
-		{"sluice-postgres-claim", withoutHandoff(openSluicePostgres)}}
+	all := []factory{{"river", openRiver, false}, {"sluice-postgres", openSluicePostgres, false}, {"sluice-sqlite", openSluiceSQLite, false},
+		{"sluice-postgres-claim", withoutHandoff(openSluicePostgres), false}, {"bare-postgres", openBarePostgres, true}}
 	var chosen []factory
 	for _, name := range strings.Split(systems, ",") {
 		i := slices.IndexFunc(all, func(f factory) bool { return f.name == strings.TrimSpace(name) })
@@ -158,12 +161,12 @@ func measure(ctx context.Context, f factory, cfg config) (result, error) {
 				return result{}, fmt.Errorf("drain: %w", err)
 			}
 		}
-		if cfg.scenarios["sustained"] {
+		if cfg.scenarios["sustained"] && !f.drainOnly {
 			if st, err = withSystem(ctx, f, cfg, func(s system) (float64, error) { return sustained(ctx, s, cfg) }); err != nil {
 				return result{}, fmt.Errorf("sustained: %w", err)
 			}
 		}
-		if cfg.scenarios["pickup"] {
+		if cfg.scenarios["pickup"] && !f.drainOnly {
 			_, err = withSystem(ctx, f, cfg, func(s system) (float64, error) {
 				p50, p99, err = pickup(ctx, s, cfg)
 				return 0, err
@@ -287,11 +290,14 @@ func printTable(systems []factory, res map[string]result) {
 	fmt.Printf("%-16s %22s %22s %20s %20s\n", "system", "drain jobs/s", "sustained jobs/s", "pickup p50 ms", "pickup p99 ms")
 	for _, f := range systems {
 		r := res[f.name]
+		sustained := fmt.Sprintf("%.0f%s", r.sustained, ratio(r.sustained, river.sustained))
+		p50 := fmt.Sprintf("%.2f%s", r.p50, ratio(r.p50, river.p50))
+		p99 := fmt.Sprintf("%.2f%s", r.p99, ratio(r.p99, river.p99))
+		if f.drainOnly {
+			sustained, p50, p99 = "-", "-", "-"
+		}
 		fmt.Printf("%-16s %22s %22s %20s %20s\n", f.name,
-			fmt.Sprintf("%.0f%s", r.drain, ratio(r.drain, river.drain)),
-			fmt.Sprintf("%.0f%s", r.sustained, ratio(r.sustained, river.sustained)),
-			fmt.Sprintf("%.2f%s", r.p50, ratio(r.p50, river.p50)),
-			fmt.Sprintf("%.2f%s", r.p99, ratio(r.p99, river.p99)))
+			fmt.Sprintf("%.0f%s", r.drain, ratio(r.drain, river.drain)), sustained, p50, p99)
 	}
 	if haveRiver {
 		fmt.Println("\nratios are to River: above 1x is faster for jobs/s, slower for pickup ms")

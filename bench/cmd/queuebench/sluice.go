@@ -38,9 +38,12 @@ type sluiceSystem struct {
 
 var sqliteSeq atomic.Int64
 
+// sluiceSchema holds the PostgreSQL tables of sluice-postgres (and of the
+// bare pattern, which works on them).
+const sluiceSchema = "queuebench_sluice"
+
 func openSluicePostgres(ctx context.Context, cfg config) (system, error) {
-	const schema = "queuebench_sluice"
-	pool, drop, err := freshSchema(ctx, cfg.postgres, schema, 2)
+	pool, drop, err := freshSchema(ctx, cfg.postgres, sluiceSchema, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +53,7 @@ func openSluicePostgres(ctx context.Context, cfg config) (system, error) {
 		return nil, err
 	}
 	q := u.Query()
-	q.Set("search_path", schema)
+	q.Set("search_path", sluiceSchema)
 	u.RawQuery = q.Encode()
 	st, err := queue.Open(ctx, u.String(), queue.Options{MaxConns: 24})
 	if err != nil {

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The bare pattern: what a client with no overhead of its own gets from
+// the two row writes every job needs, on Sluice's own table and indexes.
+// bareLoops connections each claim bareBatch queued rows in one
+// UPDATE … WHERE ctid = ANY(ARRAY(SELECT … FOR UPDATE SKIP LOCKED)) and
+// complete them all in one UPDATE … FROM unnest, in a loop: no per-job
+// goroutine, no group commit, no handoff, no lease bookkeeping. It is not
+// a job queue (a job runs only once its whole batch is claimed, and a slow
+// job would hold up its batch); it is the ceiling that Sluice's store is
+// measured against, in the same run as River. The issue's "bare SKIP
+// LOCKED loop" ceiling is this loop without the completions.
+const (
+	bareLoops = 2
+	bareBatch = 100
+)
+
+const bareClaim = `UPDATE sluice_jobs SET state = 'running', lease_token = lease_token + 1, lease_owner = 'bare',
+	lease_expires_at = $1, updated_at = $2
+	WHERE ctid = ANY(ARRAY(SELECT ctid FROM sluice_jobs WHERE state = 'queued' AND upstream = 'a' AND available_at <= $2
+		ORDER BY priority, available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED))
+	RETURNING id, lease_token`
+
+const bareComplete = `UPDATE sluice_jobs j SET state = 'succeeded', attempts = j.attempts + 1, result_status = 200,
+	result_body = '\x7b7d', lease_expires_at = NULL, finished_at = $3, updated_at = $3
+	FROM unnest($1::bigint[], $2::bigint[]) AS u(id, tk)
+	WHERE j.id = u.id AND j.lease_token = u.tk AND j.state = 'running'`
+
+// bareSystem fills through a Sluice store (the same rows as
+// sluice-postgres) and works through its own pool.
+type bareSystem struct {
+	*sluiceSystem
+	pool   *pgxpool.Pool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func openBarePostgres(ctx context.Context, cfg config) (system, error) {
+	s, err := openSluicePostgres(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.postgres)
+	if err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	pcfg.ConnConfig.RuntimeParams["search_path"] = sluiceSchema
+	pcfg.MaxConns = bareLoops
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	return &bareSystem{sluiceSystem: s.(*sluiceSystem), pool: pool}, nil
+}
+
+func (b *bareSystem) start(_ context.Context, started, done func()) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.cancel = cancel
+	for range bareLoops {
+		b.wg.Go(func() { b.loop(ctx, started, done) })
+	}
+	return nil
+}
+
+func (b *bareSystem) loop(ctx context.Context, started, done func()) {
+	ids, tokens := make([]int64, 0, bareBatch), make([]int64, 0, bareBatch)
+	for ctx.Err() == nil {
+		now := time.Now()
+		rows, err := b.pool.Query(ctx, bareClaim, now.Add(time.Minute), now, bareBatch)
+		if err != nil {
+			return
+		}
+		ids, tokens = ids[:0], tokens[:0]
+		var id, tk int64
+		_, err = pgx.ForEachRow(rows, []any{&id, &tk}, func() error {
+			ids, tokens = append(ids, id), append(tokens, tk)
+			started()
+			return nil
+		})
+		if err != nil {
+			return
+		}
+		if len(ids) == 0 {
+			select { // idle: the drain is over, or nothing is queued yet
+			case <-ctx.Done():
+				return
+			case <-time.After(riverFetchPollInterval):
+			}
+			continue
+		}
+		tag, err := b.pool.Exec(ctx, bareComplete, ids, tokens, time.Now())
+		if err != nil {
+			return
+		}
+		if tag.RowsAffected() != int64(len(ids)) { // the drain then reports itself stuck
+			fmt.Fprintf(os.Stderr, "bare: completed %d of %d claimed jobs\n", tag.RowsAffected(), len(ids))
+			return
+		}
+		for range ids {
+			done()
+		}
+	}
+}
+
+func (b *bareSystem) close() error {
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.wg.Wait()
+	b.pool.Close()
+	return b.sluiceSystem.close()
+}
