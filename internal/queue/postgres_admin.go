@@ -347,3 +347,45 @@ func (s *postgresStore) CancelBatch(ctx context.Context, p CancelBatchParams) (C
 	slicesSort(res.Running)
 	return res, nil
 }
+
+// pgCountLive counts live jobs with an index-only scan of the partial claim
+// index (upstream, priority, available_at, id) WHERE state = 'queued', and
+// the lease index for running jobs: its predicate needs lease_expires_at IS
+// NOT NULL, which every running job has (without it, the running count was
+// a sequential scan of the whole table).
+const pgCountLive = `SELECT upstream, sum(queued)::bigint, sum(delayed)::bigint, sum(running)::bigint FROM (
+		SELECT upstream, count(*) AS queued, count(*) FILTER (WHERE available_at > $1) AS delayed, 0 AS running
+			FROM sluice_jobs WHERE state = 'queued' GROUP BY upstream
+		UNION ALL
+		SELECT upstream, 0, 0, count(*) FROM sluice_jobs
+			WHERE state = 'running' AND lease_expires_at IS NOT NULL GROUP BY upstream) c
+	GROUP BY upstream ORDER BY upstream`
+
+func (s *postgresStore) CountLive(ctx context.Context, now time.Time) ([]LiveCount, error) {
+	var out []LiveCount
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// One backend: with 1M queued jobs a parallel plan took three
+		// processes and twice the time of a serial scan (280 ms against
+		// 130 ms).
+		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0`); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, pgCountLive, pgTime(now))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c LiveCount
+			if err := rows.Scan(&c.Upstream, &c.Queued, &c.Delayed, &c.Running); err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting live jobs: %w", err)
+	}
+	return out, nil
+}

@@ -276,5 +276,5 @@ func (s *postgresStore) cancel1(ctx context.Context, p CancelParams) (CancelResu
 	if err := tx.Commit(ctx); err != nil {
 		return CancelResult{}, err
 	}
-	return CancelResult{Job: j, WasRunning: prev == StateRunning}, nil
+	return CancelResult{Job: j, WasLive: true, WasRunning: prev == StateRunning}, nil
 }

@@ -65,3 +65,64 @@ func TestPostgresFencedLookupsProbePrimaryKey(t *testing.T) {
 	_, lease := scans()
 	require.Zero(t, lease, "no fenced lookup walked the lease index")
 }
+
+// TestPostgresCountLiveReadsIndexesOnly: the live counts read the partial
+// indexes of queued and running jobs, never the whole table, even with
+// plans made while the table was empty (the scrape of a gateway's /metrics
+// runs it every few seconds, whatever the backlog). The running count must
+// name lease_expires_at IS NOT NULL to use the lease index; without it,
+// it was a sequential scan over every job, finished ones included.
+func TestPostgresCountLiveReadsIndexesOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := postgresDSN(t)
+	migrated, err := queue.Open(ctx, dsn, queue.Options{MaxConns: 2})
+	require.NoError(t, err)
+	require.NoError(t, migrated.Close())
+	c, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close(ctx)) }()
+	stat := func(q string) int64 {
+		t.Helper()
+		_, err := c.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+		require.NoError(t, err)
+		var n int64
+		require.NoError(t, c.QueryRow(ctx, q).Scan(&n))
+		return n
+	}
+	const (
+		seqScans   = `SELECT coalesce(sum(seq_scan), 0) FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'sluice_jobs'`
+		inserted   = `SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'sluice_jobs'`
+		leaseScans = `SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE schemaname = current_schema() AND indexrelname = 'sluice_jobs_lease'`
+		migrations = `SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'sluice_schema_migrations'`
+	)
+	require.Eventually(t, func() bool { return stat(migrations) > 0 }, 10*time.Second, 20*time.Millisecond,
+		"the migrating backend's statistics never arrived")
+	before := stat(seqScans)
+
+	s, err := queue.Open(ctx, dsn, queue.Options{MaxConns: 2, NoMigrate: true})
+	require.NoError(t, err)
+	t0 := queuetest.T0
+	counts, err := s.CountLive(ctx, t0) // planned on the empty table
+	require.NoError(t, err)
+	require.Empty(t, counts)
+	for _, u := range []string{"a", "a", "b"} {
+		_, err := s.Insert(ctx, queue.InsertParams{Upstream: u, Path: "/v1/messages", Body: []byte(`{}`), MaxAttempts: 3, Now: t0})
+		require.NoError(t, err)
+	}
+	_, err = s.Claim(ctx, queue.ClaimParams{Upstream: "a", Limit: 1, Owner: "w", LeaseFor: time.Minute, Now: t0})
+	require.NoError(t, err)
+	counts, err = s.CountLive(ctx, t0)
+	require.NoError(t, err)
+	require.Equal(t, []queue.LiveCount{{Upstream: "a", Queued: 1, Running: 1}, {Upstream: "b", Queued: 1}}, counts)
+	require.NoError(t, s.Close()) // its backend reports its statistics as it ends
+
+	// The store's backends report as they end, in no set order: wait for
+	// the inserts, and for either both counts' index scans or a sequential
+	// scan.
+	require.Eventually(t, func() bool {
+		return stat(inserted) >= 3 && (stat(leaseScans) >= 2 || stat(seqScans) > before)
+	}, 10*time.Second, 20*time.Millisecond, "the store's statistics never arrived")
+	require.Equal(t, before, stat(seqScans), "nothing read the jobs table sequentially")
+	require.GreaterOrEqual(t, stat(leaseScans), int64(2), "each count read the lease index")
+}

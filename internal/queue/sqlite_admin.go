@@ -208,3 +208,33 @@ func (s *sqliteStore) NextAvailable(ctx context.Context, upstream string) (time.
 	}
 	return fromMicros(at), at.Valid, nil
 }
+
+// sqliteCountLive counts live jobs on the partial indexes of queued jobs
+// (sluice_jobs_available holds upstream and available_at, so the table is
+// never read) and of running ones.
+const sqliteCountLive = `SELECT upstream, sum(queued), sum(delayed), sum(running) FROM (
+		SELECT upstream, count(*) AS queued, count(*) FILTER (WHERE available_at > ?) AS delayed, 0 AS running
+			FROM sluice_jobs WHERE state = 'queued' GROUP BY upstream
+		UNION ALL
+		SELECT upstream, 0, 0, count(*) FROM sluice_jobs WHERE state = 'running' GROUP BY upstream)
+	GROUP BY upstream ORDER BY upstream`
+
+func (s *sqliteStore) CountLive(ctx context.Context, now time.Time) ([]LiveCount, error) {
+	rows, err := s.r.QueryContext(ctx, sqliteCountLive, micros(now))
+	if err != nil {
+		return nil, fmt.Errorf("counting live jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []LiveCount
+	for rows.Next() {
+		var c LiveCount
+		if err := rows.Scan(&c.Upstream, &c.Queued, &c.Delayed, &c.Running); err != nil {
+			return nil, fmt.Errorf("counting live jobs: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("counting live jobs: %w", err)
+	}
+	return out, nil
+}

@@ -275,7 +275,7 @@ func (s *sqliteStore) Cancel(ctx context.Context, p CancelParams) (CancelResult,
 		prev, now := j.State, micros(p.Now)
 		j, err = scanSQLiteJob(tx.QueryRowContext(ctx, `UPDATE sluice_jobs SET state = 'canceled', lease_expires_at = NULL,
 			finished_at = ?, updated_at = ? WHERE id = ? RETURNING `+jobColumns, now, now, p.ID))
-		res = CancelResult{Job: j, WasRunning: prev == StateRunning}
+		res = CancelResult{Job: j, WasLive: true, WasRunning: prev == StateRunning}
 		return err
 	})
 	if err != nil {

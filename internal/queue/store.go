@@ -96,6 +96,12 @@ type Store interface {
 	// NextAvailable returns the earliest AvailableAt among queued jobs of
 	// upstream ("" for any); ok is false when nothing is queued.
 	NextAvailable(ctx context.Context, upstream string) (at time.Time, ok bool, err error)
+	// CountLive counts the live jobs of every upstream that has one, in
+	// upstream order: queued (and of those, the ones not available before
+	// now) and running. It reads only the partial indexes of queued and
+	// running jobs, so finished jobs cost nothing; its cost grows with the
+	// queued jobs (one index entry each), so callers should cache it.
+	CountLive(ctx context.Context, now time.Time) ([]LiveCount, error)
 
 	// Close releases the store's connections and goroutines.
 	Close() error
@@ -221,6 +227,9 @@ type CancelParams struct {
 // CancelResult tells the runtime whether it must abort an in-flight call.
 type CancelResult struct {
 	Job *Job
+	// WasLive is true when this call canceled the job (it was queued or
+	// running); false when the job was already canceled.
+	WasLive bool
 	// WasRunning is true when the job was running: its worker should
 	// abort the provider call (its lease is now lost).
 	WasRunning bool
@@ -257,6 +266,18 @@ type RescueResult struct {
 	Dead int
 	// Expired jobs were queued past their deadline and are now dead.
 	Expired int
+}
+
+// LiveCount counts one upstream's live jobs.
+type LiveCount struct {
+	Upstream string
+	// Queued counts the queued jobs, Delayed included.
+	Queued int
+	// Delayed counts the queued jobs whose AvailableAt is after the count's
+	// now: waiting out a retry backoff or a rate-limit hint.
+	Delayed int
+	// Running counts the leased jobs.
+	Running int
 }
 
 // DeleteFinishedParams deletes old finished jobs of one state.

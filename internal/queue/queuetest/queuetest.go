@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) queue.Store) {
 		{"HandoffDeclines", testHandoffDeclines},
 		{"HandoffConcurrent", testHandoffConcurrent},
 		{"ConcurrentInserts", testConcurrentInserts},
+		{"CountLive", testCountLive},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -409,16 +410,19 @@ func testCancel(t *testing.T, s queue.Store) {
 	q := insert(t, s, job("a", T0))
 	r, err := s.Cancel(ctx, queue.CancelParams{ID: q.ID, Now: T0})
 	require.NoError(t, err)
+	require.True(t, r.WasLive)
 	require.False(t, r.WasRunning)
 	require.Equal(t, queue.StateCanceled, r.Job.State)
 	r, err = s.Cancel(ctx, queue.CancelParams{ID: q.ID, Now: T0})
 	require.NoError(t, err, "canceling twice is a no-op")
+	require.False(t, r.WasLive, "the second cancel changed nothing")
 	require.False(t, r.WasRunning)
 
 	insert(t, s, job("a", T0))
 	c := claim(t, s, "a", 1, T0)[0]
 	r, err = s.Cancel(ctx, queue.CancelParams{ID: c.ID, Now: T0})
 	require.NoError(t, err)
+	require.True(t, r.WasLive)
 	require.True(t, r.WasRunning)
 	require.ErrorIs(t, s.Complete(ctx, queue.CompleteParams{ID: c.ID, Token: c.Lease.Token, Now: T0}), queue.ErrLeaseLost)
 
