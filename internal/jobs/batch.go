@@ -137,6 +137,7 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		storeError(w, "queueing the batch", err)
 		return
 	}
+	s.cfg.Observer.Submitted(upstream, len(params.Jobs))
 	v := batchView(b)
 	v.Skipped = invalid
 	w.Header().Set("Location", "/v1/batches/"+b.ID)
@@ -268,9 +269,23 @@ func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 		s.abort(jid, errJobCanceled)
 	}
 	s.announce()
+	if res.Canceled > 0 {
+		s.observeBatchCanceled(r, id, res.Canceled)
+	}
 	b, ok := s.getBatch(w, r)
 	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, batchView(b))
+}
+
+// observeBatchCanceled reports n jobs of batch id canceled. A batch's jobs
+// share one upstream (the API creates them so), read from its first job.
+func (s *Service) observeBatchCanceled(r *http.Request, id string, n int) {
+	page, err := s.store.BatchJobs(r.Context(), queue.BatchJobsParams{BatchID: id, Limit: 1})
+	if err != nil || len(page.Jobs) == 0 {
+		s.cfg.Logger.Warn("reading a canceled batch's upstream for metrics", "batch", id, "err", err)
+		return
+	}
+	s.cfg.Observer.Finished(page.Jobs[0].Upstream, queue.StateCanceled, n)
 }

@@ -153,6 +153,10 @@ type Config struct {
 	// Logger logs failures the runtime cannot return to anyone. Defaults
 	// to slog.Default().
 	Logger *slog.Logger
+	// Observer receives the runtime's events for metrics: submits, attempts
+	// and their outcomes, finished jobs, rescues, webhooks. Defaults to
+	// NopObserver (no metrics).
+	Observer Observer
 }
 
 // WithDefaults returns c with every unset field filled in. It is pure.
@@ -190,6 +194,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 	return c
 }

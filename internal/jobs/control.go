@@ -19,6 +19,9 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*queue.Job, error) {
 	if res.WasRunning {
 		s.abort(id, errJobCanceled)
 	}
+	if res.WasLive {
+		s.cfg.Observer.Finished(res.Job.Upstream, queue.StateCanceled, 1)
+	}
 	s.announce()
 	if res.Job.WebhookURL != "" && res.Job.State == queue.StateCanceled {
 		s.webhook(id)

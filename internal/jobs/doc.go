@@ -32,6 +32,14 @@
 // then aborts the rest and hands their leases back (requeued without
 // burning an attempt), so a restart picks them up at once.
 //
+// # Metrics
+//
+// Config.Observer receives the runtime's events: jobs submitted, each
+// attempt's start (with the time the job waited since it became available)
+// and its outcome (AttemptOutcome) and duration, jobs finished here, rescue
+// passes and webhook deliveries. The server's Prometheus adapter implements
+// it; the runtime itself knows nothing of Prometheus.
+//
 // # Webhooks
 //
 // A job with a webhook_url is POSTed to it when it finishes, as the JSON of

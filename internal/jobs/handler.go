@@ -178,6 +178,8 @@ func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusAccepted
 	if res.Existing {
 		status = http.StatusOK
+	} else {
+		s.cfg.Observer.Submitted(req.Upstream, 1)
 	}
 	w.Header().Set("Location", "/v1/jobs/"+formatID(res.Job.ID))
 	writeJSON(w, status, s.view(res.Job, false))

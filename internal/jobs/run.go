@@ -25,12 +25,20 @@ const maxResultBytes = 64 << 20
 type verdict struct {
 	complete *queue.Result // success
 	fail     *queue.FailParams
+	// outcome is the attempt's outcome if the store takes the verdict
+	// as it is (a retry may still kill the job).
+	outcome AttemptOutcome
 }
 
 // run executes one leased job: dispatch with a heartbeat, then write the
 // verdict with the lease's fencing token.
 func (w *worker) run(j *queue.Job) {
 	s := w.s
+	obs := s.cfg.Observer
+	start := s.cfg.Clock.Now()
+	obs.Started(w.upstream, queueWait(j, start))
+	outcome := AttemptStoreError
+	defer func() { obs.Attempted(w.upstream, outcome, s.cfg.Clock.Now().Sub(start)) }()
 	ctx, cancel := context.WithCancelCause(w.jobCtx)
 	defer cancel(nil)
 	s.track(j.ID, cancel)
@@ -46,15 +54,31 @@ func (w *worker) run(j *queue.Job) {
 	close(hbStop)
 	<-hbDone
 
+	// The store already moved a canceled job or a lost lease on: write
+	// nothing.
 	cause := context.Cause(ctx)
 	switch {
-	case errors.Is(cause, errJobCanceled), errors.Is(cause, errLeaseLost):
-		return // the store already moved the job on: write nothing
+	case errors.Is(cause, errJobCanceled):
+		outcome = AttemptCanceled
+		return
+	case errors.Is(cause, errLeaseLost):
+		outcome = AttemptLeaseLost
+		return
 	case errors.Is(cause, errShutdown):
 		// Hand the lease back so a restart runs the job at once.
-		v = verdict{fail: &queue.FailParams{Kind: queue.FailReschedule, Error: queue.AttemptError{Message: "gateway stopped during the call; requeued"}}}
+		v = verdict{fail: &queue.FailParams{Kind: queue.FailReschedule, Error: queue.AttemptError{Message: "gateway stopped during the call; requeued"}},
+			outcome: AttemptStopped}
 	}
-	w.write(j, v)
+	outcome = w.write(j, v)
+}
+
+// queueWait is how long j waited to start at now since it became available.
+func queueWait(j *queue.Job, now time.Time) time.Duration {
+	from := j.AvailableAt
+	if from.IsZero() {
+		from = j.CreatedAt
+	}
+	return max(now.Sub(from), 0)
 }
 
 // heartbeat renews j's lease until stop; a lost lease aborts the call.
@@ -143,7 +167,7 @@ func (w *worker) call(ctx context.Context, j *queue.Job) verdict {
 	} else {
 		res.Usage, _ = provider.ParseUsage(w.protocol, res.Body)
 	}
-	return verdict{complete: res}
+	return verdict{complete: res, outcome: AttemptSuccess}
 }
 
 // dispatchFailure turns an error from Dispatcher.Do into a verdict.
@@ -160,7 +184,9 @@ func (w *worker) dispatchFailure(j *queue.Job, err error) verdict {
 	}
 	switch {
 	case errors.Is(de, dispatch.ErrStopped):
-		return reschedule(w.s, 0, provider.Transient, de.Message, 0)
+		v := reschedule(w.s, 0, provider.Transient, de.Message, 0)
+		v.outcome = AttemptStopped
+		return v
 	case errors.Is(de, dispatch.ErrTooLarge):
 		return terminal(de.Status, provider.ClientError, de.Message, nil)
 	case errors.Is(de, dispatch.ErrShed), errors.Is(de, dispatch.ErrDeadline):
@@ -178,51 +204,56 @@ func (w *worker) dispatchFailure(j *queue.Job, err error) verdict {
 }
 
 func terminal(status int, class provider.Class, msg string, res *queue.Result) verdict {
-	return verdict{fail: &queue.FailParams{Kind: queue.FailTerminal, Error: queue.AttemptError{Status: status, Class: class, Message: msg}, Result: res}}
+	return verdict{fail: &queue.FailParams{Kind: queue.FailTerminal, Error: queue.AttemptError{Status: status, Class: class, Message: msg}, Result: res},
+		outcome: AttemptDead}
 }
 
 func reschedule(s *Service, status int, class provider.Class, msg string, hint time.Duration) verdict {
 	wait := max(hint, time.Second)
 	return verdict{fail: &queue.FailParams{Kind: queue.FailReschedule, Error: queue.AttemptError{Status: status, Class: class, Message: msg},
-		RetryAt: s.cfg.Clock.Now().Add(s.backoff.RateDelay(wait, s.uniform()))}}
+		RetryAt: s.cfg.Clock.Now().Add(s.backoff.RateDelay(wait, s.uniform()))}, outcome: AttemptRateLimited}
 }
 
 func retry(s *Service, j *queue.Job, status int, class provider.Class, msg string, hint time.Duration) verdict {
 	delay := max(s.backoff.Delay(j.Attempts, s.uniform()), hint)
 	return verdict{fail: &queue.FailParams{Kind: queue.FailRetry, Error: queue.AttemptError{Status: status, Class: class, Message: msg},
-		RetryAt: s.cfg.Clock.Now().Add(delay)}}
+		RetryAt: s.cfg.Clock.Now().Add(delay)}, outcome: AttemptRetry}
 }
 
-// write records v with the job's fencing token. A lost lease means another
-// worker (or a cancel) owns the job now: nothing is overwritten.
-func (w *worker) write(j *queue.Job, v verdict) {
+// write records v with the job's fencing token and returns the attempt's
+// outcome. A lost lease means another worker (or a cancel) owns the job
+// now: nothing is overwritten.
+func (w *worker) write(j *queue.Job, v verdict) AttemptOutcome {
 	s := w.s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.jobCtx), handBackTimeout)
 	defer cancel()
 	now := s.cfg.Clock.Now()
 	var err error
-	finished := false
+	st := queue.StateSucceeded
 	if v.complete != nil {
 		err = s.store.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: now})
-		finished = err == nil
 	} else {
 		p := *v.fail
 		p.ID, p.Token, p.Now = j.ID, j.Lease.Token, now
-		var st queue.State
 		st, err = s.store.Fail(ctx, p)
-		finished = err == nil && st.Finished()
 	}
 	switch {
 	case errors.Is(err, queue.ErrLeaseLost), errors.Is(err, queue.ErrNotFound):
-		return
+		return AttemptLeaseLost
 	case err != nil:
 		s.cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
-		return
+		return AttemptStoreError
 	}
-	if finished {
-		s.announce()
-		if j.WebhookURL != "" {
-			s.webhook(j.ID)
-		}
+	if !st.Finished() {
+		return v.outcome
 	}
+	s.cfg.Observer.Finished(w.upstream, st, 1)
+	s.announce()
+	if j.WebhookURL != "" {
+		s.webhook(j.ID)
+	}
+	if st == queue.StateDead {
+		return AttemptDead // a retry or reschedule past the job's attempts or deadline
+	}
+	return v.outcome
 }

@@ -95,6 +95,7 @@ func New(cfg Config) (*Service, error) {
 			MaxStalls: cfg.MaxStalls,
 			Clock:     cfg.Clock,
 			OnPass: func(res queue.RescueResult, err error) {
+				cfg.Observer.Rescued(res) // what the pass did before any error
 				if err != nil {
 					cfg.Logger.Warn("rescuing expired job leases", "err", err)
 				}

@@ -41,6 +41,7 @@ func (s *Service) webhook(id int64) {
 	ctx := s.hooksCtx
 	s.mu.Unlock()
 	if ctx == nil || ctx.Err() != nil {
+		s.cfg.Observer.Webhook(WebhookAbandoned)
 		return
 	}
 	s.hooks.Add(1)
@@ -55,21 +56,33 @@ func (s *Service) webhook(id int64) {
 // deliver POSTs the job's JSON to its webhook until a 2xx, retrying with a
 // doubling delay up to WebhookMaxAttempts times.
 func (s *Service) deliver(ctx context.Context, id int64) error {
+	obs := s.cfg.Observer
 	j, err := s.store.Get(ctx, id)
 	if err != nil {
+		obs.Webhook(WebhookAbandoned)
 		return fmt.Errorf("loading job: %w", err)
 	}
 	body, err := json.Marshal(s.view(j, true))
 	if err != nil {
+		obs.Webhook(WebhookAbandoned)
 		return fmt.Errorf("encoding job: %w", err)
 	}
 	delay := s.cfg.WebhookBaseDelay
 	for attempt := 1; ; attempt++ {
 		err = s.post(ctx, j.WebhookURL, body)
+		switch {
+		case err == nil:
+			obs.Webhook(WebhookDelivered)
+		case attempt >= s.cfg.WebhookMaxAttempts:
+			obs.Webhook(WebhookGaveUp)
+		default:
+			obs.Webhook(WebhookFailed)
+		}
 		if err == nil || attempt >= s.cfg.WebhookMaxAttempts {
 			break
 		}
 		if err := clock.Sleep(ctx, s.cfg.Clock, delay); err != nil {
+			obs.Webhook(WebhookAbandoned)
 			return fmt.Errorf("waiting to retry webhook: %w", err)
 		}
 		delay *= 2

@@ -1,0 +1,105 @@
+package jobs
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Observer receives the job runtime's events, for metrics (the server's
+// Prometheus adapter implements it). Every method must be O(1) and never
+// block: they are called by workers between store calls and by the API's
+// handlers. Events count what this process did: with several gateways on
+// one PostgreSQL queue, each reports its own share. Embed NopObserver to
+// implement only some.
+type Observer interface {
+	// Submitted: n new jobs of upstream were queued through the API (one
+	// per POST /v1/jobs, or a whole batch). A submit answered with an
+	// existing job by its idempotency key is not counted.
+	Submitted(upstream string, n int)
+	// Started: a worker began an attempt of a job of upstream that had
+	// waited queueWait since it became available (its AvailableAt: the
+	// submit, or the end of its last backoff).
+	Started(upstream string, queueWait time.Duration)
+	// Attempted: that attempt ended with outcome after d (from its start to
+	// its result recorded).
+	Attempted(upstream string, outcome AttemptOutcome, d time.Duration)
+	// Finished: n jobs of upstream reached a finished state here: a worker
+	// recorded their success or death, or the API canceled them. Jobs the
+	// rescuer kills are counted by Rescued instead.
+	Finished(upstream string, state queue.State, n int)
+	// Rescued: a pass of this process's lease rescuer ended (res counts
+	// what it did; it may be all zeros).
+	Rescued(res queue.RescueResult)
+	// Webhook: one webhook delivery attempt ended with outcome.
+	Webhook(outcome WebhookOutcome)
+}
+
+// AttemptOutcome is how one attempt of a job ended.
+type AttemptOutcome string
+
+// The attempt outcomes.
+const (
+	// AttemptSuccess: the provider answered 2xx and the job succeeded.
+	AttemptSuccess AttemptOutcome = "success"
+	// AttemptRateLimited: a rate limit (or the dispatcher shed the call
+	// while waiting for quota); the job was requeued at the provider's
+	// hint without burning an attempt.
+	AttemptRateLimited AttemptOutcome = "rate_limited"
+	// AttemptRetry: overload, transient or stream failure; the job was
+	// requeued with backoff, one attempt burnt.
+	AttemptRetry AttemptOutcome = "retry"
+	// AttemptDead: a terminal error (quota, client error, too large), or
+	// the job's attempts or deadline ran out; the job is dead.
+	AttemptDead AttemptOutcome = "dead"
+	// AttemptLeaseLost: the job's lease was lost during the attempt (it was
+	// rescued and taken by another worker); its result was dropped.
+	AttemptLeaseLost AttemptOutcome = "lease_lost"
+	// AttemptCanceled: the job was canceled through the API during the
+	// attempt.
+	AttemptCanceled AttemptOutcome = "canceled"
+	// AttemptStopped: the gateway (or the upstream's dispatcher) stopped
+	// during the attempt; the job was handed back without burning an
+	// attempt.
+	AttemptStopped AttemptOutcome = "stopped"
+	// AttemptStoreError: the result could not be written to the store; the
+	// job stays leased until the rescuer takes it back.
+	AttemptStoreError AttemptOutcome = "store_error"
+)
+
+// AttemptOutcomes lists every attempt outcome.
+var AttemptOutcomes = []AttemptOutcome{AttemptSuccess, AttemptRateLimited, AttemptRetry, AttemptDead,
+	AttemptLeaseLost, AttemptCanceled, AttemptStopped, AttemptStoreError}
+
+// WebhookOutcome is how one webhook delivery attempt ended. Every POST
+// counts once as delivered, failed or gave_up; a webhook dropped before its
+// last POST counts once as abandoned. So delivered + gave_up + abandoned
+// counts the webhooks, and failed their retries.
+type WebhookOutcome string
+
+// The webhook outcomes.
+const (
+	// WebhookDelivered: the receiver answered 2xx.
+	WebhookDelivered WebhookOutcome = "delivered"
+	// WebhookFailed: the receiver refused or could not be reached; the POST
+	// will be retried.
+	WebhookFailed WebhookOutcome = "failed"
+	// WebhookGaveUp: the last allowed POST failed; the webhook is dropped.
+	WebhookGaveUp WebhookOutcome = "gave_up"
+	// WebhookAbandoned: the webhook was dropped without its last POST: the
+	// gateway was stopping, or the job could not be read back.
+	WebhookAbandoned WebhookOutcome = "abandoned"
+)
+
+// WebhookOutcomes lists every webhook outcome.
+var WebhookOutcomes = []WebhookOutcome{WebhookDelivered, WebhookFailed, WebhookGaveUp, WebhookAbandoned}
+
+// NopObserver ignores every event.
+type NopObserver struct{}
+
+func (NopObserver) Submitted(string, int)                           {}
+func (NopObserver) Started(string, time.Duration)                   {}
+func (NopObserver) Attempted(string, AttemptOutcome, time.Duration) {}
+func (NopObserver) Finished(string, queue.State, int)               {}
+func (NopObserver) Rescued(queue.RescueResult)                      {}
+func (NopObserver) Webhook(WebhookOutcome)                          {}
