@@ -79,8 +79,12 @@ func (s *Server) startJobs(ctx context.Context) error {
 		protocols[name] = s.upstreams[name].cfg.Protocol
 	}
 	jc := s.cfg.Jobs
+	var obs jobs.Observer // nil (no metrics) unless the metrics have the queue's
+	if s.metrics.jobs != nil {
+		obs = s.metrics.jobs
+	}
 	svc, err := jobs.New(jobs.Config{
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: obs,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
@@ -107,6 +111,9 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	s.jobs.Store(svc)
 	s.cleaner = cleaner
+	if s.metrics.jobs != nil {
+		s.metrics.jobs.counts.setStore(st)
+	}
 	return nil
 }
 
@@ -115,6 +122,9 @@ func (s *Server) startJobs(ctx context.Context) error {
 // s.mu must be held.
 func (s *Server) stopJobs(ctx context.Context) error {
 	var errs []error
+	if s.metrics.jobs != nil {
+		s.metrics.jobs.counts.setStore(nil) // scrapes stop reading before the store closes
+	}
 	if svc := s.jobs.Swap(nil); svc != nil {
 		errs = append(errs, svc.Stop(ctx))
 	}

@@ -51,6 +51,8 @@ type metrics struct {
 	tokens      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	latency     *prometheus.HistogramVec
+	// jobs are the job queue's metrics; nil when the queue is disabled.
+	jobs *jobMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -99,9 +101,14 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		&snapshotCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the per-upstream series so dashboards see zeros.
+	names := make([]string, 0, len(s.cfg.Upstreams))
 	for _, u := range s.cfg.Upstreams {
 		m.passthrough.WithLabelValues(u.Name)
 		m.latency.WithLabelValues(u.Name)
+		names = append(names, u.Name)
+	}
+	if s.cfg.Store != StoreNone || s.store != nil {
+		m.jobs = newJobMetrics(reg, s.clock, s.log, names)
 	}
 	return m
 }

@@ -1,0 +1,285 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// The job queue's metrics: jobMetrics is the Prometheus adapter of
+// jobs.Observer (counters and histograms of what this gateway's job runtime
+// did), and jobCounts reads the queue's depth from the store on scrape.
+
+// Bounds on the store reads behind the queue-depth gauges.
+const (
+	// JobCountMaxAge is how long the job counts behind sluice_jobs are
+	// reused: scrapes within it do not query the store.
+	JobCountMaxAge = 5 * time.Second
+	// JobCountTimeout bounds one read of the counts; a scrape waits at most
+	// this long for the store, then reports the last values it read.
+	JobCountTimeout = 2 * time.Second
+)
+
+// Histogram buckets, in seconds.
+var (
+	// jobQueueWaitBuckets run from a job handed to an idle worker at once
+	// (milliseconds) to the tail of a nightly batch (hours).
+	jobQueueWaitBuckets = []float64{.001, .01, .1, .5, 1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400, 28800}
+	// jobRunBuckets run from a short completion to a long generation; an
+	// attempt includes the dispatcher's wait for quota and its in-call
+	// retries.
+	jobRunBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800}
+)
+
+// Label values of sluice_jobs_rescued_total's outcome.
+const (
+	rescueRequeued = "requeued" // an expired lease, back to the queue
+	rescueDead     = "dead"     // an expired lease past max_stalls
+	rescueExpired  = "expired"  // queued past its deadline
+)
+
+// finishedStates are the values of sluice_jobs_finished_total's state.
+var finishedStates = []queue.State{queue.StateSucceeded, queue.StateDead, queue.StateCanceled}
+
+// jobMetrics implements jobs.Observer. Each method is a few atomic adds:
+// O(1), never blocking. Labels are bounded: upstream names come from the
+// config, states and outcomes are enums.
+type jobMetrics struct {
+	submitted *prometheus.CounterVec
+	finished  *prometheus.CounterVec
+	attempts  *prometheus.CounterVec
+	rescued   *prometheus.CounterVec
+	webhooks  *prometheus.CounterVec
+	queueWait *prometheus.HistogramVec
+	run       *prometheus.HistogramVec
+	counts    *jobCounts
+}
+
+var _ jobs.Observer = (*jobMetrics)(nil)
+
+func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, upstreams []string) *jobMetrics {
+	m := &jobMetrics{
+		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_jobs_submitted_total",
+			Help: "Jobs queued through this gateway's API (single jobs and batch lines; idempotent replays excluded).",
+		}, []string{"upstream"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_jobs_finished_total",
+			Help: "Jobs this gateway finished, by final state (the rescuer's kills are in sluice_jobs_rescued_total).",
+		}, []string{"upstream", "state"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_job_attempts_total",
+			Help: "Job attempts this gateway's workers made, by how they ended.",
+		}, []string{"upstream", "outcome"}),
+		rescued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_jobs_rescued_total",
+			Help: "Jobs this gateway's lease rescuer took back: requeued or dead after an expired lease, or expired past their deadline while queued.",
+		}, []string{"outcome"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_webhook_deliveries_total",
+			Help: "Webhook POSTs by outcome (delivered, failed and retried, gave_up), and webhooks abandoned before their last POST.",
+		}, []string{"outcome"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_job_queue_wait_seconds",
+			Help:    "Time from a job becoming available (submitted, or its backoff over) to this gateway starting its attempt.",
+			Buckets: jobQueueWaitBuckets,
+		}, []string{"upstream"}),
+		run: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_job_run_seconds",
+			Help:    "Duration of one job attempt, from its start to its result recorded (quota waits and in-call retries included).",
+			Buckets: jobRunBuckets,
+		}, []string{"upstream"}),
+		counts: newJobCounts(clk, log, upstreams),
+	}
+	reg.MustRegister(m.submitted, m.finished, m.attempts, m.rescued, m.webhooks, m.queueWait, m.run, m.counts)
+	// Pre-create the series so dashboards see zeros.
+	for _, u := range upstreams {
+		m.submitted.WithLabelValues(u)
+		for _, st := range finishedStates {
+			m.finished.WithLabelValues(u, string(st))
+		}
+		for _, o := range jobs.AttemptOutcomes {
+			m.attempts.WithLabelValues(u, string(o))
+		}
+		m.queueWait.WithLabelValues(u)
+		m.run.WithLabelValues(u)
+	}
+	for _, o := range []string{rescueRequeued, rescueDead, rescueExpired} {
+		m.rescued.WithLabelValues(o)
+	}
+	for _, o := range jobs.WebhookOutcomes {
+		m.webhooks.WithLabelValues(string(o))
+	}
+	return m
+}
+
+func (m *jobMetrics) Submitted(upstream string, n int) {
+	m.submitted.WithLabelValues(upstream).Add(float64(max(n, 0)))
+}
+
+func (m *jobMetrics) Started(upstream string, queueWait time.Duration) {
+	m.queueWait.WithLabelValues(upstream).Observe(queueWait.Seconds())
+}
+
+func (m *jobMetrics) Attempted(upstream string, outcome jobs.AttemptOutcome, d time.Duration) {
+	m.attempts.WithLabelValues(upstream, string(outcome)).Inc()
+	m.run.WithLabelValues(upstream).Observe(d.Seconds())
+}
+
+func (m *jobMetrics) Finished(upstream string, state queue.State, n int) {
+	m.finished.WithLabelValues(upstream, string(state)).Add(float64(max(n, 0)))
+}
+
+func (m *jobMetrics) Rescued(res queue.RescueResult) {
+	m.rescued.WithLabelValues(rescueRequeued).Add(float64(max(res.Requeued, 0)))
+	m.rescued.WithLabelValues(rescueDead).Add(float64(max(res.Dead, 0)))
+	m.rescued.WithLabelValues(rescueExpired).Add(float64(max(res.Expired, 0)))
+}
+
+func (m *jobMetrics) Webhook(outcome jobs.WebhookOutcome) {
+	m.webhooks.WithLabelValues(string(outcome)).Inc()
+}
+
+// liveCounter is what jobCounts reads: queue.Store implements it.
+type liveCounter interface {
+	CountLive(ctx context.Context, now time.Time) ([]queue.LiveCount, error)
+	PausedUpstreams(ctx context.Context) ([]string, error)
+}
+
+// counterRef boxes a liveCounter for an atomic pointer.
+type counterRef struct{ liveCounter }
+
+var (
+	descJobs = prometheus.NewDesc("sluice_jobs",
+		fmt.Sprintf("Live jobs in the queue by state (queued, running), read from the store at most every %v: the whole queue's, so every gateway sharing a store reports the same values.", JobCountMaxAge),
+		[]string{"upstream", "state"}, nil)
+	descJobsDelayed = prometheus.NewDesc("sluice_jobs_delayed",
+		"Queued jobs not available yet: waiting out a retry backoff or a rate-limit hint (included in sluice_jobs{state=\"queued\"}).",
+		[]string{"upstream"}, nil)
+	descJobsPaused = prometheus.NewDesc("sluice_job_upstream_paused",
+		"1 while the upstream's job queue is paused through the API (POST /v1/upstreams/{name}/pause), else 0.",
+		[]string{"upstream"}, nil)
+	descJobCountErrors = prometheus.NewDesc("sluice_jobs_count_errors_total",
+		"Failed store reads behind sluice_jobs and sluice_job_upstream_paused (the last values read are reported meanwhile).",
+		nil, nil)
+)
+
+// jobCounts collects the queue-depth gauges on scrape, so nothing is
+// sampled in the background. It reads the store at most once per maxAge
+// (concurrent scrapes share the read), each read bounded by timeout; a
+// failed read keeps the last values and counts the error (in the same
+// scrape), so a scrape never fails because of the store. Before the job
+// queue starts, and after it stops, it reports no gauges.
+type jobCounts struct {
+	clock     clock.Clock
+	log       *slog.Logger
+	upstreams []string // reported even when they have no job
+	maxAge    time.Duration
+	timeout   time.Duration
+	store     atomic.Pointer[counterRef]
+
+	mu       sync.Mutex
+	errors   int       // failed store reads, reported by the scrape that saw them
+	readAt   time.Time // when the last read was tried; zero before the first
+	live     []queue.LiveCount
+	liveOK   bool
+	paused   []string
+	pausedOK bool
+}
+
+func newJobCounts(clk clock.Clock, log *slog.Logger, upstreams []string) *jobCounts {
+	return &jobCounts{clock: clk, log: log, upstreams: slices.Clone(upstreams), maxAge: JobCountMaxAge, timeout: JobCountTimeout}
+}
+
+// setStore sets the store to read, or nil when the job queue stops.
+func (c *jobCounts) setStore(st liveCounter) {
+	if st == nil {
+		c.store.Store(nil)
+		return
+	}
+	c.store.Store(&counterRef{st})
+}
+
+func (c *jobCounts) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descJobs, descJobsDelayed, descJobsPaused, descJobCountErrors} {
+		ch <- d
+	}
+}
+
+func (c *jobCounts) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ref := c.store.Load()
+	if now := c.clock.Now(); ref != nil && (c.readAt.IsZero() || now.Sub(c.readAt) >= c.maxAge) {
+		c.readAt = now
+		c.read(ref.liveCounter, now)
+	}
+	ch <- prometheus.MustNewConstMetric(descJobCountErrors, prometheus.CounterValue, float64(c.errors))
+	if ref == nil {
+		return // the job queue is not running
+	}
+	if c.liveOK {
+		byName := map[string]queue.LiveCount{}
+		found := make([]string, 0, len(c.live))
+		for _, l := range c.live {
+			byName[l.Upstream] = l
+			found = append(found, l.Upstream)
+		}
+		for _, u := range c.names(found) {
+			l := byName[u]
+			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(l.Queued), u, string(queue.StateQueued))
+			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(l.Running), u, string(queue.StateRunning))
+			ch <- prometheus.MustNewConstMetric(descJobsDelayed, prometheus.GaugeValue, float64(l.Delayed), u)
+		}
+	}
+	if c.pausedOK {
+		for _, u := range c.names(c.paused) {
+			v := 0.0
+			if slices.Contains(c.paused, u) {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descJobsPaused, prometheus.GaugeValue, v, u)
+		}
+	}
+}
+
+// read refreshes the counts from st; c.mu is held.
+func (c *jobCounts) read(st liveCounter, now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if live, err := st.CountLive(ctx, now); err != nil {
+		c.errors++
+		c.log.Warn("counting jobs for /metrics", "err", err)
+	} else {
+		c.live, c.liveOK = live, true
+	}
+	if paused, err := st.PausedUpstreams(ctx); err != nil {
+		c.errors++
+		c.log.Warn("listing paused upstreams for /metrics", "err", err)
+	} else {
+		c.paused, c.pausedOK = paused, true
+	}
+}
+
+// names returns the configured upstreams, then those of found that are
+// not configured (jobs queued under an earlier config), sorted.
+func (c *jobCounts) names(found []string) []string {
+	var extra []string
+	for _, u := range found {
+		if !slices.Contains(c.upstreams, u) && !slices.Contains(extra, u) {
+			extra = append(extra, u)
+		}
+	}
+	slices.Sort(extra)
+	return append(slices.Clone(c.upstreams), extra...)
+}

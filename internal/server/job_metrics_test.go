@@ -1,0 +1,273 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// scrape answers GET /metrics from h.
+func scrape(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	return rec.Body.String()
+}
+
+func requireSeries(t *testing.T, body string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		require.Contains(t, body, w+"\n", "series %s", w)
+	}
+}
+
+// TestJobMetricsAfterJobsRan runs jobs through a started gateway (SQLite
+// store, fake engine, fake clock) and reads the job series from GET
+// /metrics: counters at once, the queue depth once its cached read is older
+// than JobCountMaxAge.
+func TestJobMetricsAfterJobsRan(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	srv, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+		Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}}},
+		withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, srv.Stop(context.Background())) })
+	h := srv.Handler()
+	api := func(method, target, body string) (int, []byte) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, target, strings.NewReader(body)))
+		return rec.Code, rec.Body.Bytes()
+	}
+	submit := func() int64 {
+		code, body := api("POST", "/v1/jobs", `{"upstream":"a","request":`+anthropicBody+`}`)
+		require.Equal(t, http.StatusAccepted, code, string(body))
+		var j struct {
+			ID int64 `json:"id"`
+		}
+		require.NoError(t, json.Unmarshal(body, &j))
+		return j.ID
+	}
+	state := func(id int64) string {
+		code, body := api("GET", "/v1/jobs/"+formatJobID(id), "")
+		require.Equal(t, http.StatusOK, code, string(body))
+		var j struct {
+			State string `json:"state"`
+		}
+		require.NoError(t, json.Unmarshal(body, &j))
+		return j.State
+	}
+
+	requireSeries(t, scrape(t, h),
+		`sluice_jobs{state="queued",upstream="a"} 0`,
+		`sluice_jobs{state="running",upstream="a"} 0`,
+		`sluice_jobs_delayed{upstream="a"} 0`,
+		`sluice_job_upstream_paused{upstream="a"} 0`,
+		`sluice_jobs_submitted_total{upstream="a"} 0`,
+		`sluice_jobs_count_errors_total 0`)
+
+	ran := submit()
+	require.Eventually(t, func() bool { return state(ran) == "succeeded" }, 10*time.Second, 5*time.Millisecond)
+	code, body := api("POST", "/v1/upstreams/a/pause", "")
+	require.Equal(t, http.StatusOK, code, string(body))
+	waiting := submit()
+	require.Equal(t, "queued", state(waiting))
+
+	body2 := scrape(t, h)
+	requireSeries(t, body2,
+		`sluice_jobs_submitted_total{upstream="a"} 2`,
+		`sluice_jobs_finished_total{state="succeeded",upstream="a"} 1`,
+		`sluice_jobs_finished_total{state="dead",upstream="a"} 0`,
+		`sluice_job_attempts_total{outcome="success",upstream="a"} 1`,
+		`sluice_job_attempts_total{outcome="rate_limited",upstream="a"} 0`,
+		`sluice_job_queue_wait_seconds_count{upstream="a"} 1`,
+		`sluice_job_queue_wait_seconds_bucket{upstream="a",le="0.001"} 1`, // no time passed on the fake clock
+		`sluice_job_run_seconds_count{upstream="a"} 1`,
+		`sluice_jobs_rescued_total{outcome="requeued"} 0`,
+		`sluice_webhook_deliveries_total{outcome="delivered"} 0`,
+		// The depth read at the first scrape is still fresh.
+		`sluice_jobs{state="queued",upstream="a"} 0`,
+		`sluice_job_upstream_paused{upstream="a"} 0`)
+
+	clk.Advance(JobCountMaxAge)
+	requireSeries(t, scrape(t, h),
+		`sluice_jobs{state="queued",upstream="a"} 1`,
+		`sluice_jobs{state="running",upstream="a"} 0`,
+		`sluice_job_upstream_paused{upstream="a"} 1`,
+		`sluice_jobs_count_errors_total 0`)
+
+	code, body = api("DELETE", "/v1/jobs/"+formatJobID(waiting), "")
+	require.Equal(t, http.StatusOK, code, string(body))
+	requireSeries(t, scrape(t, h), `sluice_jobs_finished_total{state="canceled",upstream="a"} 1`)
+}
+
+// TestJobMetricsDisabledWithStoreNone: without a job queue there are no job
+// series at all.
+func TestJobMetricsDisabledWithStoreNone(t *testing.T) {
+	t.Parallel()
+	srv, err := New(Config{Store: StoreNone, Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}}},
+		withEngine("a", &fakeEngine{}), WithLogger(discardLogger()))
+	require.NoError(t, err)
+	body := scrape(t, srv.Handler())
+	require.Contains(t, body, "sluice_passthrough_requests_total")
+	for _, name := range []string{"sluice_jobs", "sluice_job_", "sluice_webhook_"} {
+		require.NotContains(t, body, "\n"+name)
+	}
+}
+
+func formatJobID(id int64) string {
+	b, _ := json.Marshal(id)
+	return string(b)
+}
+
+// fakeCounts is a store's counting side, scripted by the test.
+type fakeCounts struct {
+	mu        sync.Mutex
+	live      []queue.LiveCount
+	paused    []string
+	liveErr   error
+	pausedErr error
+	hang      bool // block until the read's context ends
+	reads     int
+}
+
+func (f *fakeCounts) CountLive(ctx context.Context, _ time.Time) ([]queue.LiveCount, error) {
+	f.mu.Lock()
+	f.reads++
+	live, err, hang := f.live, f.liveErr, f.hang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return live, err
+}
+
+func (f *fakeCounts) PausedUpstreams(ctx context.Context) ([]string, error) {
+	f.mu.Lock()
+	paused, err, hang := f.paused, f.pausedErr, f.hang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return paused, err
+}
+
+func (f *fakeCounts) set(fn func(f *fakeCounts)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeCounts) readCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
+}
+
+// TestJobCountsCollector: the queue-depth gauges read the store at most
+// once per JobCountMaxAge, report configured upstreams with zeros, keep the
+// last values (and count the error) when a read fails, and never hold a
+// scrape longer than the timeout.
+func TestJobCountsCollector(t *testing.T) {
+	t.Parallel()
+	errDown := errors.New("store down")
+	cases := []struct {
+		name string
+		run  func(t *testing.T, c *jobCounts, f *fakeCounts, clk *clock.Fake, scrape func() string)
+	}{
+		{"configured upstreams with zeros, and others found", func(t *testing.T, _ *jobCounts, f *fakeCounts, _ *clock.Fake, scrape func() string) {
+			f.set(func(f *fakeCounts) {
+				f.live = []queue.LiveCount{{Upstream: "a", Queued: 3, Delayed: 1, Running: 2}, {Upstream: "old", Queued: 1}}
+				f.paused = []string{"a"}
+			})
+			requireSeries(t, scrape(),
+				`sluice_jobs{state="queued",upstream="a"} 3`, `sluice_jobs{state="running",upstream="a"} 2`,
+				`sluice_jobs_delayed{upstream="a"} 1`, `sluice_job_upstream_paused{upstream="a"} 1`,
+				`sluice_jobs{state="queued",upstream="b"} 0`, `sluice_jobs{state="running",upstream="b"} 0`,
+				`sluice_jobs_delayed{upstream="b"} 0`, `sluice_job_upstream_paused{upstream="b"} 0`,
+				`sluice_jobs{state="queued",upstream="old"} 1`)
+		}},
+		{"one read per max age", func(t *testing.T, _ *jobCounts, f *fakeCounts, clk *clock.Fake, scrape func() string) {
+			f.set(func(f *fakeCounts) { f.live = []queue.LiveCount{{Upstream: "a", Queued: 1}} })
+			for range 3 {
+				requireSeries(t, scrape(), `sluice_jobs{state="queued",upstream="a"} 1`)
+			}
+			require.Equal(t, 1, f.readCount())
+			f.set(func(f *fakeCounts) { f.live = []queue.LiveCount{{Upstream: "a", Queued: 7}} })
+			clk.Advance(JobCountMaxAge - time.Millisecond)
+			requireSeries(t, scrape(), `sluice_jobs{state="queued",upstream="a"} 1`)
+			clk.Advance(time.Millisecond)
+			requireSeries(t, scrape(), `sluice_jobs{state="queued",upstream="a"} 7`)
+			require.Equal(t, 2, f.readCount())
+		}},
+		{"a failed read keeps the last values", func(t *testing.T, _ *jobCounts, f *fakeCounts, clk *clock.Fake, scrape func() string) {
+			f.set(func(f *fakeCounts) { f.live, f.paused = []queue.LiveCount{{Upstream: "a", Running: 4}}, []string{"b"} })
+			requireSeries(t, scrape(), `sluice_jobs{state="running",upstream="a"} 4`, `sluice_jobs_count_errors_total 0`)
+			f.set(func(f *fakeCounts) { f.live, f.liveErr, f.pausedErr = nil, errDown, errDown })
+			clk.Advance(JobCountMaxAge)
+			requireSeries(t, scrape(), `sluice_jobs{state="running",upstream="a"} 4`, `sluice_job_upstream_paused{upstream="b"} 1`,
+				`sluice_jobs_count_errors_total 2`)
+			clk.Advance(time.Second)
+			requireSeries(t, scrape(), `sluice_jobs_count_errors_total 2`) // no retry before the max age
+			f.set(func(f *fakeCounts) { f.liveErr, f.pausedErr = nil, nil })
+			clk.Advance(JobCountMaxAge)
+			requireSeries(t, scrape(), `sluice_jobs{state="running",upstream="a"} 0`, `sluice_jobs_count_errors_total 2`)
+		}},
+		{"a hanging store is cut off", func(t *testing.T, c *jobCounts, f *fakeCounts, _ *clock.Fake, scrape func() string) {
+			c.timeout = 20 * time.Millisecond
+			f.set(func(f *fakeCounts) { f.hang = true })
+			start := time.Now()
+			body := scrape()
+			require.Less(t, time.Since(start), 5*time.Second, "the scrape waited for the store")
+			requireSeries(t, body, `sluice_jobs_count_errors_total 2`)
+			require.NotContains(t, body, "sluice_jobs{", "nothing was read yet: no values to report")
+		}},
+		{"no store, no gauges", func(t *testing.T, c *jobCounts, f *fakeCounts, _ *clock.Fake, scrape func() string) {
+			f.set(func(f *fakeCounts) { f.live = []queue.LiveCount{{Upstream: "a", Queued: 1}} })
+			c.setStore(nil)
+			body := scrape()
+			require.NotContains(t, body, "sluice_jobs{")
+			require.NotContains(t, body, "sluice_job_upstream_paused{")
+			require.Zero(t, f.readCount())
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+			c := newJobCounts(clk, discardLogger(), []string{"a", "b"})
+			f := &fakeCounts{}
+			c.setStore(f)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(c)
+			h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+			tc.run(t, c, f, clk, func() string {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+				require.Equal(t, http.StatusOK, rec.Code, "a scrape never fails")
+				b, err := io.ReadAll(rec.Body)
+				require.NoError(t, err)
+				return string(b)
+			})
+		})
+	}
+}
