@@ -19,11 +19,12 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*queue.Job, error) {
 	if res.WasRunning {
 		s.abort(id, errJobCanceled)
 	}
-	if res.WasLive {
-		s.cfg.Observer.Finished(res.Job.Upstream, queue.StateCanceled, 1)
+	if !res.WasLive {
+		return res.Job, nil // canceled before: counted and announced then
 	}
+	s.cfg.Observer.Finished(res.Job.Upstream, queue.StateCanceled, 1)
 	s.announce()
-	if res.Job.WebhookURL != "" && res.Job.State == queue.StateCanceled {
+	if res.Job.WebhookURL != "" {
 		s.webhook(id)
 	}
 	return res.Job, nil

@@ -141,3 +141,26 @@ func TestWebhookGivesUpAfterMaxAttempts(t *testing.T) {
 	require.NoError(t, s.Stop(context.Background())) // waits for deliveries
 	require.EqualValues(t, 3, calls.Load())
 }
+
+// TestWebhookOncePerCancel: canceling a canceled job again answers with
+// the job but sends no second webhook.
+func TestWebhookOncePerCancel(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+	defer srv.Close()
+	hold := &fakeDispatcher{fn: func(ctx context.Context, _ *dispatch.Request) (*dispatch.Response, error) {
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}}
+	s := newService(t, nil, hold, nil, func(c *Config) { c.WebhookClient = srv.Client() })
+	j := submit(t, s, `,"webhook_url":"`+srv.URL+`"`)
+	waitFor(t, s.store, j.ID, queue.StateRunning)
+	for range 3 {
+		got, err := s.Cancel(context.Background(), j.ID)
+		require.NoError(t, err)
+		require.Equal(t, queue.StateCanceled, got.State)
+	}
+	require.NoError(t, s.Stop(context.Background())) // waits for deliveries
+	require.EqualValues(t, 1, calls.Load())
+}
