@@ -10,7 +10,8 @@
 //     the job, p50 and p99 over -pickups jobs.
 //
 // Every system runs in its own fresh PostgreSQL schema (SQLite: its own
-// file), with fsync on. Each scenario runs -runs times and the median is
+// file), with fsync on. The systems take turns: -runs rounds, each system
+// once per round, every scenario on a fresh instance; the median is
 // printed.
 //
 //	cd bench && go run ./cmd/queuebench -duration 10s -runs 3
@@ -116,7 +117,7 @@ func run(args []string) error {
 	for _, name := range strings.Split(systems, ",") {
 		i := slices.IndexFunc(all, func(f factory) bool { return f.name == strings.TrimSpace(name) })
 		if i < 0 {
-			return fmt.Errorf("unknown system %q (want river, sluice-postgres or sluice-sqlite)", name)
+			return fmt.Errorf("unknown system %q (want river, sluice-postgres, sluice-sqlite, sluice-postgres-claim or bare-postgres)", name)
 		}
 		chosen = append(chosen, all[i])
 	}
@@ -127,16 +128,25 @@ func run(args []string) error {
 	defer os.RemoveAll(tmp)
 	cfg.tmp = tmp
 	ctx := context.Background()
-	fmt.Printf("queuebench: backlog %d, sustained %v with %d submitters, %d pickups, %d in flight, median of %d run(s)\n\n",
+	fmt.Printf("queuebench: backlog %d, sustained %v with %d submitters, %d pickups, %d in flight, median of %d round(s), systems taking turns\n\n",
 		cfg.backlog, cfg.duration, cfg.submitters, cfg.pickups, cfg.workers, cfg.runs)
-	res := map[string]result{}
-	for _, f := range chosen {
-		r, err := measure(ctx, f, cfg)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+	// Rounds: every system once per round, so a machine that speeds up or
+	// slows down over the minutes of a run moves all systems alike (run
+	// system by system, a shared machine's drift showed up as ratios).
+	runs := map[string][]result{}
+	for round := range cfg.runs {
+		for _, f := range chosen {
+			r, err := measureOnce(ctx, f, cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+			runs[f.name] = append(runs[f.name], r)
+			fmt.Fprintf(os.Stderr, "round %d, %s: %s\n", round+1, f.name, r)
 		}
-		res[f.name] = r
-		fmt.Fprintf(os.Stderr, "%s: %s\n", f.name, r)
+	}
+	res := map[string]result{}
+	for name, rs := range runs {
+		res[name] = medianResult(rs)
 	}
 	printTable(chosen, res)
 	return nil
@@ -151,33 +161,47 @@ func (r result) String() string {
 	return fmt.Sprintf("drain %.0f/s, sustained %.0f/s, pickup p50 %.2f ms p99 %.2f ms", r.drain, r.sustained, r.p50, r.p99)
 }
 
-func measure(ctx context.Context, f factory, cfg config) (result, error) {
-	var drains, sustains, p50s, p99s []float64
-	for range cfg.runs {
-		var d, st, p50, p99 float64
-		var err error
-		if cfg.scenarios["drain"] {
-			if d, err = withSystem(ctx, f, cfg, func(s system) (float64, error) { return drain(ctx, s, cfg) }); err != nil {
-				return result{}, fmt.Errorf("drain: %w", err)
-			}
+// measureOnce runs each chosen scenario once on fresh instances of f.
+func measureOnce(ctx context.Context, f factory, cfg config) (result, error) {
+	var r result
+	var err error
+	if cfg.scenarios["drain"] {
+		if r.drain, err = withSystem(ctx, f, cfg, func(s system) (float64, error) { return drain(ctx, s, cfg) }); err != nil {
+			return result{}, fmt.Errorf("drain: %w", err)
 		}
-		if cfg.scenarios["sustained"] && !f.drainOnly {
-			if st, err = withSystem(ctx, f, cfg, func(s system) (float64, error) { return sustained(ctx, s, cfg) }); err != nil {
-				return result{}, fmt.Errorf("sustained: %w", err)
-			}
-		}
-		if cfg.scenarios["pickup"] && !f.drainOnly {
-			_, err = withSystem(ctx, f, cfg, func(s system) (float64, error) {
-				p50, p99, err = pickup(ctx, s, cfg)
-				return 0, err
-			})
-			if err != nil {
-				return result{}, fmt.Errorf("pickup: %w", err)
-			}
-		}
-		drains, sustains, p50s, p99s = append(drains, d), append(sustains, st), append(p50s, p50), append(p99s, p99)
 	}
-	return result{median(drains), median(sustains), median(p50s), median(p99s)}, nil
+	if cfg.scenarios["sustained"] && !f.drainOnly {
+		if r.sustained, err = withSystem(ctx, f, cfg, func(s system) (float64, error) { return sustained(ctx, s, cfg) }); err != nil {
+			return result{}, fmt.Errorf("sustained: %w", err)
+		}
+	}
+	if cfg.scenarios["pickup"] && !f.drainOnly {
+		_, err = withSystem(ctx, f, cfg, func(s system) (float64, error) {
+			r.p50, r.p99, err = pickup(ctx, s, cfg)
+			return 0, err
+		})
+		if err != nil {
+			return result{}, fmt.Errorf("pickup: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// medianResult is the median of each figure over rs.
+func medianResult(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		return median(v)
+	}
+	return result{
+		drain:     pick(func(r result) float64 { return r.drain }),
+		sustained: pick(func(r result) float64 { return r.sustained }),
+		p50:       pick(func(r result) float64 { return r.p50 }),
+		p99:       pick(func(r result) float64 { return r.p99 }),
+	}
 }
 
 func withSystem(ctx context.Context, f factory, cfg config, fn func(system) (float64, error)) (float64, error) {
@@ -287,7 +311,7 @@ func printTable(systems []factory, res map[string]result) {
 		}
 		return fmt.Sprintf(" (%.2fx)", v/ref)
 	}
-	fmt.Printf("%-16s %22s %22s %20s %20s\n", "system", "drain jobs/s", "sustained jobs/s", "pickup p50 ms", "pickup p99 ms")
+	fmt.Printf("%-22s %22s %22s %20s %20s\n", "system", "drain jobs/s", "sustained jobs/s", "pickup p50 ms", "pickup p99 ms")
 	for _, f := range systems {
 		r := res[f.name]
 		sustained := fmt.Sprintf("%.0f%s", r.sustained, ratio(r.sustained, river.sustained))
@@ -296,7 +320,7 @@ func printTable(systems []factory, res map[string]result) {
 		if f.drainOnly {
 			sustained, p50, p99 = "-", "-", "-"
 		}
-		fmt.Printf("%-16s %22s %22s %20s %20s\n", f.name,
+		fmt.Printf("%-22s %22s %22s %20s %20s\n", f.name,
 			fmt.Sprintf("%.0f%s", r.drain, ratio(r.drain, river.drain)), sustained, p50, p99)
 	}
 	if haveRiver {
