@@ -20,8 +20,9 @@ import (
 // goroutine, no group commit, no handoff, no lease bookkeeping. It is not
 // a job queue (a job runs only once its whole batch is claimed, and a slow
 // job would hold up its batch); it is the ceiling that Sluice's store is
-// measured against, in the same run as River. The issue's "bare SKIP
-// LOCKED loop" ceiling is this loop without the completions.
+// measured against, in the same run as River. bare-postgres-claims is the
+// loop without the completions: the issue's "bare SKIP LOCKED loop"
+// reference (claims alone, ~87k/s where River drained ~24k/s).
 const (
 	bareLoops = 2
 	bareBatch = 100
@@ -42,9 +43,10 @@ const bareComplete = `UPDATE sluice_jobs j SET state = 'succeeded', attempts = j
 // sluice-postgres) and works through its own pool.
 type bareSystem struct {
 	*sluiceSystem
-	pool   *pgxpool.Pool
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	claimsOnly bool // count a job done once claimed; complete nothing
+	pool       *pgxpool.Pool
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 func openBarePostgres(ctx context.Context, cfg config) (system, error) {
@@ -63,6 +65,16 @@ func openBarePostgres(ctx context.Context, cfg config) (system, error) {
 		return nil, errors.Join(err, s.close())
 	}
 	return &bareSystem{sluiceSystem: s.(*sluiceSystem), pool: pool}, nil
+}
+
+// bareClaimsOnly opens the bare pattern without its completions.
+func bareClaimsOnly(ctx context.Context, cfg config) (system, error) {
+	s, err := openBarePostgres(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.(*bareSystem).claimsOnly = true
+	return s, nil
 }
 
 func (b *bareSystem) start(_ context.Context, started, done func()) error {
@@ -91,6 +103,12 @@ func (b *bareSystem) loop(ctx context.Context, started, done func()) {
 		})
 		if err != nil {
 			return
+		}
+		if len(ids) > 0 && b.claimsOnly {
+			for range ids {
+				done()
+			}
+			continue
 		}
 		if len(ids) == 0 {
 			select { // idle: the drain is over, or nothing is queued yet

@@ -83,7 +83,7 @@ func run(args []string) error {
 	fs.IntVar(&cfg.pickups, "pickups", 300, "jobs timed in the pickup run")
 	fs.IntVar(&cfg.workers, "workers", 1000, "jobs in flight at once per system (River's MaxWorkers)")
 	fs.IntVar(&cfg.runs, "runs", 1, "runs of each scenario; the median is printed")
-	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated (also sluice-postgres-claim: no handoffs, the claim path alone; bare-postgres: the ceiling of claim and complete statements with no client overhead, see bare.go)")
+	fs.StringVar(&systems, "systems", "river,sluice-postgres,sluice-sqlite", "systems to run, comma separated (also sluice-postgres-claim: no handoffs, the claim path alone; bare-postgres: the ceiling of claim and complete statements with no client overhead, bare-postgres-claims: of claims alone, see bare.go)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	fs.StringVar(&scenarios, "scenarios", "drain,sustained,pickup", "scenarios to run, comma separated (the others print as 0)")
 	if err := fs.Parse(args); err != nil {
@@ -112,12 +112,13 @@ func run(args []string) error {
 		return errors.New("-backlog, -submitters, -pickups, -workers, -runs and -duration must be positive")
 	}
 	all := []factory{{"river", openRiver, false}, {"sluice-postgres", openSluicePostgres, false}, {"sluice-sqlite", openSluiceSQLite, false},
-		{"sluice-postgres-claim", withoutHandoff(openSluicePostgres), false}, {"bare-postgres", openBarePostgres, true}}
+		{"sluice-postgres-claim", withoutHandoff(openSluicePostgres), false}, {"bare-postgres", openBarePostgres, true},
+		{"bare-postgres-claims", bareClaimsOnly, true}}
 	var chosen []factory
 	for _, name := range strings.Split(systems, ",") {
 		i := slices.IndexFunc(all, func(f factory) bool { return f.name == strings.TrimSpace(name) })
 		if i < 0 {
-			return fmt.Errorf("unknown system %q (want river, sluice-postgres, sluice-sqlite, sluice-postgres-claim or bare-postgres)", name)
+			return fmt.Errorf("unknown system %q (want river, sluice-postgres, sluice-sqlite, sluice-postgres-claim, bare-postgres or bare-postgres-claims)", name)
 		}
 		chosen = append(chosen, all[i])
 	}
