@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -110,7 +109,7 @@ func openRiver(ctx context.Context, cfg config) (system, error) {
 		FetchCooldown:     riverFetchCooldown,
 		FetchPollInterval: riverFetchPollInterval,
 		Schema:            schema,
-		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:            slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		pool.Close()
