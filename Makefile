@@ -17,8 +17,9 @@ test: ## Run all tests (the README's test command).
 test-race: ## Run all tests with the race detector, as CI does.
 	go test -race -count=1 ./...
 
-lint: ## Run golangci-lint (pinned version).
+lint: ## Run golangci-lint (pinned version) on the module and on bench/.
 	$(GOLANGCI_LINT) run ./...
+	cd bench && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 
 fuzz: ## Run every fuzz target for FUZZTIME (default 10s).
 	FUZZTIME=$${FUZZTIME:-10s} ./.ci/fuzz
