@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -281,8 +282,11 @@ func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 
 // observeBatchCanceled reports n jobs of batch id canceled. A batch's jobs
 // share one upstream (the API creates them so), read from its first job.
+// The cancel is done: a client that hangs up now must not lose its count.
 func (s *Service) observeBatchCanceled(r *http.Request, id string, n int) {
-	page, err := s.store.BatchJobs(r.Context(), queue.BatchJobsParams{BatchID: id, Limit: 1})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), handBackTimeout)
+	defer cancel()
+	page, err := s.store.BatchJobs(ctx, queue.BatchJobsParams{BatchID: id, Limit: 1})
 	if err != nil || len(page.Jobs) == 0 {
 		s.cfg.Logger.Warn("reading a canceled batch's upstream for metrics", "batch", id, "err", err)
 		return

@@ -52,11 +52,12 @@ const (
 	// AttemptDead: a terminal error (quota, client error, too large), or
 	// the job's attempts or deadline ran out; the job is dead.
 	AttemptDead AttemptOutcome = "dead"
-	// AttemptLeaseLost: the job's lease was lost during the attempt (it was
-	// rescued and taken by another worker); its result was dropped.
+	// AttemptLeaseLost: the store refused the attempt's result: the lease
+	// expired and the rescuer took the job back, or another gateway
+	// canceled the job, or it was deleted; the result was dropped.
 	AttemptLeaseLost AttemptOutcome = "lease_lost"
-	// AttemptCanceled: the job was canceled through the API during the
-	// attempt.
+	// AttemptCanceled: the job was canceled through this gateway's API
+	// during the attempt.
 	AttemptCanceled AttemptOutcome = "canceled"
 	// AttemptStopped: the gateway (or the upstream's dispatcher) stopped
 	// during the attempt; the job was handed back without burning an

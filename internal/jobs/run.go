@@ -70,6 +70,11 @@ func (w *worker) run(j *queue.Job) {
 			outcome: AttemptStopped}
 	}
 	outcome = w.write(j, v)
+	if outcome == AttemptLeaseLost && errors.Is(context.Cause(ctx), errJobCanceled) {
+		// Canceled here after the call returned: the store refused the
+		// write because the job is canceled, not because a rescuer took it.
+		outcome = AttemptCanceled
+	}
 }
 
 // queueWait is how long j waited to start at now since it became available.
