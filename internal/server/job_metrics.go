@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -156,9 +155,6 @@ type liveCounter interface {
 	PausedUpstreams(ctx context.Context) ([]string, error)
 }
 
-// counterRef boxes a liveCounter for an atomic pointer.
-type counterRef struct{ liveCounter }
-
 var (
 	descJobs = prometheus.NewDesc("sluice_jobs",
 		fmt.Sprintf("Live jobs in the queue by state (queued, running), read from the store at most every %v: the whole queue's, so every gateway sharing a store reports the same values.", JobCountMaxAge),
@@ -186,9 +182,9 @@ type jobCounts struct {
 	upstreams []string // reported even when they have no job
 	maxAge    time.Duration
 	timeout   time.Duration
-	store     atomic.Pointer[counterRef]
 
 	mu       sync.Mutex
+	store    liveCounter // nil while the job queue is not running
 	errors   int       // failed store reads, reported by the scrape that saw them
 	readAt   time.Time // when the last read was tried; zero before the first
 	live     []queue.LiveCount
@@ -201,13 +197,13 @@ func newJobCounts(clk clock.Clock, log *slog.Logger, upstreams []string) *jobCou
 	return &jobCounts{clock: clk, log: log, upstreams: slices.Clone(upstreams), maxAge: JobCountMaxAge, timeout: JobCountTimeout}
 }
 
-// setStore sets the store to read, or nil when the job queue stops.
+// setStore sets the store to read, or nil when the job queue stops. It
+// waits for a scrape's read in progress (at most timeout), so once it
+// returns nil no scrape reads the store.
 func (c *jobCounts) setStore(st liveCounter) {
-	if st == nil {
-		c.store.Store(nil)
-		return
-	}
-	c.store.Store(&counterRef{st})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.store = st
 }
 
 func (c *jobCounts) Describe(ch chan<- *prometheus.Desc) {
@@ -219,13 +215,12 @@ func (c *jobCounts) Describe(ch chan<- *prometheus.Desc) {
 func (c *jobCounts) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ref := c.store.Load()
-	if now := c.clock.Now(); ref != nil && (c.readAt.IsZero() || now.Sub(c.readAt) >= c.maxAge) {
+	if now := c.clock.Now(); c.store != nil && (c.readAt.IsZero() || now.Sub(c.readAt) >= c.maxAge) {
 		c.readAt = now
-		c.read(ref.liveCounter, now)
+		c.read(c.store, now)
 	}
 	ch <- prometheus.MustNewConstMetric(descJobCountErrors, prometheus.CounterValue, float64(c.errors))
-	if ref == nil {
+	if c.store == nil {
 		return // the job queue is not running
 	}
 	if c.liveOK {
