@@ -2,10 +2,12 @@ package queue_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/queue"
@@ -103,9 +105,18 @@ func TestPostgresCountLiveReadsIndexesOnly(t *testing.T) {
 	s, err := queue.Open(ctx, dsn, queue.Options{MaxConns: 2, NoMigrate: true})
 	require.NoError(t, err)
 	t0 := queuetest.T0
-	counts, err := s.CountLive(ctx, t0) // planned on the empty table
-	require.NoError(t, err)
-	require.Empty(t, counts)
+	// Planned on the empty table: concurrent calls prepare the statement
+	// on both connections (generic plans, see newPgPool), which keep it.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			counts, err := s.CountLive(ctx, t0)
+			assert.NoError(t, err)
+			assert.Empty(t, counts)
+		})
+	}
+	wg.Wait()
+	var counts []queue.LiveCount
 	for _, u := range []string{"a", "a", "b"} {
 		_, err := s.Insert(ctx, queue.InsertParams{Upstream: u, Path: "/v1/messages", Body: []byte(`{}`), MaxAttempts: 3, Now: t0})
 		require.NoError(t, err)

@@ -98,9 +98,11 @@ type Store interface {
 	NextAvailable(ctx context.Context, upstream string) (at time.Time, ok bool, err error)
 	// CountLive counts the live jobs of every upstream that has one, in
 	// upstream order: queued (and of those, the ones not available before
-	// now) and running. It reads only the partial indexes of queued and
-	// running jobs, so finished jobs cost nothing; its cost grows with the
-	// queued jobs (one index entry each), so callers should cache it.
+	// now) and running. It reads only live jobs, through the partial
+	// indexes of queued jobs (index-only) and of running ones (and their
+	// rows, for the upstream), so finished jobs cost nothing; its cost grows
+	// with the queued jobs (one index entry each), so callers should cache
+	// it.
 	CountLive(ctx context.Context, now time.Time) ([]LiveCount, error)
 
 	// Close releases the store's connections and goroutines.
