@@ -426,11 +426,13 @@ func (x *exchange) reset() {
 		x.edgeHTML(http.StatusBadGateway)
 		return
 	}
+	// Counted before the close: a client that sees the reset then finds it
+	// in the stats (counted after, a test reading them at once saw 0).
+	x.s.stats.status(x.key, 0)
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
 	}
 	_ = conn.Close()
-	x.s.stats.status(x.key, 0)
 }
 
 func firstOfNextMonth(now time.Time) time.Time {
