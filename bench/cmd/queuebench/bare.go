@@ -47,6 +47,8 @@ type bareSystem struct {
 	pool       *pgxpool.Pool
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
+	errMu      sync.Mutex
+	err        error // the first failure of a loop, returned by close
 }
 
 func openBarePostgres(ctx context.Context, cfg config) (system, error) {
@@ -86,12 +88,27 @@ func (b *bareSystem) start(_ context.Context, started, done func()) error {
 	return nil
 }
 
+// fail records a loop's failure (a drain then stalls: the cause is printed
+// at once and returned by close).
+func (b *bareSystem) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // stopping: the run is over
+	}
+	fmt.Fprintln(os.Stderr, "bare-postgres:", err)
+	b.errMu.Lock()
+	defer b.errMu.Unlock()
+	if b.err == nil {
+		b.err = err
+	}
+}
+
 func (b *bareSystem) loop(ctx context.Context, started, done func()) {
 	ids, tokens := make([]int64, 0, bareBatch), make([]int64, 0, bareBatch)
 	for ctx.Err() == nil {
 		now := time.Now()
 		rows, err := b.pool.Query(ctx, bareClaim, now.Add(time.Minute), now, bareBatch)
 		if err != nil {
+			b.fail(ctx, fmt.Errorf("claiming: %w", err))
 			return
 		}
 		ids, tokens = ids[:0], tokens[:0]
@@ -102,6 +119,7 @@ func (b *bareSystem) loop(ctx context.Context, started, done func()) {
 			return nil
 		})
 		if err != nil {
+			b.fail(ctx, fmt.Errorf("claiming: %w", err))
 			return
 		}
 		if len(ids) > 0 && b.claimsOnly {
@@ -120,10 +138,11 @@ func (b *bareSystem) loop(ctx context.Context, started, done func()) {
 		}
 		tag, err := b.pool.Exec(ctx, bareComplete, ids, tokens, time.Now())
 		if err != nil {
+			b.fail(ctx, fmt.Errorf("completing: %w", err))
 			return
 		}
-		if tag.RowsAffected() != int64(len(ids)) { // the drain then reports itself stuck
-			fmt.Fprintf(os.Stderr, "bare: completed %d of %d claimed jobs\n", tag.RowsAffected(), len(ids))
+		if tag.RowsAffected() != int64(len(ids)) {
+			b.fail(ctx, fmt.Errorf("completed %d of %d claimed jobs", tag.RowsAffected(), len(ids)))
 			return
 		}
 		for range ids {
@@ -138,5 +157,5 @@ func (b *bareSystem) close() error {
 	}
 	b.wg.Wait()
 	b.pool.Close()
-	return b.sluiceSystem.close()
+	return errors.Join(b.err, b.sluiceSystem.close())
 }

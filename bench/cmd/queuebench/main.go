@@ -120,6 +120,9 @@ func run(args []string) error {
 		if i < 0 {
 			return fmt.Errorf("unknown system %q (want river, sluice-postgres, sluice-sqlite, sluice-postgres-claim, bare-postgres or bare-postgres-claims)", name)
 		}
+		if slices.ContainsFunc(chosen, func(f factory) bool { return f.name == all[i].name }) {
+			return fmt.Errorf("system %q is listed twice", all[i].name)
+		}
 		chosen = append(chosen, all[i])
 	}
 	tmp, err := os.MkdirTemp("", "queuebench")
@@ -136,7 +139,10 @@ func run(args []string) error {
 	// system by system, a shared machine's drift showed up as ratios).
 	runs := map[string][]result{}
 	for round := range cfg.runs {
-		for _, f := range chosen {
+		// Each round starts one system further on, so none always runs
+		// first (on a machine still settling) or last.
+		for k := range chosen {
+			f := chosen[(round+k)%len(chosen)]
 			r, err := measureOnce(ctx, f, cfg)
 			if err != nil {
 				return fmt.Errorf("%s: %w", f.name, err)
@@ -298,9 +304,14 @@ func pickup(ctx context.Context, s system, cfg config) (p50, p99 float64, err er
 	return lat[len(lat)/2], lat[len(lat)*99/100], nil
 }
 
+// median is the middle value of v, or the mean of the two middle values
+// when there is an even number of them.
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 	return s[len(s)/2]
 }
 
