@@ -185,8 +185,8 @@ type jobCounts struct {
 
 	mu       sync.Mutex
 	store    liveCounter // nil while the job queue is not running
-	errors   int       // failed store reads, reported by the scrape that saw them
-	readAt   time.Time // when the last read was tried; zero before the first
+	errors   int         // failed store reads, reported by the scrape that saw them
+	readAt   time.Time   // when the last read was tried; zero before the first
 	live     []queue.LiveCount
 	liveOK   bool
 	paused   []string
