@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,13 +41,7 @@ func TestStaleWorkerCannotOverwriteNewerResult(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	entered := make(chan struct{}, 1)
-	release := make(chan struct{})
-	stale := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
-		entered <- struct{}{}
-		<-release
-		return reply(200, `{"from":"stale worker"}`), nil
-	}}
+	stale, entered, unblock := gated(`{"from":"stale worker"}`)
 	fresh := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
 		return reply(200, `{"from":"new worker"}`), nil
 	}}
@@ -59,12 +52,6 @@ func TestStaleWorkerCannotOverwriteNewerResult(t *testing.T) {
 	}
 	ps := &pausedStore{Store: st}
 	a := newService(t, ps, stale, nil, edit("A"))
-	// Cleanups run last-registered first: if an assertion below fails, this
-	// one frees A's stuck call before newService's cleanup waits in Stop,
-	// so a failure fails instead of hanging.
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
 	j := submit(t, a, "")
 	<-entered
 	ps.frozen.Store(true)
@@ -149,13 +136,10 @@ func TestWebhookOncePerCancel(t *testing.T) {
 	var calls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
 	defer srv.Close()
-	hold := &fakeDispatcher{fn: func(ctx context.Context, _ *dispatch.Request) (*dispatch.Response, error) {
-		<-ctx.Done()
-		return nil, context.Cause(ctx)
-	}}
+	hold, entered, _ := gated(okMessage) // never released: the cancel ends the call
 	s := newService(t, nil, hold, nil, func(c *Config) { c.WebhookClient = srv.Client() })
 	j := submit(t, s, `,"webhook_url":"`+srv.URL+`"`)
-	waitFor(t, s.store, j.ID, queue.StateRunning)
+	<-entered
 	for range 3 {
 		got, err := s.Cancel(context.Background(), j.ID)
 		require.NoError(t, err)

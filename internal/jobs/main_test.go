@@ -43,6 +43,26 @@ func (f *fakeDispatcher) Do(ctx context.Context, req *dispatch.Request) (*dispat
 	return f.fn(ctx, req)
 }
 
+// gated returns a dispatcher whose calls signal entered, then answer 200
+// with body once release is called (release is idempotent), or end with
+// their context: a test that fails while a call is held still stops its
+// service (Stop aborts the call) instead of hanging.
+func gated(body string) (d *fakeDispatcher, entered <-chan struct{}, release func()) {
+	in := make(chan struct{}, 1)
+	rel := make(chan struct{})
+	var once sync.Once
+	d = &fakeDispatcher{fn: func(ctx context.Context, _ *dispatch.Request) (*dispatch.Response, error) {
+		in <- struct{}{}
+		select {
+		case <-rel:
+			return reply(200, body), nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}}
+	return d, in, func() { once.Do(func() { close(rel) }) }
+}
+
 func (f *fakeDispatcher) Calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

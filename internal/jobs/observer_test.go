@@ -272,21 +272,12 @@ func TestObserverRescueAndLostLease(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	entered := make(chan struct{}, 1)
-	release := make(chan struct{})
-	stale := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
-		entered <- struct{}{}
-		<-release
-		return reply(200, okMessage), nil
-	}}
+	stale, entered, unblock := gated(okMessage)
 	recA, recB := &recorder{}, &recorder{}
 	ps := &pausedStore{Store: st}
 	a := newService(t, ps, stale, nil, func(c *Config) {
 		c.Clock, c.Owner, c.Observer, c.LeaseFor, c.RescueInterval = clk, "A", recA, 30*time.Second, time.Hour
 	})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
 	j := submit(t, a, "")
 	<-entered
 	ps.frozen.Store(true)
