@@ -29,8 +29,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Upstream configures one provider endpoint: its protocol, URL, key,
@@ -42,24 +41,24 @@ type Upstream = dispatch.Config
 type Limits = dispatch.Limits
 
 // Protocol names a provider wire protocol.
-type Protocol = provider.Protocol
+type Protocol = llm.Protocol
 
 // The supported protocols.
 const (
-	Anthropic = provider.Anthropic
-	OpenAI    = provider.OpenAI
+	Anthropic = llm.Anthropic
+	OpenAI    = llm.OpenAI
 )
 
 // Priority is a request's scheduling class.
-type Priority = flow.Priority
+type Priority = llm.Priority
 
 // The priority classes, most urgent first. Under saturation they share the
 // upstream 8:4:2:1 by default.
 const (
-	Critical = flow.Critical
-	High     = flow.High
-	Normal   = flow.Normal
-	Low      = flow.Low
+	Critical = llm.Critical
+	High     = llm.High
+	Normal   = llm.Normal
+	Low      = llm.Low
 )
 
 // WithPriority returns ctx carrying priority p for requests sent through a

@@ -21,8 +21,8 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -242,7 +242,7 @@ func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
 		return fmt.Errorf("writing results: %w", err)
 	}
 	r.done++
-	if j.State != queue.StateSucceeded {
+	if j.State != jobstore.StateSucceeded {
 		r.errored++
 	}
 	if j.Response != nil {
@@ -288,12 +288,12 @@ func localGateway(ctx context.Context, dsn, configPath string) (func(), *apiClie
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := queue.Open(ctx, dsn, queue.Options{})
+	st, err := jobstore.Open(ctx, dsn, jobstore.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
 	ds := map[string]jobs.Dispatcher{}
-	protos := map[string]provider.Protocol{}
+	protos := map[string]llm.Protocol{}
 	var started []*dispatch.Dispatcher
 	stopAll := func() {
 		for _, d := range started {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // countingUpstream answers every request and counts calls per body; after
@@ -79,10 +79,10 @@ func within(t *testing.T, what string, fn func() error) {
 // down in t's cleanup, each step bounded.
 func jobsGateway(t *testing.T, up jobs.Dispatcher, start bool) *httptest.Server {
 	t.Helper()
-	st, err := queue.Open(boundedContext(t), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), queue.Options{})
+	st, err := jobstore.Open(boundedContext(t), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), jobstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { within(t, "closing the store", st.Close) })
-	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": up}, Protocols: map[string]provider.Protocol{"anthropic": provider.Anthropic}})
+	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": up}, Protocols: map[string]llm.Protocol{"anthropic": llm.Anthropic}})
 	require.NoError(t, err)
 	if start {
 		require.NoError(t, svc.Start(boundedContext(t)))

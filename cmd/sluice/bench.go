@@ -8,12 +8,12 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/bench"
+	"github.com/sluicehq/sluice/internal/scenario"
 )
 
 func init() {
 	names := []string{}
-	for _, s := range bench.Scenarios() {
+	for _, s := range scenario.Scenarios() {
 		names = append(names, s.Name)
 	}
 	register(command{
@@ -25,9 +25,9 @@ func init() {
 }
 
 func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	seed := fs.Uint64("seed", bench.SeedDefault, "seed of workloads, simulated faults and retry jitter")
+	seed := fs.Uint64("seed", scenario.SeedDefault, "seed of workloads, simulated faults and retry jitter")
 	quick := fs.Bool("quick", false, "tiny sizes: a smoke run in seconds (figures not comparable with the targets)")
-	duration := fs.Duration("duration", bench.LoadDurationDefault, "how long the priority scenario overloads")
+	duration := fs.Duration("duration", scenario.LoadDurationDefault, "how long the priority scenario overloads")
 	requests := fs.Int("requests", 0, "override the scenario's request count (goodput, overhead pairs, mock)")
 	asJSON := fs.Bool("json", false, "also print the results as JSON after the text report")
 	// Accept flags after the scenario name too: sluice bench goodput --quick.
@@ -55,21 +55,21 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *requests < 0 {
 		return fmt.Errorf("%w: --requests must be >= 0, got %d", errUsage, *requests)
 	}
-	var scenarios []bench.Scenario
+	var scenarios []scenario.Scenario
 	if name == "all" {
-		scenarios = bench.Scenarios()
+		scenarios = scenario.Scenarios()
 	} else {
-		s, err := bench.Lookup(name)
+		s, err := scenario.Lookup(name)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
-		scenarios = []bench.Scenario{s}
+		scenarios = []scenario.Scenario{s}
 	}
-	opts := bench.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr}
+	opts := scenario.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr}
 	if flagGiven(fs, "duration") || !*quick {
 		opts.Duration = *duration
 	}
-	var results []*bench.Result
+	var results []*scenario.Result
 	missed := 0
 	for _, s := range scenarios {
 		r, err := s.Run(ctx, opts)
@@ -85,7 +85,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		results = append(results, r)
 	}
 	if *asJSON {
-		if err := bench.WriteJSON(out, results); err != nil {
+		if err := scenario.WriteJSON(out, results); err != nil {
 			return err
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/sluicehq/sluice/internal/bench"
+	"github.com/sluicehq/sluice/internal/scenario"
 )
 
 func init() {
@@ -20,8 +20,8 @@ func init() {
 }
 
 func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	requests := fs.Int("requests", bench.RequestsDefault, "number of requests in the workload")
-	seed := fs.Uint64("seed", bench.SeedDefault, "seed of the workload, the simulated faults and the retry jitter")
+	requests := fs.Int("requests", scenario.RequestsDefault, "number of requests in the workload")
+	seed := fs.Uint64("seed", scenario.SeedDefault, "seed of the workload, the simulated faults and the retry jitter")
 	quick := fs.Bool("quick", false, "a smaller, faster run (300 requests)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -36,7 +36,7 @@ func runDemo(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	if *quick && !flagGiven(fs, "requests") {
 		n = 0 // the quick size
 	}
-	r, err := bench.Demo(ctx, bench.Options{Seed: *seed, Quick: *quick, Requests: n, Progress: os.Stderr})
+	r, err := scenario.Demo(ctx, scenario.Options{Seed: *seed, Quick: *quick, Requests: n, Progress: os.Stderr})
 	if err != nil {
 		return err
 	}

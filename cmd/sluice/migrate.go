@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 func init() {
@@ -21,7 +21,7 @@ func init() {
 }
 
 func runMigrate(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	store := fs.String("store", queue.DSNDefault, "job store: sqlite:PATH or postgres://…")
+	store := fs.String("store", jobstore.DSNDefault, "job store: sqlite:PATH or postgres://…")
 	steps := fs.Int("steps", 1, "how many migrations down reverts")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -38,7 +38,7 @@ func runMigrate(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 	if *steps < 1 {
 		return fmt.Errorf("%w: --steps must be at least 1", errUsage)
 	}
-	m, err := queue.OpenMigrator(ctx, *store)
+	m, err := jobstore.OpenMigrator(ctx, *store)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func runMigrate(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 			fmt.Fprintf(out, "pending  %s\n", strings.Join(st.Pending, ", "))
 		}
 		if st.Current > st.Latest {
-			return fmt.Errorf("%w: database at version %d, this sluice knows %d", queue.ErrSchemaTooNew, st.Current, st.Latest)
+			return fmt.Errorf("%w: database at version %d, this sluice knows %d", jobstore.ErrSchemaTooNew, st.Current, st.Latest)
 		}
 	}
 	return nil

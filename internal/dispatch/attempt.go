@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -40,7 +41,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 			return nil, false, fmt.Errorf("calling upstream %q: %w", d.cfg.Name, context.Cause(ctx))
 		}
 		out := provider.ClassifyTransportError(err)
-		d.obs.Attempted(out.Class, 0, since(start, now))
+		d.obs.Attempted(out.Kind, 0, since(start, now))
 		return d.retryOrFail(ctx, w, g, out, nil, nil)
 	}
 	rl := provider.ParseRateLimits(d.cfg.Protocol, resp.Header, now)
@@ -50,7 +51,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 		if isEventStream(resp.Header) {
 			return d.stream(ctx, w, g, resp, start)
 		}
-		d.obs.Attempted(provider.Success, resp.StatusCode, since(start, now))
+		d.obs.Attempted(llm.Success, resp.StatusCode, since(start, now))
 		return d.success(w, g, resp, nil, nil), false, nil
 	}
 
@@ -61,7 +62,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 		return nil, false, fmt.Errorf("reading upstream %q error: %w", d.cfg.Name, context.Cause(ctx))
 	}
 	out := provider.Classify(d.cfg.Protocol, resp.StatusCode, resp.Header, body, now)
-	d.obs.Attempted(out.Class, resp.StatusCode, since(start, now))
+	d.obs.Attempted(out.Kind, resp.StatusCode, since(start, now))
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	return d.retryOrFail(ctx, w, g, out, resp, rl)
 }
@@ -69,28 +70,28 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 // retryOrFail acts on a failed attempt's outcome. resp, when not nil, is
 // the upstream's error response (its body already buffered), passed
 // through to the client when the outcome is terminal.
-func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out provider.Outcome, resp *http.Response, rl provider.RateLimits) (*Response, bool, error) {
+func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out llm.Outcome, resp *http.Response, rl provider.RateLimits) (*Response, bool, error) {
 	now := d.clk.Now()
 	w.last = &out
 	refund := tokensOnly(w.cost) // it reached (or may have reached) the provider: the request counts
 	noRetry := out.ShouldRetry != nil && !*out.ShouldRetry
 
 	switch {
-	case out.Class == provider.ClientError, out.Class == provider.Quota,
+	case out.Kind == llm.ClientError, out.Kind == llm.Quota,
 		resp != nil && noRetry,
-		out.Class == provider.Rate && !out.HasRetryAfter && w.hintlessRate > 0:
+		out.Kind == llm.Rate && !out.HasRetryAfter && w.hintlessRate > 0:
 		// Terminal: the client sees the provider's own answer.
 		r := flow.Neutral
-		if out.Class == provider.ClientError {
+		if out.Kind == llm.ClientError {
 			r = flow.Healthy // the upstream answered properly
 		}
 		d.release(w, g, r, refund)
 		if resp == nil {
-			return nil, false, d.giveUp(w, ErrRetriesExhausted, "upstream refused: "+cmp.Or(out.Message, out.Class.String()))
+			return nil, false, d.giveUp(w, ErrRetriesExhausted, "upstream refused: "+cmp.Or(out.Message, out.Kind.String()))
 		}
 		return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts}, false, nil
 
-	case out.Class == provider.Rate:
+	case out.Kind == llm.Rate:
 		if out.SlowDown {
 			// OpenAI's 503 "Slow Down": back to a lower rate, then ramp up.
 			d.lim.Throttle(SlowDownFactor, SlowDownRamp, now)
@@ -112,7 +113,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out pr
 			e.RetryAfter = clientRetryAfter(wait)
 			return nil, false, e
 		}
-		d.obs.Retried(out.Class)
+		d.obs.Retried(out.Kind)
 		if err := d.requeue(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 		}
@@ -120,7 +121,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out pr
 	}
 
 	// Overload, Transient, StreamFail before any content: burn an attempt.
-	if out.Class == provider.Overload || out.ErrorType == "timeout" {
+	if out.Kind == llm.Overload || out.ErrorType == "timeout" {
 		d.aimd.OnOverload()
 	}
 	d.release(w, g, flow.Failed, refund)
@@ -130,7 +131,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out pr
 		// line for the next probe, bounded by its deadline, without
 		// burning an attempt or retry budget. The breaker already limits
 		// probes to a few per open period, so this cannot amplify load.
-		d.obs.Retried(out.Class)
+		d.obs.Retried(out.Kind)
 		if err := d.requeue(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 		}
@@ -150,7 +151,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out pr
 	if now.Add(delay).After(w.deadline) {
 		return nil, false, d.giveUp(w, ErrDeadline, "no time left before the deadline to retry after "+describe(out))
 	}
-	d.obs.Retried(out.Class)
+	d.obs.Retried(out.Kind)
 	if err := d.sleep(ctx, delay); err != nil {
 		if errors.Is(err, ErrStopped) {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
@@ -163,8 +164,8 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out pr
 	return nil, true, nil
 }
 
-func describe(o provider.Outcome) string {
-	s := o.Class.String()
+func describe(o llm.Outcome) string {
+	s := o.Kind.String()
 	if o.Status != 0 {
 		s += fmt.Sprintf(" (status %d)", o.Status)
 	}
@@ -200,7 +201,7 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	// An error read in the same chunk as content came after it (an error
 	// event ends a stream): content has started either way.
 	if so.Content() || (so.Done() && !bad) {
-		d.obs.Attempted(provider.Success, resp.StatusCode, since(start, now))
+		d.obs.Attempted(llm.Success, resp.StatusCode, since(start, now))
 		return d.success(w, g, resp, &ahead, so), false, nil
 	}
 	_ = resp.Body.Close()
@@ -214,9 +215,9 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 		if readErr != nil && !errors.Is(readErr, io.EOF) {
 			msg = "stream broke before any content: " + readErr.Error()
 		}
-		out = provider.Outcome{Class: provider.StreamFail, ErrorType: "stream_error", Message: msg}
+		out = llm.Outcome{Kind: llm.StreamFail, ErrorType: "stream_error", Message: msg}
 	}
-	d.obs.Attempted(provider.StreamFail, resp.StatusCode, since(start, now))
+	d.obs.Attempted(llm.StreamFail, resp.StatusCode, since(start, now))
 	return d.retryOrFail(ctx, w, g, out, nil, nil)
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -96,7 +97,7 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	b.finished = true
 	d, w := b.d, b.w
 	p := d.cfg.Protocol
-	var usage provider.Usage
+	var usage llm.Usage
 	var ok bool
 	switch {
 	case b.so != nil:

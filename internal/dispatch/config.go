@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Config defaults not already defined by package flow.
@@ -97,7 +97,7 @@ type Config struct {
 	// Name names the upstream in errors and metrics. Required.
 	Name string
 	// Protocol is the upstream's wire protocol. Required.
-	Protocol provider.Protocol
+	Protocol llm.Protocol
 	// BaseURL is the upstream's base URL, e.g. https://api.anthropic.com;
 	// the request's Path is appended. Required.
 	BaseURL string
@@ -118,15 +118,15 @@ type Config struct {
 	JitterAllowance time.Duration
 	// Weights are the WFQ weights per class (critical first). Defaults to
 	// flow.WeightsDefault (8/4/2/1).
-	Weights [flow.NumPriorities]float64
+	Weights [llm.NumPriorities]float64
 	// MaxWait is each class's aging bound and default deadline. Defaults to
 	// flow.MaxWaitDefault (30s, 1m, 5m, 30m).
-	MaxWait [flow.NumPriorities]time.Duration
+	MaxWait [llm.NumPriorities]time.Duration
 	// Headroom is, per class, the share of each quota bucket's depth a
 	// request must leave unused, so more urgent classes find room at once
 	// under saturation; a negative value means none. Defaults to
 	// flow.HeadroomDefault (0, 10%, 20%, 20%).
-	Headroom [flow.NumPriorities]float64
+	Headroom [llm.NumPriorities]float64
 	// HeadroomWindow is how recently a more urgent class must have sent a
 	// request for a class's headroom to apply: traffic of one class alone
 	// uses the whole bucket. Defaults to HeadroomWindowDefault.
@@ -187,7 +187,7 @@ func (c Config) validate() error {
 	if c.Name == "" {
 		return errors.New("Name is required")
 	}
-	if _, err := provider.ParseProtocol(string(c.Protocol)); err != nil {
+	if _, err := llm.ParseProtocol(string(c.Protocol)); err != nil {
 		return fmt.Errorf("Protocol: %w", err)
 	}
 	u, err := url.Parse(c.BaseURL)
@@ -228,16 +228,16 @@ func (c Config) validate() error {
 	}
 	for i := range c.Weights {
 		if !(c.Weights[i] > 0) {
-			return fmt.Errorf("Weights[%s] must be > 0, got %v", flow.Priority(i), c.Weights[i])
+			return fmt.Errorf("Weights[%s] must be > 0, got %v", llm.Priority(i), c.Weights[i])
 		}
 		if c.MaxWait[i] <= 0 {
-			return fmt.Errorf("MaxWait[%s] must be > 0, got %v", flow.Priority(i), c.MaxWait[i])
+			return fmt.Errorf("MaxWait[%s] must be > 0, got %v", llm.Priority(i), c.MaxWait[i])
 		}
 		if c.HeadroomWindow < 0 {
 			return fmt.Errorf("HeadroomWindow must be >= 0, got %v", c.HeadroomWindow)
 		}
 		if !(c.Headroom[i] >= 0 && c.Headroom[i] < 1) {
-			return fmt.Errorf("Headroom[%s] must be in [0, 1), got %v", flow.Priority(i), c.Headroom[i])
+			return fmt.Errorf("Headroom[%s] must be in [0, 1), got %v", llm.Priority(i), c.Headroom[i])
 		}
 	}
 	if err := c.Breaker.Validate(); err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Dispatcher is one upstream's engine. A single goroutine decides what is
@@ -41,7 +41,7 @@ type Dispatcher struct {
 
 	mu       sync.Mutex // guards everything below
 	sched    *flow.Scheduler
-	seen     [flow.NumPriorities]time.Time // last arrival per class, for headroom
+	seen     [llm.NumPriorities]time.Time // last arrival per class, for headroom
 	inflight int
 	state    runState
 	wake     chan struct{} // buffered(1): something changed
@@ -112,7 +112,7 @@ func (d *Dispatcher) breakerChanged(from, to flow.BreakerState) {
 func (d *Dispatcher) Name() string { return d.cfg.Name }
 
 // Protocol returns the upstream's protocol.
-func (d *Dispatcher) Protocol() provider.Protocol { return d.cfg.Protocol }
+func (d *Dispatcher) Protocol() llm.Protocol { return d.cfg.Protocol }
 
 // Start starts the admission loop. Starting twice, or after Stop, is an
 // error.
@@ -268,15 +268,15 @@ type waiter struct {
 	attempts     int // upstream attempts made
 	burnt        int // attempts that count against MaxAttempts
 	hintlessRate int // RATE answers without a retry hint
-	last         *provider.Outcome
+	last         *llm.Outcome
 }
 
 // headroom is the share of each bucket's depth a request of class c must
 // leave unused: its configured headroom while a more urgent class has sent
 // a request within HeadroomWindow, else none, so traffic of one class alone
 // uses the whole bucket. d.mu must be held.
-func (d *Dispatcher) headroom(c flow.Priority, now time.Time) float64 {
-	for u := flow.Critical; u < c; u++ {
+func (d *Dispatcher) headroom(c llm.Priority, now time.Time) float64 {
+	for u := llm.Critical; u < c; u++ {
 		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.cfg.HeadroomWindow {
 			return d.cfg.Headroom[c]
 		}
@@ -293,7 +293,7 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) *flow.Item {
 	if d.sched.Overdue(head, now) {
 		return nil
 	}
-	for c := flow.Critical; c < head.Class; c++ {
+	for c := llm.Critical; c < head.Class; c++ {
 		it := d.sched.PeekClass(c)
 		if it == nil {
 			continue
@@ -334,7 +334,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	}
 	class := req.Priority
 	if !class.Valid() {
-		class = flow.Normal
+		class = llm.Normal
 	}
 	w.deadline = req.Deadline
 	if w.deadline.IsZero() {

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -87,18 +88,18 @@ type recorder struct {
 	dispatch.NopObserver
 	mu       sync.Mutex
 	shed     []error
-	retried  []provider.Class
+	retried  []llm.OutcomeKind
 	breaker  []string
 	admitted int
 }
 
-func (r *recorder) Shed(_ flow.Priority, reason error) {
+func (r *recorder) Shed(_ llm.Priority, reason error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.shed = append(r.shed, reason)
 }
 
-func (r *recorder) Retried(c provider.Class) {
+func (r *recorder) Retried(c llm.OutcomeKind) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.retried = append(r.retried, c)
@@ -110,7 +111,7 @@ func (r *recorder) BreakerStateChanged(from, to flow.BreakerState) {
 	r.breaker = append(r.breaker, from.String()+">"+to.String())
 }
 
-func (r *recorder) Admitted(flow.Priority, time.Duration) {
+func (r *recorder) Admitted(llm.Priority, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.admitted++
@@ -122,7 +123,7 @@ func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dis
 	rec := &recorder{}
 	cfg := dispatch.Config{
 		Name:     "test",
-		Protocol: provider.Anthropic,
+		Protocol: llm.Anthropic,
 		BaseURL:  u.URL,
 		APIKey:   "sk-upstream",
 		Clock:    fc,
@@ -149,7 +150,7 @@ func request() *dispatch.Request {
 		Header:   http.Header{"X-Api-Key": {"client-key"}, "Authorization": {"Bearer client"}, "Connection": {"close"}},
 		Body:     []byte(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`),
 		Cost:     provider.Cost{Model: "claude-sonnet-4-5", InputTokens: 50, OutputTokens: 100},
-		Priority: flow.Normal,
+		Priority: llm.Normal,
 	}
 }
 
@@ -199,7 +200,7 @@ func TestSuccessReconcilesAndForwardsUpstreamKey(t *testing.T) {
 func TestOpenAIUsesBearerKey(t *testing.T) {
 	t.Parallel()
 	u := newUpstream(t, reply{status: 200, body: `{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}`})
-	d, _, _ := start(t, u, func(c *dispatch.Config) { c.Protocol = provider.OpenAI })
+	d, _, _ := start(t, u, func(c *dispatch.Config) { c.Protocol = llm.OpenAI })
 	r := request()
 	r.Path = "/v1/chat/completions"
 	res := <-doAsync(context.Background(), d, r)
@@ -263,7 +264,7 @@ func TestRateLimitPausesWholeUpstreamWithoutBurningAttempts(t *testing.T) {
 	require.NoError(t, r2.err)
 	require.Equal(t, 3, r1.resp.Attempts, "MaxAttempts 1, yet RATE answers burnt nothing")
 	require.Equal(t, 1, r2.resp.Attempts)
-	require.Equal(t, []provider.Class{provider.Rate, provider.Rate}, rec.retried)
+	require.Equal(t, []llm.OutcomeKind{llm.Rate, llm.Rate}, rec.retried)
 }
 
 func TestOverloadRetriesUntilExhausted(t *testing.T) {
@@ -340,7 +341,7 @@ func TestBreakerOpensAndQueuedRequestsWaitThenSucceed(t *testing.T) {
 	fc.Advance(time.Second)                             // past the second backoff: back in the queue
 	require.True(t, fc.WaitForTimers(2, 5*time.Second)) // deadline + breaker wait
 	require.EqualValues(t, 2, u.calls.Load(), "nothing is sent while the breaker is open")
-	require.Equal(t, 1, d.Snapshot().Queued[flow.Normal])
+	require.Equal(t, 1, d.Snapshot().Queued[llm.Normal])
 	fc.Advance(5 * time.Second) // open period (≤ 125% of 4 s) ends: half-open probe
 	res := <-ch
 	require.NoError(t, res.err)
@@ -358,7 +359,7 @@ func TestShedWhenPredictedWaitExceedsDeadline(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, fc, rec := start(t, u, func(c *dispatch.Config) {
 		c.Limits.RequestsPerMinute = 60
-		c.Headroom = [flow.NumPriorities]float64{-1, -1, -1, -1} // exact refill arithmetic below
+		c.Headroom = [llm.NumPriorities]float64{-1, -1, -1, -1} // exact refill arithmetic below
 	})
 	d.Snapshot()
 	// Drain the request bucket: depth 5 s × 0.98/s ≈ 4.9 requests.
@@ -435,10 +436,10 @@ func TestCancelRemovesFromQueueAndStopFailsQueued(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch2 := doAsync(ctx, d, request())
 	require.True(t, fc.WaitForTimers(3, 5*time.Second))
-	require.Equal(t, 2, d.Snapshot().Queued[flow.Normal])
+	require.Equal(t, 2, d.Snapshot().Queued[llm.Normal])
 	cancel()
 	require.ErrorIs(t, (<-ch2).err, context.Canceled)
-	require.Equal(t, 1, d.Snapshot().Queued[flow.Normal])
+	require.Equal(t, 1, d.Snapshot().Queued[llm.Normal])
 
 	require.NoError(t, d.Stop(context.Background()))
 	require.NoError(t, d.Stop(context.Background()), "Stop is idempotent")
@@ -475,20 +476,20 @@ func TestConfigValidationNamesField(t *testing.T) {
 		{func(c *dispatch.Config) { c.SafetyMargin = 1.5 }, "SafetyMargin"},
 		{func(c *dispatch.Config) { c.MinConcurrency = 100; c.Limits.MaxConcurrency = 10 }, "MinConcurrency"},
 		{func(c *dispatch.Config) { c.Retry.MaxDelay = time.Millisecond }, "Retry.MaxDelay"},
-		{func(c *dispatch.Config) { c.Weights[flow.Low] = -1 }, "Weights[low]"},
+		{func(c *dispatch.Config) { c.Weights[llm.Low] = -1 }, "Weights[low]"},
 		{func(c *dispatch.Config) { c.Breaker.FailureRatio = 2 }, "Breaker.FailureRatio"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
 			t.Parallel()
-			cfg := dispatch.Config{Name: "x", Protocol: provider.Anthropic, BaseURL: "https://api.anthropic.com"}
+			cfg := dispatch.Config{Name: "x", Protocol: llm.Anthropic, BaseURL: "https://api.anthropic.com"}
 			tt.mod(&cfg)
 			_, err := dispatch.New(cfg)
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tt.want)
 		})
 	}
-	d, err := dispatch.New(dispatch.Config{Name: "x", Protocol: provider.Anthropic, BaseURL: "https://api.anthropic.com"})
+	d, err := dispatch.New(dispatch.Config{Name: "x", Protocol: llm.Anthropic, BaseURL: "https://api.anthropic.com"})
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(context.Background()), "Stop before Start is safe")
 	require.Error(t, d.Start(context.Background()), "no Start after Stop")
@@ -503,13 +504,13 @@ func TestCriticalUsesHeadroomWhileNormalWaits(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, fc, _ := start(t, u, func(c *dispatch.Config) {
 		c.Limits.RequestsPerMinute = 600 // 9.8/s after the margin; depth 5 s = 49
-		c.Headroom = [flow.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
+		c.Headroom = [llm.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
 	})
 	// Headroom applies once a more urgent class is active: one critical
 	// request (48 left), then normal ones may use only down to half the
 	// depth (24.5): 23 go at once.
 	first := request()
-	first.Priority = flow.Critical
+	first.Priority = llm.Critical
 	require.NoError(t, (<-doAsync(context.Background(), d, first)).err)
 	for i := range 23 {
 		require.NoError(t, (<-doAsync(context.Background(), d, request())).err, i)
@@ -517,7 +518,7 @@ func TestCriticalUsesHeadroomWhileNormalWaits(t *testing.T) {
 	normal := doAsync(context.Background(), d, request())
 	require.True(t, fc.WaitForTimers(2, 5*time.Second), "the normal request waits for refill (deadline + refill timers)")
 	crit := request()
-	crit.Priority = flow.Critical
+	crit.Priority = llm.Critical
 	select {
 	case res := <-doAsync(context.Background(), d, crit):
 		require.NoError(t, res.err)
@@ -604,7 +605,7 @@ func TestNoHeadroomWithoutUrgentTraffic(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, fc, _ := start(t, u, func(c *dispatch.Config) {
 		c.Limits.RequestsPerMinute = 600 // depth 49 after the margin
-		c.Headroom = [flow.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
+		c.Headroom = [llm.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
 	})
 	for i := range 49 {
 		require.NoError(t, (<-doAsync(context.Background(), d, request())).err, i)
@@ -621,7 +622,7 @@ func TestSlowDownCutsTheRate(t *testing.T) {
 		body: `{"error":{"message":"Slow Down: A sudden increase in your request rate is impacting service reliability. Please reduce your request rate to its original level.","type":"server_error","param":null,"code":null}}`}
 	u := newUpstream(t, slow, ok())
 	d, fc, _ := start(t, u, func(c *dispatch.Config) {
-		c.Protocol = provider.OpenAI
+		c.Protocol = llm.OpenAI
 		c.Limits.RequestsPerMinute = 600
 	})
 	require.InDelta(t, 1.0, d.Snapshot().RateScale, 1e-9)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -12,33 +13,33 @@ import (
 // dispatcher holds its lock. Embed NopObserver to implement only some.
 type Observer interface {
 	// Enqueued: a request joined the queue.
-	Enqueued(class flow.Priority)
+	Enqueued(class llm.Priority)
 	// Admitted: a request was sent for the first time after queueWait.
-	Admitted(class flow.Priority, queueWait time.Duration)
+	Admitted(class llm.Priority, queueWait time.Duration)
 	// Attempted: an upstream attempt ended with outcome (status 0 for a
 	// transport error) after latency (to response headers, or to the first
 	// content for streams).
-	Attempted(outcome provider.Class, status int, latency time.Duration)
+	Attempted(outcome llm.OutcomeKind, status int, latency time.Duration)
 	// Retried: a request goes back into the queue after outcome.
-	Retried(outcome provider.Class)
+	Retried(outcome llm.OutcomeKind)
 	// Shed: a request was refused or given up without an upstream answer;
 	// reason is ErrShed, ErrDeadline, ErrTooLarge, ErrRetriesExhausted,
 	// ErrRetryBudget or ErrStopped.
-	Shed(class flow.Priority, reason error)
+	Shed(class llm.Priority, reason error)
 	// BreakerStateChanged: the circuit breaker moved from one state to
 	// another.
 	BreakerStateChanged(from, to flow.BreakerState)
 	// Reconciled: a finished request's estimated and actual tokens.
-	Reconciled(estimated provider.Cost, actual provider.Usage)
+	Reconciled(estimated provider.Cost, actual llm.Usage)
 }
 
 // NopObserver ignores every event.
 type NopObserver struct{}
 
-func (NopObserver) Enqueued(flow.Priority)                                   {}
-func (NopObserver) Admitted(flow.Priority, time.Duration)                    {}
-func (NopObserver) Attempted(provider.Class, int, time.Duration)             {}
-func (NopObserver) Retried(provider.Class)                                   {}
-func (NopObserver) Shed(flow.Priority, error)                                {}
+func (NopObserver) Enqueued(llm.Priority)                                    {}
+func (NopObserver) Admitted(llm.Priority, time.Duration)                     {}
+func (NopObserver) Attempted(llm.OutcomeKind, int, time.Duration)            {}
+func (NopObserver) Retried(llm.OutcomeKind)                                  {}
+func (NopObserver) Shed(llm.Priority, error)                                 {}
 func (NopObserver) BreakerStateChanged(flow.BreakerState, flow.BreakerState) {}
-func (NopObserver) Reconciled(provider.Cost, provider.Usage)                 {}
+func (NopObserver) Reconciled(provider.Cost, llm.Usage)                      {}

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -22,7 +22,7 @@ type Request struct {
 	// Body is the request body, kept whole so that retries can replay it.
 	Body []byte
 	// Priority is the scheduling class.
-	Priority flow.Priority
+	Priority llm.Priority
 	// Client identifies the caller for fairness inside a class.
 	Client string
 	// Deadline bounds queueing and all attempts; zero means the class's
@@ -80,7 +80,7 @@ type Error struct {
 	Attempts  int
 	QueueWait time.Duration
 	// Last is the last upstream outcome, when there was one.
-	Last *provider.Outcome
+	Last *llm.Outcome
 }
 
 func (e *Error) Error() string {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Snapshot is a Dispatcher's state for operators and metrics.
@@ -11,7 +12,7 @@ type Snapshot struct {
 	// Name is the upstream's name.
 	Name string
 	// Queued is the queue length per class (critical first).
-	Queued [flow.NumPriorities]int
+	Queued [llm.NumPriorities]int
 	// InFlight is how many requests are being sent or streamed.
 	InFlight int
 	// ConcurrencyLimit is the adaptive concurrency limit now.
@@ -40,7 +41,7 @@ func (d *Dispatcher) Snapshot() Snapshot {
 	s.Breaker, s.BreakerReadyAt = d.brk.State(now)
 	d.mu.Lock()
 	for c := range s.Queued {
-		s.Queued[c] = d.sched.LenClass(flow.Priority(c))
+		s.Queued[c] = d.sched.LenClass(llm.Priority(c))
 	}
 	s.InFlight = d.inflight
 	d.mu.Unlock()

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -33,7 +33,7 @@ const (
 
 // WithPriority returns ctx carrying priority p for requests sent through a
 // Transport. It takes precedence over the X-Priority header.
-func WithPriority(ctx context.Context, p flow.Priority) context.Context {
+func WithPriority(ctx context.Context, p llm.Priority) context.Context {
 	return context.WithValue(ctx, priorityKey, p)
 }
 
@@ -82,11 +82,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return errorResponse(req, p, http.StatusBadRequest, "", err.Error(), 0), nil
 	}
-	prio := flow.Normal
-	if v, ok := req.Context().Value(priorityKey).(flow.Priority); ok && v.Valid() {
+	prio := llm.Normal
+	if v, ok := req.Context().Value(priorityKey).(llm.Priority); ok && v.Valid() {
 		prio = v
 	} else if h := req.Header.Get(PriorityHeader); h != "" {
-		if prio, err = flow.ParsePriority(h); err != nil {
+		if prio, err = llm.ParsePriority(h); err != nil {
 			return errorResponse(req, p, http.StatusBadRequest, "", PriorityHeader+": "+err.Error(), 0), nil
 		}
 	}
@@ -134,7 +134,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // errorResponse synthesises the provider's error shape for an answer
 // Sluice gives itself.
-func errorResponse(req *http.Request, p provider.Protocol, status int, errType, msg string, retryAfter time.Duration) *http.Response {
+func errorResponse(req *http.Request, p llm.Protocol, status int, errType, msg string, retryAfter time.Duration) *http.Response {
 	body := provider.ErrorBody(p, status, errType, msg, "")
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -54,7 +55,7 @@ func TestTransportSendsThroughDispatcher(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, _, rec := start(t, u, nil)
 	tr := dispatch.NewTransport(d)
-	rep := roundTrip(t, tr, dispatch.WithClient(dispatch.WithPriority(context.Background(), flow.Critical), "app"), messageBody, map[string]string{"X-Priority": "low"})
+	rep := roundTrip(t, tr, dispatch.WithClient(dispatch.WithPriority(context.Background(), llm.Critical), "app"), messageBody, map[string]string{"X-Priority": "low"})
 	require.Equal(t, 200, rep.status)
 	require.JSONEq(t, okMessage, string(rep.body))
 	require.Equal(t, "sk-upstream", u.headers[0].Get("X-Api-Key"))
@@ -84,7 +85,7 @@ func TestTransportSynthesisesProviderErrors(t *testing.T) {
 			u := newUpstream(t, ok())
 			d, _, _ := start(t, u, func(c *dispatch.Config) {
 				c.Limits = tt.limits
-				c.MaxWait[flow.Normal] = 10 * time.Second
+				c.MaxWait[llm.Normal] = 10 * time.Second
 			})
 			tr := dispatch.NewTransport(d)
 			if tt.name == "shed" { // use the one request a minute first
@@ -127,7 +128,7 @@ func BenchmarkDispatcherOverhead(b *testing.B) {
 		}
 	})
 	b.Run("dispatcher", func(b *testing.B) {
-		d, err := dispatch.New(dispatch.Config{Name: "bench", Protocol: provider.Anthropic, BaseURL: u.URL, Clock: clock.Real(), HTTPClient: client})
+		d, err := dispatch.New(dispatch.Config{Name: "bench", Protocol: llm.Anthropic, BaseURL: u.URL, Clock: clock.Real(), HTTPClient: client})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,7 +137,7 @@ func BenchmarkDispatcherOverhead(b *testing.B) {
 		}
 		defer func() { _ = d.Stop(context.Background()) }()
 		for b.Loop() {
-			resp, err := d.Do(context.Background(), &dispatch.Request{Method: http.MethodPost, Path: "/v1/messages", Body: body, Priority: flow.Normal, Cost: provider.Cost{InputTokens: 20, OutputTokens: 100}})
+			resp, err := d.Do(context.Background(), &dispatch.Request{Method: http.MethodPost, Path: "/v1/messages", Body: body, Priority: llm.Normal, Cost: provider.Cost{InputTokens: 20, OutputTokens: 100}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -167,7 +168,7 @@ func TestTransportReconcilesOpenAIStreams(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	fc := clock.NewFake(t0)
-	d, err := dispatch.New(dispatch.Config{Name: "gpt", Protocol: provider.OpenAI, BaseURL: up.URL, APIKey: "sk",
+	d, err := dispatch.New(dispatch.Config{Name: "gpt", Protocol: llm.OpenAI, BaseURL: up.URL, APIKey: "sk",
 		Clock: fc, Limits: dispatch.Limits{TokensPerMinute: 60_000}, Rand: rand.New(rand.NewPCG(1, 2))})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))

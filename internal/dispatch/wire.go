@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -16,7 +17,7 @@ const AnthropicVersionDefault = "2023-06-01"
 // errorBodyLimit bounds how much of an upstream error body is read.
 const errorBodyLimit = 1 << 20
 
-func errorTypeFor(p provider.Protocol, status int) string { return provider.ErrorTypeFor(p, status) }
+func errorTypeFor(p llm.Protocol, status int) string { return provider.ErrorTypeFor(p, status) }
 
 // hopHeaders are removed from forwarded requests: hop-by-hop headers
 // (RFC 9110 §7.6.1), the client's credentials (replaced by the upstream's
@@ -31,7 +32,7 @@ var hopHeaders = []string{
 
 // upstreamHeader returns the client's headers as they go upstream: without
 // hop-by-hop and credential headers, with the upstream's own key.
-func upstreamHeader(p provider.Protocol, apiKey string, in http.Header) http.Header {
+func upstreamHeader(p llm.Protocol, apiKey string, in http.Header) http.Header {
 	h := in.Clone()
 	if h == nil {
 		h = http.Header{}
@@ -45,14 +46,14 @@ func upstreamHeader(p provider.Protocol, apiKey string, in http.Header) http.Hea
 		h.Del(name)
 	}
 	switch p {
-	case provider.Anthropic:
+	case llm.Anthropic:
 		if apiKey != "" {
 			h.Set("X-Api-Key", apiKey)
 		}
 		if h.Get("Anthropic-Version") == "" {
 			h.Set("Anthropic-Version", AnthropicVersionDefault)
 		}
-	case provider.OpenAI:
+	case llm.OpenAI:
 		if apiKey != "" {
 			h.Set("Authorization", "Bearer "+apiKey)
 		}
@@ -90,9 +91,9 @@ func observations(rl provider.RateLimits) map[flow.Dim]flow.Observation {
 // actualAmount is what a response's usage takes from each dimension: for
 // Anthropic, input counts input + cache creation (cache reads are not
 // charged against ITPM); for OpenAI, prompt tokens as reported.
-func actualAmount(p provider.Protocol, u provider.Usage) flow.Amount {
+func actualAmount(p llm.Protocol, u llm.Usage) flow.Amount {
 	in := u.InputTokens
-	if p == provider.Anthropic {
+	if p == llm.Anthropic {
 		in += u.CacheCreationInputTokens
 	}
 	return flow.NewAmount(in, u.OutputTokens)
@@ -107,7 +108,7 @@ func tokensOnly(a flow.Amount) flow.Amount {
 
 // statusForGiveUp is the status Sluice answers with after an outcome that
 // had no usable HTTP status (transport errors, stream failures).
-func statusForGiveUp(o *provider.Outcome) int {
+func statusForGiveUp(o *llm.Outcome) int {
 	switch {
 	case o == nil:
 		return http.StatusServiceUnavailable
@@ -115,7 +116,7 @@ func statusForGiveUp(o *provider.Outcome) int {
 		return o.Status
 	case o.ErrorType == "timeout" || o.ErrorType == "timeout_error":
 		return http.StatusGatewayTimeout
-	case o.ErrorType == "overloaded_error" || o.Class == provider.Overload:
+	case o.ErrorType == "overloaded_error" || o.Kind == llm.Overload:
 		return 529
 	}
 	return http.StatusBadGateway

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Scheduler defaults: class weights 8/4/2/1 give critical traffic eight
@@ -13,15 +15,15 @@ import (
 // request.
 var (
 	// WeightsDefault are the per-class WFQ weights (critical first).
-	WeightsDefault = [NumPriorities]float64{8, 4, 2, 1}
+	WeightsDefault = [llm.NumPriorities]float64{8, 4, 2, 1}
 	// MaxWaitDefault is each class's aging bound and default deadline.
-	MaxWaitDefault = [NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
+	MaxWaitDefault = [llm.NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
 )
 
 // Item is one queued request as the Scheduler sees it.
 type Item struct {
 	// Class is the priority class.
-	Class Priority
+	Class llm.Priority
 	// Client identifies the caller; clients of one class are served round
 	// robin.
 	Client string
@@ -72,9 +74,9 @@ type classQueue struct {
 // Requeue puts a retried item back in its original place. A Scheduler is
 // not safe for concurrent use: its owner serialises access.
 type Scheduler struct {
-	weights [NumPriorities]float64
-	maxWait [NumPriorities]time.Duration
-	classes [NumPriorities]classQueue
+	weights [llm.NumPriorities]float64
+	maxWait [llm.NumPriorities]time.Duration
+	classes [llm.NumPriorities]classQueue
 	v       float64
 	seq     uint64
 	n       int
@@ -82,9 +84,9 @@ type Scheduler struct {
 
 // NewScheduler returns an empty Scheduler. Zero weights or max waits take
 // the defaults.
-func NewScheduler(weights [NumPriorities]float64, maxWait [NumPriorities]time.Duration) (*Scheduler, error) {
+func NewScheduler(weights [llm.NumPriorities]float64, maxWait [llm.NumPriorities]time.Duration) (*Scheduler, error) {
 	s := &Scheduler{}
-	for c := range NumPriorities {
+	for c := range llm.NumPriorities {
 		w, mw := weights[c], maxWait[c]
 		if w == 0 {
 			w = WeightsDefault[c]
@@ -93,10 +95,10 @@ func NewScheduler(weights [NumPriorities]float64, maxWait [NumPriorities]time.Du
 			mw = MaxWaitDefault[c]
 		}
 		if !(w > 0) || math.IsInf(w, 0) {
-			return nil, fmt.Errorf("Weights[%s] must be > 0, got %v", Priority(c), w)
+			return nil, fmt.Errorf("Weights[%s] must be > 0, got %v", llm.Priority(c), w)
 		}
 		if mw < 0 {
-			return nil, fmt.Errorf("MaxWait[%s] must be > 0, got %v", Priority(c), mw)
+			return nil, fmt.Errorf("MaxWait[%s] must be > 0, got %v", llm.Priority(c), mw)
 		}
 		s.weights[c], s.maxWait[c] = w, mw
 		s.classes[c] = classQueue{ring: list.New(), clients: map[string]*clientQueue{}, byArrival: list.New()}
@@ -108,7 +110,7 @@ func NewScheduler(weights [NumPriorities]float64, maxWait [NumPriorities]time.Du
 func (s *Scheduler) Len() int { return s.n }
 
 // LenClass returns how many items of class c are queued.
-func (s *Scheduler) LenClass(c Priority) int {
+func (s *Scheduler) LenClass(c llm.Priority) int {
 	if !c.Valid() {
 		return 0
 	}
@@ -117,9 +119,9 @@ func (s *Scheduler) LenClass(c Priority) int {
 
 // Demand returns the summed Cost of the items queued in class c and every
 // more urgent class.
-func (s *Scheduler) Demand(c Priority) Amount {
+func (s *Scheduler) Demand(c llm.Priority) Amount {
 	var a Amount
-	for i := Critical; i <= c && i < NumPriorities; i++ {
+	for i := llm.Critical; i <= c && i < llm.NumPriorities; i++ {
 		a = a.Add(s.classes[i].demand)
 	}
 	return a
@@ -150,7 +152,7 @@ func (s *Scheduler) Requeue(it *Item) {
 
 func (s *Scheduler) insert(it *Item) {
 	if !it.Class.Valid() {
-		it.Class = Low
+		it.Class = llm.Low
 	}
 	cq := &s.classes[it.Class]
 	if cq.byArrival.Len() == 0 {
@@ -224,7 +226,7 @@ func (s *Scheduler) Peek(now time.Time) *Item {
 
 // PeekClass returns the item class c would serve next (its round-robin
 // client's oldest), or nil when the class is empty.
-func (s *Scheduler) PeekClass(c Priority) *Item {
+func (s *Scheduler) PeekClass(c llm.Priority) *Item {
 	if !c.Valid() || s.classes[c].byArrival.Len() == 0 {
 		return nil
 	}

@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 func newScheduler(t testing.TB) *flow.Scheduler {
 	t.Helper()
-	s, err := flow.NewScheduler([flow.NumPriorities]float64{}, [flow.NumPriorities]time.Duration{})
+	s, err := flow.NewScheduler([llm.NumPriorities]float64{}, [llm.NumPriorities]time.Duration{})
 	require.NoError(t, err)
 	return s
 }
@@ -41,12 +42,12 @@ func TestSchedulerSharesMatchWeights(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(7, 7))
 			s := newScheduler(t)
 			// Saturation: every class always has a backlog.
-			for c := range flow.NumPriorities {
+			for c := range llm.NumPriorities {
 				for range 200 {
-					s.Push(&flow.Item{Class: flow.Priority(c), Size: tt.sizes(rnd), Arrival: t0})
+					s.Push(&flow.Item{Class: llm.Priority(c), Size: tt.sizes(rnd), Arrival: t0})
 				}
 			}
-			var served [flow.NumPriorities]float64
+			var served [llm.NumPriorities]float64
 			var total float64
 			for range 20000 {
 				it := pop(s, t0)
@@ -55,7 +56,7 @@ func TestSchedulerSharesMatchWeights(t *testing.T) {
 				s.Push(&flow.Item{Class: it.Class, Size: tt.sizes(rnd), Arrival: t0})
 			}
 			for c, w := range flow.WeightsDefault {
-				require.InDelta(t, w/15, served[c]/total, 0.01, "class %s", flow.Priority(c))
+				require.InDelta(t, w/15, served[c]/total, 0.01, "class %s", llm.Priority(c))
 			}
 		})
 	}
@@ -65,10 +66,10 @@ func TestSchedulerLightClassBarelyQueues(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(t)
 	for range 1000 {
-		s.Push(&flow.Item{Class: flow.Low, Size: 1, Arrival: t0})
+		s.Push(&flow.Item{Class: llm.Low, Size: 1, Arrival: t0})
 	}
 	// A critical request arriving into a low backlog is served next.
-	crit := &flow.Item{Class: flow.Critical, Size: 1, Arrival: t0}
+	crit := &flow.Item{Class: llm.Critical, Size: 1, Arrival: t0}
 	pop(s, t0)
 	s.Push(crit)
 	require.Same(t, crit, pop(s, t0))
@@ -78,10 +79,10 @@ func TestSchedulerRoundRobinBetweenClients(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(t)
 	for i := range 6 {
-		s.Push(&flow.Item{Class: flow.Normal, Client: "greedy", Size: 1, Arrival: t0, Value: i})
+		s.Push(&flow.Item{Class: llm.Normal, Client: "greedy", Size: 1, Arrival: t0, Value: i})
 	}
-	s.Push(&flow.Item{Class: flow.Normal, Client: "a", Size: 1, Arrival: t0})
-	s.Push(&flow.Item{Class: flow.Normal, Client: "b", Size: 1, Arrival: t0})
+	s.Push(&flow.Item{Class: llm.Normal, Client: "a", Size: 1, Arrival: t0})
+	s.Push(&flow.Item{Class: llm.Normal, Client: "b", Size: 1, Arrival: t0})
 	var order []string
 	for s.Len() > 0 {
 		order = append(order, pop(s, t0).Client)
@@ -92,11 +93,11 @@ func TestSchedulerRoundRobinBetweenClients(t *testing.T) {
 func TestSchedulerRequeueKeepsPlace(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(t)
-	first := &flow.Item{Class: flow.Normal, Size: 1, Arrival: t0}
+	first := &flow.Item{Class: llm.Normal, Size: 1, Arrival: t0}
 	s.Push(first)
 	got := pop(s, t0)
 	require.Same(t, first, got)
-	later := &flow.Item{Class: flow.Normal, Size: 1, Arrival: t0.Add(time.Second)}
+	later := &flow.Item{Class: llm.Normal, Size: 1, Arrival: t0.Add(time.Second)}
 	s.Push(later)
 	s.Requeue(first) // a retry: ahead of what arrived after it
 	require.Same(t, first, s.Peek(t0.Add(time.Second)))
@@ -109,8 +110,8 @@ func TestSchedulerAgingBound(t *testing.T) {
 	t.Parallel()
 	// Random arrivals faster than service; whenever an item is overdue, the
 	// served item is overdue too and none is more overdue than it.
-	maxWait := [flow.NumPriorities]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
-	s, err := flow.NewScheduler([flow.NumPriorities]float64{}, maxWait)
+	maxWait := [llm.NumPriorities]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	s, err := flow.NewScheduler([llm.NumPriorities]float64{}, maxWait)
 	require.NoError(t, err)
 	rnd := rand.New(rand.NewPCG(3, 4))
 	queued := map[*flow.Item]bool{}
@@ -119,7 +120,7 @@ func TestSchedulerAgingBound(t *testing.T) {
 	for range 3000 {
 		now = now.Add(time.Duration(rnd.IntN(100)) * time.Millisecond)
 		for range 2 {
-			it := &flow.Item{Class: flow.Priority(rnd.IntN(4)), Client: fmt.Sprint(rnd.IntN(3)), Size: float64(1 + rnd.IntN(10)), Arrival: now}
+			it := &flow.Item{Class: llm.Priority(rnd.IntN(4)), Client: fmt.Sprint(rnd.IntN(3)), Size: float64(1 + rnd.IntN(10)), Arrival: now}
 			s.Push(it)
 			queued[it] = true
 		}
@@ -149,14 +150,14 @@ func TestSchedulerBigRequestNotStarved(t *testing.T) {
 	s := newScheduler(t)
 	now := t0
 	for i := range 50 {
-		s.Push(&flow.Item{Class: flow.Normal, Client: fmt.Sprint(i % 5), Size: 100, Cost: flow.Amount{flow.Tokens: 100}, Arrival: now})
+		s.Push(&flow.Item{Class: llm.Normal, Client: fmt.Sprint(i % 5), Size: 100, Cost: flow.Amount{flow.Tokens: 100}, Arrival: now})
 	}
-	big := &flow.Item{Class: flow.Normal, Client: "big", Size: 20000, Cost: flow.Amount{flow.Tokens: 20000}, Arrival: now}
+	big := &flow.Item{Class: llm.Normal, Client: "big", Size: 20000, Cost: flow.Amount{flow.Tokens: 20000}, Arrival: now}
 	s.Push(big)
 	for step := 0; ; step++ {
 		require.Less(t, step, 10000)
 		// Small requests keep arriving.
-		s.Push(&flow.Item{Class: flow.Normal, Client: fmt.Sprint(step % 5), Size: 100, Cost: flow.Amount{flow.Tokens: 100}, Arrival: now})
+		s.Push(&flow.Item{Class: llm.Normal, Client: fmt.Sprint(step % 5), Size: 100, Cost: flow.Amount{flow.Tokens: 100}, Arrival: now})
 		head := s.Peek(now)
 		w, err := l.Reserve(head.Cost, now)
 		require.NoError(t, err)
@@ -175,12 +176,12 @@ func TestSchedulerBigRequestNotStarved(t *testing.T) {
 func TestSchedulerDemandAndDrain(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(t)
-	s.Push(&flow.Item{Class: flow.Critical, Cost: flow.Amount{flow.Tokens: 10}, Arrival: t0})
-	s.Push(&flow.Item{Class: flow.Normal, Cost: flow.Amount{flow.Tokens: 20}, Arrival: t0})
-	s.Push(&flow.Item{Class: flow.Low, Cost: flow.Amount{flow.Tokens: 40}, Arrival: t0})
-	require.InDelta(t, 30, s.Demand(flow.Normal)[flow.Tokens], 1e-9)
-	require.InDelta(t, 70, s.Demand(flow.Low)[flow.Tokens], 1e-9)
-	require.Equal(t, 1, s.LenClass(flow.Low))
+	s.Push(&flow.Item{Class: llm.Critical, Cost: flow.Amount{flow.Tokens: 10}, Arrival: t0})
+	s.Push(&flow.Item{Class: llm.Normal, Cost: flow.Amount{flow.Tokens: 20}, Arrival: t0})
+	s.Push(&flow.Item{Class: llm.Low, Cost: flow.Amount{flow.Tokens: 40}, Arrival: t0})
+	require.InDelta(t, 30, s.Demand(llm.Normal)[flow.Tokens], 1e-9)
+	require.InDelta(t, 70, s.Demand(llm.Low)[flow.Tokens], 1e-9)
+	require.Equal(t, 1, s.LenClass(llm.Low))
 	require.Len(t, s.Drain(), 3)
 	require.Zero(t, s.Len())
 	require.Nil(t, s.Peek(t0))
@@ -190,7 +191,7 @@ func BenchmarkSchedulerPushPop(b *testing.B) {
 	s := newScheduler(b)
 	items := make([]*flow.Item, 1024)
 	for i := range items {
-		items[i] = &flow.Item{Class: flow.Priority(i % 4), Client: fmt.Sprint(i % 16), Size: float64(100 + i), Arrival: t0}
+		items[i] = &flow.Item{Class: llm.Priority(i % 4), Client: fmt.Sprint(i % 16), Size: float64(100 + i), Arrival: t0}
 		s.Push(items[i])
 	}
 	b.ReportAllocs()
@@ -204,18 +205,18 @@ func BenchmarkSchedulerPushPop(b *testing.B) {
 func TestSchedulerPeekClassAndOverdue(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(t)
-	require.Nil(t, s.PeekClass(flow.Critical))
-	require.Nil(t, s.PeekClass(flow.Priority(9)))
-	normal := &flow.Item{Class: flow.Normal, Client: "a", Size: 10, Arrival: t0}
-	crit1 := &flow.Item{Class: flow.Critical, Client: "a", Size: 10, Arrival: t0}
-	crit2 := &flow.Item{Class: flow.Critical, Client: "b", Size: 10, Arrival: t0}
+	require.Nil(t, s.PeekClass(llm.Critical))
+	require.Nil(t, s.PeekClass(llm.Priority(9)))
+	normal := &flow.Item{Class: llm.Normal, Client: "a", Size: 10, Arrival: t0}
+	crit1 := &flow.Item{Class: llm.Critical, Client: "a", Size: 10, Arrival: t0}
+	crit2 := &flow.Item{Class: llm.Critical, Client: "b", Size: 10, Arrival: t0}
 	s.Push(normal)
 	s.Push(crit1)
 	s.Push(crit2)
-	require.Same(t, crit1, s.PeekClass(flow.Critical))
-	require.Same(t, normal, s.PeekClass(flow.Normal))
+	require.Same(t, crit1, s.PeekClass(llm.Critical))
+	require.Same(t, normal, s.PeekClass(llm.Normal))
 	s.Take(crit1)
-	require.Same(t, crit2, s.PeekClass(flow.Critical), "round robin moves to the next client")
-	require.False(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[flow.Normal]-time.Nanosecond)))
-	require.True(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[flow.Normal])))
+	require.Same(t, crit2, s.PeekClass(llm.Critical), "round robin moves to the next client")
+	require.False(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[llm.Normal]-time.Nanosecond)))
+	require.True(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[llm.Normal])))
 }

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // UpstreamHeader may name a batch's upstream instead of ?upstream=.
@@ -104,14 +104,14 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now()
-	params := queue.CreateBatchParams{Format: proto, Now: now}
+	params := jobstore.CreateBatchParams{Format: proto, Now: now}
 	invalid := f.Invalid
 	for _, l := range f.Lines {
 		if _, err := provider.Estimate(proto, l.Body); err != nil {
 			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
 			continue
 		}
-		params.Jobs = append(params.Jobs, queue.InsertParams{
+		params.Jobs = append(params.Jobs, jobstore.InsertParams{
 			Upstream: upstream, Priority: prio, Client: s.cfg.ClientOf(r), Path: pathFor(proto),
 			Body: l.Body, Deadline: dl, MaxAttempts: attempts, CustomID: l.CustomID, Now: now,
 		})
@@ -131,7 +131,7 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := s.store.CreateBatch(r.Context(), params)
 	if err != nil {
-		if errors.Is(err, queue.ErrInvalid) {
+		if errors.Is(err, jobstore.ErrInvalid) {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
@@ -153,7 +153,7 @@ func sortLineErrors(es []LineError) {
 	}
 }
 
-func batchView(b *queue.Batch) BatchView {
+func batchView(b *jobstore.Batch) BatchView {
 	c := b.Counts
 	v := BatchView{
 		ID: b.ID, Type: "message_batch", Format: string(b.Format), Total: b.Total, CreatedAt: b.CreatedAt,
@@ -168,11 +168,11 @@ func batchView(b *queue.Batch) BatchView {
 	return v
 }
 
-func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) (*queue.Batch, bool) {
+func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) (*jobstore.Batch, bool) {
 	id := r.PathValue("id")
 	b, err := s.store.GetBatch(r.Context(), id)
 	switch {
-	case errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return nil, false
 	case err != nil:
@@ -191,7 +191,7 @@ func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 	if b.Ended() && b.Counts.Dead > 0 {
 		// Split dead jobs into errored and expired, as the provider does.
 		expiredN := 0
-		err := s.eachBatchJob(r, b.ID, func(j *queue.Job) error {
+		err := s.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
 			if expired(j) {
 				expiredN++
 			}
@@ -208,10 +208,10 @@ func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 }
 
 // eachBatchJob calls fn for every job of a batch in custom_id order.
-func (s *Service) eachBatchJob(r *http.Request, id string, fn func(*queue.Job) error) error {
+func (s *Service) eachBatchJob(r *http.Request, id string, fn func(*jobstore.Job) error) error {
 	after := ""
 	for {
-		page, err := s.store.BatchJobs(r.Context(), queue.BatchJobsParams{BatchID: id, After: after, Limit: queue.ListLimitMax})
+		page, err := s.store.BatchJobs(r.Context(), jobstore.BatchJobsParams{BatchID: id, After: after, Limit: jobstore.ListLimitMax})
 		if err != nil {
 			return fmt.Errorf("listing batch jobs: %w", err)
 		}
@@ -239,7 +239,7 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Sluice-Partial", "true")
 	}
 	bw := bufio.NewWriter(w)
-	err := s.eachBatchJob(r, b.ID, func(j *queue.Job) error {
+	err := s.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
 		line, ok := ResultLine(b.Format, s.view(j, false))
 		if !ok {
 			return nil
@@ -257,9 +257,9 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	res, err := s.store.CancelBatch(r.Context(), queue.CancelBatchParams{BatchID: id, Now: s.cfg.Clock.Now()})
+	res, err := s.store.CancelBatch(r.Context(), jobstore.CancelBatchParams{BatchID: id, Now: s.cfg.Clock.Now()})
 	switch {
-	case errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return
 	case err != nil:
@@ -286,10 +286,10 @@ func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 func (s *Service) observeBatchCanceled(r *http.Request, id string, n int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), handBackTimeout)
 	defer cancel()
-	page, err := s.store.BatchJobs(ctx, queue.BatchJobsParams{BatchID: id, Limit: 1})
+	page, err := s.store.BatchJobs(ctx, jobstore.BatchJobsParams{BatchID: id, Limit: 1})
 	if err != nil || len(page.Jobs) == 0 {
 		s.cfg.Logger.Warn("reading a canceled batch's upstream for metrics", "batch", id, "err", err)
 		return
 	}
-	s.cfg.Observer.Finished(page.Jobs[0].Upstream, queue.StateCanceled, n)
+	s.cfg.Observer.Finished(page.Jobs[0].Upstream, jobstore.StateCanceled, n)
 }

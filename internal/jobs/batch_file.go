@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // MaxCustomIDLen bounds a batch line's custom_id.
@@ -25,10 +25,10 @@ type BatchLine struct {
 
 // BatchFile is a parsed batch file.
 type BatchFile struct {
-	// Format is the shape of the lines: provider.Anthropic for Message
-	// Batches lines ({"custom_id","params"}), provider.OpenAI for batch
+	// Format is the shape of the lines: llm.Anthropic for Message
+	// Batches lines ({"custom_id","params"}), llm.OpenAI for batch
 	// API lines ({"custom_id","method","url","body"}).
-	Format provider.Protocol
+	Format llm.Protocol
 	// Lines are the valid requests in file order.
 	Lines []BatchLine
 	// Invalid lists the lines that were rejected, with why.
@@ -92,7 +92,7 @@ func ParseBatchFile(data []byte, maxLines int) (*BatchFile, error) {
 }
 
 // parseBatchLine decodes one non-blank line.
-func parseBatchLine(raw []byte) (id string, format provider.Protocol, body json.RawMessage, err error) {
+func parseBatchLine(raw []byte) (id string, format llm.Protocol, body json.RawMessage, err error) {
 	var l batchLineJSON
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -113,9 +113,9 @@ func parseBatchLine(raw []byte) (id string, format provider.Protocol, body json.
 	}
 	switch {
 	case l.Params != nil && l.Body == nil && l.Method == "" && l.URL == "":
-		format, body = provider.Anthropic, l.Params
+		format, body = llm.Anthropic, l.Params
 	case l.Body != nil && l.Params == nil:
-		format, body = provider.OpenAI, l.Body
+		format, body = llm.OpenAI, l.Body
 		if l.Method != "POST" {
 			return id, "", nil, fmt.Errorf("method must be POST, got %q", l.Method)
 		}
@@ -150,10 +150,10 @@ func parseBatchLine(raw []byte) (id string, format provider.Protocol, body json.
 // succeeded|errored|canceled|expired,…}}, OpenAI {"id","custom_id",
 // "response":{"status_code","request_id","body"},"error"}. It reports false
 // for a job still queued or running.
-func ResultLine(format provider.Protocol, j JobView) ([]byte, bool) {
+func ResultLine(format llm.Protocol, j JobView) ([]byte, bool) {
 	var v any
 	switch format {
-	case provider.OpenAI:
+	case llm.OpenAI:
 		v = openAIResult(j)
 	default:
 		v = anthropicResult(j)

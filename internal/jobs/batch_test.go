@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 func anthropicLine(id string) string {
@@ -26,16 +25,16 @@ func TestParseBatchFile(t *testing.T) {
 	cases := []struct {
 		name    string
 		file    string
-		format  provider.Protocol
+		format  llm.Protocol
 		valid   int
 		invalid []int
 		err     string
 	}{
-		{"anthropic", anthropicLine("a") + "\n\n" + anthropicLine("b") + "\n", provider.Anthropic, 2, nil, ""},
-		{"openai crlf", openAILine("a") + "\r\n" + openAILine("b"), provider.OpenAI, 2, nil, ""},
-		{"duplicate", anthropicLine("a") + "\n" + anthropicLine("a"), provider.Anthropic, 1, []int{2}, ""},
-		{"mixed shapes", anthropicLine("a") + "\n" + openAILine("b"), provider.Anthropic, 1, []int{2}, ""},
-		{"malformed", anthropicLine("a") + "\n{nope\n" + `{"params":{}}` + "\n" + `{"custom_id":"x","params":[]}`, provider.Anthropic, 1, []int{2, 3, 4}, ""},
+		{"anthropic", anthropicLine("a") + "\n\n" + anthropicLine("b") + "\n", llm.Anthropic, 2, nil, ""},
+		{"openai crlf", openAILine("a") + "\r\n" + openAILine("b"), llm.OpenAI, 2, nil, ""},
+		{"duplicate", anthropicLine("a") + "\n" + anthropicLine("a"), llm.Anthropic, 1, []int{2}, ""},
+		{"mixed shapes", anthropicLine("a") + "\n" + openAILine("b"), llm.Anthropic, 1, []int{2}, ""},
+		{"malformed", anthropicLine("a") + "\n{nope\n" + `{"params":{}}` + "\n" + `{"custom_id":"x","params":[]}`, llm.Anthropic, 1, []int{2, 3, 4}, ""},
 		{"bad openai", `{"custom_id":"a","method":"GET","url":"/v1/chat/completions","body":{}}` + "\n" + `{"custom_id":"b","method":"POST","url":"/v1/embeddings","body":{}}`, "", 0, []int{1, 2}, ""},
 		{"stream", `{"custom_id":"a","params":{"stream":true}}`, "", 0, []int{1}, ""},
 		{"unknown field", `{"custom_id":"a","params":{},"extra":1}`, "", 0, []int{1}, ""},
@@ -144,16 +143,16 @@ func TestBatchesBothShapes(t *testing.T) {
 	t.Run("errored result keeps the provider error", func(t *testing.T) {
 		t.Parallel()
 		v := JobView{CustomID: "x", State: "dead", Error: &ErrorView{Status: 400, Type: "invalid_request_error", Message: "bad model", Body: json.RawMessage(bad)}}
-		line, ok := ResultLine(provider.Anthropic, v)
+		line, ok := ResultLine(llm.Anthropic, v)
 		require.True(t, ok)
 		require.JSONEq(t, `{"custom_id":"x","result":{"type":"errored","error":`+bad+`}}`, string(line))
-		line, ok = ResultLine(provider.OpenAI, JobView{ID: 4, CustomID: "x", State: "dead", Error: &ErrorView{Type: "expired", Message: "deadline passed"}})
+		line, ok = ResultLine(llm.OpenAI, JobView{ID: 4, CustomID: "x", State: "dead", Error: &ErrorView{Type: "expired", Message: "deadline passed"}})
 		require.True(t, ok)
 		require.JSONEq(t, `{"id":"batch_req_4","custom_id":"x","response":null,"error":{"code":"batch_expired","message":"deadline passed"}}`, string(line))
-		line, ok = ResultLine(provider.Anthropic, JobView{CustomID: "c", State: "canceled"})
+		line, ok = ResultLine(llm.Anthropic, JobView{CustomID: "c", State: "canceled"})
 		require.True(t, ok)
 		require.JSONEq(t, `{"custom_id":"c","result":{"type":"canceled"}}`, string(line))
-		_, ok = ResultLine(provider.Anthropic, JobView{CustomID: "q", State: "queued"})
+		_, ok = ResultLine(llm.Anthropic, JobView{CustomID: "q", State: "queued"})
 		require.False(t, ok)
 	})
 }

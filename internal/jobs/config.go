@@ -13,9 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Defaults for Config fields.
@@ -41,7 +40,7 @@ const (
 	// RetryMaxDelayDefault caps the requeue backoff.
 	RetryMaxDelayDefault = 5 * time.Minute
 	// PriorityDefault is a job's class when the submitter names none.
-	PriorityDefault = flow.Low
+	PriorityDefault = llm.Low
 	// MaxBodyBytesDefault is the largest POST /v1/jobs body: Anthropic's
 	// Messages limit (32 MB).
 	MaxBodyBytesDefault = 32 << 20
@@ -60,7 +59,7 @@ const (
 	// WebhookBaseDelayDefault is the first webhook retry's backoff.
 	WebhookBaseDelayDefault = time.Second
 	// MaxStallsDefault is how many expired leases a job survives.
-	MaxStallsDefault = queue.MaxStallsDefault
+	MaxStallsDefault = jobstore.MaxStallsDefault
 )
 
 // Dispatcher is what the runtime needs from an upstream's engine:
@@ -73,13 +72,13 @@ type Dispatcher interface {
 type Config struct {
 	// Store is the durable job store. Required. The Service does not close
 	// it.
-	Store queue.Store
+	Store jobstore.Store
 	// Dispatchers are the engines by upstream name; a job may only name an
 	// upstream listed here. Required: at least one.
 	Dispatchers map[string]Dispatcher
 	// Protocols are the upstreams' wire protocols, one per dispatcher.
 	// Required.
-	Protocols map[string]provider.Protocol
+	Protocols map[string]llm.Protocol
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Owner names this process's workers in leases. Defaults to
@@ -100,7 +99,7 @@ type Config struct {
 	// PollInterval is the longest an idle worker or a long poll sleeps
 	// before looking at the store again. Defaults to PollIntervalDefault.
 	PollInterval time.Duration
-	// RescueInterval is how often the built-in queue.JobRescuer takes back
+	// RescueInterval is how often the built-in jobstore.JobRescuer takes back
 	// expired leases; negative disables it (run one elsewhere). Defaults
 	// to LeaseFor/2.
 	RescueInterval time.Duration
@@ -149,7 +148,7 @@ type Config struct {
 	// PriorityOf returns the class a job submitted by r gets when it asks
 	// for requested (e.g. capped at the client's max_priority). Defaults to
 	// the requested class.
-	PriorityOf func(r *http.Request, requested flow.Priority) flow.Priority
+	PriorityOf func(r *http.Request, requested llm.Priority) llm.Priority
 	// Logger logs failures the runtime cannot return to anyone. Defaults
 	// to slog.Default().
 	Logger *slog.Logger
@@ -187,7 +186,7 @@ func (c Config) WithDefaults() Config {
 	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
 	c.WebhookBaseDelay = cmp.Or(c.WebhookBaseDelay, WebhookBaseDelayDefault)
 	if c.PriorityOf == nil {
-		c.PriorityOf = func(_ *http.Request, p flow.Priority) flow.Priority { return p }
+		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
 	}
 	if c.ClientOf == nil {
 		c.ClientOf = func(r *http.Request) string { return r.Header.Get("X-Sluice-Client") }
@@ -217,7 +216,7 @@ func (c Config) validate() error {
 		if !ok {
 			return fmt.Errorf("Protocols[%s] is missing", name)
 		}
-		if _, err := provider.ParseProtocol(string(p)); err != nil {
+		if _, err := llm.ParseProtocol(string(p)); err != nil {
 			return fmt.Errorf("Protocols[%s]: %w", name, err)
 		}
 	}

@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // Cancel cancels job id. A running job's upstream call is aborted at once
 // when it runs in this process, and by its heartbeat (lease lost) when it
 // runs in another.
-func (s *Service) Cancel(ctx context.Context, id int64) (*queue.Job, error) {
-	res, err := s.store.Cancel(ctx, queue.CancelParams{ID: id, Now: s.cfg.Clock.Now()})
+func (s *Service) Cancel(ctx context.Context, id int64) (*jobstore.Job, error) {
+	res, err := s.store.Cancel(ctx, jobstore.CancelParams{ID: id, Now: s.cfg.Clock.Now()})
 	if err != nil {
 		return nil, fmt.Errorf("canceling job %d: %w", id, err)
 	}
@@ -22,7 +22,7 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*queue.Job, error) {
 	if !res.WasLive {
 		return res.Job, nil // canceled before: counted and announced then
 	}
-	s.cfg.Observer.Finished(res.Job.Upstream, queue.StateCanceled, 1)
+	s.cfg.Observer.Finished(res.Job.Upstream, jobstore.StateCanceled, 1)
 	s.announce()
 	if res.Job.WebhookURL != "" {
 		s.webhook(id)
@@ -33,7 +33,7 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*queue.Job, error) {
 // waitFinished returns job id once it is finished, or as it is when wait
 // passes first (or ctx ends: then the error is ctx's, with the job last
 // seen).
-func (s *Service) waitFinished(ctx context.Context, id int64, wait time.Duration) (*queue.Job, error) {
+func (s *Service) waitFinished(ctx context.Context, id int64, wait time.Duration) (*jobstore.Job, error) {
 	j, err := s.store.Get(ctx, id)
 	if err != nil || wait <= 0 || j.State.Finished() {
 		return j, err

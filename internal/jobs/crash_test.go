@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // crashLease is the gateways' lease: a killed gateway's jobs are retried
@@ -125,11 +125,11 @@ func waitBatchEnded(t *testing.T, base, id string, limit time.Duration) BatchVie
 }
 
 // eachJob calls fn with every job of the store.
-func eachJob(t *testing.T, st queue.Store, fn func(*queue.Job)) {
+func eachJob(t *testing.T, st jobstore.Store, fn func(*jobstore.Job)) {
 	t.Helper()
 	var after int64
 	for {
-		page, err := st.List(context.Background(), queue.ListParams{After: after, Limit: queue.ListLimitMax})
+		page, err := st.List(context.Background(), jobstore.ListParams{After: after, Limit: jobstore.ListLimitMax})
 		require.NoError(t, err)
 		for i := range page.Jobs {
 			fn(page.Jobs[i])
@@ -142,13 +142,13 @@ func eachJob(t *testing.T, st queue.Store, fn func(*queue.Job)) {
 }
 
 // countStates opens the store at dsn and counts its jobs by state.
-func countStates(t *testing.T, dsn string) map[queue.State]int {
+func countStates(t *testing.T, dsn string) map[jobstore.State]int {
 	t.Helper()
-	st, err := queue.Open(context.Background(), dsn, queue.Options{})
+	st, err := jobstore.Open(context.Background(), dsn, jobstore.Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.Close()) }()
-	out := map[queue.State]int{}
-	eachJob(t, st, func(j *queue.Job) { out[j.State]++ })
+	out := map[jobstore.State]int{}
+	eachJob(t, st, func(j *jobstore.Job) { out[j.State]++ })
 	return out
 }
 
@@ -177,8 +177,8 @@ func TestCrashKillMidFlightLosesNothing(t *testing.T) {
 	callsAtKill := mockCalls(t, mockURL)
 
 	atKill := countStates(t, dsn)
-	require.Equal(t, jobs, atKill[queue.StateQueued]+atKill[queue.StateRunning]+atKill[queue.StateSucceeded], "no job lost at the kill: %v", atKill)
-	require.Positive(t, atKill[queue.StateRunning], "the kill must catch jobs in flight")
+	require.Equal(t, jobs, atKill[jobstore.StateQueued]+atKill[jobstore.StateRunning]+atKill[jobstore.StateSucceeded], "no job lost at the kill: %v", atKill)
+	require.Positive(t, atKill[jobstore.StateRunning], "the kill must catch jobs in flight")
 
 	g2 := startGateway(t, config)
 	v := waitBatchEnded(t, g2.addr, batch.ID, 30*time.Second)
@@ -186,15 +186,15 @@ func TestCrashKillMidFlightLosesNothing(t *testing.T) {
 	g2.term(t)
 
 	final := countStates(t, dsn)
-	require.Equal(t, map[queue.State]int{queue.StateSucceeded: jobs}, final, "every job ends succeeded, exactly once")
+	require.Equal(t, map[jobstore.State]int{jobstore.StateSucceeded: jobs}, final, "every job ends succeeded, exactly once")
 	require.Equal(t, jobs, v.Counts.Succeeded)
 
 	calls := mockCalls(t, mockURL)
 	extra := calls - jobs
 	t.Logf("crash figures: jobs=%d running at kill=%d queued at kill=%d succeeded at kill=%d; mock calls at kill=%d, total=%d, extra=%d; all ended %v after submit",
-		jobs, atKill[queue.StateRunning], atKill[queue.StateQueued], atKill[queue.StateSucceeded], callsAtKill, calls, extra, elapsed.Round(time.Millisecond))
+		jobs, atKill[jobstore.StateRunning], atKill[jobstore.StateQueued], atKill[jobstore.StateSucceeded], callsAtKill, calls, extra, elapsed.Round(time.Millisecond))
 	require.GreaterOrEqual(t, extra, int64(0))
-	require.LessOrEqual(t, extra, int64(atKill[queue.StateRunning]), "at most one extra call per job in flight at the kill")
+	require.LessOrEqual(t, extra, int64(atKill[jobstore.StateRunning]), "at most one extra call per job in flight at the kill")
 }
 
 // postgresDSN creates a fresh schema for one test (dropped at cleanup) and
@@ -247,7 +247,7 @@ func TestTwoGatewaysOnPostgresRunEachJobOnce(t *testing.T) {
 	dsn := postgresDSN(t)
 	mockURL := startMockProcess(t, "--ttft", "2ms", "--per-token", "0s")
 	// Migrate once before two processes race to.
-	st, err := queue.Open(context.Background(), dsn, queue.Options{MaxConns: 4})
+	st, err := jobstore.Open(context.Background(), dsn, jobstore.Options{MaxConns: 4})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.Close()) }()
 	config := gatewayConfig(t, dsn, mockURL)
@@ -265,9 +265,9 @@ func TestTwoGatewaysOnPostgresRunEachJobOnce(t *testing.T) {
 	require.Equal(t, jobs, v.Counts.Succeeded, "%+v", v.Counts)
 	owners := map[string]int{}
 	total := 0
-	eachJob(t, st, func(j *queue.Job) {
+	eachJob(t, st, func(j *jobstore.Job) {
 		total++
-		require.Equal(t, queue.StateSucceeded, j.State, "job %d", j.ID)
+		require.Equal(t, jobstore.StateSucceeded, j.State, "job %d", j.ID)
 		require.Zero(t, j.Stalls, "job %d was rescued", j.ID)
 		owners[j.Lease.Owner]++
 	})

@@ -1,5 +1,5 @@
 // Package jobs is the runtime of Sluice's durable job queue: the workers
-// that lease jobs from a queue.Store and run them through the same
+// that lease jobs from a jobstore.Store and run them through the same
 // per-upstream dispatchers as proxy traffic (so priorities and quotas apply
 // across both), and the HTTP API (/v1/jobs, /v1/batches, /v1/upstreams)
 // the server mounts.

@@ -14,25 +14,25 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // pausedStore drops heartbeats and, once frozen, claims nothing, as a
 // worker stalled by a GC pause or a network partition would.
 type pausedStore struct {
-	queue.Store
+	jobstore.Store
 	dropped atomic.Int64
 	frozen  atomic.Bool
 }
 
-func (p *pausedStore) Claim(ctx context.Context, c queue.ClaimParams) ([]*queue.Job, error) {
+func (p *pausedStore) Claim(ctx context.Context, c jobstore.ClaimParams) ([]*jobstore.Job, error) {
 	if p.frozen.Load() {
 		return nil, nil
 	}
 	return p.Store.Claim(ctx, c)
 }
 
-func (p *pausedStore) Heartbeat(context.Context, queue.HeartbeatParams) error {
+func (p *pausedStore) Heartbeat(context.Context, jobstore.HeartbeatParams) error {
 	p.dropped.Add(1)
 	return nil
 }
@@ -57,13 +57,13 @@ func TestStaleWorkerCannotOverwriteNewerResult(t *testing.T) {
 	ps.frozen.Store(true)
 	// A is stuck in its call and its heartbeats go nowhere; the lease runs out.
 	clk.Advance(31 * time.Second)
-	res, err := st.Rescue(context.Background(), queue.RescueParams{MaxStalls: 3, Now: clk.Now()})
+	res, err := st.Rescue(context.Background(), jobstore.RescueParams{MaxStalls: 3, Now: clk.Now()})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 
 	// B takes the job over and finishes it while A is still stuck.
 	b := newService(t, st, fresh, nil, edit("B"))
-	got := waitFor(t, st, j.ID, queue.StateSucceeded)
+	got := waitFor(t, st, j.ID, jobstore.StateSucceeded)
 	require.Equal(t, "B", got.Lease.Owner)
 	require.JSONEq(t, `{"from":"new worker"}`, string(got.Result.Body))
 	require.NoError(t, b.Stop(context.Background()))
@@ -143,7 +143,7 @@ func TestWebhookOncePerCancel(t *testing.T) {
 	for range 3 {
 		got, err := s.Cancel(context.Background(), j.ID)
 		require.NoError(t, err)
-		require.Equal(t, queue.StateCanceled, got.State)
+		require.Equal(t, jobstore.StateCanceled, got.State)
 	}
 	require.NoError(t, s.Stop(context.Background())) // waits for deliveries
 	require.EqualValues(t, 1, calls.Load())

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // MaxIdempotencyKeyLen bounds an idempotency key.
@@ -56,8 +56,8 @@ type SubmitRequest struct {
 }
 
 // pathFor is the provider path a protocol's jobs are sent to.
-func pathFor(p provider.Protocol) string {
-	if p == provider.OpenAI {
+func pathFor(p llm.Protocol) string {
+	if p == llm.OpenAI {
 		return "/v1/chat/completions"
 	}
 	return "/v1/messages"
@@ -80,10 +80,10 @@ func (s *Service) checkRequest(upstream string, body []byte) error {
 }
 
 // parseJobOptions validates the shared optional fields.
-func (s *Service) parseJobOptions(r *http.Request, priority, deadline string, maxAttempts int, webhook string) (flow.Priority, time.Time, int, error) {
+func (s *Service) parseJobOptions(r *http.Request, priority, deadline string, maxAttempts int, webhook string) (llm.Priority, time.Time, int, error) {
 	prio := PriorityDefault
 	if priority != "" {
-		p, err := flow.ParsePriority(priority)
+		p, err := llm.ParsePriority(priority)
 		if err != nil {
 			return 0, time.Time{}, 0, fmt.Errorf("priority: %w", err)
 		}
@@ -155,7 +155,7 @@ func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request: %v", err)
 		return
 	}
-	res, err := s.store.Insert(r.Context(), queue.InsertParams{
+	res, err := s.store.Insert(r.Context(), jobstore.InsertParams{
 		IdempotencyKey: key,
 		Upstream:       req.Upstream,
 		Priority:       prio,
@@ -168,7 +168,7 @@ func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		Now:            s.cfg.Clock.Now(),
 	})
 	if err != nil {
-		if errors.Is(err, queue.ErrInvalid) {
+		if errors.Is(err, jobstore.ErrInvalid) {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
@@ -211,7 +211,7 @@ func (s *Service) serveGet(w http.ResponseWriter, r *http.Request) {
 	}
 	j, err := s.waitFinished(r.Context(), id, wait)
 	switch {
-	case errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no job %d", id)
 		return
 	case err != nil && j == nil:
@@ -249,9 +249,9 @@ func (s *Service) serveCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	j, err := s.Cancel(r.Context(), id)
 	switch {
-	case errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no job %d", id)
-	case errors.Is(err, queue.ErrConflict):
+	case errors.Is(err, jobstore.ErrConflict):
 		writeError(w, http.StatusConflict, "job %d already finished; it cannot be canceled", id)
 	case err != nil:
 		storeError(w, "canceling the job", err)
@@ -265,14 +265,14 @@ func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n, err := s.store.Requeue(r.Context(), queue.RequeueParams{IDs: []int64{id}, Now: s.cfg.Clock.Now()})
-	if err != nil && !errors.Is(err, queue.ErrConflict) && !errors.Is(err, queue.ErrNotFound) {
+	n, err := s.store.Requeue(r.Context(), jobstore.RequeueParams{IDs: []int64{id}, Now: s.cfg.Clock.Now()})
+	if err != nil && !errors.Is(err, jobstore.ErrConflict) && !errors.Is(err, jobstore.ErrNotFound) {
 		requeueError(w, err)
 		return
 	}
 	j, err := s.store.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no job %d", id)
 	case err != nil:
 		storeError(w, "loading the job", err)
@@ -286,11 +286,11 @@ func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 // requeueError answers a failed Requeue.
 func requeueError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
-	case errors.Is(err, queue.ErrConflict):
+	case errors.Is(err, jobstore.ErrConflict):
 		writeError(w, http.StatusConflict, "%v; only dead jobs can be retried", err)
-	case errors.Is(err, queue.ErrInvalid):
+	case errors.Is(err, jobstore.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	default:
 		storeError(w, "requeueing jobs", err)
@@ -321,7 +321,7 @@ func (s *Service) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	n, err := s.store.Requeue(r.Context(), queue.RequeueParams{IDs: req.IDs, Upstream: req.Upstream, BatchID: req.BatchID, All: req.All, Now: s.cfg.Clock.Now()})
+	n, err := s.store.Requeue(r.Context(), jobstore.RequeueParams{IDs: req.IDs, Upstream: req.Upstream, BatchID: req.BatchID, All: req.All, Now: s.cfg.Clock.Now()})
 	if err != nil {
 		requeueError(w, err)
 		return
@@ -339,9 +339,9 @@ type ListResponse struct {
 
 func (s *Service) serveList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := queue.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id")}
+	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id")}
 	if v := q.Get("state"); v != "" {
-		st, err := queue.ParseState(v)
+		st, err := jobstore.ParseState(v)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "state: %v", err)
 			return
@@ -364,8 +364,8 @@ func (s *Service) serveList(w http.ResponseWriter, r *http.Request) {
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > queue.ListLimitMax {
-			writeError(w, http.StatusBadRequest, "limit must be in [1, %d], got %q", queue.ListLimitMax, v)
+		if err != nil || n < 1 || n > jobstore.ListLimitMax {
+			writeError(w, http.StatusBadRequest, "limit must be in [1, %d], got %q", jobstore.ListLimitMax, v)
 			return
 		}
 		p.Limit = n
@@ -395,7 +395,7 @@ func (s *Service) servePause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", name, strings.Join(s.upstreams, ", "))
 		return
 	}
-	if err := s.store.SetPaused(r.Context(), queue.PauseParams{Upstream: name, Paused: action == "pause", Now: s.cfg.Clock.Now()}); err != nil {
+	if err := s.store.SetPaused(r.Context(), jobstore.PauseParams{Upstream: name, Paused: action == "pause", Now: s.cfg.Clock.Now()}); err != nil {
 		storeError(w, "pausing the upstream", err)
 		return
 	}

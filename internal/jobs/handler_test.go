@@ -14,15 +14,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	st := openStore(t)
 	base := func() Config {
-		return Config{Store: st, Dispatchers: map[string]Dispatcher{"a": succeed()}, Protocols: map[string]provider.Protocol{"a": provider.Anthropic}}
+		return Config{Store: st, Dispatchers: map[string]Dispatcher{"a": succeed()}, Protocols: map[string]llm.Protocol{"a": llm.Anthropic}}
 	}
 	cases := []struct {
 		name string
@@ -72,14 +72,14 @@ func TestSubmitRunsAndReturnsResponse(t *testing.T) {
 	d := succeed()
 	s := newService(t, nil, d, nil, nil)
 	j := submit(t, s, `,"priority":"high","max_attempts":3`)
-	require.Contains(t, []queue.State{queue.StateQueued, queue.StateRunning}, j.State, "running when handed to an idle worker")
+	require.Contains(t, []jobstore.State{jobstore.StateQueued, jobstore.StateRunning}, j.State, "running when handed to an idle worker")
 	require.Equal(t, "high", j.Priority)
 	require.Equal(t, 3, j.MaxAttempts)
 	v := await(t, s, j.ID)
-	require.Equal(t, queue.StateSucceeded, v.State)
+	require.Equal(t, jobstore.StateSucceeded, v.State)
 	require.NotNil(t, v.Response)
 	require.Equal(t, 200, v.Response.Status)
-	require.Equal(t, provider.Usage{InputTokens: 7, OutputTokens: 3}, v.Response.Usage)
+	require.Equal(t, llm.Usage{InputTokens: 7, OutputTokens: 3}, v.Response.Usage)
 	require.Equal(t, "req_test", v.Response.Headers["Request-Id"])
 	got, err := json.Marshal(v.Response.Body)
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestIdempotencyNeverCallsTwice(t *testing.T) {
 	code, body = do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","request":`+anthropicBody+`,"idempotency_key":"k1"}`)
 	require.Equal(t, http.StatusOK, code)
 	again := decode[JobView](t, body)
-	require.Equal(t, queue.StateSucceeded, again.State)
+	require.Equal(t, jobstore.StateSucceeded, again.State)
 	require.NotNil(t, again.Response, "a known key answers with the stored response")
 	require.Equal(t, 1, d.Calls())
 }
@@ -206,7 +206,7 @@ func TestLongPollReturnsWhenJobFinishes(t *testing.T) {
 	<-entered
 	code, body := do(t, s.Handler(), "GET", "/v1/jobs/"+formatID(j.ID)+"?wait=0", "")
 	require.Equal(t, 200, code)
-	require.Equal(t, queue.StateRunning, decode[JobView](t, body).State)
+	require.Equal(t, jobstore.StateRunning, decode[JobView](t, body).State)
 	got := make(chan JobView)
 	go func() {
 		_, body := do(t, s.Handler(), "GET", "/v1/jobs/"+formatID(j.ID)+"?wait=30s", "")
@@ -216,7 +216,7 @@ func TestLongPollReturnsWhenJobFinishes(t *testing.T) {
 	}()
 	close(release)
 	v := <-got
-	require.Equal(t, queue.StateSucceeded, v.State)
+	require.Equal(t, jobstore.StateSucceeded, v.State)
 }
 
 func TestCancelAbortsRunningCall(t *testing.T) {
@@ -234,10 +234,10 @@ func TestCancelAbortsRunningCall(t *testing.T) {
 	<-entered
 	code, body := do(t, s.Handler(), "DELETE", "/v1/jobs/"+formatID(j.ID), "")
 	require.Equal(t, 200, code, string(body))
-	require.Equal(t, queue.StateCanceled, decode[JobView](t, body).State)
+	require.Equal(t, jobstore.StateCanceled, decode[JobView](t, body).State)
 	require.ErrorIs(t, <-aborted, errJobCanceled, "the upstream call's context is canceled")
 	v := await(t, s, j.ID)
-	require.Equal(t, queue.StateCanceled, v.State)
+	require.Equal(t, jobstore.StateCanceled, v.State)
 	require.Equal(t, "canceled", v.Error.Type)
 	code, _ = do(t, s.Handler(), "DELETE", "/v1/jobs/"+formatID(j.ID), "")
 	require.Equal(t, 200, code, "canceling twice is a no-op")
@@ -280,14 +280,14 @@ func TestListPaginationPauseAndRetry(t *testing.T) {
 	require.Equal(t, 200, code)
 	for _, id := range ids {
 		v := await(t, s, id)
-		require.Equal(t, queue.StateDead, v.State)
+		require.Equal(t, jobstore.StateDead, v.State)
 		require.Equal(t, "invalid_request_error", v.Error.Type)
 		require.Equal(t, 400, v.Error.Status)
 	}
 	require.Equal(t, 5, bad.Calls(), "terminal errors are not retried")
 	code, body = do(t, h, "POST", "/v1/jobs/"+formatID(ids[0])+"/retry", "")
 	require.Equal(t, 200, code, string(body))
-	require.Equal(t, queue.StateDead, await(t, s, ids[0]).State)
+	require.Equal(t, jobstore.StateDead, await(t, s, ids[0]).State)
 	code, body = do(t, h, "POST", "/v1/jobs/retry", `{"upstream":"claude"}`)
 	require.Equal(t, 200, code, string(body))
 	require.JSONEq(t, `{"requeued":5}`, string(body))
@@ -299,31 +299,31 @@ func TestListPaginationPauseAndRetry(t *testing.T) {
 
 func TestOutcomes(t *testing.T) {
 	t.Parallel()
-	rate := &provider.Outcome{Class: provider.Rate, Status: 429}
-	overload := &provider.Outcome{Class: provider.Overload, Status: 529}
+	rate := &llm.Outcome{Kind: llm.Rate, Status: 429}
+	overload := &llm.Outcome{Kind: llm.Overload, Status: 529}
 	cases := []struct {
 		name     string
 		resp     func() (*dispatch.Response, error)
-		state    queue.State
+		state    jobstore.State
 		attempts int
 		errType  string
 	}{
 		{"rate reschedules without burning", func() (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrDeadline, Status: 429, Message: "rate limited", RetryAfter: time.Hour, Last: rate}
-		}, queue.StateQueued, 0, ""},
+		}, jobstore.StateQueued, 0, ""},
 		{"shed reschedules", func() (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrShed, Status: 429, Message: "shed", RetryAfter: time.Hour}
-		}, queue.StateQueued, 0, ""},
+		}, jobstore.StateQueued, 0, ""},
 		{"overload burns and backs off", func() (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Message: "overloaded", RetryAfter: time.Hour, Last: overload}
-		}, queue.StateQueued, 1, ""},
+		}, jobstore.StateQueued, 1, ""},
 		{"too large is terminal", func() (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrTooLarge, Status: 413, Message: "too large"}
-		}, queue.StateDead, 1, "invalid_request_error"},
+		}, jobstore.StateDead, 1, "invalid_request_error"},
 		{"quota is terminal", func() (*dispatch.Response, error) {
 			return reply(429, `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits","details":{"error_code":"enforced_spend_limit_reached"}}}`), nil
-		}, queue.StateDead, 1, "rate_limit_error"},
-		{"local failure retries", func() (*dispatch.Response, error) { return nil, errors.New("boom") }, queue.StateQueued, 1, ""},
+		}, jobstore.StateDead, 1, "rate_limit_error"},
+		{"local failure retries", func() (*dispatch.Response, error) { return nil, errors.New("boom") }, jobstore.StateQueued, 1, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -333,15 +333,15 @@ func TestOutcomes(t *testing.T) {
 			s := newService(t, st, d, nil, func(c *Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour })
 			j := submit(t, s, "")
 			require.Eventually(t, func() bool { return d.Calls() == 1 }, 10*time.Second, time.Millisecond)
-			var got *queue.Job
+			var got *jobstore.Job
 			require.Eventually(t, func() bool {
 				var err error
 				got, err = st.Get(context.Background(), j.ID)
-				return err == nil && got.State != queue.StateRunning
+				return err == nil && got.State != jobstore.StateRunning
 			}, 10*time.Second, time.Millisecond)
 			require.Equal(t, tc.state, got.State)
 			require.Equal(t, tc.attempts, got.Attempts)
-			if tc.state == queue.StateQueued && tc.name != "local failure retries" {
+			if tc.state == jobstore.StateQueued && tc.name != "local failure retries" {
 				require.True(t, got.AvailableAt.After(time.Now().Add(30*time.Minute)), "requeued for later: %v", got.AvailableAt)
 			}
 			if tc.errType != "" {
@@ -368,7 +368,7 @@ func TestStopHandsBackLeases(t *testing.T) {
 	require.NoError(t, s.Stop(ctx))
 	got, err := st.Get(context.Background(), j.ID)
 	require.NoError(t, err)
-	require.Equal(t, queue.StateQueued, got.State, "the lease was handed back")
+	require.Equal(t, jobstore.StateQueued, got.State, "the lease was handed back")
 	require.Zero(t, got.Attempts, "no attempt burnt")
 	require.NoError(t, s.Stop(context.Background()), "Stop is idempotent")
 	require.ErrorIs(t, s.Start(context.Background()), ErrStopped)
@@ -378,12 +378,12 @@ func TestStopHandsBackLeases(t *testing.T) {
 // when they start, whenever they are scheduled) and keeps claude's last
 // Handoff.
 type claimCounter struct {
-	queue.Store
+	jobstore.Store
 	claims  atomic.Int64
-	handoff atomic.Pointer[queue.Handoff]
+	handoff atomic.Pointer[jobstore.Handoff]
 }
 
-func (c *claimCounter) Handoff(p queue.HandoffParams) (*queue.Handoff, error) {
+func (c *claimCounter) Handoff(p jobstore.HandoffParams) (*jobstore.Handoff, error) {
 	h, err := c.Store.Handoff(p)
 	if err == nil && p.Upstream == "claude" {
 		c.handoff.Store(h)
@@ -391,7 +391,7 @@ func (c *claimCounter) Handoff(p queue.HandoffParams) (*queue.Handoff, error) {
 	return h, err
 }
 
-func (c *claimCounter) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
+func (c *claimCounter) Claim(ctx context.Context, p jobstore.ClaimParams) ([]*jobstore.Job, error) {
 	if p.Upstream == "claude" {
 		c.claims.Add(1)
 	}
@@ -423,14 +423,14 @@ func TestIdleWorkerTakesSubmitsWithoutClaiming(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "the idle worker offers its two slots")
 	before := st.claims.Load()
 	a, b := submit(t, s, ""), submit(t, s, "")
-	require.Equal(t, queue.StateRunning, a.State, "handed off at submit")
-	require.Equal(t, queue.StateRunning, b.State)
+	require.Equal(t, jobstore.StateRunning, a.State, "handed off at submit")
+	require.Equal(t, jobstore.StateRunning, b.State)
 	require.Equal(t, before, st.claims.Load(), "no claim for handed-off jobs")
 	c := submit(t, s, "")
-	require.Equal(t, queue.StateQueued, c.State, "both slots are busy")
+	require.Equal(t, jobstore.StateQueued, c.State, "both slots are busy")
 	unblock()
 	for _, id := range []int64{a.ID, b.ID, c.ID} {
-		require.Equal(t, queue.StateSucceeded, await(t, s, id).State)
+		require.Equal(t, jobstore.StateSucceeded, await(t, s, id).State)
 	}
 	require.Greater(t, st.claims.Load(), before, "the queued job was claimed")
 	require.Equal(t, 3, d.Calls())
@@ -443,7 +443,7 @@ type gatedClaims struct {
 	entered chan struct{}
 }
 
-func (g *gatedClaims) Claim(ctx context.Context, p queue.ClaimParams) ([]*queue.Job, error) {
+func (g *gatedClaims) Claim(ctx context.Context, p jobstore.ClaimParams) ([]*jobstore.Job, error) {
 	if gate := g.gate.Load(); gate != nil && p.Upstream == "claude" {
 		select {
 		case g.entered <- struct{}{}:
@@ -488,7 +488,7 @@ func TestIdleWorkerKeepsOfferingWhileClaiming(t *testing.T) {
 	}
 	require.Equal(t, 2, st.handoff.Load().Offered(), "the claim took back one batch of slots")
 	j := submit(t, s, "")
-	require.Equal(t, queue.StateRunning, j.State, "handed off while the claim runs")
+	require.Equal(t, jobstore.StateRunning, j.State, "handed off while the claim runs")
 	open()
-	require.Equal(t, queue.StateSucceeded, await(t, s, j.ID).State)
+	require.Equal(t, jobstore.StateSucceeded, await(t, s, j.ID).State)
 }

@@ -18,8 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 func TestMain(m *testing.M) {
@@ -90,9 +90,9 @@ func succeed() *fakeDispatcher {
 	}}
 }
 
-func openStore(t *testing.T) queue.Store {
+func openStore(t *testing.T) jobstore.Store {
 	t.Helper()
-	st, err := queue.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "jobs.db"), queue.Options{})
+	st, err := jobstore.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "jobs.db"), jobstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	return st
@@ -101,7 +101,7 @@ func openStore(t *testing.T) queue.Store {
 // newService builds a service over a fresh store with upstream "claude"
 // (anthropic) served by d and "gpt" (openai) served by gpt; edit tunes the
 // config. It is started unless edit sets Owner to "manual".
-func newService(t *testing.T, st queue.Store, d, gpt Dispatcher, edit func(*Config)) *Service {
+func newService(t *testing.T, st jobstore.Store, d, gpt Dispatcher, edit func(*Config)) *Service {
 	t.Helper()
 	if st == nil {
 		st = openStore(t)
@@ -112,7 +112,7 @@ func newService(t *testing.T, st queue.Store, d, gpt Dispatcher, edit func(*Conf
 	cfg := Config{
 		Store:        st,
 		Dispatchers:  map[string]Dispatcher{"claude": d, "gpt": gpt},
-		Protocols:    map[string]provider.Protocol{"claude": provider.Anthropic, "gpt": provider.OpenAI},
+		Protocols:    map[string]llm.Protocol{"claude": llm.Anthropic, "gpt": llm.OpenAI},
 		PollInterval: 20 * time.Millisecond,
 		Owner:        "test",
 	}
@@ -172,9 +172,9 @@ func await(t *testing.T, s *Service, id int64) JobView {
 }
 
 // waitFor polls the store until job id is in state want.
-func waitFor(t *testing.T, st queue.Store, id int64, want queue.State) *queue.Job {
+func waitFor(t *testing.T, st jobstore.Store, id int64, want jobstore.State) *jobstore.Job {
 	t.Helper()
-	var j *queue.Job
+	var j *jobstore.Job
 	require.Eventually(t, func() bool {
 		var err error
 		j, err = st.Get(context.Background(), id)

@@ -3,7 +3,7 @@ package jobs
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // Observer receives the job runtime's events, for metrics (the server's
@@ -27,10 +27,10 @@ type Observer interface {
 	// Finished: n jobs of upstream reached a finished state here: a worker
 	// recorded their success or death, or the API canceled them. Jobs the
 	// rescuer kills are counted by Rescued instead.
-	Finished(upstream string, state queue.State, n int)
+	Finished(upstream string, state jobstore.State, n int)
 	// Rescued: a pass of this process's lease rescuer ended (res counts
 	// what it did; it may be all zeros).
-	Rescued(res queue.RescueResult)
+	Rescued(res jobstore.RescueResult)
 	// Webhook: one webhook delivery attempt ended with outcome.
 	Webhook(outcome WebhookOutcome)
 }
@@ -101,6 +101,6 @@ type NopObserver struct{}
 func (NopObserver) Submitted(string, int)                           {}
 func (NopObserver) Started(string, time.Duration)                   {}
 func (NopObserver) Attempted(string, AttemptOutcome, time.Duration) {}
-func (NopObserver) Finished(string, queue.State, int)               {}
-func (NopObserver) Rescued(queue.RescueResult)                      {}
+func (NopObserver) Finished(string, jobstore.State, int)            {}
+func (NopObserver) Rescued(jobstore.RescueResult)                   {}
 func (NopObserver) Webhook(WebhookOutcome)                          {}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // recorder is an Observer that tallies every event.
@@ -35,7 +35,7 @@ type observed struct {
 	Started   map[string]int
 	Attempts  map[string]int
 	Finished  map[string]int
-	Rescued   queue.RescueResult
+	Rescued   jobstore.RescueResult
 	Webhooks  map[WebhookOutcome]int
 }
 
@@ -72,13 +72,13 @@ func (r *recorder) Attempted(upstream string, outcome AttemptOutcome, d time.Dur
 	add(&r.got.Attempts, upstream+" "+string(outcome), 1)
 }
 
-func (r *recorder) Finished(upstream string, state queue.State, n int) {
+func (r *recorder) Finished(upstream string, state jobstore.State, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	add(&r.got.Finished, upstream+" "+string(state), n)
 }
 
-func (r *recorder) Rescued(res queue.RescueResult) {
+func (r *recorder) Rescued(res jobstore.RescueResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got.Rescued.Requeued += res.Requeued
@@ -129,47 +129,47 @@ func expect(t *testing.T, r *recorder, want observed) {
 // way an attempt can end through the dispatcher.
 func TestObserverFollowsJobLifecycles(t *testing.T) {
 	t.Parallel()
-	rate := &provider.Outcome{Class: provider.Rate, Status: 429}
-	overload := &provider.Outcome{Class: provider.Overload, Status: 529}
+	rate := &llm.Outcome{Kind: llm.Rate, Status: 429}
+	overload := &llm.Outcome{Kind: llm.Overload, Status: 529}
 	cases := []struct {
 		name   string
 		resp   func(call int64) (*dispatch.Response, error)
 		extra  string // the submit's extra fields
 		replay bool   // submit it twice (the second answers the first job)
-		final  queue.State
+		final  jobstore.State
 		calls  int
 		want   observed
 	}{
-		{"success", func(int64) (*dispatch.Response, error) { return reply(200, okMessage), nil }, "", false, queue.StateSucceeded, 1, observed{
+		{"success", func(int64) (*dispatch.Response, error) { return reply(200, okMessage), nil }, "", false, jobstore.StateSucceeded, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude success": 1}, Finished: map[string]int{"claude succeeded": 1},
 		}},
 		{"idempotent replay is not a submit", func(int64) (*dispatch.Response, error) { return reply(200, okMessage), nil },
-			`,"idempotency_key":"k"`, true, queue.StateSucceeded, 1, observed{
+			`,"idempotency_key":"k"`, true, jobstore.StateSucceeded, 1, observed{
 				Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 				Attempts: map[string]int{"claude success": 1}, Finished: map[string]int{"claude succeeded": 1},
 			}},
 		{"client error is terminal", func(int64) (*dispatch.Response, error) {
 			return reply(400, `{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`), nil
-		}, "", false, queue.StateDead, 1, observed{
+		}, "", false, jobstore.StateDead, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude dead": 1}, Finished: map[string]int{"claude dead": 1},
 		}},
 		{"rate limit reschedules", func(int64) (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrDeadline, Status: 429, Message: "rate limited", RetryAfter: time.Hour, Last: rate}
-		}, "", false, queue.StateQueued, 1, observed{
+		}, "", false, jobstore.StateQueued, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude rate_limited": 1},
 		}},
 		{"overload retries", func(int64) (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Message: "overloaded", RetryAfter: time.Hour, Last: overload}
-		}, "", false, queue.StateQueued, 1, observed{
+		}, "", false, jobstore.StateQueued, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude retry": 1},
 		}},
 		{"overload on the last attempt kills", func(int64) (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Message: "overloaded", Last: overload}
-		}, `,"max_attempts":1`, false, queue.StateDead, 1, observed{
+		}, `,"max_attempts":1`, false, jobstore.StateDead, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude dead": 1}, Finished: map[string]int{"claude dead": 1},
 		}},
@@ -178,7 +178,7 @@ func TestObserverFollowsJobLifecycles(t *testing.T) {
 				return nil, &dispatch.Error{Reason: dispatch.ErrStopped, Status: 503, Message: "stopped"}
 			}
 			return reply(200, okMessage), nil // a second later, without a burnt attempt
-		}, "", false, queue.StateSucceeded, 2, observed{
+		}, "", false, jobstore.StateSucceeded, 2, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 2},
 			Attempts: map[string]int{"claude stopped": 1, "claude success": 1}, Finished: map[string]int{"claude succeeded": 1},
 		}},
@@ -236,7 +236,7 @@ func TestObserverCancelAndStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no grace: abort at once
 	require.NoError(t, s.Stop(ctx))
-	waitFor(t, st, stopped.ID, queue.StateQueued)
+	waitFor(t, st, stopped.ID, jobstore.StateQueued)
 	expect(t, rec, observed{
 		Submitted: map[string]int{"claude": 2}, Started: map[string]int{"claude": 2},
 		Attempts: map[string]int{"claude canceled": 1, "claude stopped": 1}, Finished: map[string]int{"claude canceled": 1},
@@ -284,16 +284,16 @@ func TestObserverRescueAndLostLease(t *testing.T) {
 	clk.Advance(31 * time.Second) // A's heartbeats go nowhere; its lease runs out
 	res, err := a.rescuer.RunOnce(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, queue.RescueResult{Requeued: 1}, res)
+	require.Equal(t, jobstore.RescueResult{Requeued: 1}, res)
 
 	b := newService(t, st, succeed(), nil, func(c *Config) { c.Clock, c.Owner, c.Observer, c.RescueInterval = clk, "B", recB, -1 })
-	waitFor(t, st, j.ID, queue.StateSucceeded)
+	waitFor(t, st, j.ID, jobstore.StateSucceeded)
 	require.NoError(t, b.Stop(context.Background()))
 	unblock()
 	require.NoError(t, a.Stop(context.Background()))
 	expect(t, recA, observed{
 		Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
-		Attempts: map[string]int{"claude lease_lost": 1}, Rescued: queue.RescueResult{Requeued: 1},
+		Attempts: map[string]int{"claude lease_lost": 1}, Rescued: jobstore.RescueResult{Requeued: 1},
 	})
 	expect(t, recB, observed{
 		Started: map[string]int{"claude": 1}, Attempts: map[string]int{"claude success": 1},
@@ -318,7 +318,7 @@ func TestObserverQueueWait(t *testing.T) {
 	j := submit(t, s, "")
 	clk.Advance(90 * time.Second)
 	require.NoError(t, s.Start(context.Background()))
-	waitFor(t, st, j.ID, queue.StateSucceeded)
+	waitFor(t, st, j.ID, jobstore.StateSucceeded)
 	require.NoError(t, s.Stop(context.Background()))
 	mu.Lock()
 	defer mu.Unlock()

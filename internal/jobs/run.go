@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // keptHeaders are the response headers worth keeping with a result.
@@ -23,8 +24,8 @@ const maxResultBytes = 64 << 20
 
 // verdict is what one run decided for its job.
 type verdict struct {
-	complete *queue.Result // success
-	fail     *queue.FailParams
+	complete *jobstore.Result // success
+	fail     *jobstore.FailParams
 	// outcome is the attempt's outcome if the store takes the verdict
 	// as it is (a retry may still kill the job).
 	outcome AttemptOutcome
@@ -32,7 +33,7 @@ type verdict struct {
 
 // run executes one leased job: dispatch with a heartbeat, then write the
 // verdict with the lease's fencing token.
-func (w *worker) run(j *queue.Job) {
+func (w *worker) run(j *jobstore.Job) {
 	s := w.s
 	obs := s.cfg.Observer
 	start := s.cfg.Clock.Now()
@@ -66,7 +67,7 @@ func (w *worker) run(j *queue.Job) {
 		return
 	case errors.Is(cause, errShutdown):
 		// Hand the lease back so a restart runs the job at once.
-		v = verdict{fail: &queue.FailParams{Kind: queue.FailReschedule, Error: queue.AttemptError{Message: "gateway stopped during the call; requeued"}},
+		v = verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, Error: jobstore.AttemptError{Message: "gateway stopped during the call; requeued"}},
 			outcome: AttemptStopped}
 	}
 	outcome = w.write(j, v)
@@ -78,7 +79,7 @@ func (w *worker) run(j *queue.Job) {
 }
 
 // queueWait is how long j waited to start at now since it became available.
-func queueWait(j *queue.Job, now time.Time) time.Duration {
+func queueWait(j *jobstore.Job, now time.Time) time.Duration {
 	from := j.AvailableAt
 	if from.IsZero() {
 		from = j.CreatedAt
@@ -87,7 +88,7 @@ func queueWait(j *queue.Job, now time.Time) time.Duration {
 }
 
 // heartbeat renews j's lease until stop; a lost lease aborts the call.
-func (w *worker) heartbeat(ctx context.Context, j *queue.Job, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	cfg := w.s.cfg
 	t := cfg.Clock.NewTimer(cfg.HeartbeatEvery)
 	defer t.Stop()
@@ -99,9 +100,9 @@ func (w *worker) heartbeat(ctx context.Context, j *queue.Job, cancel context.Can
 			return
 		case <-t.C():
 		}
-		err := w.s.store.Heartbeat(ctx, queue.HeartbeatParams{ID: j.ID, Token: j.Lease.Token, LeaseFor: cfg.LeaseFor, Now: cfg.Clock.Now()})
+		err := w.s.store.Heartbeat(ctx, jobstore.HeartbeatParams{ID: j.ID, Token: j.Lease.Token, LeaseFor: cfg.LeaseFor, Now: cfg.Clock.Now()})
 		switch {
-		case errors.Is(err, queue.ErrLeaseLost), errors.Is(err, queue.ErrNotFound):
+		case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
 			cancel(errLeaseLost)
 			return
 		case err != nil && ctx.Err() == nil:
@@ -112,10 +113,10 @@ func (w *worker) heartbeat(ctx context.Context, j *queue.Job, cancel context.Can
 }
 
 // call sends j through the dispatcher and reads the whole response.
-func (w *worker) call(ctx context.Context, j *queue.Job) verdict {
+func (w *worker) call(ctx context.Context, j *jobstore.Job) verdict {
 	cost, err := provider.Estimate(w.protocol, j.Body)
 	if err != nil {
-		return terminal(http.StatusBadRequest, provider.ClientError, "invalid request body: "+err.Error(), nil)
+		return terminal(http.StatusBadRequest, llm.ClientError, "invalid request body: "+err.Error(), nil)
 	}
 	resp, err := w.dispatcher.Do(ctx, &dispatch.Request{
 		Method:   http.MethodPost,
@@ -140,12 +141,12 @@ func (w *worker) call(ctx context.Context, j *queue.Job) verdict {
 	}
 	n, err := io.Copy(dst, io.LimitReader(resp.Body, maxResultBytes+1))
 	if err != nil {
-		return retry(w.s, j, 0, provider.Transient, "reading the upstream response: "+err.Error(), 0)
+		return retry(w.s, j, 0, llm.Transient, "reading the upstream response: "+err.Error(), 0)
 	}
 	if n > maxResultBytes {
-		return terminal(resp.StatusCode, provider.ClientError, fmt.Sprintf("response larger than %d bytes", maxResultBytes), nil)
+		return terminal(resp.StatusCode, llm.ClientError, fmt.Sprintf("response larger than %d bytes", maxResultBytes), nil)
 	}
-	res := &queue.Result{Status: resp.StatusCode, Header: http.Header{}, Body: body.Bytes()}
+	res := &jobstore.Result{Status: resp.StatusCode, Header: http.Header{}, Body: body.Bytes()}
 	for _, h := range keptHeaders {
 		if v := resp.Header.Values(h); len(v) > 0 {
 			res.Header[h] = v
@@ -154,19 +155,19 @@ func (w *worker) call(ctx context.Context, j *queue.Job) verdict {
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		// A terminal provider error the dispatcher passed through.
 		out := provider.Classify(w.protocol, resp.StatusCode, resp.Header, res.Body, w.s.cfg.Clock.Now())
-		switch kind := queue.FailKindFor(out.Class); kind {
-		case queue.FailTerminal:
-			return terminal(resp.StatusCode, out.Class, out.Message, res)
+		switch kind := jobstore.FailKindFor(out.Kind); kind {
+		case jobstore.FailTerminal:
+			return terminal(resp.StatusCode, out.Kind, out.Message, res)
 		default:
-			return retry(w.s, j, resp.StatusCode, out.Class, out.Message, out.RetryAfter)
+			return retry(w.s, j, resp.StatusCode, out.Kind, out.Message, out.RetryAfter)
 		}
 	}
 	if so != nil {
 		if out, bad := so.StreamError(); bad {
-			return retry(w.s, j, resp.StatusCode, provider.StreamFail, "stream error: "+out.Message, 0)
+			return retry(w.s, j, resp.StatusCode, llm.StreamFail, "stream error: "+out.Message, 0)
 		}
 		if !so.Done() {
-			return retry(w.s, j, resp.StatusCode, provider.StreamFail, "stream ended before its final event", 0)
+			return retry(w.s, j, resp.StatusCode, llm.StreamFail, "stream ended before its final event", 0)
 		}
 		res.Usage, _ = so.Usage()
 	} else {
@@ -176,74 +177,74 @@ func (w *worker) call(ctx context.Context, j *queue.Job) verdict {
 }
 
 // dispatchFailure turns an error from Dispatcher.Do into a verdict.
-func (w *worker) dispatchFailure(j *queue.Job, err error) verdict {
+func (w *worker) dispatchFailure(j *jobstore.Job, err error) verdict {
 	var de *dispatch.Error
 	if !errors.As(err, &de) {
 		// ctx canceled (cancel, lost lease, shutdown) or a local failure.
-		return retry(w.s, j, 0, provider.Transient, err.Error(), 0)
+		return retry(w.s, j, 0, llm.Transient, err.Error(), 0)
 	}
-	last := provider.Transient
+	last := llm.Transient
 	status := 0
 	if de.Last != nil {
-		last, status = de.Last.Class, de.Last.Status
+		last, status = de.Last.Kind, de.Last.Status
 	}
 	switch {
 	case errors.Is(de, dispatch.ErrStopped):
-		v := reschedule(w.s, 0, provider.Transient, de.Message, 0)
+		v := reschedule(w.s, 0, llm.Transient, de.Message, 0)
 		v.outcome = AttemptStopped
 		return v
 	case errors.Is(de, dispatch.ErrTooLarge):
-		return terminal(de.Status, provider.ClientError, de.Message, nil)
+		return terminal(de.Status, llm.ClientError, de.Message, nil)
 	case errors.Is(de, dispatch.ErrShed), errors.Is(de, dispatch.ErrDeadline):
 		// Waiting is not the job's fault: try again later without burning.
-		return reschedule(w.s, de.Status, provider.Rate, de.Message, de.RetryAfter)
+		return reschedule(w.s, de.Status, llm.Rate, de.Message, de.RetryAfter)
 	}
-	switch queue.FailKindFor(last) {
-	case queue.FailReschedule:
+	switch jobstore.FailKindFor(last) {
+	case jobstore.FailReschedule:
 		return reschedule(w.s, status, last, de.Message, de.RetryAfter)
-	case queue.FailTerminal:
+	case jobstore.FailTerminal:
 		return terminal(status, last, de.Message, nil)
-	default: // queue.FailRetry: burn an attempt and back off.
+	default: // jobstore.FailRetry: burn an attempt and back off.
 		return retry(w.s, j, status, last, de.Message, de.RetryAfter)
 	}
 }
 
-func terminal(status int, class provider.Class, msg string, res *queue.Result) verdict {
-	return verdict{fail: &queue.FailParams{Kind: queue.FailTerminal, Error: queue.AttemptError{Status: status, Class: class, Message: msg}, Result: res},
+func terminal(status int, class llm.OutcomeKind, msg string, res *jobstore.Result) verdict {
+	return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: jobstore.AttemptError{Status: status, Class: class, Message: msg}, Result: res},
 		outcome: AttemptDead}
 }
 
-func reschedule(s *Service, status int, class provider.Class, msg string, hint time.Duration) verdict {
+func reschedule(s *Service, status int, class llm.OutcomeKind, msg string, hint time.Duration) verdict {
 	wait := max(hint, time.Second)
-	return verdict{fail: &queue.FailParams{Kind: queue.FailReschedule, Error: queue.AttemptError{Status: status, Class: class, Message: msg},
+	return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, Error: jobstore.AttemptError{Status: status, Class: class, Message: msg},
 		RetryAt: s.cfg.Clock.Now().Add(s.backoff.RateDelay(wait, s.uniform()))}, outcome: AttemptRateLimited}
 }
 
-func retry(s *Service, j *queue.Job, status int, class provider.Class, msg string, hint time.Duration) verdict {
+func retry(s *Service, j *jobstore.Job, status int, class llm.OutcomeKind, msg string, hint time.Duration) verdict {
 	delay := max(s.backoff.Delay(j.Attempts, s.uniform()), hint)
-	return verdict{fail: &queue.FailParams{Kind: queue.FailRetry, Error: queue.AttemptError{Status: status, Class: class, Message: msg},
+	return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailRetry, Error: jobstore.AttemptError{Status: status, Class: class, Message: msg},
 		RetryAt: s.cfg.Clock.Now().Add(delay)}, outcome: AttemptRetry}
 }
 
 // write records v with the job's fencing token and returns the attempt's
 // outcome. A lost lease means another worker (or a cancel) owns the job
 // now: nothing is overwritten.
-func (w *worker) write(j *queue.Job, v verdict) AttemptOutcome {
+func (w *worker) write(j *jobstore.Job, v verdict) AttemptOutcome {
 	s := w.s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.jobCtx), handBackTimeout)
 	defer cancel()
 	now := s.cfg.Clock.Now()
 	var err error
-	st := queue.StateSucceeded
+	st := jobstore.StateSucceeded
 	if v.complete != nil {
-		err = s.store.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: now})
+		err = s.store.Complete(ctx, jobstore.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: now})
 	} else {
 		p := *v.fail
 		p.ID, p.Token, p.Now = j.ID, j.Lease.Token, now
 		st, err = s.store.Fail(ctx, p)
 	}
 	switch {
-	case errors.Is(err, queue.ErrLeaseLost), errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
 		return AttemptLeaseLost
 	case err != nil:
 		s.cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
@@ -257,7 +258,7 @@ func (w *worker) write(j *queue.Job, v verdict) AttemptOutcome {
 	if j.WebhookURL != "" {
 		s.webhook(j.ID)
 	}
-	if st == queue.StateDead {
+	if st == jobstore.StateDead {
 		return AttemptDead // a retry or reschedule past the job's attempts or deadline
 	}
 	return v.outcome

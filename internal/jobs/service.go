@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // Errors callers branch on.
@@ -48,8 +48,8 @@ const (
 // dispatchers.
 type Service struct {
 	cfg       Config
-	store     queue.Store
-	rescuer   *queue.JobRescuer
+	store     jobstore.Store
+	rescuer   *jobstore.JobRescuer
 	upstreams []string
 	backoff   flow.Backoff
 	handler   http.Handler
@@ -90,11 +90,11 @@ func New(cfg Config) (*Service, error) {
 	}
 	slices.Sort(s.upstreams)
 	if cfg.RescueInterval > 0 {
-		r, err := queue.NewJobRescuer(cfg.Store, queue.JobRescuerConfig{
+		r, err := jobstore.NewJobRescuer(cfg.Store, jobstore.JobRescuerConfig{
 			Interval:  cfg.RescueInterval,
 			MaxStalls: cfg.MaxStalls,
 			Clock:     cfg.Clock,
-			OnPass: func(res queue.RescueResult, err error) {
+			OnPass: func(res jobstore.RescueResult, err error) {
 				cfg.Observer.Rescued(res) // what the pass did before any error
 				if err != nil {
 					cfg.Logger.Warn("rescuing expired job leases", "err", err)

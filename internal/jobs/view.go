@@ -6,15 +6,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // JobView is a job as the API shows it.
 type JobView struct {
 	ID             int64           `json:"id"`
 	Object         string          `json:"object"`
-	State          queue.State     `json:"state"`
+	State          jobstore.State  `json:"state"`
 	Upstream       string          `json:"upstream"`
 	Priority       string          `json:"priority"`
 	Client         string          `json:"client,omitempty"`
@@ -52,8 +52,8 @@ type ResponseView struct {
 	Headers map[string]string `json:"headers,omitempty"`
 	// Body is the provider's JSON body, or a string for a non-JSON body
 	// (an SSE stream).
-	Body  any            `json:"body"`
-	Usage provider.Usage `json:"usage"`
+	Body  any       `json:"body"`
+	Usage llm.Usage `json:"usage"`
 }
 
 // ErrorView is why a job died.
@@ -66,7 +66,7 @@ type ErrorView struct {
 }
 
 // view renders j; full adds the request body.
-func (s *Service) view(j *queue.Job, full bool) JobView {
+func (s *Service) view(j *jobstore.Job, full bool) JobView {
 	v := JobView{
 		ID: j.ID, Object: "job", State: j.State, Upstream: j.Upstream, Priority: j.Priority.String(),
 		Client: j.Client, Path: j.Path, IdempotencyKey: j.IdempotencyKey, BatchID: j.BatchID, CustomID: j.CustomID,
@@ -88,15 +88,15 @@ func (s *Service) view(j *queue.Job, full bool) JobView {
 		v.Request = json.RawMessage(j.Body)
 	}
 	switch j.State {
-	case queue.StateSucceeded:
+	case jobstore.StateSucceeded:
 		if j.Result != nil {
 			v.Response = &ResponseView{Status: j.Result.Status, Headers: flatHeaders(j.Result.Header), Body: bodyValue(j.Result.Body), Usage: j.Result.Usage}
 		}
-	case queue.StateDead:
+	case jobstore.StateDead:
 		v.Error = deathOf(j)
-	case queue.StateCanceled:
+	case jobstore.StateCanceled:
 		v.Error = &ErrorView{Type: "canceled", Message: "the job was canceled"}
-	case queue.StateQueued, queue.StateRunning:
+	case jobstore.StateQueued, jobstore.StateRunning:
 		// Not finished: neither a response nor an error yet.
 	}
 	return v
@@ -104,7 +104,7 @@ func (s *Service) view(j *queue.Job, full bool) JobView {
 
 // deathOf explains a dead job: the provider's kept error, else the last
 // attempt's.
-func deathOf(j *queue.Job) *ErrorView {
+func deathOf(j *jobstore.Job) *ErrorView {
 	e := &ErrorView{Type: "api_error", Message: "the job died"}
 	if n := len(j.Errors); n > 0 {
 		last := j.Errors[n-1]
@@ -131,19 +131,19 @@ func deathOf(j *queue.Job) *ErrorView {
 }
 
 // expired reports whether a dead job died of its deadline.
-func expired(j *queue.Job) bool {
-	return j.State == queue.StateDead && !j.Deadline.IsZero() && !j.FinishedAt.Before(j.Deadline) && j.Result == nil
+func expired(j *jobstore.Job) bool {
+	return j.State == jobstore.StateDead && !j.Deadline.IsZero() && !j.FinishedAt.Before(j.Deadline) && j.Result == nil
 }
 
-func errorTypeOf(c provider.Class) string {
+func errorTypeOf(c llm.OutcomeKind) string {
 	switch c {
-	case provider.Rate:
+	case llm.Rate:
 		return "rate_limit_error"
-	case provider.Overload:
+	case llm.Overload:
 		return "overloaded_error"
-	case provider.Quota:
+	case llm.Quota:
 		return "quota_error"
-	case provider.ClientError:
+	case llm.ClientError:
 		return "invalid_request_error"
 	default:
 		// Transient and stream failures (and a success that still failed

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // worker is one upstream's claim loop.
@@ -13,14 +13,14 @@ type worker struct {
 	s          *Service
 	upstream   string
 	dispatcher Dispatcher
-	protocol   provider.Protocol
+	protocol   llm.Protocol
 	jobCtx     context.Context // parent of every job's context; aborted by Stop
 }
 
 // loop claims jobs while fewer than MaxInFlightPerUpstream are running and
 // starts each in its own goroutine, until ctx ends. While the queue has
 // nothing for it (its last claim came back short) it offers its free slots
-// through a queue.Handoff, so jobs submitted meanwhile start without a claim;
+// through a jobstore.Handoff, so jobs submitted meanwhile start without a claim;
 // it claims again when woken by Notify, by the poll timer, or by a finished
 // job after a full claim.
 func (w *worker) loop(ctx context.Context) {
@@ -30,7 +30,7 @@ func (w *worker) loop(ctx context.Context) {
 	timer := cfg.Clock.NewTimer(cfg.PollInterval)
 	defer timer.Stop()
 	inFlight := 0
-	start := func(j *queue.Job) {
+	start := func(j *jobstore.Job) {
 		inFlight++
 		w.s.jobs.Add(1)
 		go func() {
@@ -39,12 +39,12 @@ func (w *worker) loop(ctx context.Context) {
 			done <- struct{}{}
 		}()
 	}
-	h, err := w.s.store.Handoff(queue.HandoffParams{Upstream: w.upstream, Owner: cfg.Owner,
+	h, err := w.s.store.Handoff(jobstore.HandoffParams{Upstream: w.upstream, Owner: cfg.Owner,
 		LeaseFor: cfg.LeaseFor, Capacity: cfg.MaxInFlightPerUpstream})
 	if err != nil {
 		cfg.Logger.Warn("registering job handoff", "upstream", w.upstream, "err", err)
 	}
-	var handed <-chan *queue.Job
+	var handed <-chan *jobstore.Job
 	if h != nil {
 		handed = h.Jobs()
 		defer func() {
@@ -136,9 +136,9 @@ func (w *worker) loop(ctx context.Context) {
 }
 
 // claim claims up to limit jobs and starts each; it returns how many.
-func (w *worker) claim(ctx context.Context, limit int, start func(*queue.Job)) int {
+func (w *worker) claim(ctx context.Context, limit int, start func(*jobstore.Job)) int {
 	cfg := w.s.cfg
-	jobs, err := w.s.store.Claim(ctx, queue.ClaimParams{
+	jobs, err := w.s.store.Claim(ctx, jobstore.ClaimParams{
 		Upstream: w.upstream,
 		Limit:    limit,
 		Owner:    cfg.Owner,

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // billingCodes are OpenAI (and compatible) error codes and types that mean
@@ -45,14 +47,14 @@ var (
 // status alone. The retry hint (RetryHint) and x-should-retry are filled in
 // for every non-2xx status; the Class does not look at x-should-retry — the
 // engine weighs it.
-func Classify(p Protocol, status int, h http.Header, body []byte, now time.Time) Outcome {
-	o := Outcome{Status: status}
+func Classify(p llm.Protocol, status int, h http.Header, body []byte, now time.Time) llm.Outcome {
+	o := llm.Outcome{Status: status}
 	if h == nil {
 		h = http.Header{}
 	}
 	o.ShouldRetry = ShouldRetry(h)
 	if status >= 200 && status < 300 {
-		o.Class = Success
+		o.Kind = llm.Success
 		return o
 	}
 	e, _ := parseErrorBody(body)
@@ -66,41 +68,41 @@ func Classify(p Protocol, status int, h http.Header, body []byte, now time.Time)
 	}
 	o.Message = e.Message
 	o.RetryAfter, o.HasRetryAfter = RetryHint(p, h, body, now)
-	o.Class, o.SlowDown = classifyError(status, e)
+	o.Kind, o.SlowDown = classifyError(status, e)
 	return o
 }
 
-func classifyError(status int, e errorBody) (Class, bool) {
+func classifyError(status int, e errorBody) (llm.OutcomeKind, bool) {
 	if isQuota(status, e) {
-		return Quota, false
+		return llm.Quota, false
 	}
 	switch {
 	case status == http.StatusTooManyRequests:
 		if e.isGemini() && e.geminiTerminal() {
-			return Quota, false
+			return llm.Quota, false
 		}
 		if requestTooLarge(e.Message) {
-			return Quota, false
+			return llm.Quota, false
 		}
-		return Rate, false
+		return llm.Rate, false
 	case status == http.StatusServiceUnavailable:
 		if strings.Contains(strings.ToLower(e.Message), "slow down") {
-			return Rate, true
+			return llm.Rate, true
 		}
-		return Overload, false
+		return llm.Overload, false
 	case status == 529:
-		return Overload, false
+		return llm.Overload, false
 	case status == http.StatusRequestTimeout, status == http.StatusConflict:
-		return Transient, false
+		return llm.Transient, false
 	case status >= 500:
 		if e.Type == "overloaded_error" {
-			return Overload, false
+			return llm.Overload, false
 		}
-		return Transient, false
+		return llm.Transient, false
 	}
 	// 400, 401, 402, 403, 404, 413, 422, any other 4xx, and statuses a
 	// provider should never answer (1xx, 3xx): terminal, passed through.
-	return ClientError, false
+	return llm.ClientError, false
 }
 
 func isQuota(status int, e errorBody) bool {
@@ -148,16 +150,16 @@ func requestTooLarge(msg string) bool {
 // refused or reset, EOF before the response — is Transient: the engine's
 // own deadline decides whether another attempt fits. A nil error is
 // Success. Status is always 0.
-func ClassifyTransportError(err error) Outcome {
+func ClassifyTransportError(err error) llm.Outcome {
 	switch {
 	case err == nil:
-		return Outcome{Class: Success}
+		return llm.Outcome{Kind: llm.Success}
 	case errors.Is(err, context.Canceled):
-		return Outcome{Class: ClientError, ErrorType: "canceled", Message: err.Error()}
+		return llm.Outcome{Kind: llm.ClientError, ErrorType: "canceled", Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-		return Outcome{Class: Transient, ErrorType: "timeout", Message: err.Error()}
+		return llm.Outcome{Kind: llm.Transient, ErrorType: "timeout", Message: err.Error()}
 	}
-	return Outcome{Class: Transient, ErrorType: "connection_error", Message: err.Error()}
+	return llm.Outcome{Kind: llm.Transient, ErrorType: "connection_error", Message: err.Error()}
 }
 
 func isTimeout(err error) bool {
@@ -172,8 +174,8 @@ func isTimeout(err error) bool {
 // was forwarded, which only the engine knows. ErrorType, Code and Message
 // come from the frame; a frame that cannot be read gets ErrorType
 // "stream_error".
-func ClassifyStreamError(p Protocol, data []byte) Outcome {
-	o := Outcome{Class: StreamFail}
+func ClassifyStreamError(p llm.Protocol, data []byte) llm.Outcome {
+	o := llm.Outcome{Kind: llm.StreamFail}
 	e, ok := parseErrorBody(data)
 	if !ok {
 		var bare struct {

@@ -1,6 +1,10 @@
 package provider
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/sluicehq/sluice/internal/llm"
+)
 
 // ErrorTypeFor returns the error type the provider uses for an HTTP status,
 // for errors Sluice answers itself.
@@ -15,8 +19,8 @@ import "net/http"
 // OpenAI: 401 authentication_error, 403 permission_error, 429
 // rate_limit_error (with code rate_limit_exceeded, see ErrorBody), 5xx
 // server_error, any other status invalid_request_error.
-func ErrorTypeFor(p Protocol, status int) string {
-	if p == OpenAI {
+func ErrorTypeFor(p llm.Protocol, status int) string {
+	if p == llm.OpenAI {
 		switch {
 		case status == http.StatusUnauthorized:
 			return "authentication_error"
@@ -105,12 +109,12 @@ type openAIErrorBody struct {
 // requestID; OpenAI has no request_id member (send x-request-id instead).
 // OpenAI's code is insufficient_quota, rate_limit_exceeded (429),
 // invalid_api_key (401), overloaded (503/529), timeout (504), else null.
-func ErrorBody(p Protocol, status int, errType, message string, requestID string) []byte {
+func ErrorBody(p llm.Protocol, status int, errType, message string, requestID string) []byte {
 	if errType == "" {
 		errType = ErrorTypeFor(p, status)
 	}
 	var v any
-	if p == OpenAI {
+	if p == llm.OpenAI {
 		d := openAIErrorDetail{Message: message, Type: errType}
 		if c := openAICodeFor(status, errType); c != "" {
 			d.Code = &c
@@ -138,13 +142,13 @@ func ErrorBody(p Protocol, status int, errType, message string, requestID string
 //	OpenAI:    data: {"error":{"message":…,"type":…,"param":null,"code":null}}\n\n
 //
 // An empty errType means the protocol's 500 type (api_error, server_error).
-func StreamErrorEvent(p Protocol, errType, message string) []byte {
+func StreamErrorEvent(p llm.Protocol, errType, message string) []byte {
 	if errType == "" {
 		errType = ErrorTypeFor(p, http.StatusInternalServerError)
 	}
 	var v any
 	prefix := "data: "
-	if p == OpenAI {
+	if p == llm.OpenAI {
 		v = openAIErrorBody{Error: openAIErrorDetail{Message: message, Type: errType}}
 	} else {
 		prefix = "event: error\ndata: "

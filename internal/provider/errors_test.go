@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -32,8 +33,8 @@ func TestErrorTypeFor(t *testing.T) {
 		{529, "overloaded_error", "server_error"},
 	}
 	for _, tt := range tests {
-		require.Equal(t, tt.anthropic, provider.ErrorTypeFor(provider.Anthropic, tt.status), "anthropic %d", tt.status)
-		require.Equal(t, tt.openai, provider.ErrorTypeFor(provider.OpenAI, tt.status), "openai %d", tt.status)
+		require.Equal(t, tt.anthropic, provider.ErrorTypeFor(llm.Anthropic, tt.status), "anthropic %d", tt.status)
+		require.Equal(t, tt.openai, provider.ErrorTypeFor(llm.OpenAI, tt.status), "openai %d", tt.status)
 	}
 }
 
@@ -41,19 +42,19 @@ func TestErrorBody(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
-		p         provider.Protocol
+		p         llm.Protocol
 		status    int
 		errType   string
 		msg       string
 		requestID string
 		want      string
 	}{
-		{"anthropic 529", provider.Anthropic, 529, "", "Overloaded", "req_01ICfHarEhQMSJqNvS9fBxcw", anthropic529},
-		{"anthropic without request id", provider.Anthropic, 429, "rate_limit_error", "slow", "", `{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}`},
-		{"openai 429", provider.OpenAI, 429, "", "queue full <try later>", "req_1", `{"error":{"message":"queue full <try later>","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`},
-		{"openai quota", provider.OpenAI, 429, "insufficient_quota", "no", "", `{"error":{"message":"no","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`},
-		{"openai 500 null code", provider.OpenAI, 500, "", "boom", "", `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`},
-		{"openai 400 null code", provider.OpenAI, 400, "", "bad", "", `{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}`},
+		{"anthropic 529", llm.Anthropic, 529, "", "Overloaded", "req_01ICfHarEhQMSJqNvS9fBxcw", anthropic529},
+		{"anthropic without request id", llm.Anthropic, 429, "rate_limit_error", "slow", "", `{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}`},
+		{"openai 429", llm.OpenAI, 429, "", "queue full <try later>", "req_1", `{"error":{"message":"queue full <try later>","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`},
+		{"openai quota", llm.OpenAI, 429, "insufficient_quota", "no", "", `{"error":{"message":"no","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`},
+		{"openai 500 null code", llm.OpenAI, 500, "", "boom", "", `{"error":{"message":"boom","type":"server_error","param":null,"code":null}}`},
+		{"openai 400 null code", llm.OpenAI, 400, "", "bad", "", `{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,15 +72,15 @@ func TestStreamErrorEvent(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		p       provider.Protocol
+		p       llm.Protocol
 		errType string
 		want    string
 		event   string
 		outType string
 	}{
-		{"anthropic", provider.Anthropic, "overloaded_error", `{"type":"error","error":{"type":"overloaded_error","message":"m"}}`, "error", "overloaded_error"},
-		{"anthropic default type", provider.Anthropic, "", `{"type":"error","error":{"type":"api_error","message":"m"}}`, "error", "api_error"},
-		{"openai", provider.OpenAI, "server_error", `{"error":{"message":"m","type":"server_error","param":null,"code":null}}`, "", "server_error"},
+		{"anthropic", llm.Anthropic, "overloaded_error", `{"type":"error","error":{"type":"overloaded_error","message":"m"}}`, "error", "overloaded_error"},
+		{"anthropic default type", llm.Anthropic, "", `{"type":"error","error":{"type":"api_error","message":"m"}}`, "error", "api_error"},
+		{"openai", llm.OpenAI, "server_error", `{"error":{"message":"m","type":"server_error","param":null,"code":null}}`, "", "server_error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

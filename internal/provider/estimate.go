@@ -8,6 +8,8 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Fixed amounts used by the estimate. They are deliberately on the high side:
@@ -60,7 +62,7 @@ func (c ByteCounter) CountTokens(text string) int64 {
 }
 
 // Estimate is EstimateWith using ByteCounter{}.
-func Estimate(p Protocol, body []byte) (Cost, error) {
+func Estimate(p llm.Protocol, body []byte) (Cost, error) {
 	return EstimateWith(p, body, ByteCounter{})
 }
 
@@ -70,7 +72,7 @@ func Estimate(p Protocol, body []byte) (Cost, error) {
 // (Anthropic max_tokens; OpenAI max_completion_tokens, else max_tokens, else
 // OpenAIDefaultMaxTokens, times n). A body the provider would reject gives a
 // *RequestError (matching ErrInvalidRequest). A nil tc means ByteCounter{}.
-func EstimateWith(p Protocol, body []byte, tc TokenCounter) (Cost, error) {
+func EstimateWith(p llm.Protocol, body []byte, tc TokenCounter) (Cost, error) {
 	if tc == nil {
 		tc = ByteCounter{}
 	}
@@ -79,7 +81,7 @@ func EstimateWith(p Protocol, body []byte, tc TokenCounter) (Cost, error) {
 }
 
 type estimator struct {
-	p      Protocol
+	p      llm.Protocol
 	tc     TokenCounter
 	tokens int64
 }
@@ -123,7 +125,7 @@ func (e *estimator) run(body []byte) (Cost, error) {
 	if err := e.messages(top); err != nil {
 		return Cost{}, err
 	}
-	if sys, ok := top["system"]; ok && e.p == Anthropic {
+	if sys, ok := top["system"]; ok && e.p == llm.Anthropic {
 		if err := e.content(sys, "system"); err != nil {
 			return Cost{}, err
 		}
@@ -137,7 +139,7 @@ func (e *estimator) run(body []byte) (Cost, error) {
 
 // output computes the output reservation.
 func (e *estimator) output(top map[string]json.RawMessage) (int64, error) {
-	if e.p == Anthropic {
+	if e.p == llm.Anthropic {
 		mt, ok, err := e.intField(top, "max_tokens")
 		if err != nil {
 			return 0, err
@@ -202,7 +204,7 @@ func (e *estimator) messages(top map[string]json.RawMessage) error {
 		return e.wrongType("messages", "list")
 	}
 	if len(msgs) == 0 {
-		if e.p == Anthropic {
+		if e.p == llm.Anthropic {
 			return invalidRequest("messages: List should have at least 1 item after validation, not 0")
 		}
 		return invalidRequest("[] is too short - 'messages'")
@@ -393,35 +395,35 @@ func (e *estimator) intField(top map[string]json.RawMessage, key string) (int64,
 }
 
 func (e *estimator) notJSON() *RequestError {
-	if e.p == OpenAI {
-		return invalidRequest("We could not parse the JSON body of your request. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.")
+	if e.p == llm.OpenAI {
+		return invalidRequest("We could not parse the JSON body of your request. The llm.OpenAI API expects a JSON payload, but what was sent was not valid JSON.")
 	}
 	return invalidRequest("There was an issue with your request body: it is not valid JSON.")
 }
 
 func (e *estimator) notObject() *RequestError {
-	if e.p == OpenAI {
+	if e.p == llm.OpenAI {
 		return invalidRequest("Invalid body: expected a JSON object.")
 	}
 	return invalidRequest("Input should be a valid dictionary or object to extract fields from")
 }
 
 func (e *estimator) missing(field string) *RequestError {
-	if e.p == OpenAI {
+	if e.p == llm.OpenAI {
 		return invalidRequest("Missing required parameter: '%s'.", field)
 	}
 	return invalidRequest("%s: Field required", field)
 }
 
 func (e *estimator) wrongType(field, kind string) *RequestError {
-	if e.p == OpenAI {
+	if e.p == llm.OpenAI {
 		return invalidRequest("Invalid type for '%s': expected %s.", field, article(kind))
 	}
 	return invalidRequest("%s: Input should be a valid %s", field, kind)
 }
 
 func (e *estimator) tooSmall(field string, got int64) *RequestError {
-	if e.p == OpenAI {
+	if e.p == llm.OpenAI {
 		return invalidRequest("Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", field, got)
 	}
 	return invalidRequest("%s: Input should be greater than or equal to 1", field)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -57,70 +58,70 @@ func TestEstimate(t *testing.T) {
 	toolCalls := `[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`
 	tests := []struct {
 		name string
-		p    provider.Protocol
+		p    llm.Protocol
 		body string
 		want provider.Cost
 	}{
 		{
 			name: "anthropic spec request",
-			p:    provider.Anthropic, body: anthropicRequest,
+			p:    llm.Anthropic, body: anthropicRequest,
 			want: provider.Cost{Model: "claude-sonnet-4-5-20250929", InputTokens: int64(len("You are terse.") + len("Hello, Claude") + mo + oh), OutputTokens: 1024},
 		},
 		{
 			name: "anthropic system blocks and stream",
-			p:    provider.Anthropic,
+			p:    llm.Anthropic,
 			body: `{"model":"m","max_tokens":5,"stream":true,"system":[{"type":"text","text":"sys","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"abc"}]}`,
 			want: provider.Cost{Model: "m", InputTokens: 3 + 3 + mo + oh, OutputTokens: 5, Stream: true},
 		},
 		{
 			name: "anthropic tools, image, tool_use and tool_result",
-			p:    provider.Anthropic, body: toolBody,
+			p:    llm.Anthropic, body: toolBody,
 			want: provider.Cost{Model: "m", OutputTokens: 10, InputTokens: provider.ToolUseSystemTokens +
 				int64(len("get_weather")+len("Get weather")+len(`{"type":"object"}`)) +
 				3*mo + 2 + provider.ImageTokens + int64(len("get_weather")+len(`{"location":"Paris"}`)) + 5 + oh},
 		},
 		{
 			name: "anthropic thinking and text document",
-			p:    provider.Anthropic,
+			p:    llm.Anthropic,
 			body: `{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"s"},{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"}}]}]}`,
 			want: provider.Cost{Model: "m", OutputTokens: 1, InputTokens: 3 + 3 + mo + oh},
 		},
 		{
 			name: "anthropic unknown block counts its whole JSON",
-			p:    provider.Anthropic,
+			p:    llm.Anthropic,
 			body: `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"new_thing","x":1}]}]}`,
 			want: provider.Cost{Model: "m", OutputTokens: 1, InputTokens: int64(len(`{"type":"new_thing","x":1}`)) + mo + oh},
 		},
 		{
 			name: "openai spec request: max_completion_tokens times n",
-			p:    provider.OpenAI, body: openAIRequest,
+			p:    llm.OpenAI, body: openAIRequest,
 			want: provider.Cost{Model: "gpt-4o-mini", InputTokens: int64(len("You are terse.")+len("Hello!")) + 2*mo + oh, OutputTokens: 512, Stream: true},
 		},
 		{
 			name: "openai default output reservation",
-			p:    provider.OpenAI, body: `{"model":"gpt","messages":[{"role":"user","content":"x"}]}`,
+			p:    llm.OpenAI, body: `{"model":"gpt","messages":[{"role":"user","content":"x"}]}`,
 			want: provider.Cost{Model: "gpt", InputTokens: 1 + mo + oh, OutputTokens: provider.OpenAIDefaultMaxTokens},
 		},
 		{
 			name: "openai legacy max_tokens",
-			p:    provider.OpenAI, body: `{"model":"gpt","max_tokens":7,"n":3,"messages":[{"role":"user","content":"x"}]}`,
+			p:    llm.OpenAI, body: `{"model":"gpt","max_tokens":7,"n":3,"messages":[{"role":"user","content":"x"}]}`,
 			want: provider.Cost{Model: "gpt", InputTokens: 1 + mo + oh, OutputTokens: 21},
 		},
 		{
 			name: "openai max_completion_tokens wins over max_tokens",
-			p:    provider.OpenAI, body: `{"model":"gpt","max_tokens":7,"max_completion_tokens":9,"messages":[{"role":"user","content":"x"}]}`,
+			p:    llm.OpenAI, body: `{"model":"gpt","max_tokens":7,"max_completion_tokens":9,"messages":[{"role":"user","content":"x"}]}`,
 			want: provider.Cost{Model: "gpt", InputTokens: 1 + mo + oh, OutputTokens: 9},
 		},
 		{
 			name: "openai parts, tool calls and tools",
-			p:    provider.OpenAI, body: openAITools,
+			p:    llm.OpenAI, body: openAITools,
 			want: provider.Cost{Model: "gpt-4o", OutputTokens: provider.OpenAIDefaultMaxTokens, InputTokens: 2 + provider.ImageTokens +
 				int64(len(toolCalls)) + int64(len("ok")) + 3*mo +
 				provider.ToolUseSystemTokens + int64(len("f")+len("does f")+len(`{"type":"object"}`)) + oh},
 		},
 		{
 			name: "openai output saturates instead of overflowing",
-			p:    provider.OpenAI, body: `{"model":"gpt","max_tokens":9223372036854775807,"n":2,"messages":[{"role":"user","content":""}]}`,
+			p:    llm.OpenAI, body: `{"model":"gpt","max_tokens":9223372036854775807,"n":2,"messages":[{"role":"user","content":""}]}`,
 			want: provider.Cost{Model: "gpt", InputTokens: mo + oh, OutputTokens: math.MaxInt64},
 		},
 	}
@@ -138,10 +139,10 @@ func TestEstimateDefaultCounter(t *testing.T) {
 	t.Parallel()
 	text := strings.Repeat("a", 401)
 	body := fmt.Sprintf(`{"model":"m","max_tokens":3,"messages":[{"role":"user","content":%q}]}`, text)
-	got, err := provider.Estimate(provider.Anthropic, []byte(body))
+	got, err := provider.Estimate(llm.Anthropic, []byte(body))
 	require.NoError(t, err)
 	require.Equal(t, int64(101+provider.MessageOverheadTokens+provider.RequestOverheadTokens), got.InputTokens)
-	nilCounter, err := provider.EstimateWith(provider.Anthropic, []byte(body), nil)
+	nilCounter, err := provider.EstimateWith(llm.Anthropic, []byte(body), nil)
 	require.NoError(t, err)
 	require.Equal(t, got, nilCounter)
 }
@@ -151,36 +152,36 @@ func TestEstimateRejects(t *testing.T) {
 	msgs := `"messages":[{"role":"user","content":"hi"}]`
 	tests := []struct {
 		name string
-		p    provider.Protocol
+		p    llm.Protocol
 		body string
 		want string
 	}{
-		{"not json", provider.Anthropic, `{"model":`, "not valid JSON"},
-		{"not json openai", provider.OpenAI, `hello`, "could not parse the JSON body"},
-		{"array", provider.Anthropic, `[1]`, "valid dictionary"},
-		{"null", provider.OpenAI, `null`, "expected a JSON object"},
-		{"missing model", provider.Anthropic, `{"max_tokens":1,` + msgs + `}`, "model: Field required"},
-		{"empty model", provider.Anthropic, `{"model":"","max_tokens":1,` + msgs + `}`, "model: Field required"},
-		{"model not string", provider.Anthropic, `{"model":5,"max_tokens":1,` + msgs + `}`, "model: Input should be a valid string"},
-		{"missing max_tokens", provider.Anthropic, `{"model":"m",` + msgs + `}`, "max_tokens: Field required"},
-		{"max_tokens string", provider.Anthropic, `{"model":"m","max_tokens":"10",` + msgs + `}`, "max_tokens: Input should be a valid integer"},
-		{"max_tokens fractional", provider.Anthropic, `{"model":"m","max_tokens":1.5,` + msgs + `}`, "max_tokens: Input should be a valid integer"},
-		{"max_tokens zero", provider.Anthropic, `{"model":"m","max_tokens":0,` + msgs + `}`, "max_tokens: Input should be greater than or equal to 1"},
-		{"missing messages", provider.Anthropic, `{"model":"m","max_tokens":1}`, "messages: Field required"},
-		{"messages not list", provider.Anthropic, `{"model":"m","max_tokens":1,"messages":"hi"}`, "messages: Input should be a valid list"},
-		{"messages empty", provider.Anthropic, `{"model":"m","max_tokens":1,"messages":[]}`, "at least 1 item"},
-		{"message not object", provider.Anthropic, `{"model":"m","max_tokens":1,"messages":[5]}`, "messages.0: Input should be a valid dictionary"},
-		{"content number", provider.Anthropic, `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":5}]}`, "messages.0.content: Input should be a valid list"},
-		{"block text number", provider.Anthropic, `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":5}]}]}`, "messages.0.content.0.text: Input should be a valid string"},
-		{"system number", provider.Anthropic, `{"model":"m","max_tokens":1,"system":1,` + msgs + `}`, "system: Input should be a valid list"},
-		{"tools not list", provider.Anthropic, `{"model":"m","max_tokens":1,"tools":{},` + msgs + `}`, "tools: Input should be a valid list"},
-		{"stream not bool", provider.Anthropic, `{"model":"m","max_tokens":1,"stream":"yes",` + msgs + `}`, "stream: Input should be a valid boolean"},
-		{"openai missing model", provider.OpenAI, `{` + msgs + `}`, "Missing required parameter: 'model'."},
-		{"openai missing messages", provider.OpenAI, `{"model":"m"}`, "Missing required parameter: 'messages'."},
-		{"openai n zero", provider.OpenAI, `{"model":"m","n":0,` + msgs + `}`, "Invalid 'n': integer below minimum value"},
-		{"openai n string", provider.OpenAI, `{"model":"m","n":"2",` + msgs + `}`, "Invalid type for 'n': expected an integer."},
-		{"openai max_completion_tokens negative", provider.OpenAI, `{"model":"m","max_completion_tokens":-1,` + msgs + `}`, "Invalid 'max_completion_tokens'"},
-		{"openai max_tokens zero", provider.OpenAI, `{"model":"m","max_tokens":0,` + msgs + `}`, "Invalid 'max_tokens'"},
+		{"not json", llm.Anthropic, `{"model":`, "not valid JSON"},
+		{"not json openai", llm.OpenAI, `hello`, "could not parse the JSON body"},
+		{"array", llm.Anthropic, `[1]`, "valid dictionary"},
+		{"null", llm.OpenAI, `null`, "expected a JSON object"},
+		{"missing model", llm.Anthropic, `{"max_tokens":1,` + msgs + `}`, "model: Field required"},
+		{"empty model", llm.Anthropic, `{"model":"","max_tokens":1,` + msgs + `}`, "model: Field required"},
+		{"model not string", llm.Anthropic, `{"model":5,"max_tokens":1,` + msgs + `}`, "model: Input should be a valid string"},
+		{"missing max_tokens", llm.Anthropic, `{"model":"m",` + msgs + `}`, "max_tokens: Field required"},
+		{"max_tokens string", llm.Anthropic, `{"model":"m","max_tokens":"10",` + msgs + `}`, "max_tokens: Input should be a valid integer"},
+		{"max_tokens fractional", llm.Anthropic, `{"model":"m","max_tokens":1.5,` + msgs + `}`, "max_tokens: Input should be a valid integer"},
+		{"max_tokens zero", llm.Anthropic, `{"model":"m","max_tokens":0,` + msgs + `}`, "max_tokens: Input should be greater than or equal to 1"},
+		{"missing messages", llm.Anthropic, `{"model":"m","max_tokens":1}`, "messages: Field required"},
+		{"messages not list", llm.Anthropic, `{"model":"m","max_tokens":1,"messages":"hi"}`, "messages: Input should be a valid list"},
+		{"messages empty", llm.Anthropic, `{"model":"m","max_tokens":1,"messages":[]}`, "at least 1 item"},
+		{"message not object", llm.Anthropic, `{"model":"m","max_tokens":1,"messages":[5]}`, "messages.0: Input should be a valid dictionary"},
+		{"content number", llm.Anthropic, `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":5}]}`, "messages.0.content: Input should be a valid list"},
+		{"block text number", llm.Anthropic, `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":5}]}]}`, "messages.0.content.0.text: Input should be a valid string"},
+		{"system number", llm.Anthropic, `{"model":"m","max_tokens":1,"system":1,` + msgs + `}`, "system: Input should be a valid list"},
+		{"tools not list", llm.Anthropic, `{"model":"m","max_tokens":1,"tools":{},` + msgs + `}`, "tools: Input should be a valid list"},
+		{"stream not bool", llm.Anthropic, `{"model":"m","max_tokens":1,"stream":"yes",` + msgs + `}`, "stream: Input should be a valid boolean"},
+		{"openai missing model", llm.OpenAI, `{` + msgs + `}`, "Missing required parameter: 'model'."},
+		{"openai missing messages", llm.OpenAI, `{"model":"m"}`, "Missing required parameter: 'messages'."},
+		{"openai n zero", llm.OpenAI, `{"model":"m","n":0,` + msgs + `}`, "Invalid 'n': integer below minimum value"},
+		{"openai n string", llm.OpenAI, `{"model":"m","n":"2",` + msgs + `}`, "Invalid type for 'n': expected an integer."},
+		{"openai max_completion_tokens negative", llm.OpenAI, `{"model":"m","max_completion_tokens":-1,` + msgs + `}`, "Invalid 'max_completion_tokens'"},
+		{"openai max_tokens zero", llm.OpenAI, `{"model":"m","max_tokens":0,` + msgs + `}`, "Invalid 'max_tokens'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -208,21 +209,21 @@ func TestEnsureStreamUsage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name        string
-		p           provider.Protocol
+		p           llm.Protocol
 		body        string
 		wantChanged bool
 		wantOptions string // expected stream_options JSON when changed
 	}{
-		{"openai stream without options", provider.OpenAI, openAIRequest, true, `{"include_usage":true}`},
-		{"keeps other options", provider.OpenAI, `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false},"messages":[]}`, true, `{"include_obfuscation":false,"include_usage":true}`},
-		{"include_usage false is turned on", provider.OpenAI, `{"model":"m","stream":true,"stream_options":{"include_usage":false}}`, true, `{"include_usage":true}`},
-		{"null options", provider.OpenAI, `{"model":"m","stream":true,"stream_options":null}`, true, `{"include_usage":true}`},
-		{"already asks", provider.OpenAI, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, false, ""},
-		{"not streaming", provider.OpenAI, `{"model":"m","stream":false}`, false, ""},
-		{"no stream field", provider.OpenAI, `{"model":"m"}`, false, ""},
-		{"anthropic untouched", provider.Anthropic, `{"model":"m","stream":true}`, false, ""},
-		{"garbage untouched", provider.OpenAI, `{"model":`, false, ""},
-		{"options not object untouched", provider.OpenAI, `{"model":"m","stream":true,"stream_options":5}`, false, ""},
+		{"openai stream without options", llm.OpenAI, openAIRequest, true, `{"include_usage":true}`},
+		{"keeps other options", llm.OpenAI, `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false},"messages":[]}`, true, `{"include_obfuscation":false,"include_usage":true}`},
+		{"include_usage false is turned on", llm.OpenAI, `{"model":"m","stream":true,"stream_options":{"include_usage":false}}`, true, `{"include_usage":true}`},
+		{"null options", llm.OpenAI, `{"model":"m","stream":true,"stream_options":null}`, true, `{"include_usage":true}`},
+		{"already asks", llm.OpenAI, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, false, ""},
+		{"not streaming", llm.OpenAI, `{"model":"m","stream":false}`, false, ""},
+		{"no stream field", llm.OpenAI, `{"model":"m"}`, false, ""},
+		{"anthropic untouched", llm.Anthropic, `{"model":"m","stream":true}`, false, ""},
+		{"garbage untouched", llm.OpenAI, `{"model":`, false, ""},
+		{"options not object untouched", llm.OpenAI, `{"model":"m","stream":true,"stream_options":5}`, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,7 +252,7 @@ func TestEnsureStreamUsage(t *testing.T) {
 func TestEnsureStreamUsageKeepsTextBytes(t *testing.T) {
 	t.Parallel()
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"a <b> & c"}]}`
-	out, changed := provider.EnsureStreamUsage(provider.OpenAI, []byte(body))
+	out, changed := provider.EnsureStreamUsage(llm.OpenAI, []byte(body))
 	require.True(t, changed)
 	require.Contains(t, string(out), `"a <b> & c"`)
 }
@@ -264,9 +265,9 @@ func FuzzEstimate(f *testing.F) {
 	f.Add(true, []byte(`[`))
 	f.Add(false, []byte(`{"model":"m","messages":[{"content":[{"type":"text","text":5}]}]}`))
 	f.Fuzz(func(t *testing.T, anthropic bool, body []byte) {
-		p := provider.OpenAI
+		p := llm.OpenAI
 		if anthropic {
-			p = provider.Anthropic
+			p = llm.Anthropic
 		}
 		c, err := provider.Estimate(p, body)
 		if err != nil {
@@ -298,7 +299,7 @@ func BenchmarkEstimate(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := provider.Estimate(provider.Anthropic, body); err != nil {
+		if _, err := provider.Estimate(llm.Anthropic, body); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -7,15 +7,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
 func ExampleEstimate() {
 	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"Hello, Claude"}]}`)
-	cost, err := provider.Estimate(provider.Anthropic, body)
+	cost, err := provider.Estimate(llm.Anthropic, body)
 	fmt.Println(cost.Model, cost.InputTokens, cost.OutputTokens, err)
 
-	_, err = provider.Estimate(provider.Anthropic, []byte(`{"model":"m","messages":[]}`))
+	_, err = provider.Estimate(llm.Anthropic, []byte(`{"model":"m","messages":[]}`))
 	fmt.Println(err)
 	// Output:
 	// claude-sonnet-4-5 11 1024 <nil>
@@ -25,8 +26,8 @@ func ExampleEstimate() {
 func ExampleClassify() {
 	now := time.Date(2025, 2, 24, 22, 25, 32, 0, time.UTC)
 	body := []byte(`{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-abc on tokens per min (TPM): Limit 200000, Used 163084, Requested 62318. Please try again in 7.62s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`)
-	o := provider.Classify(provider.OpenAI, http.StatusTooManyRequests, http.Header{}, body, now)
-	fmt.Println(o.Class, o.Code, o.RetryAfter)
+	o := provider.Classify(llm.OpenAI, http.StatusTooManyRequests, http.Header{}, body, now)
+	fmt.Println(o.Kind, o.Code, o.RetryAfter)
 
 	h := http.Header{}
 	h.Set("retry-after", "Mon, 24 Feb 2025 22:26:32 GMT")
@@ -45,7 +46,7 @@ func ExampleStreamObserver() {
 		"event: message_delta\n" +
 		`data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}` + "\n\n" +
 		"event: message_stop\n" + `data: {"type":"message_stop"}` + "\n\n"
-	obs := provider.NewStreamObserver(provider.Anthropic)
+	obs := provider.NewStreamObserver(llm.Anthropic)
 	var client strings.Builder
 	_, _ = io.Copy(io.MultiWriter(&client, obs), strings.NewReader(stream))
 	u, ok := obs.Usage()

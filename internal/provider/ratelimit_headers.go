@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // maxResetHorizon bounds a reset read from a header: anything further away
@@ -43,7 +45,7 @@ var openAIDims = [...]struct {
 // a negative count or an unparseable value leaves that field unknown (Limit
 // or Remaining -1, Reset zero); a dimension with nothing known is omitted,
 // so a response without headers gives an empty (nil) RateLimits.
-func ParseRateLimits(p Protocol, h http.Header, now time.Time) RateLimits {
+func ParseRateLimits(p llm.Protocol, h http.Header, now time.Time) RateLimits {
 	var rl RateLimits
 	add := func(dim Dimension, limit, remaining, reset string, parseReset func(string, time.Time) time.Time) {
 		b := Bucket{
@@ -60,12 +62,12 @@ func ParseRateLimits(p Protocol, h http.Header, now time.Time) RateLimits {
 		rl[dim] = b
 	}
 	switch p {
-	case Anthropic:
+	case llm.Anthropic:
 		for _, d := range anthropicDims {
 			pre := "anthropic-ratelimit-" + d.name
 			add(d.dim, pre+"-limit", pre+"-remaining", pre+"-reset", parseInstantReset)
 		}
-	case OpenAI:
+	case llm.OpenAI:
 		for _, d := range openAIDims {
 			add(d.dim, "x-ratelimit-limit-"+d.name, "x-ratelimit-remaining-"+d.name,
 				"x-ratelimit-reset-"+d.name, parseOpenAIReset)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -36,7 +37,7 @@ func TestParseRateLimitsAnthropicCapture(t *testing.T) {
 		"anthropic-ratelimit-tokens-remaining", "90000",
 		"anthropic-ratelimit-tokens-reset", "2025-02-24T22:25:32Z",
 	)
-	got := provider.ParseRateLimits(provider.Anthropic, h, specNow)
+	got := provider.ParseRateLimits(llm.Anthropic, h, specNow)
 	require.Equal(t, provider.RateLimits{
 		// The requests reset precedes the response: read as now.
 		provider.DimRequests:     {Limit: 1000, Remaining: 999, Reset: specNow},
@@ -47,7 +48,7 @@ func TestParseRateLimitsAnthropicCapture(t *testing.T) {
 	_, exhausted := got.Exhausted()
 	require.False(t, exhausted)
 	// OpenAI's parser ignores Anthropic's headers.
-	require.Empty(t, provider.ParseRateLimits(provider.OpenAI, h, specNow))
+	require.Empty(t, provider.ParseRateLimits(llm.OpenAI, h, specNow))
 }
 
 func TestParseRateLimitsAnthropic2024Exhausted(t *testing.T) {
@@ -63,7 +64,7 @@ func TestParseRateLimitsAnthropic2024Exhausted(t *testing.T) {
 		"anthropic-ratelimit-tokens-reset", "2024-03-26T20:00:00.5Z",
 		"x-should-retry", "true",
 	)
-	got := provider.ParseRateLimits(provider.Anthropic, h, now)
+	got := provider.ParseRateLimits(llm.Anthropic, h, now)
 	require.Len(t, got, 2)
 	require.Equal(t, at("2024-03-26T20:00:00.5Z"), got[provider.DimTokens].Reset, "fractional seconds")
 	reset, ok := got.Exhausted()
@@ -158,7 +159,7 @@ func TestParseRateLimitsOpenAI(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, provider.ParseRateLimits(provider.OpenAI, tt.h, now))
+			require.Equal(t, tt.want, provider.ParseRateLimits(llm.OpenAI, tt.h, now))
 		})
 	}
 }
@@ -212,7 +213,7 @@ func FuzzParseRateLimits(f *testing.F) {
 			h.Set("x-ratelimit-remaining-"+dim, remaining)
 			h.Set("x-ratelimit-reset-"+dim, reset)
 		}
-		for _, p := range []provider.Protocol{provider.Anthropic, provider.OpenAI} {
+		for _, p := range []llm.Protocol{llm.Anthropic, llm.OpenAI} {
 			rl := provider.ParseRateLimits(p, h, specNow)
 			for dim, b := range rl {
 				require.GreaterOrEqual(t, b.Limit, int64(-1), dim)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // MaxRetryHint caps every server-provided wait. A larger hint (a date far
@@ -97,7 +99,7 @@ var tryAgainRE = regexp.MustCompile(`(?i)(?:try again|retry) in ((?:\d+(?:\.\d+)
 // in 29.94s" message; when Gemini gives both, the longer one is used, as
 // retrying before either has passed fails again. Results are clamped to
 // MaxRetryHint.
-func RetryHint(p Protocol, h http.Header, body []byte, now time.Time) (time.Duration, bool) {
+func RetryHint(p llm.Protocol, h http.Header, body []byte, now time.Time) (time.Duration, bool) {
 	if d, ok := ParseRetryAfter(h, now); ok {
 		return d, true
 	}

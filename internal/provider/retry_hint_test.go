@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -74,27 +75,27 @@ func TestRetryHint(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		p      provider.Protocol
+		p      llm.Protocol
 		h      http.Header
 		body   []byte
 		want   time.Duration
 		wantOK bool
 	}{
-		{"header wins over body", provider.OpenAI, headers("retry-after", "2"), []byte(openAI429TPM), 2 * time.Second, true},
-		{"openai 7.62s", provider.OpenAI, nil, []byte(openAI429TPM), 7620 * time.Millisecond, true},
-		{"openai 20s", provider.OpenAI, nil, []byte(openAI429RPM), 20 * time.Second, true},
-		{"openai 1.378s", provider.OpenAI, nil, msg("Limit 200000, Used 150974, Requested 53621. Please try again in 1.378s. Visit"), 1378 * time.Millisecond, true},
-		{"openai 1m2.5s", provider.OpenAI, nil, msg("Please try again in 1m2.5s."), 62500 * time.Millisecond, true},
-		{"openai 123ms", provider.OpenAI, nil, msg("Please try again in 123ms."), 123 * time.Millisecond, true},
-		{"huge message hint clamped", provider.OpenAI, nil, msg("Please try again in 99999h."), provider.MaxRetryHint, true},
-		{"overflowing message hint clamped", provider.OpenAI, nil, msg("Please try again in 99999999999999999999s."), provider.MaxRetryHint, true},
-		{"gemini: longer of retryDelay and message", provider.OpenAI, nil, []byte(gemini429), 29943570175 * time.Nanosecond, true},
-		{"gemini retryDelay only", provider.OpenAI, nil, []byte(gemini429Day), 1500 * time.Millisecond, true},
-		{"gemini without hint", provider.OpenAI, nil, []byte(gemini429Zero), 0, false},
-		{"anthropic 429 without header", provider.Anthropic, nil, []byte(anthropic429), 0, false},
-		{"anthropic 429 with header", provider.Anthropic, headers("retry-after", "11"), []byte(anthropic429), 11 * time.Second, true},
-		{"html body", provider.Anthropic, nil, []byte(html502), 0, false},
-		{"empty body", provider.OpenAI, nil, nil, 0, false},
+		{"header wins over body", llm.OpenAI, headers("retry-after", "2"), []byte(openAI429TPM), 2 * time.Second, true},
+		{"openai 7.62s", llm.OpenAI, nil, []byte(openAI429TPM), 7620 * time.Millisecond, true},
+		{"openai 20s", llm.OpenAI, nil, []byte(openAI429RPM), 20 * time.Second, true},
+		{"openai 1.378s", llm.OpenAI, nil, msg("Limit 200000, Used 150974, Requested 53621. Please try again in 1.378s. Visit"), 1378 * time.Millisecond, true},
+		{"openai 1m2.5s", llm.OpenAI, nil, msg("Please try again in 1m2.5s."), 62500 * time.Millisecond, true},
+		{"openai 123ms", llm.OpenAI, nil, msg("Please try again in 123ms."), 123 * time.Millisecond, true},
+		{"huge message hint clamped", llm.OpenAI, nil, msg("Please try again in 99999h."), provider.MaxRetryHint, true},
+		{"overflowing message hint clamped", llm.OpenAI, nil, msg("Please try again in 99999999999999999999s."), provider.MaxRetryHint, true},
+		{"gemini: longer of retryDelay and message", llm.OpenAI, nil, []byte(gemini429), 29943570175 * time.Nanosecond, true},
+		{"gemini retryDelay only", llm.OpenAI, nil, []byte(gemini429Day), 1500 * time.Millisecond, true},
+		{"gemini without hint", llm.OpenAI, nil, []byte(gemini429Zero), 0, false},
+		{"anthropic 429 without header", llm.Anthropic, nil, []byte(anthropic429), 0, false},
+		{"anthropic 429 with header", llm.Anthropic, headers("retry-after", "11"), []byte(anthropic429), 11 * time.Second, true},
+		{"html body", llm.Anthropic, nil, []byte(html502), 0, false},
+		{"empty body", llm.OpenAI, nil, nil, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,7 +151,7 @@ func FuzzRetryHint(f *testing.F) {
 		h.Set("retry-after-ms", ms)
 		h.Set("retry-after", ra)
 		h.Set("date", date)
-		for _, p := range []provider.Protocol{provider.Anthropic, provider.OpenAI} {
+		for _, p := range []llm.Protocol{llm.Anthropic, llm.OpenAI} {
 			d, ok := provider.RetryHint(p, h, body, specNow)
 			require.GreaterOrEqual(t, d, time.Duration(0))
 			require.LessOrEqual(t, d, provider.MaxRetryHint)

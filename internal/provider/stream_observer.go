@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // StreamObserver watches a streamed response as its bytes pass to the
@@ -20,13 +22,13 @@ import (
 // Methods are safe for concurrent use (the relay writes while the engine
 // may ask Content).
 type StreamObserver struct {
-	p Protocol
+	p llm.Protocol
 
 	mu       sync.Mutex
 	parser   SSEParser
-	usage    Usage
+	usage    llm.Usage
 	hasUsage bool
-	err      Outcome
+	err      llm.Outcome
 	hasErr   bool
 	content  bool
 	done     bool
@@ -34,7 +36,7 @@ type StreamObserver struct {
 }
 
 // NewStreamObserver returns an observer for a stream of protocol p.
-func NewStreamObserver(p Protocol) *StreamObserver {
+func NewStreamObserver(p llm.Protocol) *StreamObserver {
 	return &StreamObserver{p: p}
 }
 
@@ -48,7 +50,7 @@ func (o *StreamObserver) Write(b []byte) (int, error) {
 
 // Usage returns the usage the stream has reported so far, and whether it
 // reported any.
-func (o *StreamObserver) Usage() (Usage, bool) {
+func (o *StreamObserver) Usage() (llm.Usage, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.usage, o.hasUsage
@@ -56,7 +58,7 @@ func (o *StreamObserver) Usage() (Usage, bool) {
 
 // StreamError returns the first in-stream error event (Class StreamFail),
 // and whether there was one.
-func (o *StreamObserver) StreamError() (Outcome, bool) {
+func (o *StreamObserver) StreamError() (llm.Outcome, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.err, o.hasErr
@@ -92,7 +94,7 @@ var doneMarker = []byte("[DONE]")
 
 func (o *StreamObserver) handle(event, data []byte) {
 	o.events++
-	if o.p == OpenAI {
+	if o.p == llm.OpenAI {
 		o.handleOpenAI(data)
 		return
 	}
@@ -174,7 +176,7 @@ func (o *StreamObserver) handleOpenAI(data []byte) {
 	if len(c.Choices) > 0 {
 		o.content = true
 	}
-	if u, ok := usageFrom(OpenAI, c.Usage); ok {
+	if u, ok := usageFrom(llm.OpenAI, c.Usage); ok {
 		o.usage, o.hasUsage = u, true
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -25,7 +26,7 @@ func msgDelta(usage string) string {
 func TestStreamObserver(t *testing.T) {
 	t.Parallel()
 	type want struct {
-		usage    provider.Usage
+		usage    llm.Usage
 		hasUsage bool
 		content  bool
 		done     bool
@@ -34,38 +35,38 @@ func TestStreamObserver(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		p      provider.Protocol
+		p      llm.Protocol
 		stream string
 		want   want
 	}{
-		{"anthropic spec stream", provider.Anthropic, anthropicStream,
-			want{usage: provider.Usage{InputTokens: 25, OutputTokens: 15}, hasUsage: true, content: true, done: true, events: 8}},
-		{"message_start and ping are not content", provider.Anthropic, msgStartCache + pingEvent,
-			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, events: 2}},
-		{"error before content", provider.Anthropic, msgStartCache + pingEvent + anthropicStreamError,
-			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, events: 3, errType: "overloaded_error"}},
-		{"error after content", provider.Anthropic, msgStartCache + blockStart + anthropicStreamError,
-			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, events: 3, errType: "overloaded_error"}},
-		{"last message_delta wins, cache kept", provider.Anthropic, msgStartCache + blockStart + msgDelta(`{"output_tokens":7}`) + msgDelta(`{"output_tokens":20}`) + msgStop,
-			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, done: true, events: 5}},
-		{"message_delta carrying input counts", provider.Anthropic, msgStartCache + msgDelta(`{"output_tokens":3,"input_tokens":12,"cache_read_input_tokens":0}`),
-			want{usage: provider.Usage{InputTokens: 12, OutputTokens: 3, CacheCreationInputTokens: 100}, hasUsage: true, content: true, events: 2}},
-		{"event names missing: types from data", provider.Anthropic,
+		{"anthropic spec stream", llm.Anthropic, anthropicStream,
+			want{usage: llm.Usage{InputTokens: 25, OutputTokens: 15}, hasUsage: true, content: true, done: true, events: 8}},
+		{"message_start and ping are not content", llm.Anthropic, msgStartCache + pingEvent,
+			want{usage: llm.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, events: 2}},
+		{"error before content", llm.Anthropic, msgStartCache + pingEvent + anthropicStreamError,
+			want{usage: llm.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, events: 3, errType: "overloaded_error"}},
+		{"error after content", llm.Anthropic, msgStartCache + blockStart + anthropicStreamError,
+			want{usage: llm.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, events: 3, errType: "overloaded_error"}},
+		{"last message_delta wins, cache kept", llm.Anthropic, msgStartCache + blockStart + msgDelta(`{"output_tokens":7}`) + msgDelta(`{"output_tokens":20}`) + msgStop,
+			want{usage: llm.Usage{InputTokens: 10, OutputTokens: 20, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, done: true, events: 5}},
+		{"message_delta carrying input counts", llm.Anthropic, msgStartCache + msgDelta(`{"output_tokens":3,"input_tokens":12,"cache_read_input_tokens":0}`),
+			want{usage: llm.Usage{InputTokens: 12, OutputTokens: 3, CacheCreationInputTokens: 100}, hasUsage: true, content: true, events: 2}},
+		{"event names missing: types from data", llm.Anthropic,
 			strings.NewReplacer("event: message_start\n", "", "event: content_block_delta\n", "", "event: message_delta\n", "", "event: message_stop\n", "").Replace(anthropicStream),
-			want{usage: provider.Usage{InputTokens: 25, OutputTokens: 15}, hasUsage: true, content: true, done: true, events: 8}},
-		{"truncated stream", provider.Anthropic, msgStartCache + blockStart + "event: content_block_delta\ndata: {",
-			want{usage: provider.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, events: 2}},
-		{"negative usage read as zero", provider.Anthropic, msgDelta(`{"output_tokens":-5}`),
+			want{usage: llm.Usage{InputTokens: 25, OutputTokens: 15}, hasUsage: true, content: true, done: true, events: 8}},
+		{"truncated stream", llm.Anthropic, msgStartCache + blockStart + "event: content_block_delta\ndata: {",
+			want{usage: llm.Usage{InputTokens: 10, OutputTokens: 1, CacheCreationInputTokens: 100, CacheReadInputTokens: 50}, hasUsage: true, content: true, events: 2}},
+		{"negative usage read as zero", llm.Anthropic, msgDelta(`{"output_tokens":-5}`),
 			want{hasUsage: true, content: true, events: 1}},
-		{"openai spec stream", provider.OpenAI, openAIStream,
-			want{usage: provider.Usage{InputTokens: 9, OutputTokens: 1}, hasUsage: true, content: true, done: true, events: 5}},
-		{"openai without usage chunk", provider.OpenAI, strings.Join(strings.Split(openAIStream, "\n\n")[:3], "\n\n") + "\n\ndata: [DONE]\n\n",
+		{"openai spec stream", llm.OpenAI, openAIStream,
+			want{usage: llm.Usage{InputTokens: 9, OutputTokens: 1}, hasUsage: true, content: true, done: true, events: 5}},
+		{"openai without usage chunk", llm.OpenAI, strings.Join(strings.Split(openAIStream, "\n\n")[:3], "\n\n") + "\n\ndata: [DONE]\n\n",
 			want{content: true, done: true, events: 4}},
-		{"openai error frame, first wins", provider.OpenAI, openAIStreamError + `data: {"error":{"message":"second","type":"other"}}` + "\n\n",
+		{"openai error frame, first wins", llm.OpenAI, openAIStreamError + `data: {"error":{"message":"second","type":"other"}}` + "\n\n",
 			want{events: 2, errType: "server_error"}},
-		{"openai usage chunk is not content", provider.OpenAI, strings.Split(openAIStream, "\n\n")[3] + "\n\n",
-			want{usage: provider.Usage{InputTokens: 9, OutputTokens: 1}, hasUsage: true, events: 1}},
-		{"garbage", provider.OpenAI, "data: {not json\n\nrandom bytes", want{events: 1}},
+		{"openai usage chunk is not content", llm.OpenAI, strings.Split(openAIStream, "\n\n")[3] + "\n\n",
+			want{usage: llm.Usage{InputTokens: 9, OutputTokens: 1}, hasUsage: true, events: 1}},
+		{"garbage", llm.OpenAI, "data: {not json\n\nrandom bytes", want{events: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,7 +88,7 @@ func TestStreamObserver(t *testing.T) {
 				se, hasErr := o.StreamError()
 				require.Equal(t, tt.want.errType != "", hasErr)
 				if hasErr {
-					require.Equal(t, provider.StreamFail, se.Class)
+					require.Equal(t, llm.StreamFail, se.Kind)
 					require.Equal(t, tt.want.errType, se.ErrorType)
 				}
 			}
@@ -97,7 +98,7 @@ func TestStreamObserver(t *testing.T) {
 
 func TestStreamObserverConcurrentReads(t *testing.T) {
 	t.Parallel()
-	o := provider.NewStreamObserver(provider.Anthropic)
+	o := provider.NewStreamObserver(llm.Anthropic)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := 0; i < len(anthropicStream); i += 16 {
@@ -120,9 +121,9 @@ func FuzzStreamObserver(f *testing.F) {
 	f.Add(false, []byte(openAIStream), uint8(9))
 	f.Add(false, []byte(openAIStreamError), uint8(0))
 	f.Fuzz(func(t *testing.T, anthropic bool, stream []byte, chunk uint8) {
-		p := provider.OpenAI
+		p := llm.OpenAI
 		if anthropic {
-			p = provider.Anthropic
+			p = llm.Anthropic
 		}
 		whole := provider.NewStreamObserver(p)
 		_, _ = whole.Write(stream)
@@ -154,11 +155,11 @@ func FuzzStreamObserver(f *testing.F) {
 func BenchmarkStreamObserver(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
-		p      provider.Protocol
+		p      llm.Protocol
 		stream []byte
 	}{
-		{"anthropic", provider.Anthropic, benchStream(2000)},
-		{"openai", provider.OpenAI, []byte(strings.Repeat(strings.Split(openAIStream, "\n\n")[1]+"\n\n", 2000) + "data: [DONE]\n\n")},
+		{"anthropic", llm.Anthropic, benchStream(2000)},
+		{"openai", llm.OpenAI, []byte(strings.Repeat(strings.Split(openAIStream, "\n\n")[1]+"\n\n", 2000) + "data: [DONE]\n\n")},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(tc.stream)))

@@ -3,6 +3,8 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // EnsureStreamUsage makes an OpenAI streaming request ask for the final
@@ -12,8 +14,8 @@ import (
 // bodies that already ask for usage and bodies it cannot read (left for the
 // estimate to reject) come back unchanged. All other fields are preserved;
 // key order may change.
-func EnsureStreamUsage(p Protocol, body []byte) ([]byte, bool) {
-	if p != OpenAI {
+func EnsureStreamUsage(p llm.Protocol, body []byte) ([]byte, bool) {
+	if p != llm.OpenAI {
 		return body, false
 	}
 	var top map[string]json.RawMessage

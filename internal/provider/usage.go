@@ -1,6 +1,10 @@
 package provider
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/sluicehq/sluice/internal/llm"
+)
 
 // wireUsage is the union of the usage objects: Anthropic (input_tokens,
 // output_tokens, cache_*), OpenAI Chat Completions (prompt_tokens,
@@ -36,26 +40,26 @@ type wireUsage struct {
 //
 // It reports false when the body has no readable usage object. Negative
 // counts are read as 0.
-func ParseUsage(p Protocol, body []byte) (Usage, bool) {
+func ParseUsage(p llm.Protocol, body []byte) (llm.Usage, bool) {
 	var top struct {
 		Usage json.RawMessage `json:"usage"`
 	}
 	if json.Unmarshal(body, &top) != nil {
-		return Usage{}, false
+		return llm.Usage{}, false
 	}
 	return usageFrom(p, top.Usage)
 }
 
-func usageFrom(p Protocol, raw json.RawMessage) (Usage, bool) {
+func usageFrom(p llm.Protocol, raw json.RawMessage) (llm.Usage, bool) {
 	if len(raw) == 0 || isNull(raw) {
-		return Usage{}, false
+		return llm.Usage{}, false
 	}
 	var w wireUsage
 	if json.Unmarshal(raw, &w) != nil {
-		return Usage{}, false
+		return llm.Usage{}, false
 	}
-	var u Usage
-	if p == OpenAI && (w.PromptTokens != nil || w.CompletionTokens != nil) {
+	var u llm.Usage
+	if p == llm.OpenAI && (w.PromptTokens != nil || w.CompletionTokens != nil) {
 		u.InputTokens = count(w.PromptTokens)
 		u.OutputTokens = count(w.CompletionTokens)
 		if w.PromptTokensDetails != nil {
@@ -64,13 +68,13 @@ func usageFrom(p Protocol, raw json.RawMessage) (Usage, bool) {
 		return u, true
 	}
 	if w.InputTokens == nil && w.OutputTokens == nil {
-		return Usage{}, false
+		return llm.Usage{}, false
 	}
 	u.InputTokens = count(w.InputTokens)
 	u.OutputTokens = count(w.OutputTokens)
 	u.CacheCreationInputTokens = count(w.CacheCreationInputTokens)
 	u.CacheReadInputTokens = count(w.CacheReadInputTokens)
-	if p == OpenAI && w.InputTokensDetails != nil {
+	if p == llm.OpenAI && w.InputTokensDetails != nil {
 		u.CacheReadInputTokens = count(w.InputTokensDetails.CachedTokens)
 	}
 	return u, true

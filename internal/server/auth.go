@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // AnonymousClient is the client name used, with no clients configured, for
@@ -16,8 +16,8 @@ const AnonymousClient = "default"
 // client is an authenticated caller.
 type client struct {
 	name            string
-	defaultPriority flow.Priority
-	maxPriority     flow.Priority
+	defaultPriority llm.Priority
+	maxPriority     llm.Priority
 }
 
 // clientSet finds clients by key. Keys are held only as SHA-256 digests, so
@@ -30,8 +30,8 @@ func newClientSet(cfgs []ClientConfig) *clientSet {
 	cs := &clientSet{byDigest: map[[sha256.Size]byte]client{}}
 	for _, c := range cfgs {
 		// Validated by Config.validate; a parse failure cannot happen here.
-		def, _ := flow.ParsePriority(c.DefaultPriority)
-		maxP, _ := flow.ParsePriority(c.MaxPriority)
+		def, _ := llm.ParsePriority(c.DefaultPriority)
+		maxP, _ := llm.ParsePriority(c.MaxPriority)
 		cs.byDigest[sha256.Sum256([]byte(c.Key))] = client{name: c.Name, defaultPriority: def, maxPriority: maxP}
 	}
 	return cs

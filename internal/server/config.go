@@ -13,10 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // Defaults for Config fields.
@@ -40,8 +38,8 @@ const (
 	AnthropicBaseURLDefault = "https://api.anthropic.com"
 	OpenAIBaseURLDefault    = "https://api.openai.com"
 	// DefaultPriorityDefault and MaxPriorityDefault bound a client's classes.
-	DefaultPriorityDefault = flow.Normal
-	MaxPriorityDefault     = flow.Critical
+	DefaultPriorityDefault = llm.Normal
+	MaxPriorityDefault     = llm.Critical
 )
 
 // Config is the gateway's configuration, read from YAML by LoadConfig or
@@ -79,7 +77,7 @@ type UpstreamConfig struct {
 	// letters, digits, '-' and '_'. Defaults to none.
 	Name string `yaml:"name"`
 	// Protocol is anthropic or openai. Required. Defaults to none.
-	Protocol provider.Protocol `yaml:"protocol"`
+	Protocol llm.Protocol `yaml:"protocol"`
 	// BaseURL is the provider's root URL. Defaults to the protocol's
 	// public API (https://api.anthropic.com or https://api.openai.com).
 	BaseURL string `yaml:"base_url"`
@@ -264,10 +262,10 @@ func ParseConfig(data []byte, lookup LookupEnv) (Config, error) {
 func EnvConfig(lookup LookupEnv) (Config, error) {
 	var cfg Config
 	if key, ok := lookup("ANTHROPIC_API_KEY"); ok && key != "" {
-		cfg.Upstreams = append(cfg.Upstreams, UpstreamConfig{Name: "anthropic", Protocol: provider.Anthropic, APIKey: key})
+		cfg.Upstreams = append(cfg.Upstreams, UpstreamConfig{Name: "anthropic", Protocol: llm.Anthropic, APIKey: key})
 	}
 	if key, ok := lookup("OPENAI_API_KEY"); ok && key != "" {
-		cfg.Upstreams = append(cfg.Upstreams, UpstreamConfig{Name: "openai", Protocol: provider.OpenAI, APIKey: key})
+		cfg.Upstreams = append(cfg.Upstreams, UpstreamConfig{Name: "openai", Protocol: llm.OpenAI, APIKey: key})
 	}
 	if len(cfg.Upstreams) == 0 {
 		return Config{}, errors.New("no upstream: set ANTHROPIC_API_KEY and/or OPENAI_API_KEY, or pass --config FILE (see docs/config.md)")
@@ -288,9 +286,9 @@ func (c Config) WithDefaults() Config {
 	c.Upstreams = append([]UpstreamConfig(nil), c.Upstreams...)
 	for i, u := range c.Upstreams {
 		switch u.Protocol {
-		case provider.Anthropic:
+		case llm.Anthropic:
 			u.BaseURL = cmp.Or(u.BaseURL, AnthropicBaseURLDefault)
-		case provider.OpenAI:
+		case llm.OpenAI:
 			u.BaseURL = cmp.Or(u.BaseURL, OpenAIBaseURLDefault)
 		}
 		u.RequestTimeout = cmp.Or(u.RequestTimeout, RequestTimeoutDefault)
@@ -369,7 +367,7 @@ func (u UpstreamConfig) validate() error {
 	if reservedNames[u.Name] {
 		return fmt.Errorf("name: %q is reserved for the gateway's own routes", u.Name)
 	}
-	if _, err := provider.ParseProtocol(string(u.Protocol)); err != nil {
+	if _, err := llm.ParseProtocol(string(u.Protocol)); err != nil {
 		return fmt.Errorf("protocol: %w", err)
 	}
 	if err := validateBaseURL(u.BaseURL); err != nil {
@@ -436,7 +434,7 @@ func (u UpstreamConfig) validate() error {
 		}
 	}
 	for name, cc := range u.Classes {
-		if _, err := flow.ParsePriority(name); err != nil || name != strings.ToLower(name) || len(name) == 1 {
+		if _, err := llm.ParsePriority(name); err != nil || name != strings.ToLower(name) || len(name) == 1 {
 			return fmt.Errorf("classes.%s: unknown class (want critical, high, normal or low)", name)
 		}
 		if !(cc.Weight >= 0 && cc.Weight <= 1e6) {
@@ -459,11 +457,11 @@ func (cl ClientConfig) validate() error {
 	if cl.Key == "" {
 		return errors.New("key: required (e.g. key: ${SLUICE_KEY_WEB})")
 	}
-	def, err := flow.ParsePriority(cl.DefaultPriority)
+	def, err := llm.ParsePriority(cl.DefaultPriority)
 	if err != nil {
 		return fmt.Errorf("default_priority: %w", err)
 	}
-	maxP, err := flow.ParsePriority(cl.MaxPriority)
+	maxP, err := llm.ParsePriority(cl.MaxPriority)
 	if err != nil {
 		return fmt.Errorf("max_priority: %w", err)
 	}

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/stretchr/testify/require"
-
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // env returns a LookupEnv over m, so parallel tests need no t.Setenv.
@@ -59,7 +58,7 @@ func TestParseConfigFull(t *testing.T) {
 	require.Equal(t, 5*time.Second, cfg.ShutdownGrace)
 	require.Len(t, cfg.Upstreams, 2)
 	a := cfg.Upstreams[0]
-	require.Equal(t, provider.Anthropic, a.Protocol)
+	require.Equal(t, llm.Anthropic, a.Protocol)
 	require.Equal(t, AnthropicBaseURLDefault, a.BaseURL)
 	require.Equal(t, "sk-ant-secret", a.APIKey)
 	require.Equal(t, LimitsConfig{RequestsPerMinute: 50, InputTokensPerMinute: 30000, OutputTokensPerMinute: 8000, MaxConcurrency: 16}, a.Limits)

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // dispatchConfig maps one upstream's config onto the dispatcher's. Zero
@@ -47,7 +47,7 @@ func dispatchConfig(uc UpstreamConfig, o options, obs dispatch.Observer) dispatc
 		Observer:   obs,
 	}
 	for name, cc := range uc.Classes {
-		p, err := flow.ParsePriority(name)
+		p, err := llm.ParsePriority(name)
 		if err != nil { // validated; unknown names cannot reach here
 			continue
 		}

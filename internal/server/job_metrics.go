@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobs"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // The job queue's metrics: jobMetrics is the Prometheus adapter of
@@ -48,7 +48,7 @@ const (
 )
 
 // finishedStates are the values of sluice_jobs_finished_total's state.
-var finishedStates = []queue.State{queue.StateSucceeded, queue.StateDead, queue.StateCanceled}
+var finishedStates = []jobstore.State{jobstore.StateSucceeded, jobstore.StateDead, jobstore.StateCanceled}
 
 // jobMetrics implements jobs.Observer. Each method is a few atomic adds:
 // O(1), never blocking. Labels are bounded: upstream names come from the
@@ -135,11 +135,11 @@ func (m *jobMetrics) Attempted(upstream string, outcome jobs.AttemptOutcome, d t
 	m.run.WithLabelValues(upstream).Observe(d.Seconds())
 }
 
-func (m *jobMetrics) Finished(upstream string, state queue.State, n int) {
+func (m *jobMetrics) Finished(upstream string, state jobstore.State, n int) {
 	m.finished.WithLabelValues(upstream, string(state)).Add(float64(max(n, 0)))
 }
 
-func (m *jobMetrics) Rescued(res queue.RescueResult) {
+func (m *jobMetrics) Rescued(res jobstore.RescueResult) {
 	m.rescued.WithLabelValues(rescueRequeued).Add(float64(max(res.Requeued, 0)))
 	m.rescued.WithLabelValues(rescueDead).Add(float64(max(res.Dead, 0)))
 	m.rescued.WithLabelValues(rescueExpired).Add(float64(max(res.Expired, 0)))
@@ -149,9 +149,9 @@ func (m *jobMetrics) Webhook(outcome jobs.WebhookOutcome) {
 	m.webhooks.WithLabelValues(string(outcome)).Inc()
 }
 
-// liveCounter is what jobCounts reads: queue.Store implements it.
+// liveCounter is what jobCounts reads: jobstore.Store implements it.
 type liveCounter interface {
-	CountLive(ctx context.Context, now time.Time) ([]queue.LiveCount, error)
+	CountLive(ctx context.Context, now time.Time) ([]jobstore.LiveCount, error)
 	PausedUpstreams(ctx context.Context) ([]string, error)
 }
 
@@ -187,7 +187,7 @@ type jobCounts struct {
 	store    liveCounter // nil while the job queue is not running
 	errors   int         // failed store reads, reported by the scrape that saw them
 	readAt   time.Time   // when the last read was tried; zero before the first
-	live     []queue.LiveCount
+	live     []jobstore.LiveCount
 	liveOK   bool
 	paused   []string
 	pausedOK bool
@@ -224,7 +224,7 @@ func (c *jobCounts) Collect(ch chan<- prometheus.Metric) {
 		return // the job queue is not running
 	}
 	if c.liveOK {
-		byName := map[string]queue.LiveCount{}
+		byName := map[string]jobstore.LiveCount{}
 		found := make([]string, 0, len(c.live))
 		for _, l := range c.live {
 			byName[l.Upstream] = l
@@ -232,8 +232,8 @@ func (c *jobCounts) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, u := range c.names(found) {
 			l := byName[u]
-			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(l.Queued), u, string(queue.StateQueued))
-			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(l.Running), u, string(queue.StateRunning))
+			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(l.Queued), u, string(jobstore.StateQueued))
+			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(l.Running), u, string(jobstore.StateRunning))
 			ch <- prometheus.MustNewConstMetric(descJobsDelayed, prometheus.GaugeValue, float64(l.Delayed), u)
 		}
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // scrape answers GET /metrics from h.
@@ -45,7 +45,7 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	srv, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}}},
+		Upstreams: []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}},
 		withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))
@@ -122,7 +122,7 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 // series at all.
 func TestJobMetricsDisabledWithStoreNone(t *testing.T) {
 	t.Parallel()
-	srv, err := New(Config{Store: StoreNone, Upstreams: []UpstreamConfig{{Name: "a", Protocol: provider.Anthropic, APIKey: "k"}}},
+	srv, err := New(Config{Store: StoreNone, Upstreams: []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}},
 		withEngine("a", &fakeEngine{}), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	body := scrape(t, srv.Handler())
@@ -140,7 +140,7 @@ func formatJobID(id int64) string {
 // fakeCounts is a store's counting side, scripted by the test.
 type fakeCounts struct {
 	mu        sync.Mutex
-	live      []queue.LiveCount
+	live      []jobstore.LiveCount
 	paused    []string
 	liveErr   error
 	pausedErr error
@@ -148,7 +148,7 @@ type fakeCounts struct {
 	reads     int
 }
 
-func (f *fakeCounts) CountLive(ctx context.Context, _ time.Time) ([]queue.LiveCount, error) {
+func (f *fakeCounts) CountLive(ctx context.Context, _ time.Time) ([]jobstore.LiveCount, error) {
 	f.mu.Lock()
 	f.reads++
 	live, err, hang := f.live, f.liveErr, f.hang
@@ -196,7 +196,7 @@ func TestJobCountsCollector(t *testing.T) {
 	}{
 		{"configured upstreams with zeros, and others found", func(t *testing.T, _ *jobCounts, f *fakeCounts, _ *clock.Fake, scrape func() string) {
 			f.set(func(f *fakeCounts) {
-				f.live = []queue.LiveCount{{Upstream: "a", Queued: 3, Delayed: 1, Running: 2}, {Upstream: "old", Queued: 1}}
+				f.live = []jobstore.LiveCount{{Upstream: "a", Queued: 3, Delayed: 1, Running: 2}, {Upstream: "old", Queued: 1}}
 				f.paused = []string{"a"}
 			})
 			requireSeries(t, scrape(),
@@ -207,12 +207,12 @@ func TestJobCountsCollector(t *testing.T) {
 				`sluice_jobs{state="queued",upstream="old"} 1`)
 		}},
 		{"one read per max age", func(t *testing.T, _ *jobCounts, f *fakeCounts, clk *clock.Fake, scrape func() string) {
-			f.set(func(f *fakeCounts) { f.live = []queue.LiveCount{{Upstream: "a", Queued: 1}} })
+			f.set(func(f *fakeCounts) { f.live = []jobstore.LiveCount{{Upstream: "a", Queued: 1}} })
 			for range 3 {
 				requireSeries(t, scrape(), `sluice_jobs{state="queued",upstream="a"} 1`)
 			}
 			require.Equal(t, 1, f.readCount())
-			f.set(func(f *fakeCounts) { f.live = []queue.LiveCount{{Upstream: "a", Queued: 7}} })
+			f.set(func(f *fakeCounts) { f.live = []jobstore.LiveCount{{Upstream: "a", Queued: 7}} })
 			clk.Advance(JobCountMaxAge - time.Millisecond)
 			requireSeries(t, scrape(), `sluice_jobs{state="queued",upstream="a"} 1`)
 			clk.Advance(time.Millisecond)
@@ -220,7 +220,9 @@ func TestJobCountsCollector(t *testing.T) {
 			require.Equal(t, 2, f.readCount())
 		}},
 		{"a failed read keeps the last values", func(t *testing.T, _ *jobCounts, f *fakeCounts, clk *clock.Fake, scrape func() string) {
-			f.set(func(f *fakeCounts) { f.live, f.paused = []queue.LiveCount{{Upstream: "a", Running: 4}}, []string{"b"} })
+			f.set(func(f *fakeCounts) {
+				f.live, f.paused = []jobstore.LiveCount{{Upstream: "a", Running: 4}}, []string{"b"}
+			})
 			requireSeries(t, scrape(), `sluice_jobs{state="running",upstream="a"} 4`, `sluice_jobs_count_errors_total 0`)
 			f.set(func(f *fakeCounts) { f.live, f.liveErr, f.pausedErr = nil, errDown, errDown })
 			clk.Advance(JobCountMaxAge)
@@ -242,7 +244,7 @@ func TestJobCountsCollector(t *testing.T) {
 			require.NotContains(t, body, "sluice_jobs{", "nothing was read yet: no values to report")
 		}},
 		{"no store, no gauges", func(t *testing.T, c *jobCounts, f *fakeCounts, _ *clock.Fake, scrape func() string) {
-			f.set(func(f *fakeCounts) { f.live = []queue.LiveCount{{Upstream: "a", Queued: 1}} })
+			f.set(func(f *fakeCounts) { f.live = []jobstore.LiveCount{{Upstream: "a", Queued: 1}} })
 			c.setStore(nil)
 			body := scrape()
 			require.NotContains(t, body, "sluice_jobs{")

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/jobs"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // The durable job queue runs inside the gateway: jobs are dispatched by the
@@ -18,7 +17,7 @@ import (
 
 // WithStore makes the server use st for the job queue instead of opening
 // Config.Store. The server does not close it.
-func WithStore(st queue.Store) Option { return func(o *options) { o.store = st } }
+func WithStore(st jobstore.Store) Option { return func(o *options) { o.store = st } }
 
 // headerClient carries the authenticated client's name to the job service;
 // whatever the caller sent in it is overwritten.
@@ -66,14 +65,14 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	st := s.store
 	if st == nil {
-		opened, err := queue.Open(ctx, s.cfg.Store, queue.Options{Clock: s.clock})
+		opened, err := jobstore.Open(ctx, s.cfg.Store, jobstore.Options{Clock: s.clock})
 		if err != nil {
 			return fmt.Errorf("opening the job store: %w", err)
 		}
 		st, s.ownStore = opened, opened
 	}
 	dispatchers := map[string]jobs.Dispatcher{}
-	protocols := map[string]provider.Protocol{}
+	protocols := map[string]llm.Protocol{}
 	for _, name := range s.order {
 		dispatchers[name] = s.upstreams[name].engine
 		protocols[name] = s.upstreams[name].cfg.Protocol
@@ -88,7 +87,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
-		PriorityOf: func(r *http.Request, p flow.Priority) flow.Priority {
+		PriorityOf: func(r *http.Request, p llm.Priority) llm.Priority {
 			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok && p < cl.maxPriority {
 				return cl.maxPriority // capped at the client's max_priority, as on the proxy routes
 			}
@@ -98,7 +97,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
 	}
-	cleaner, err := queue.NewJobCleaner(st, queue.JobCleanerConfig{Clock: s.clock,
+	cleaner, err := jobstore.NewJobCleaner(st, jobstore.JobCleanerConfig{Clock: s.clock,
 		SucceededRetention: jc.Retention.Succeeded, DeadRetention: jc.Retention.Dead, CanceledRetention: jc.Retention.Canceled})
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())

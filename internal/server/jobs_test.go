@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // testStore is a fresh SQLite job store for one test.
@@ -47,7 +47,7 @@ func TestJobsThroughGateway(t *testing.T) {
 	require.NoError(t, m.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: provider.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
+		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
 		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch"}},
 		Jobs:      JobsConfig{MaxAttempts: 10}},
 		WithLogger(discardLogger()))
@@ -67,8 +67,8 @@ func TestJobsThroughGateway(t *testing.T) {
 		State    string      `json:"state"`
 		Client   string      `json:"client"`
 		Response *struct {
-			Status int            `json:"status"`
-			Usage  provider.Usage `json:"usage"`
+			Status int       `json:"status"`
+			Usage  llm.Usage `json:"usage"`
 		} `json:"response"`
 	}
 	require.NoError(t, json.Unmarshal(body, &job))
@@ -116,7 +116,7 @@ func TestJobsThroughGateway(t *testing.T) {
 func TestJobsDisabledWithStoreNone(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: provider.Anthropic, APIKey: "sk-up"}}},
+		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up"}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
@@ -139,7 +139,7 @@ func TestJobsConfigValidationNamesField(t *testing.T) {
 func TestJobsPriorityCappedByClient(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: provider.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
+		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
 		Clients: []ClientConfig{{Name: "batch", Key: "ck-batch", MaxPriority: "normal"},
 			{Name: "web", Key: "ck-web", MaxPriority: "critical"}}},
 		WithLogger(discardLogger()))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -142,22 +143,22 @@ type upstreamObserver struct {
 
 var _ dispatch.Observer = (*upstreamObserver)(nil)
 
-func (o *upstreamObserver) Enqueued(flow.Priority) {}
+func (o *upstreamObserver) Enqueued(llm.Priority) {}
 
-func (o *upstreamObserver) Admitted(class flow.Priority, queueWait time.Duration) {
+func (o *upstreamObserver) Admitted(class llm.Priority, queueWait time.Duration) {
 	o.m.queueWait.WithLabelValues(o.upstream, class.String()).Observe(queueWait.Seconds())
 }
 
-func (o *upstreamObserver) Attempted(outcome provider.Class, status int, latency time.Duration) {
+func (o *upstreamObserver) Attempted(outcome llm.OutcomeKind, status int, latency time.Duration) {
 	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
 	o.m.latency.WithLabelValues(o.upstream).Observe(latency.Seconds())
 }
 
-func (o *upstreamObserver) Retried(outcome provider.Class) {
+func (o *upstreamObserver) Retried(outcome llm.OutcomeKind) {
 	o.m.retries.WithLabelValues(o.upstream, outcome.String()).Inc()
 }
 
-func (o *upstreamObserver) Shed(_ flow.Priority, reason error) {
+func (o *upstreamObserver) Shed(_ llm.Priority, reason error) {
 	o.m.shed.WithLabelValues(o.upstream, shedReason(reason)).Inc()
 }
 
@@ -165,7 +166,7 @@ func (o *upstreamObserver) BreakerStateChanged(_, to flow.BreakerState) {
 	o.m.breaker.WithLabelValues(o.upstream, to.String()).Inc()
 }
 
-func (o *upstreamObserver) Reconciled(est provider.Cost, actual provider.Usage) {
+func (o *upstreamObserver) Reconciled(est provider.Cost, actual llm.Usage) {
 	t := o.m.tokens
 	t.WithLabelValues(o.upstream, "input", "estimated").Add(float64(max(est.InputTokens, 0)))
 	t.WithLabelValues(o.upstream, "output", "reserved").Add(float64(max(est.OutputTokens, 0)))

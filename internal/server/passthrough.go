@@ -6,7 +6,7 @@ import (
 	"net/http/httputil"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // newPassthrough builds the reverse proxy for the paths of u that Sluice
@@ -58,8 +58,8 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request, u *ups
 }
 
 // setUpstreamKey puts the upstream's own key where its protocol expects it.
-func setUpstreamKey(h http.Header, p provider.Protocol, key string) {
-	if p == provider.OpenAI {
+func setUpstreamKey(h http.Header, p llm.Protocol, key string) {
+	if p == llm.OpenAI {
 		h.Set("Authorization", "Bearer "+key)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -32,7 +33,7 @@ func setSluiceHeaders(h http.Header, queueWait time.Duration, attempts int) {
 // errType "" means the protocol's type for the status. Headers in extra are
 // added; x-should-retry defaults to false, because Sluice has already done
 // whatever retrying was worth doing.
-func writeProviderError(w http.ResponseWriter, p provider.Protocol, reqID string, status int, errType, message string, extra http.Header) {
+func writeProviderError(w http.ResponseWriter, p llm.Protocol, reqID string, status int, errType, message string, extra http.Header) {
 	if errType == "" {
 		errType = provider.ErrorTypeFor(p, status)
 	}
@@ -46,7 +47,7 @@ func writeProviderError(w http.ResponseWriter, p provider.Protocol, reqID string
 	if h.Get(HeaderQueueMS) == "" {
 		setSluiceHeaders(h, 0, 0)
 	}
-	if p == provider.OpenAI {
+	if p == llm.OpenAI {
 		h.Set("X-Request-Id", reqID)
 	} else {
 		h.Set("Request-Id", reqID)
@@ -65,7 +66,7 @@ func writeProviderError(w http.ResponseWriter, p provider.Protocol, reqID string
 // the client goes away the copy stops; the caller closes the body, which
 // ends the upstream request. If the upstream breaks off a stream, the
 // client gets the protocol's error event, as the provider itself would send.
-func relay(w http.ResponseWriter, r *http.Request, p provider.Protocol, resp *http.Response, body io.Reader, queueWait time.Duration, attempts int, log *slog.Logger) {
+func relay(w http.ResponseWriter, r *http.Request, p llm.Protocol, resp *http.Response, body io.Reader, queueWait time.Duration, attempts int, log *slog.Logger) {
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = append([]string(nil), vs...)

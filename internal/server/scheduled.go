@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -87,9 +87,9 @@ func (s *Server) buildRequest(r *http.Request, u *upstream, cl client, body []by
 		}
 		return nil, badRequest("invalid request body: %v", err)
 	}
-	var requested *flow.Priority
+	var requested *llm.Priority
 	if v := r.Header.Get(HeaderPriority); v != "" {
-		pr, err := flow.ParsePriority(v)
+		pr, err := llm.ParsePriority(v)
 		if err != nil {
 			return nil, badRequest("%s header: %v", HeaderPriority, err)
 		}

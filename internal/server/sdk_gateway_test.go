@@ -15,8 +15,8 @@ import (
 	ooption "github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // These tests are the proof: the official Go SDKs, pointed at
@@ -52,13 +52,13 @@ func startGateway(t *testing.T, limits mock.Limits, burstSeconds float64, faults
 	require.NoError(t, m.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
 
-	up := func(name string, p provider.Protocol) UpstreamConfig {
+	up := func(name string, p llm.Protocol) UpstreamConfig {
 		return UpstreamConfig{Name: name, Protocol: p, BaseURL: m.URL(), APIKey: "sk-upstream-" + name,
 			BurstSeconds: burstSeconds,
 			Limits: LimitsConfig{RequestsPerMinute: limits.RPM, InputTokensPerMinute: limits.ITPM,
 				OutputTokensPerMinute: limits.OTPM, TokensPerMinute: limits.TPM, MaxConcurrency: 32}}
 	}
-	ups := []UpstreamConfig{up("anthropic", provider.Anthropic), up("openai", provider.OpenAI)}
+	ups := []UpstreamConfig{up("anthropic", llm.Anthropic), up("openai", llm.OpenAI)}
 	for i := range ups {
 		for _, e := range edit {
 			e(&ups[i])

@@ -17,10 +17,9 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/jobs"
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // ReadHeaderTimeoutDefault bounds how long a client may take to send its
@@ -55,7 +54,7 @@ type options struct {
 	logger    *slog.Logger
 	transport http.RoundTripper
 	engines   map[string]engine
-	store     queue.Store
+	store     jobstore.Store
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -91,7 +90,7 @@ type upstream struct {
 // scheduledPath is the one path under /{upstream} that goes through the
 // engine for this upstream's protocol.
 func (u *upstream) scheduledPath() string {
-	if u.cfg.Protocol == provider.OpenAI {
+	if u.cfg.Protocol == llm.OpenAI {
 		return "/v1/chat/completions"
 	}
 	return "/v1/messages"
@@ -124,10 +123,10 @@ type Server struct {
 
 	// The job queue: store is the injected store (WithStore) or nil;
 	// ownStore is one Start opened from Config.Store and Stop closes.
-	store    queue.Store
-	ownStore queue.Store
+	store    jobstore.Store
+	ownStore jobstore.Store
 	jobs     atomic.Pointer[jobs.Service] // read by handlers without s.mu
-	cleaner  *queue.JobCleaner
+	cleaner  *jobstore.JobCleaner
 }
 
 // errShutdown is the cause given to in-flight requests cut off by Stop.
@@ -349,7 +348,7 @@ func stopAll(ctx context.Context, lcs []lifecycle) error {
 func (s *Server) UpstreamNames() []string { return append([]string(nil), s.order...) }
 
 // clientPriority applies a client's default and cap to a requested class.
-func clientPriority(cl client, requested *flow.Priority) flow.Priority {
+func clientPriority(cl client, requested *llm.Priority) llm.Priority {
 	p := cl.defaultPriority
 	if requested != nil {
 		p = *requested

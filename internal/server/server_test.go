@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -109,8 +110,8 @@ func newTestServer(t *testing.T, clients []ClientConfig, mutate ...func(*Config)
 		clock: clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	cfg := Config{
 		Upstreams: []UpstreamConfig{
-			{Name: "a", Protocol: provider.Anthropic, BaseURL: ts.upstream.URL, APIKey: upstreamKey},
-			{Name: "o", Protocol: provider.OpenAI, BaseURL: ts.upstream.URL + "/base", APIKey: upstreamKey},
+			{Name: "a", Protocol: llm.Anthropic, BaseURL: ts.upstream.URL, APIKey: upstreamKey},
+			{Name: "o", Protocol: llm.OpenAI, BaseURL: ts.upstream.URL + "/base", APIKey: upstreamKey},
 		},
 		Clients:      clients,
 		MaxBodyBytes: 4096,
@@ -152,7 +153,7 @@ func (ts *testServer) do(t *testing.T, method, path, body string, h map[string]s
 }
 
 // requireProviderError checks the body is p's error shape with errType.
-func requireProviderError(t *testing.T, p provider.Protocol, body []byte, errType string) string {
+func requireProviderError(t *testing.T, p llm.Protocol, body []byte, errType string) string {
 	t.Helper()
 	var v struct {
 		Type  string `json:"type"`
@@ -162,7 +163,7 @@ func requireProviderError(t *testing.T, p provider.Protocol, body []byte, errTyp
 		} `json:"error"`
 	}
 	require.NoError(t, json.Unmarshal(body, &v), "body: %s", body)
-	if p == provider.Anthropic {
+	if p == llm.Anthropic {
 		require.Equal(t, "error", v.Type, "body: %s", body)
 	} else {
 		require.Empty(t, v.Type, "OpenAI errors have no top-level type: %s", body)
@@ -182,15 +183,15 @@ func TestAuth(t *testing.T) {
 		path     string
 		body     string
 		headers  map[string]string
-		p        provider.Protocol
+		p        llm.Protocol
 		wantCode int
 	}{
-		{"anthropic missing key", "/a/v1/messages", anthropicBody, nil, provider.Anthropic, 401},
-		{"anthropic wrong key", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "nope"}, provider.Anthropic, 401},
-		{"openai wrong bearer", "/o/v1/chat/completions", openAIBody, map[string]string{"Authorization": "Bearer nope"}, provider.OpenAI, 401},
-		{"passthrough wrong key", "/o/v1/models", "", map[string]string{"Authorization": "Bearer nope"}, provider.OpenAI, 401},
-		{"anthropic good key", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "client-key-web"}, provider.Anthropic, 200},
-		{"openai good bearer", "/o/v1/chat/completions", openAIBody, map[string]string{"Authorization": "Bearer client-key-web"}, provider.OpenAI, 200},
+		{"anthropic missing key", "/a/v1/messages", anthropicBody, nil, llm.Anthropic, 401},
+		{"anthropic wrong key", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "nope"}, llm.Anthropic, 401},
+		{"openai wrong bearer", "/o/v1/chat/completions", openAIBody, map[string]string{"Authorization": "Bearer nope"}, llm.OpenAI, 401},
+		{"passthrough wrong key", "/o/v1/models", "", map[string]string{"Authorization": "Bearer nope"}, llm.OpenAI, 401},
+		{"anthropic good key", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "client-key-web"}, llm.Anthropic, 200},
+		{"openai good bearer", "/o/v1/chat/completions", openAIBody, map[string]string{"Authorization": "Bearer client-key-web"}, llm.OpenAI, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -226,7 +227,7 @@ func TestOpenModeClientNames(t *testing.T) {
 	require.Regexp(t, `^key-[0-9a-f]{8}$`, calls[1].Client)
 	require.NotEqual(t, calls[0].Client, calls[1].Client)
 	require.Equal(t, AnonymousClient, calls[2].Client)
-	require.Equal(t, flow.Normal, calls[0].Priority)
+	require.Equal(t, llm.Normal, calls[0].Priority)
 }
 
 func TestUpstreamKeyNeverLeaks(t *testing.T) {
@@ -263,7 +264,7 @@ func TestPassthroughUpstreamDown(t *testing.T) {
 	})
 	resp, body := ts.do(t, "GET", "/a/v1/models", "", nil)
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
-	requireProviderError(t, provider.Anthropic, body, "api_error")
+	requireProviderError(t, llm.Anthropic, body, "api_error")
 	require.NotContains(t, string(body), upstreamKey)
 	require.NotContains(t, string(body), "127.0.0.1:1")
 }
@@ -324,18 +325,18 @@ func TestScheduledRequestFields(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		headers      map[string]string
-		wantPriority flow.Priority
+		wantPriority llm.Priority
 		wantDeadline time.Time
 	}{
-		{"client default", map[string]string{"x-api-key": "kw"}, flow.High, time.Time{}},
-		{"capped by max", map[string]string{"x-api-key": "kw", "X-Priority": "critical"}, flow.High, time.Time{}},
-		{"lower allowed", map[string]string{"x-api-key": "kw", "X-Priority": "3"}, flow.Low, time.Time{}},
-		{"ops critical", map[string]string{"x-api-key": "ko", "X-Priority": "Critical"}, flow.Critical, time.Time{}},
-		{"duration deadline", map[string]string{"x-api-key": "ko", "X-Sluice-Deadline": "45s"}, flow.Normal, now.Add(45 * time.Second)},
-		{"rfc3339 deadline", map[string]string{"x-api-key": "ko", "X-Sluice-Deadline": "2026-03-01T13:00:00Z"}, flow.Normal, now.Add(time.Hour)},
-		{"stainless timeout", map[string]string{"x-api-key": "ko", "X-Stainless-Timeout": "600"}, flow.Normal, now.Add(10 * time.Minute)},
-		{"sluice deadline wins", map[string]string{"x-api-key": "ko", "X-Stainless-Timeout": "600", "X-Sluice-Deadline": "5s"}, flow.Normal, now.Add(5 * time.Second)},
-		{"bad stainless ignored", map[string]string{"x-api-key": "ko", "X-Stainless-Timeout": "soon"}, flow.Normal, time.Time{}},
+		{"client default", map[string]string{"x-api-key": "kw"}, llm.High, time.Time{}},
+		{"capped by max", map[string]string{"x-api-key": "kw", "X-Priority": "critical"}, llm.High, time.Time{}},
+		{"lower allowed", map[string]string{"x-api-key": "kw", "X-Priority": "3"}, llm.Low, time.Time{}},
+		{"ops critical", map[string]string{"x-api-key": "ko", "X-Priority": "Critical"}, llm.Critical, time.Time{}},
+		{"duration deadline", map[string]string{"x-api-key": "ko", "X-Sluice-Deadline": "45s"}, llm.Normal, now.Add(45 * time.Second)},
+		{"rfc3339 deadline", map[string]string{"x-api-key": "ko", "X-Sluice-Deadline": "2026-03-01T13:00:00Z"}, llm.Normal, now.Add(time.Hour)},
+		{"stainless timeout", map[string]string{"x-api-key": "ko", "X-Stainless-Timeout": "600"}, llm.Normal, now.Add(10 * time.Minute)},
+		{"sluice deadline wins", map[string]string{"x-api-key": "ko", "X-Stainless-Timeout": "600", "X-Sluice-Deadline": "5s"}, llm.Normal, now.Add(5 * time.Second)},
+		{"bad stainless ignored", map[string]string{"x-api-key": "ko", "X-Stainless-Timeout": "soon"}, llm.Normal, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -380,19 +381,19 @@ func TestBadInput(t *testing.T) {
 		path     string
 		body     string
 		headers  map[string]string
-		p        provider.Protocol
+		p        llm.Protocol
 		wantCode int
 		wantType string
 	}{
-		{"anthropic too large", "/a/v1/messages", big, nil, provider.Anthropic, 413, "request_too_large"},
-		{"openai too large", "/o/v1/chat/completions", big, nil, provider.OpenAI, 413, "invalid_request_error"},
-		{"not json", "/a/v1/messages", "{", nil, provider.Anthropic, 400, "invalid_request_error"},
-		{"missing max_tokens", "/a/v1/messages", `{"model":"m","messages":[]}`, nil, provider.Anthropic, 400, "invalid_request_error"},
-		{"openai not object", "/o/v1/chat/completions", `[1]`, nil, provider.OpenAI, 400, "invalid_request_error"},
-		{"bad priority", "/a/v1/messages", anthropicBody, map[string]string{"X-Priority": "urgent"}, provider.Anthropic, 400, "invalid_request_error"},
-		{"bad priority openai", "/o/v1/chat/completions", openAIBody, map[string]string{"X-Priority": "9"}, provider.OpenAI, 400, "invalid_request_error"},
-		{"bad deadline", "/a/v1/messages", anthropicBody, map[string]string{"X-Sluice-Deadline": "tomorrow"}, provider.Anthropic, 400, "invalid_request_error"},
-		{"negative deadline", "/a/v1/messages", anthropicBody, map[string]string{"X-Sluice-Deadline": "-5s"}, provider.Anthropic, 400, "invalid_request_error"},
+		{"anthropic too large", "/a/v1/messages", big, nil, llm.Anthropic, 413, "request_too_large"},
+		{"openai too large", "/o/v1/chat/completions", big, nil, llm.OpenAI, 413, "invalid_request_error"},
+		{"not json", "/a/v1/messages", "{", nil, llm.Anthropic, 400, "invalid_request_error"},
+		{"missing max_tokens", "/a/v1/messages", `{"model":"m","messages":[]}`, nil, llm.Anthropic, 400, "invalid_request_error"},
+		{"openai not object", "/o/v1/chat/completions", `[1]`, nil, llm.OpenAI, 400, "invalid_request_error"},
+		{"bad priority", "/a/v1/messages", anthropicBody, map[string]string{"X-Priority": "urgent"}, llm.Anthropic, 400, "invalid_request_error"},
+		{"bad priority openai", "/o/v1/chat/completions", openAIBody, map[string]string{"X-Priority": "9"}, llm.OpenAI, 400, "invalid_request_error"},
+		{"bad deadline", "/a/v1/messages", anthropicBody, map[string]string{"X-Sluice-Deadline": "tomorrow"}, llm.Anthropic, 400, "invalid_request_error"},
+		{"negative deadline", "/a/v1/messages", anthropicBody, map[string]string{"X-Sluice-Deadline": "-5s"}, llm.Anthropic, 400, "invalid_request_error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -411,7 +412,7 @@ func TestDispatchErrorRendering(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name         string
-		p            provider.Protocol
+		p            llm.Protocol
 		err          *dispatch.Error
 		wantCode     int
 		wantType     string
@@ -420,22 +421,22 @@ func TestDispatchErrorRendering(t *testing.T) {
 		wantAttempts string
 		wantQueueMS  string
 	}{
-		{"anthropic rate", provider.Anthropic, &dispatch.Error{Reason: dispatch.ErrShed, Status: 429, Type: "rate_limit_error", Message: "predicted wait 40s exceeds deadline", RetryAfter: 2500 * time.Millisecond, Attempts: 0, QueueWait: 0},
+		{"anthropic rate", llm.Anthropic, &dispatch.Error{Reason: dispatch.ErrShed, Status: 429, Type: "rate_limit_error", Message: "predicted wait 40s exceeds deadline", RetryAfter: 2500 * time.Millisecond, Attempts: 0, QueueWait: 0},
 			429, "rate_limit_error", "3", "2500", "0", "0"},
-		{"anthropic overloaded", provider.Anthropic, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Type: "overloaded_error", Message: "Overloaded", RetryAfter: 300 * time.Millisecond, Attempts: 4, QueueWait: 1234 * time.Millisecond},
+		{"anthropic overloaded", llm.Anthropic, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Type: "overloaded_error", Message: "Overloaded", RetryAfter: 300 * time.Millisecond, Attempts: 4, QueueWait: 1234 * time.Millisecond},
 			529, "overloaded_error", "1", "300", "4", "1234"},
-		{"openai deadline no hint", provider.OpenAI, &dispatch.Error{Reason: dispatch.ErrDeadline, Status: 504, Message: "deadline exceeded", Attempts: 1},
+		{"openai deadline no hint", llm.OpenAI, &dispatch.Error{Reason: dispatch.ErrDeadline, Status: 504, Message: "deadline exceeded", Attempts: 1},
 			504, "server_error", "", "", "1", "0"},
-		{"openai too large", provider.OpenAI, &dispatch.Error{Reason: dispatch.ErrTooLarge, Status: 413, Type: "invalid_request_error", Message: "too large"},
+		{"openai too large", llm.OpenAI, &dispatch.Error{Reason: dispatch.ErrTooLarge, Status: 413, Type: "invalid_request_error", Message: "too large"},
 			413, "invalid_request_error", "", "", "0", "0"},
-		{"missing status", provider.Anthropic, &dispatch.Error{Reason: dispatch.ErrStopped},
+		{"missing status", llm.Anthropic, &dispatch.Error{Reason: dispatch.ErrStopped},
 			503, "overloaded_error", "", "", "0", "0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ts := newTestServer(t, nil)
 			eng, path, body := ts.a, "/a/v1/messages", anthropicBody
-			if tc.p == provider.OpenAI {
+			if tc.p == llm.OpenAI {
 				eng, path, body = ts.o, "/o/v1/chat/completions", openAIBody
 			}
 			eng.do = func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
@@ -481,7 +482,7 @@ func TestEngineUnexpectedError(t *testing.T) {
 	}
 	resp, body := ts.do(t, "POST", "/o/v1/chat/completions", openAIBody, nil)
 	require.Equal(t, 502, resp.StatusCode)
-	requireProviderError(t, provider.OpenAI, body, "server_error")
+	requireProviderError(t, llm.OpenAI, body, "server_error")
 	require.NotContains(t, string(body), upstreamKey)
 }
 
@@ -491,12 +492,12 @@ func TestStatusAndMetrics(t *testing.T) {
 	ts.do(t, "POST", "/a/v1/messages", anthropicBody, nil)
 	ts.do(t, "POST", "/a/v1/messages", "{", nil)
 	obs := ts.srv.metrics.observer("a")
-	obs.Admitted(flow.High, 2*time.Second)
-	obs.Attempted(provider.Overload, 529, 300*time.Millisecond)
-	obs.Retried(provider.Overload)
-	obs.Shed(flow.Low, fmt.Errorf("x: %w", dispatch.ErrDeadline))
+	obs.Admitted(llm.High, 2*time.Second)
+	obs.Attempted(llm.Overload, 529, 300*time.Millisecond)
+	obs.Retried(llm.Overload)
+	obs.Shed(llm.Low, fmt.Errorf("x: %w", dispatch.ErrDeadline))
 	obs.BreakerStateChanged(flow.Closed, flow.Open)
-	obs.Reconciled(provider.Cost{InputTokens: 10, OutputTokens: 64}, provider.Usage{InputTokens: 8, OutputTokens: 3})
+	obs.Reconciled(provider.Cost{InputTokens: 10, OutputTokens: 64}, llm.Usage{InputTokens: 8, OutputTokens: 3})
 	resp, body := ts.do(t, "GET", "/metrics", "", nil)
 	require.Equal(t, 200, resp.StatusCode)
 	for _, want := range []string{
@@ -542,9 +543,9 @@ func FuzzScheduledRequest(f *testing.F) {
 	f.Add(false, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"n":3}`, "LOW", "1h")
 	f.Fuzz(func(t *testing.T, anthropic bool, body, priority, deadline string) {
 		eng := &fakeEngine{}
-		p, path, name := provider.OpenAI, "/o/v1/chat/completions", "o"
+		p, path, name := llm.OpenAI, "/o/v1/chat/completions", "o"
 		if anthropic {
-			p, path, name = provider.Anthropic, "/a/v1/messages", "a"
+			p, path, name = llm.Anthropic, "/a/v1/messages", "a"
 		}
 		srv, err := New(Config{
 			Upstreams:    []UpstreamConfig{{Name: name, Protocol: p, APIKey: "k"}},

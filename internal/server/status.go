@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // snapshotter is implemented by engines that can report their state (the
@@ -26,8 +26,8 @@ type StatusResponse struct {
 
 // UpstreamStatus is one upstream's scheduling state.
 type UpstreamStatus struct {
-	Name     string            `json:"name"`
-	Protocol provider.Protocol `json:"protocol"`
+	Name     string       `json:"name"`
+	Protocol llm.Protocol `json:"protocol"`
 	// Queued is the queue length per class.
 	Queued map[string]int `json:"queued"`
 	// InFlight and ConcurrencyLimit: requests being sent or streamed, and
@@ -67,7 +67,7 @@ func (s *Server) status() StatusResponse {
 		if sn, ok := u.engine.(snapshotter); ok {
 			snap := sn.Snapshot()
 			for c, n := range snap.Queued {
-				st.Queued[flow.Priority(c).String()] = n
+				st.Queued[llm.Priority(c).String()] = n
 			}
 			st.InFlight, st.ConcurrencyLimit, st.RateScale = snap.InFlight, snap.ConcurrencyLimit, snap.RateScale
 			for d, b := range snap.Buckets {
@@ -143,7 +143,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		snap := sn.Snapshot()
 		for p, n := range snap.Queued {
-			ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(n), name, flow.Priority(p).String())
+			ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(n), name, llm.Priority(p).String())
 		}
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(snap.InFlight), name)
 		ch <- prometheus.MustNewConstMetric(descConcLimit, prometheus.GaugeValue, float64(snap.ConcurrencyLimit), name)

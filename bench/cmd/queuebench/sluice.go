@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // The Sluice workers use River's fetch timers, so the comparison is of the
@@ -21,14 +21,14 @@ const (
 	sluicePollInterval  = riverFetchPollInterval
 )
 
-// sluiceSystem runs a queue.Store with one claim loop shaped like River's
+// sluiceSystem runs a jobstore.Store with one claim loop shaped like River's
 // producer: up to cfg.workers jobs in flight, each on its own goroutine,
 // claims woken by Notify, by a poll tick, or by a freed slot after a full
 // claim, never closer together than the cooldown. Like the jobs runtime,
-// the loop offers its free slots through a queue.Handoff while its last
+// the loop offers its free slots through a jobstore.Handoff while its last
 // claim came back short, so jobs submitted meanwhile arrive leased.
 type sluiceSystem struct {
-	store     queue.Store
+	store     jobstore.Store
 	workers   int
 	noHandoff bool // claims only, as before handoffs
 	drop      func() error
@@ -55,7 +55,7 @@ func openSluicePostgres(ctx context.Context, cfg config) (system, error) {
 	q := u.Query()
 	q.Set("search_path", sluiceSchema)
 	u.RawQuery = q.Encode()
-	st, err := queue.Open(ctx, u.String(), queue.Options{MaxConns: 24})
+	st, err := jobstore.Open(ctx, u.String(), jobstore.Options{MaxConns: 24})
 	if err != nil {
 		return nil, errors.Join(err, drop())
 	}
@@ -64,7 +64,7 @@ func openSluicePostgres(ctx context.Context, cfg config) (system, error) {
 
 func openSluiceSQLite(ctx context.Context, cfg config) (system, error) {
 	path := filepath.Join(cfg.tmp, fmt.Sprintf("sluice-%d.db", sqliteSeq.Add(1)))
-	st, err := queue.Open(ctx, "sqlite:"+path, queue.Options{})
+	st, err := jobstore.Open(ctx, "sqlite:"+path, jobstore.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +88,11 @@ func (s *sluiceSystem) fill(ctx context.Context, n int) error {
 	now := time.Now()
 	for done := 0; done < n; {
 		k := min(5000, n-done)
-		jobs := make([]queue.InsertParams, k)
+		jobs := make([]jobstore.InsertParams, k)
 		for i := range jobs {
-			jobs[i] = queue.InsertParams{Upstream: "a", Path: "/v1/messages", Body: []byte(requestBody), MaxAttempts: 3, CustomID: fmt.Sprint(i), Now: now}
+			jobs[i] = jobstore.InsertParams{Upstream: "a", Path: "/v1/messages", Body: []byte(requestBody), MaxAttempts: 3, CustomID: fmt.Sprint(i), Now: now}
 		}
-		if _, err := s.store.CreateBatch(ctx, queue.CreateBatchParams{Format: provider.Anthropic, Jobs: jobs, Now: now}); err != nil {
+		if _, err := s.store.CreateBatch(ctx, jobstore.CreateBatchParams{Format: llm.Anthropic, Jobs: jobs, Now: now}); err != nil {
 			return fmt.Errorf("filling sluice: %w", err)
 		}
 		done += k
@@ -101,7 +101,7 @@ func (s *sluiceSystem) fill(ctx context.Context, n int) error {
 }
 
 func (s *sluiceSystem) submit(ctx context.Context) error {
-	_, err := s.store.Insert(ctx, queue.InsertParams{Upstream: "a", Path: "/v1/messages", Body: []byte(requestBody), MaxAttempts: 3, Now: time.Now()})
+	_, err := s.store.Insert(ctx, jobstore.InsertParams{Upstream: "a", Path: "/v1/messages", Body: []byte(requestBody), MaxAttempts: 3, Now: time.Now()})
 	return err
 }
 
@@ -118,19 +118,19 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 	tick := time.NewTicker(sluicePollInterval)
 	defer tick.Stop()
 	inFlight, want, full := 0, true, false
-	run := func(j *queue.Job) {
+	run := func(j *jobstore.Job) {
 		inFlight++
 		s.wg.Go(func() {
 			started()
-			err := s.store.Complete(ctx, queue.CompleteParams{ID: j.ID, Token: j.Lease.Token,
-				Result: queue.Result{Status: 200, Body: []byte(`{}`)}, Now: time.Now()})
+			err := s.store.Complete(ctx, jobstore.CompleteParams{ID: j.ID, Token: j.Lease.Token,
+				Result: jobstore.Result{Status: 200, Body: []byte(`{}`)}, Now: time.Now()})
 			if err == nil {
 				done()
 			}
 			freed <- struct{}{}
 		})
 	}
-	h, err := s.store.Handoff(queue.HandoffParams{Upstream: "a", Owner: "queuebench", LeaseFor: time.Minute, Capacity: s.workers})
+	h, err := s.store.Handoff(jobstore.HandoffParams{Upstream: "a", Owner: "queuebench", LeaseFor: time.Minute, Capacity: s.workers})
 	if err != nil {
 		return
 	}
@@ -162,7 +162,7 @@ func (s *sluiceSystem) loop(ctx context.Context, started, done func()) {
 				}
 			}
 			last = time.Now()
-			jobs, err := s.store.Claim(ctx, queue.ClaimParams{Upstream: "a", Limit: free, Owner: "queuebench", LeaseFor: time.Minute, Now: last})
+			jobs, err := s.store.Claim(ctx, jobstore.ClaimParams{Upstream: "a", Limit: free, Owner: "queuebench", LeaseFor: time.Minute, Now: last})
 			if err != nil {
 				return
 			}

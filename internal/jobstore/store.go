@@ -1,0 +1,358 @@
+package jobstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/llm"
+)
+
+// Sentinel errors. Backends map their own errors to these at the edge, so
+// callers branch with errors.Is and never see a driver type.
+var (
+	// ErrNotFound means no job or batch has the given id.
+	ErrNotFound = errors.New("not found")
+	// ErrLeaseLost means the caller's lease token is no longer the job's:
+	// the job was rescued, canceled or claimed again.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrConflict means the job or batch is not in a state that allows the
+	// operation (cancel a finished job, requeue a live one, reuse an id).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid means the params are malformed; the message names the field.
+	ErrInvalid = errors.New("invalid")
+	// ErrSchemaTooNew means the database was migrated by a newer Sluice
+	// than this one; the server refuses to start on it.
+	ErrSchemaTooNew = errors.New("database schema is newer than this sluice")
+	// ErrClosed means the store was closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// Store is the durable job store. The job runtime, the HTTP API, the CLI
+// and the maintenance services use it; SQLite and PostgreSQL implement it
+// and jobstoretest.Run checks that they behave the same. All methods are safe
+// for concurrent use.
+type Store interface {
+	// Insert adds a queued job. When IdempotencyKey names an existing job,
+	// that job is returned with Existing set and nothing is inserted.
+	Insert(ctx context.Context, p InsertParams) (InsertResult, error)
+	// Get returns a job by id, or ErrNotFound.
+	Get(ctx context.Context, id int64) (*Job, error)
+	// List returns jobs in id order after a cursor, filtered.
+	List(ctx context.Context, p ListParams) (JobPage, error)
+
+	// Claim leases up to Limit queued jobs whose time has come, skipping
+	// paused upstreams and jobs past their deadline, in order of priority,
+	// then AvailableAt, then id.
+	Claim(ctx context.Context, p ClaimParams) ([]*Job, error)
+	// Heartbeat extends a lease. ErrLeaseLost when the token is stale.
+	Heartbeat(ctx context.Context, p HeartbeatParams) error
+	// Complete marks a running job succeeded with its result.
+	// ErrLeaseLost when the token is stale.
+	Complete(ctx context.Context, p CompleteParams) error
+	// Fail records a failed attempt and requeues the job or kills it,
+	// returning the state it ended in. ErrLeaseLost when the token is stale.
+	Fail(ctx context.Context, p FailParams) (State, error)
+
+	// Cancel cancels a queued or running job. Canceling a canceled job is a
+	// no-op; canceling a succeeded or dead one is ErrConflict.
+	Cancel(ctx context.Context, p CancelParams) (CancelResult, error)
+	// Requeue moves dead jobs back to queued with fresh attempts and
+	// stalls, and returns how many moved.
+	Requeue(ctx context.Context, p RequeueParams) (int, error)
+	// Rescue takes back running jobs whose lease expired (queued with
+	// stalls+1, or dead past MaxStalls) and kills queued jobs past their
+	// deadline.
+	Rescue(ctx context.Context, p RescueParams) (RescueResult, error)
+	// DeleteFinished deletes up to Limit jobs in a finished state that
+	// finished before a time, and returns how many.
+	DeleteFinished(ctx context.Context, p DeleteFinishedParams) (int, error)
+
+	// SetPaused pauses or resumes an upstream's queue: Claim skips paused
+	// upstreams.
+	SetPaused(ctx context.Context, p PauseParams) error
+	// PausedUpstreams lists the paused upstreams in name order.
+	PausedUpstreams(ctx context.Context) ([]string, error)
+
+	// CreateBatch inserts a batch and all its jobs in one transaction.
+	CreateBatch(ctx context.Context, p CreateBatchParams) (*Batch, error)
+	// GetBatch returns a batch with its counts per state, or ErrNotFound.
+	GetBatch(ctx context.Context, id string) (*Batch, error)
+	// BatchJobs returns a batch's jobs in CustomID order after a cursor.
+	BatchJobs(ctx context.Context, p BatchJobsParams) (BatchPage, error)
+	// CancelBatch cancels every live job of a batch.
+	CancelBatch(ctx context.Context, p CancelBatchParams) (CancelBatchResult, error)
+
+	// Notify returns a channel that receives (coalesced, never blocking the
+	// store) when work may have become available for upstream ("" for any
+	// upstream): an insert, a requeue, a reschedule or a rescue. It is
+	// closed when ctx is done. Jobs scheduled for later are not signaled
+	// when their time comes: combine Notify with NextAvailable or a poll.
+	Notify(ctx context.Context, upstream string) <-chan struct{}
+	// Handoff registers a local worker that takes jobs leased at insert
+	// while it is idle (see Handoff). Close it when the worker stops.
+	Handoff(p HandoffParams) (*Handoff, error)
+	// NextAvailable returns the earliest AvailableAt among queued jobs of
+	// upstream ("" for any); ok is false when nothing is queued.
+	NextAvailable(ctx context.Context, upstream string) (at time.Time, ok bool, err error)
+	// CountLive counts the live jobs of every upstream that has one, in
+	// upstream order: queued (and of those, the ones not available before
+	// now) and running. It reads only live jobs, through the partial
+	// indexes of queued jobs (index-only) and of running ones (and their
+	// rows, for the upstream), so finished jobs cost nothing; its cost grows
+	// with the queued jobs (one index entry each), so callers should cache
+	// it.
+	CountLive(ctx context.Context, now time.Time) ([]LiveCount, error)
+
+	// Close releases the store's connections and goroutines.
+	Close() error
+}
+
+// InsertParams describes a new job.
+type InsertParams struct {
+	// IdempotencyKey makes the insert idempotent when set.
+	IdempotencyKey string
+	// Upstream is required.
+	Upstream string
+	// Priority must be valid (0..3).
+	Priority llm.Priority
+	// Client is free text.
+	Client string
+	// Path is required, e.g. /v1/messages.
+	Path string
+	// Body is the provider request body.
+	Body []byte
+	// Deadline is optional (zero for none).
+	Deadline time.Time
+	// MaxAttempts must be at least 1.
+	MaxAttempts int
+	// AvailableAt is when the job may first run; zero means Now.
+	AvailableAt time.Time
+	// CustomID identifies the job inside its batch (CreateBatch only).
+	CustomID string
+	// WebhookURL is optional.
+	WebhookURL string
+	// Now is the insertion time.
+	Now time.Time
+}
+
+// InsertResult is the job inserted, or the one that already had the key.
+type InsertResult struct {
+	Job *Job
+	// Existing is true when the idempotency key matched an earlier job.
+	Existing bool
+}
+
+// ListParams filters and pages List. Empty filters match everything.
+type ListParams struct {
+	State    State
+	Upstream string
+	Client   string
+	BatchID  string
+	// After is the cursor: only jobs with a larger id. Zero starts at the
+	// beginning.
+	After int64
+	// Limit is the page size; zero means ListLimitDefault, and it is capped
+	// at ListLimitMax.
+	Limit int
+}
+
+// Page sizes for List and BatchJobs.
+const (
+	ListLimitDefault = 100
+	ListLimitMax     = 1000
+)
+
+// JobPage is one page of jobs. Next is the cursor for the following page,
+// zero when this is the last.
+type JobPage struct {
+	Jobs []*Job
+	Next int64
+}
+
+// ClaimParams asks for work.
+type ClaimParams struct {
+	// Upstream limits the claim to one upstream; empty claims any
+	// non-paused upstream.
+	Upstream string
+	// Limit is how many jobs at most; at least 1.
+	Limit int
+	// Owner names the worker.
+	Owner string
+	// LeaseFor is how long the lease lasts without a heartbeat; positive.
+	LeaseFor time.Duration
+	// Now is the claim time.
+	Now time.Time
+}
+
+// HeartbeatParams extends a lease to Now+LeaseFor.
+type HeartbeatParams struct {
+	ID       int64
+	Token    int64
+	LeaseFor time.Duration
+	Now      time.Time
+}
+
+// CompleteParams finishes a running job with success.
+type CompleteParams struct {
+	ID     int64
+	Token  int64
+	Result Result
+	Now    time.Time
+}
+
+// FailParams records a failed attempt.
+type FailParams struct {
+	ID    int64
+	Token int64
+	// Kind says whether the attempt burns and whether the job may retry.
+	Kind FailKind
+	// Error is appended to the job's history (Attempt and At are filled in
+	// by the store when zero).
+	Error AttemptError
+	// RetryAt is when a rescheduled or retried job is available again;
+	// zero means Now. A RetryAt past the job's deadline kills the job.
+	RetryAt time.Time
+	// Result is the provider's error response, kept when the job dies;
+	// optional.
+	Result *Result
+	Now    time.Time
+}
+
+// CancelParams cancels one job.
+type CancelParams struct {
+	ID  int64
+	Now time.Time
+}
+
+// CancelResult tells the runtime whether it must abort an in-flight call.
+type CancelResult struct {
+	Job *Job
+	// WasLive is true when this call canceled the job (it was queued or
+	// running); false when the job was already canceled.
+	WasLive bool
+	// WasRunning is true when the job was running: its worker should
+	// abort the provider call (its lease is now lost).
+	WasRunning bool
+}
+
+// RequeueParams selects dead jobs to requeue: by IDs, or by the filters
+// (Upstream, BatchID; both empty with All set means every dead job).
+type RequeueParams struct {
+	IDs      []int64
+	Upstream string
+	BatchID  string
+	All      bool
+	Now      time.Time
+}
+
+// RescueParams drives one rescuer pass.
+type RescueParams struct {
+	// MaxStalls is how many stalls a job survives; one more kills it.
+	MaxStalls int
+	// Limit bounds the jobs touched in one pass; zero means
+	// RescueLimitDefault.
+	Limit int
+	Now   time.Time
+}
+
+// RescueLimitDefault is the default batch size of a rescue or cleaner pass.
+const RescueLimitDefault = 1000
+
+// RescueResult counts what one rescue pass did.
+type RescueResult struct {
+	// Requeued jobs had an expired lease and stalls left.
+	Requeued int
+	// Dead jobs had an expired lease and no stalls left.
+	Dead int
+	// Expired jobs were queued past their deadline and are now dead.
+	Expired int
+}
+
+// LiveCount counts one upstream's live jobs.
+type LiveCount struct {
+	Upstream string
+	// Queued counts the queued jobs, Delayed included.
+	Queued int
+	// Delayed counts the queued jobs whose AvailableAt is after the count's
+	// now: waiting out a retry backoff or a rate-limit hint.
+	Delayed int
+	// Running counts the leased jobs.
+	Running int
+}
+
+// DeleteFinishedParams deletes old finished jobs of one state.
+type DeleteFinishedParams struct {
+	// State must be succeeded, dead or canceled.
+	State State
+	// Before: jobs that finished strictly before this time are deleted.
+	Before time.Time
+	// Limit bounds one call; zero means RescueLimitDefault.
+	Limit int
+}
+
+// PauseParams pauses or resumes one upstream.
+type PauseParams struct {
+	Upstream string
+	Paused   bool
+	Now      time.Time
+}
+
+// Batch is a set of jobs created together.
+type Batch struct {
+	ID string
+	// Format is the protocol of the batch's source file.
+	Format llm.Protocol
+	// Total is the number of jobs.
+	Total     int
+	Counts    BatchCounts
+	CreatedAt time.Time
+}
+
+// Ended reports whether every job of the batch is finished.
+func (b *Batch) Ended() bool { return b.Counts.Queued == 0 && b.Counts.Running == 0 }
+
+// BatchCounts counts a batch's jobs per state.
+type BatchCounts struct {
+	Queued, Running, Succeeded, Dead, Canceled int
+}
+
+// CreateBatchParams describes a batch and its jobs.
+type CreateBatchParams struct {
+	// ID is the batch id; empty lets the store make one ("batch_" + hex).
+	ID string
+	// Format is the protocol of the source (anthropic or openai).
+	Format llm.Protocol
+	// Jobs are inserted as given, each with a CustomID unique in the batch.
+	Jobs []InsertParams
+	Now  time.Time
+}
+
+// BatchJobsParams pages a batch's jobs in CustomID order.
+type BatchJobsParams struct {
+	BatchID string
+	// After is the last CustomID of the previous page; empty starts.
+	After string
+	// Limit as in ListParams.
+	Limit int
+}
+
+// BatchPage is one page of a batch's jobs. Next is the cursor for the next
+// page, empty when this is the last.
+type BatchPage struct {
+	Jobs []*Job
+	Next string
+}
+
+// CancelBatchParams cancels a batch's live jobs.
+type CancelBatchParams struct {
+	BatchID string
+	Now     time.Time
+}
+
+// CancelBatchResult counts canceled jobs and names the running ones, whose
+// calls the runtime should abort.
+type CancelBatchResult struct {
+	Canceled int
+	Running  []int64
+}
