@@ -21,9 +21,10 @@ import (
 // the queue).
 func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response, bool, error) {
 	start := d.clk.Now()
+	w.queueWait += since(w.waitFrom, start)
+	w.waitFrom = time.Time{}
 	if !w.admittedOnce {
 		w.admittedOnce = true
-		w.queueWait = since(w.item.Arrival, start)
 		d.obs.Admitted(w.item.Class, w.queueWait)
 		d.budget.RecordRequest(start)
 	}
@@ -73,6 +74,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out llm.Outcome, resp *http.Response, rl provider.RateLimits) (*Response, bool, error) {
 	now := d.clk.Now()
 	w.last = &out
+	d.recordFailure(out, now)
 	refund := tokensOnly(w.cost) // it reached (or may have reached) the provider: the request counts
 	noRetry := out.ShouldRetry != nil && !*out.ShouldRetry
 

@@ -39,8 +39,14 @@ type Dispatcher struct {
 
 	rmu sync.Mutex // guards cfg.Rand
 
+	fmu      sync.Mutex // guards lastFail
+	lastFail failure    // the latest attempt that failed for the upstream's health
+
 	mu       sync.Mutex // guards everything below
 	sched    *flow.Scheduler
+	// unreachableScan is the breaker opening (its half-open instant) whose
+	// queue was last scanned for requests it leaves no time for.
+	unreachableScan time.Time
 	seen     [llm.NumPriorities]time.Time // last arrival per class, for headroom
 	inflight int
 	state    runState
@@ -223,6 +229,9 @@ func (d *Dispatcher) admit() time.Duration {
 			if readyAt.IsZero() {
 				return 0 // half-open with every probe out: wait for a result
 			}
+			if d.failUnreachable(readyAt) > 0 {
+				continue // the head may have gone
+			}
 			return max(readyAt.Sub(now), time.Nanosecond)
 		}
 		if d.inflight >= d.aimd.Limit() {
@@ -255,6 +264,22 @@ func (d *Dispatcher) admit() time.Duration {
 	return 0
 }
 
+// failUnreachable answers at once, with ErrUnavailable, every queued
+// request whose deadline ends before the open breaker's next probe at
+// readyAt: waiting could only end in the same answer later. It scans once
+// per breaker opening and returns how many it removed. d.mu must be held.
+func (d *Dispatcher) failUnreachable(readyAt time.Time) int {
+	if readyAt.Equal(d.unreachableScan) {
+		return 0
+	}
+	d.unreachableScan = readyAt
+	gone := d.sched.RemoveIf(func(it *flow.Item) bool { return it.Value.(*waiter).deadline.Before(readyAt) })
+	for _, it := range gone {
+		it.Value.(*waiter).grant <- grant{err: ErrUnavailable}
+	}
+	return len(gone)
+}
+
 // waiter is one request's journey through the dispatcher.
 type waiter struct {
 	req      *Request
@@ -264,7 +289,10 @@ type waiter struct {
 	grant    chan grant // buffered(1); sent under d.mu
 
 	admittedOnce bool
-	queueWait    time.Duration
+	queueWait    time.Duration // waited before the latest attempt, in all
+	// waitFrom is when the request last started waiting (arrival, the end
+	// of an attempt); zero while an attempt is in flight.
+	waitFrom time.Time
 	attempts     int // upstream attempts made
 	burnt        int // attempts that count against MaxAttempts
 	hintlessRate int // RATE answers without a retry hint
@@ -343,6 +371,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	if dl, ok := ctx.Deadline(); ok && dl.Before(w.deadline) {
 		w.deadline = dl
 	}
+	w.waitFrom = now
 	w.item = flow.Item{
 		Class:   class,
 		Client:  req.Client,
@@ -359,6 +388,11 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	if d.state != running {
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
+	}
+	if ok, readyAt := d.brk.Ready(now); !ok && readyAt.After(w.deadline) {
+		// An outage it cannot outlast: say so now, not at its deadline.
+		d.mu.Unlock()
+		return nil, d.giveUp(w, ErrUnavailable, "")
 	}
 	predicted := d.lim.WaitFor(d.sched.Demand(class).Add(w.cost), now)
 	if now.Add(predicted).After(w.deadline) {
@@ -400,6 +434,9 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 		reason = context.Cause(ctx)
 	case <-t.C():
 		reason = ErrDeadline
+		if st, _ := d.brk.State(d.clk.Now()); st != flow.Closed {
+			reason = ErrUnavailable // it was the outage that held it
+		}
 	}
 	d.mu.Lock()
 	removed := d.sched.Remove(&w.item)
@@ -412,7 +449,10 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 		}
 	}
 	d.kick()
-	if errors.Is(reason, ErrDeadline) {
+	switch {
+	case errors.Is(reason, ErrUnavailable):
+		return grant{}, d.giveUp(w, ErrUnavailable, "")
+	case errors.Is(reason, ErrDeadline):
 		return grant{}, d.giveUp(w, ErrDeadline, "the request waited in the queue until its deadline")
 	}
 	return grant{}, fmt.Errorf("waiting for upstream %q: %w", d.cfg.Name, reason)
@@ -424,6 +464,8 @@ func (d *Dispatcher) grantError(w *waiter, err error) error {
 		return d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 	case errors.Is(err, flow.ErrTooLarge):
 		return d.giveUp(w, ErrTooLarge, err.Error())
+	case errors.Is(err, ErrUnavailable):
+		return d.giveUp(w, ErrUnavailable, "")
 	}
 	return err
 }
@@ -432,6 +474,7 @@ func (d *Dispatcher) grantError(w *waiter, err error) error {
 // use.
 func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amount) {
 	now := d.clk.Now()
+	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
 	d.lim.Refund(refund, now)
 	d.brk.Done(g.gen, r, now)
 	d.mu.Lock()
@@ -440,8 +483,12 @@ func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amou
 	d.kick()
 }
 
-// giveUp builds the *Error for reason and tells the observer.
+// giveUp builds the *Error for reason and tells the observer. An outage
+// (ErrUnavailable, or attempts that ended in overload, server errors or
+// timeouts) is answered in the provider's overloaded shape with a message
+// naming its cause; msg "" lets the outage describe itself.
 func (d *Dispatcher) giveUp(w *waiter, reason error, msg string) *Error {
+	now := d.clk.Now()
 	e := &Error{
 		Reason:    reason,
 		Message:   msg,
@@ -449,15 +496,21 @@ func (d *Dispatcher) giveUp(w *waiter, reason error, msg string) *Error {
 		QueueWait: w.queueWait,
 		Last:      w.last,
 	}
+	if !w.waitFrom.IsZero() {
+		e.QueueWait += since(w.waitFrom, now)
+	}
+	exhausted := errors.Is(reason, ErrRetriesExhausted) || errors.Is(reason, ErrRetryBudget)
 	switch {
 	case errors.Is(reason, ErrTooLarge):
 		e.Status = http.StatusRequestEntityTooLarge
 	case errors.Is(reason, ErrStopped):
 		e.Status = http.StatusServiceUnavailable
-	case errors.Is(reason, ErrRetriesExhausted), errors.Is(reason, ErrRetryBudget):
+	case errors.Is(reason, ErrUnavailable), exhausted && outageKind(w.last):
+		d.describeOutage(e, now, w.burnt)
+	case exhausted:
 		e.Status = statusForGiveUp(w.last)
 		e.RetryAfter = clientRetryAfter(d.backoff.Ceiling(w.burnt))
-	default: // shed, deadline
+	default: // shed, deadline: a quota wait
 		e.Status = http.StatusTooManyRequests
 		e.RetryAfter = clientRetryAfter(time.Second)
 	}

@@ -38,7 +38,10 @@ type Request struct {
 // concurrency slot.
 type Response struct {
 	*http.Response
-	// QueueWait is how long the request waited before its first attempt.
+	// QueueWait is the whole time the request waited before its
+	// successful or final attempt: in the queue, in backoff between
+	// attempts and behind an open breaker; the attempts themselves are not
+	// counted.
 	QueueWait time.Duration
 	// Attempts is how many upstream attempts were made (1 = no retry).
 	Attempts int
@@ -59,6 +62,13 @@ var (
 	ErrRetryBudget = errors.New("retry budget exhausted")
 	// ErrStopped means the dispatcher was stopped.
 	ErrStopped = errors.New("dispatcher stopped")
+	// ErrUnavailable means the upstream is in an outage: its circuit
+	// breaker is open and its next probe comes after the request's
+	// deadline, or the deadline passed while the breaker held the request.
+	// It is answered in the provider's overloaded shape (Anthropic 529
+	// overloaded_error, OpenAI 503), as are ErrRetriesExhausted and
+	// ErrRetryBudget after overload, server errors or timeouts.
+	ErrUnavailable = errors.New("upstream unavailable")
 )
 
 // Error is returned when Sluice itself gives up or sheds. The server turns it
@@ -76,9 +86,14 @@ type Error struct {
 	Message string
 	// RetryAfter is the hint to send back; zero for none.
 	RetryAfter time.Duration
-	// Attempts and QueueWait as on Response.
+	// Attempts is how many upstream attempts were made. QueueWait is the
+	// whole time the request waited (in the queue and in backoff) before it
+	// was given up, not counting the attempts themselves.
 	Attempts  int
 	QueueWait time.Duration
+	// OutageSince is when the upstream's circuit breaker opened, for an
+	// outage (zero otherwise).
+	OutageSince time.Time
 	// Last is the last upstream outcome, when there was one.
 	Last *llm.Outcome
 }

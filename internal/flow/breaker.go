@@ -149,6 +149,10 @@ type Breaker struct {
 	successes   int // half-open: successes so far
 	prev        BreakerState
 	changed     bool
+	// outageSince is when the breaker last left Closed: the start of the
+	// outage it is in (kept across open → half-open → open); zero while
+	// Closed.
+	outageSince time.Time
 }
 
 // NewBreaker returns a closed Breaker. rnd jitters the open period (nil: a
@@ -177,6 +181,14 @@ func (b *Breaker) State(now time.Time) (BreakerState, time.Time) {
 	b.mu.Unlock()
 	b.notify(from, to)
 	return s, at
+}
+
+// OutageSince returns when the breaker last left Closed, the start of the
+// outage it is in, or the zero time while it is Closed.
+func (b *Breaker) OutageSince() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.outageSince
 }
 
 // Ready reports whether Allow would succeed at now, without taking a probe
@@ -294,6 +306,12 @@ func (b *Breaker) tick(now time.Time) (from, to BreakerState) {
 
 func (b *Breaker) set(s BreakerState, now time.Time) {
 	b.prev, b.changed = b.state, true
+	switch {
+	case s == Closed:
+		b.outageSince = time.Time{}
+	case b.state == Closed:
+		b.outageSince = now
+	}
 	b.state = s
 	b.newGeneration(now)
 }

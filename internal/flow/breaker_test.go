@@ -129,3 +129,20 @@ func TestBreakerConfigValidation(t *testing.T) {
 	_, err = flow.NewBreaker(flow.BreakerConfig{HalfOpenProbes: -1}, nil, nil, t0)
 	require.ErrorContains(t, err, "Breaker.HalfOpenProbes")
 }
+
+// TestBreakerOutageSince checks the outage start is the moment the breaker
+// left Closed, kept while probes fail and cleared once it closes again.
+func TestBreakerOutageSince(t *testing.T) {
+	t.Parallel()
+	b, _ := newBreaker(t, flow.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Second, HalfOpenProbes: 1})
+	require.True(t, b.OutageSince().IsZero())
+	run(t, b, flow.Failed, t0)
+	require.Equal(t, t0, b.OutageSince())
+	later := t0.Add(time.Minute) // past the open period: half-open, and the probe fails
+	run(t, b, flow.Failed, later)
+	s, _ := b.State(later)
+	require.Equal(t, flow.Open, s)
+	require.Equal(t, t0, b.OutageSince(), "a failed probe continues the same outage")
+	run(t, b, flow.Healthy, later.Add(time.Minute))
+	require.True(t, b.OutageSince().IsZero())
+}

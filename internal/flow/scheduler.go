@@ -290,6 +290,23 @@ func (s *Scheduler) unlink(it *Item) {
 	s.n--
 }
 
+// RemoveIf removes and returns every queued item for which drop reports
+// true, oldest first per class.
+func (s *Scheduler) RemoveIf(drop func(*Item) bool) []*Item {
+	var out []*Item
+	for c := range s.classes {
+		for e := s.classes[c].byArrival.Front(); e != nil; {
+			next := e.Next()
+			if it := e.Value.(*Item); drop(it) {
+				s.unlink(it)
+				out = append(out, it)
+			}
+			e = next
+		}
+	}
+	return out
+}
+
 // Drain removes and returns every queued item, oldest first per class.
 func (s *Scheduler) Drain() []*Item {
 	var out []*Item

@@ -220,3 +220,30 @@ func TestSchedulerPeekClassAndOverdue(t *testing.T) {
 	require.False(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[llm.Normal]-time.Nanosecond)))
 	require.True(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[llm.Normal])))
 }
+
+// TestSchedulerRemoveIf removes exactly the matching items, in every class,
+// and leaves the rest served in their usual order.
+func TestSchedulerRemoveIf(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	now := time.Unix(0, 0)
+	var items []*flow.Item
+	for i := range 8 {
+		it := &flow.Item{Class: llm.Priority(i % llm.NumPriorities), Client: "c", Size: 1, Arrival: now, Value: i}
+		s.Push(it)
+		items = append(items, it)
+	}
+	removed := s.RemoveIf(func(it *flow.Item) bool { return it.Value.(int)%2 == 1 })
+	require.Len(t, removed, 4)
+	for _, it := range removed {
+		require.Equal(t, 1, it.Value.(int)%2)
+	}
+	require.Equal(t, 4, s.Len())
+	for range 4 {
+		it := pop(s, now)
+		require.NotNil(t, it)
+		require.Equal(t, 0, it.Value.(int)%2)
+	}
+	require.Nil(t, pop(s, now))
+	require.False(t, s.Remove(items[1]), "an item RemoveIf took is no longer queued")
+}

@@ -193,6 +193,7 @@ func shedReason(err error) string {
 		{dispatch.ErrDeadline, "deadline"},
 		{dispatch.ErrRetriesExhausted, "retries_exhausted"},
 		{dispatch.ErrRetryBudget, "retry_budget"},
+		{dispatch.ErrUnavailable, "unavailable"},
 		{dispatch.ErrStopped, "stopped"},
 	} {
 		if errors.Is(err, r.err) {
