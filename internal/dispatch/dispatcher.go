@@ -42,18 +42,18 @@ type Dispatcher struct {
 	fmu      sync.Mutex // guards lastFail
 	lastFail failure    // the latest attempt that failed for the upstream's health
 
-	mu       sync.Mutex // guards everything below
-	sched    *flow.Scheduler
+	mu    sync.Mutex // guards everything below
+	sched *flow.Scheduler
 	// unreachableScan is the breaker opening (its half-open instant) whose
 	// queue was last scanned for requests it leaves no time for.
 	unreachableScan time.Time
-	seen     [llm.NumPriorities]time.Time // last arrival per class, for headroom
-	inflight int
-	state    runState
-	wake     chan struct{} // buffered(1): something changed
-	stopping chan struct{} // closed by Stop
-	done     chan struct{} // closed when the loop exits
-	cancel   context.CancelFunc
+	seen            [llm.NumPriorities]time.Time // last arrival per class, for headroom
+	inflight        int
+	state           runState
+	wake            chan struct{} // buffered(1): something changed
+	stopping        chan struct{} // closed by Stop
+	done            chan struct{} // closed when the loop exits
+	cancel          context.CancelFunc
 }
 
 type runState int
@@ -292,7 +292,7 @@ type waiter struct {
 	queueWait    time.Duration // waited before the latest attempt, in all
 	// waitFrom is when the request last started waiting (arrival, the end
 	// of an attempt); zero while an attempt is in flight.
-	waitFrom time.Time
+	waitFrom     time.Time
 	attempts     int // upstream attempts made
 	burnt        int // attempts that count against MaxAttempts
 	hintlessRate int // RATE answers without a retry hint
