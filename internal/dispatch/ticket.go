@@ -44,9 +44,10 @@ type AcquireParams struct {
 // for exactly one Call, or give it back with Release. A Ticket is safe for
 // use by one goroutine at a time.
 type Ticket struct {
-	d *Dispatcher
-	w *waiter
-	g grant
+	d    *Dispatcher
+	w    *waiter
+	g    grant
+	call func(context.Context, *Request) (*Response, error) // NewTicketFunc
 
 	mu    sync.Mutex
 	spent bool
@@ -134,8 +135,12 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 	return w
 }
 
-// Priority returns the class the ticket was admitted in.
-func (t *Ticket) Priority() llm.Priority { return t.w.item.Class }
+// NewTicketFunc returns a ticket whose Call runs call once and whose
+// Release does nothing: for engines that are not a Dispatcher (fakes in
+// tests). Its Responses report their Outcome as given and no usage.
+func NewTicketFunc(call func(context.Context, *Request) (*Response, error)) *Ticket {
+	return &Ticket{call: call}
+}
 
 // Probe reports whether the ticket carries a half-open breaker's probe:
 // its call tests the upstream's health.
@@ -145,7 +150,7 @@ func (t *Ticket) Probe() bool { return t.g.probe }
 // and the breaker's permission (as a neutral result). Releasing a used or
 // released ticket does nothing.
 func (t *Ticket) Release() {
-	if !t.spend() {
+	if !t.spend() || t.call != nil {
 		return
 	}
 	t.d.release(t.w, t.g, flow.Neutral, t.w.cost)
@@ -179,6 +184,9 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	}
 	if !t.spend() {
 		return nil, errTicketUsed
+	}
+	if t.call != nil {
+		return t.call(ctx, req)
 	}
 	d, w := t.d, t.w
 	now := d.clk.Now()

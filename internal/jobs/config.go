@@ -62,10 +62,13 @@ const (
 	MaxStallsDefault = jobstore.MaxStallsDefault
 )
 
-// Dispatcher is what the runtime needs from an upstream's engine:
-// *dispatch.Dispatcher implements it.
+// Dispatcher is what the runtime needs from an upstream's engine: an
+// admission (a ticket) in a priority class, waited for in the engine's
+// scheduler or granted only at once, each good for exactly one upstream
+// call. *dispatch.Dispatcher implements it.
 type Dispatcher interface {
-	Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
+	Acquire(ctx context.Context, p dispatch.AcquireParams) (*dispatch.Ticket, error)
+	TryAcquire(p dispatch.AcquireParams) (*dispatch.Ticket, bool)
 }
 
 // Config configures a Service.
