@@ -142,6 +142,15 @@ func NewTicketFunc(call func(context.Context, *Request) (*Response, error)) *Tic
 	return &Ticket{call: call}
 }
 
+// Priority returns the class the ticket was admitted in (Normal for a
+// NewTicketFunc ticket).
+func (t *Ticket) Priority() llm.Priority {
+	if t.w == nil {
+		return llm.Normal
+	}
+	return t.w.item.Class
+}
+
 // Probe reports whether the ticket carries a half-open breaker's probe:
 // its call tests the upstream's health.
 func (t *Ticket) Probe() bool { return t.g.probe }
