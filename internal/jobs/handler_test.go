@@ -301,7 +301,7 @@ func TestListPaginationPauseAndRetry(t *testing.T) {
 func TestOutcomes(t *testing.T) {
 	t.Parallel()
 	rate := &llm.Outcome{Kind: llm.Rate, Status: 429, RetryAfter: time.Hour, HasRetryAfter: true}
-	overload := &llm.Outcome{Kind: llm.Overload, Status: 529}
+	overload := &llm.Outcome{Kind: llm.Overload, Status: 529, RetryAfter: time.Hour, HasRetryAfter: true}
 	cases := []struct {
 		name     string
 		resp     func() (*dispatch.Response, error)
