@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -176,11 +177,11 @@ func (w *worker) loop(ctx context.Context) {
 			running--
 		case g := <-grants:
 			ready := [llm.NumPriorities][]*dispatch.Ticket{}
-			refused = !collect(g, &pending, &ready) || refused
+			refused = !w.collect(g, &pending, &ready) || refused
 			for drained := false; !drained; {
 				select {
 				case g := <-grants:
-					refused = !collect(g, &pending, &ready) || refused
+					refused = !w.collect(g, &pending, &ready) || refused
 				default:
 					drained = true
 				}
@@ -229,9 +230,14 @@ func (w *worker) loop(ctx context.Context) {
 
 // collect files a returned Acquire: a ticket by its class. It reports
 // false for an error (the dispatcher stopped, or the loop is stopping).
-func collect(g grant, pending *[llm.NumPriorities]int, ready *[llm.NumPriorities][]*dispatch.Ticket) bool {
+func (w *worker) collect(g grant, pending *[llm.NumPriorities]int, ready *[llm.NumPriorities][]*dispatch.Ticket) bool {
 	pending[g.class]--
 	if g.err != nil {
+		if errors.Is(g.err, dispatch.ErrTooLarge) {
+			// A remembered cost no bucket can hold (its job died of it):
+			// forget it, or the class could never be admitted again.
+			w.costs.forget(g.class)
+		}
 		return false
 	}
 	ready[g.class] = append(ready[g.class], g.ticket)
@@ -298,6 +304,15 @@ func (m *costMemory) remember(c llm.Priority, cost provider.Cost) {
 	defer m.mu.Unlock()
 	m.ring[c][m.next[c]%costMemoryLen] = cost
 	m.next[c]++
+}
+
+func (m *costMemory) forget(c llm.Priority) {
+	if !c.Valid() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ring[c] = [costMemoryLen]provider.Cost{}
 }
 
 func (m *costMemory) estimate(c llm.Priority) provider.Cost {
