@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // answer is one scripted upstream answer.
@@ -226,4 +227,22 @@ func stepUntil(t *testing.T, clk *clock.Fake, step time.Duration, done func() bo
 		clk.Advance(step)
 	}
 	t.Fatal("condition never reached while stepping the clock")
+}
+
+// TestCostMemory: an admission reserves the largest of a class's recent
+// costs; a forgotten class reserves nothing.
+func TestCostMemory(t *testing.T) {
+	t.Parallel()
+	var m costMemory
+	require.Equal(t, provider.Cost{}, m.estimate(llm.Low))
+	m.remember(llm.Low, provider.Cost{InputTokens: 10, OutputTokens: 500})
+	m.remember(llm.Low, provider.Cost{InputTokens: 300, OutputTokens: 20})
+	m.remember(llm.High, provider.Cost{InputTokens: 9999})
+	require.Equal(t, provider.Cost{InputTokens: 300, OutputTokens: 500}, m.estimate(llm.Low))
+	for range costMemoryLen {
+		m.remember(llm.Low, provider.Cost{InputTokens: 1, OutputTokens: 1})
+	}
+	require.Equal(t, provider.Cost{InputTokens: 1, OutputTokens: 1}, m.estimate(llm.Low), "only the last few count")
+	m.forget(llm.High)
+	require.Equal(t, provider.Cost{}, m.estimate(llm.High))
 }
