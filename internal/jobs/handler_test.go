@@ -348,6 +348,7 @@ func TestOutcomes(t *testing.T) {
 			if tc.errType != "" {
 				require.Equal(t, tc.errType, s.view(got, false).Error.Type)
 			}
+			require.Len(t, got.Errors, got.Attempts, "one history entry per call, none for a call never sent")
 		})
 	}
 }

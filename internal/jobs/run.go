@@ -182,9 +182,10 @@ func (w *worker) callFailure(j *jobstore.Job, err error) verdict {
 	out, sent := de.Outcome()
 	if !sent {
 		// Nothing reached the provider (the request's cost did not fit
-		// now, or the dispatcher stopped): reschedule for when it would.
-		out = llm.Outcome{Kind: llm.Rate, Status: de.Status, Message: de.Message}
-		v := w.fated(j, w.fate(j, false, out, de.RetryAfter), out, nil)
+		// now, or the dispatcher stopped): reschedule for when it would,
+		// without an attempt or a history entry (the history lists calls).
+		f := w.fate(j, false, out, de.RetryAfter)
+		v := verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, RetryAt: f.At}, outcome: AttemptRateLimited}
 		if errors.Is(de, dispatch.ErrStopped) {
 			v.outcome = AttemptStopped
 		}
