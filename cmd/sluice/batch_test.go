@@ -31,6 +31,14 @@ type countingUpstream struct {
 	onLimit   func()
 }
 
+func (c *countingUpstream) Acquire(context.Context, dispatch.AcquireParams) (*dispatch.Ticket, error) {
+	return dispatch.NewTicketFunc(c.Do), nil
+}
+
+func (c *countingUpstream) TryAcquire(dispatch.AcquireParams) (*dispatch.Ticket, bool) {
+	return dispatch.NewTicketFunc(c.Do), true
+}
+
 func (c *countingUpstream) Do(_ context.Context, req *dispatch.Request) (*dispatch.Response, error) {
 	c.mu.Lock()
 	c.calls[string(req.Body)]++

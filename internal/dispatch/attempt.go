@@ -20,6 +20,31 @@ import (
 // to return (retry false), an error to return, or a retry (w is back in
 // the queue).
 func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response, bool, error) {
+	x, err := d.exchange(ctx, w, g)
+	if err != nil || x.resp != nil {
+		return x.resp, false, err
+	}
+	return d.retryOrFail(ctx, w, x)
+}
+
+// exchanged is what one upstream call returned.
+type exchanged struct {
+	// resp is a 2xx response whose body is being read: the slot is held
+	// until it ends.
+	resp *Response
+	// out is a failed call's outcome; its slot is already released.
+	out llm.Outcome
+	// errResp is the provider's error answer (body buffered), when the
+	// failure had one.
+	errResp *http.Response
+}
+
+// exchange makes exactly one upstream call for an admitted waiter and
+// records what it tells about the upstream (quota headers, breaker, AIMD,
+// limiter pauses). It is the one call path of the sync retry loop and of
+// Ticket.Call. A local error (request not built, ctx canceled) releases
+// the slot as neutral.
+func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchanged, error) {
 	start := d.clk.Now()
 	w.queueWait += since(w.waitFrom, start)
 	w.waitFrom = time.Time{}
@@ -32,18 +57,19 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 	hreq, err := d.newUpstreamRequest(ctx, w.req)
 	if err != nil {
 		d.release(w, g, flow.Neutral, w.cost)
-		return nil, false, fmt.Errorf("building request for upstream %q: %w", d.cfg.Name, err)
+		return exchanged{}, fmt.Errorf("building request for upstream %q: %w", d.cfg.Name, err)
 	}
 	resp, err := d.cfg.HTTPClient.Do(hreq)
 	now := d.clk.Now()
 	if err != nil {
 		if ctx.Err() != nil {
 			d.release(w, g, flow.Neutral, w.cost)
-			return nil, false, fmt.Errorf("calling upstream %q: %w", d.cfg.Name, context.Cause(ctx))
+			return exchanged{}, fmt.Errorf("calling upstream %q: %w", d.cfg.Name, context.Cause(ctx))
 		}
 		out := provider.ClassifyTransportError(err)
 		d.obs.Attempted(out.Kind, 0, since(start, now))
-		return d.retryOrFail(ctx, w, g, out, nil, nil)
+		d.settle(w, g, out)
+		return exchanged{out: out}, nil
 	}
 	rl := provider.ParseRateLimits(d.cfg.Protocol, resp.Header, now)
 	d.lim.Observe(observations(rl), now)
@@ -53,108 +79,110 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 			return d.stream(ctx, w, g, resp, start)
 		}
 		d.obs.Attempted(llm.Success, resp.StatusCode, since(start, now))
-		return d.success(w, g, resp, nil, nil), false, nil
+		return exchanged{resp: d.success(w, g, resp, nil, nil)}, nil
 	}
 
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
 	_ = resp.Body.Close()
 	if readErr != nil && ctx.Err() != nil {
 		d.release(w, g, flow.Neutral, w.cost)
-		return nil, false, fmt.Errorf("reading upstream %q error: %w", d.cfg.Name, context.Cause(ctx))
+		return exchanged{}, fmt.Errorf("reading upstream %q error: %w", d.cfg.Name, context.Cause(ctx))
 	}
 	out := provider.Classify(d.cfg.Protocol, resp.StatusCode, resp.Header, body, now)
+	if out.Kind == llm.Rate && !out.HasRetryAfter {
+		// The exhausted bucket's reset is the provider's hint too.
+		if t, ok := rl.Exhausted(); ok {
+			out.RetryAfter, out.HasRetryAfter = max(t.Sub(now), 0), true
+		}
+	}
 	d.obs.Attempted(out.Kind, resp.StatusCode, since(start, now))
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	return d.retryOrFail(ctx, w, g, out, resp, rl)
+	d.settle(w, g, out)
+	return exchanged{out: out, errResp: resp}, nil
 }
 
-// retryOrFail acts on a failed attempt's outcome. resp, when not nil, is
-// the upstream's error response (its body already buffered), passed
-// through to the client when the outcome is terminal.
-func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, g grant, out llm.Outcome, resp *http.Response, rl provider.RateLimits) (*Response, bool, error) {
+// settle records what a failed call tells about the upstream and releases
+// its slot: a rate limit pauses the whole upstream until its hint (and a
+// "Slow Down" cuts its rate), an overload or timeout lowers the adaptive
+// concurrency, and the breaker counts the result. The tokens are refunded
+// but the request itself counts: it reached (or may have reached) the
+// provider.
+func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 	now := d.clk.Now()
-	w.last = &out
 	d.recordFailure(out, now)
-	refund := tokensOnly(w.cost) // it reached (or may have reached) the provider: the request counts
-	noRetry := out.ShouldRetry != nil && !*out.ShouldRetry
-
-	switch {
-	case out.Kind == llm.ClientError, out.Kind == llm.Quota,
-		resp != nil && noRetry,
-		out.Kind == llm.Rate && !out.HasRetryAfter && w.hintlessRate > 0:
-		// Terminal: the client sees the provider's own answer.
-		r := flow.Neutral
-		if out.Kind == llm.ClientError {
-			r = flow.Healthy // the upstream answered properly
-		}
-		d.release(w, g, r, refund)
-		if resp == nil {
-			return nil, false, d.giveUp(w, ErrRetriesExhausted, "upstream refused: "+cmp.Or(out.Message, out.Kind.String()))
-		}
-		return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts}, false, nil
-
-	case out.Kind == llm.Rate:
+	r := flow.Neutral
+	switch out.Kind {
+	case llm.ClientError:
+		r = flow.Healthy // the upstream answered properly
+	case llm.Rate:
 		if out.SlowDown {
 			// OpenAI's 503 "Slow Down": back to a lower rate, then ramp up.
 			d.lim.Throttle(SlowDownFactor, SlowDownRamp, now)
 		}
 		hint := out.RetryAfter
 		if !out.HasRetryAfter {
-			w.hintlessRate++
-			if t, ok := rl.Exhausted(); ok {
-				hint = t.Sub(now)
-			} else {
-				hint = d.backoff.Ceiling(w.burnt)
-			}
+			hint = d.backoff.Ceiling(w.burnt)
 		}
-		wait := d.backoff.RateDelay(hint, d.uniform())
-		d.lim.Pause(now.Add(wait), now)
-		d.release(w, g, flow.Neutral, refund)
-		if now.Add(wait).After(w.deadline) {
+		d.lim.Pause(now.Add(hint), now)
+	case llm.Overload, llm.Transient, llm.StreamFail:
+		if out.Kind == llm.Overload || out.ErrorType == "timeout" {
+			d.aimd.OnOverload()
+		}
+		r = flow.Failed
+	case llm.Success, llm.Quota:
+		// Neutral: a quota error says nothing about the upstream's health.
+	}
+	d.release(w, g, r, tokensOnly(w.cost))
+}
+
+// retryOrFail acts on a failed call's fate (the slot is already released):
+// the provider's answer passed through, a give-up, or a retry (w back in
+// the queue). Every call that reached the provider burns an attempt, a
+// breaker probe and a rate limit included.
+func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged) (*Response, bool, error) {
+	now := d.clk.Now()
+	out := x.out
+	w.last = &out
+	fate := DecideFate(FateParams{Sent: true, Outcome: out, Burnt: w.burnt, HintlessRates: w.hintlessRate,
+		Backoff: d.backoff, Now: now, U: d.uniform()})
+	if out.Kind == llm.Rate && !out.HasRetryAfter {
+		w.hintlessRate++
+	}
+	w.burnt++
+	if fate.Kind == Terminal {
+		// The client sees the provider's own answer.
+		if x.errResp == nil {
+			return nil, false, d.giveUp(w, ErrRetriesExhausted, "upstream refused: "+cmp.Or(out.Message, out.Kind.String()))
+		}
+		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: w.attempts, Outcome: out}, false, nil
+	}
+	if w.burnt >= d.cfg.Retry.MaxAttempts {
+		return nil, false, d.giveUp(w, ErrRetriesExhausted, fmt.Sprintf("%d attempts failed, last: %s", w.burnt, describe(out)))
+	}
+	wait := fate.At.Sub(now)
+	if out.Kind == llm.Rate {
+		if fate.At.After(w.deadline) {
 			e := d.giveUp(w, ErrDeadline, fmt.Sprintf("upstream rate limited for %v, past the request's deadline", wait.Round(time.Millisecond)))
 			e.RetryAfter = clientRetryAfter(wait)
 			return nil, false, e
 		}
+		// The upstream is paused until the hint: wait in line.
+		d.lim.Pause(fate.At, now)
 		d.obs.Retried(out.Kind)
 		if err := d.requeue(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 		}
 		return nil, true, nil
-	}
-
-	// Overload, Transient, StreamFail before any content: burn an attempt.
-	if out.Kind == llm.Overload || out.ErrorType == "timeout" {
-		d.aimd.OnOverload()
-	}
-	d.release(w, g, flow.Failed, refund)
-	if g.probe {
-		// A failed half-open probe tested the upstream, not the request:
-		// the breaker opens again and the request waits in its place in
-		// line for the next probe, bounded by its deadline, without
-		// burning an attempt or retry budget. The breaker already limits
-		// probes to a few per open period, so this cannot amplify load.
-		d.obs.Retried(out.Kind)
-		if err := d.requeue(w); err != nil {
-			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
-		}
-		return nil, true, nil
-	}
-	w.burnt++
-	if w.burnt >= d.cfg.Retry.MaxAttempts {
-		return nil, false, d.giveUp(w, ErrRetriesExhausted, fmt.Sprintf("%d attempts failed, last: %s", w.burnt, describe(out)))
 	}
 	if !d.budget.TryRetry(now) {
 		return nil, false, d.giveUp(w, ErrRetryBudget, "the upstream's retry budget is spent, last: "+describe(out))
 	}
-	delay := d.backoff.Delay(w.burnt-1, d.uniform())
-	if out.HasRetryAfter {
-		delay = max(delay, d.backoff.RateDelay(out.RetryAfter, d.uniform()))
-	}
-	if now.Add(delay).After(w.deadline) {
-		return nil, false, d.giveUp(w, ErrDeadline, "no time left before the deadline to retry after "+describe(out))
+	if fate.At.After(w.deadline) {
+		// An outage it cannot outlast: the deadline ends before the retry.
+		return nil, false, d.giveUp(w, ErrUnavailable, "no time left before the deadline to retry after "+describe(out))
 	}
 	d.obs.Retried(out.Kind)
-	if err := d.sleep(ctx, delay); err != nil {
+	if err := d.sleep(ctx, wait); err != nil {
 		if errors.Is(err, ErrStopped) {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 		}
@@ -181,7 +209,7 @@ func describe(o llm.Outcome) string {
 // end, or an error event). An error before any content is retried
 // invisibly; otherwise the bytes read ahead are replayed to the client
 // ahead of the rest of the stream.
-func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.Response, start time.Time) (*Response, bool, error) {
+func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.Response, start time.Time) (exchanged, error) {
 	so := provider.NewStreamObserver(d.cfg.Protocol)
 	var ahead bytes.Buffer
 	buf := make([]byte, 16<<10)
@@ -204,12 +232,12 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	// event ends a stream): content has started either way.
 	if so.Content() || (so.Done() && !bad) {
 		d.obs.Attempted(llm.Success, resp.StatusCode, since(start, now))
-		return d.success(w, g, resp, &ahead, so), false, nil
+		return exchanged{resp: d.success(w, g, resp, &ahead, so)}, nil
 	}
 	_ = resp.Body.Close()
 	if ctx.Err() != nil {
 		d.release(w, g, flow.Neutral, w.cost)
-		return nil, false, fmt.Errorf("reading upstream %q stream: %w", d.cfg.Name, context.Cause(ctx))
+		return exchanged{}, fmt.Errorf("reading upstream %q stream: %w", d.cfg.Name, context.Cause(ctx))
 	}
 	out := se
 	if !bad {
@@ -220,7 +248,8 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 		out = llm.Outcome{Kind: llm.StreamFail, ErrorType: "stream_error", Message: msg}
 	}
 	d.obs.Attempted(llm.StreamFail, resp.StatusCode, since(start, now))
-	return d.retryOrFail(ctx, w, g, out, nil, nil)
+	d.settle(w, g, out)
+	return exchanged{out: out}, nil
 }
 
 func isEventStream(h http.Header) bool {

@@ -17,7 +17,7 @@ import (
 // outcome and frees the concurrency slot. ahead holds stream bytes already
 // read (replayed first); so is the stream's observer (nil for JSON).
 func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver) *Response {
-	b := &trackedBody{d: d, w: w, g: g, upstream: resp.Body, so: so}
+	b := &trackedBody{d: d, w: w, g: g, upstream: resp.Body, so: so, status: resp.StatusCode}
 	if ahead != nil {
 		b.replay = ahead.Bytes()
 	}
@@ -25,7 +25,8 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 		b.buf = &bytes.Buffer{}
 	}
 	resp.Body = b
-	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts}
+	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
+		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, body: b}
 }
 
 // trackedBody is a Response's Body.
@@ -35,11 +36,20 @@ type trackedBody struct {
 	g        grant
 	upstream io.ReadCloser
 	so       *provider.StreamObserver
+	status   int
 	buf      *bytes.Buffer // JSON body kept for ParseUsage, nil once too big
 	replay   []byte
 
 	mu       sync.Mutex
 	finished bool
+	ended    End // set by finish
+}
+
+// end returns what finish read, once it ran.
+func (b *trackedBody) end() (End, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ended, b.finished
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
@@ -105,6 +115,7 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	case b.buf != nil && complete:
 		usage, ok = provider.ParseUsage(p, b.buf.Bytes())
 	}
+	b.ended = End{Outcome: llm.Outcome{Kind: llm.Success, Status: b.status}, Usage: usage, HasUsage: ok}
 	var refund flow.Amount
 	if ok {
 		refund = w.cost.Sub(actualAmount(p, usage))
@@ -118,13 +129,20 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 			if o.ErrorType == "overloaded_error" {
 				d.aimd.OnOverload()
 			}
-		} else if !complete && !b.so.Done() {
-			result = flow.Neutral // the client went away mid-stream
+			o.Kind, o.Message = llm.StreamFail, "stream error: "+o.Message
+			b.ended.Outcome = o
+		} else if !b.so.Done() {
+			if !complete {
+				result = flow.Neutral // the client went away mid-stream
+			}
+			b.ended.Outcome = llm.Outcome{Kind: llm.StreamFail, ErrorType: "stream_error", Message: "stream ended before its final event"}
 		}
 	case readErr != nil && !complete:
 		result = flow.Failed
+		b.ended.Outcome = llm.Outcome{Kind: llm.Transient, Message: "reading the upstream response: " + readErr.Error()}
 	case !complete:
 		result = flow.Neutral
+		b.ended.Outcome = llm.Outcome{Kind: llm.Transient, Message: "the response was closed before its end"}
 	}
 	if result == flow.Healthy {
 		d.mu.Lock()

@@ -16,8 +16,9 @@ import (
 
 // Config defaults not already defined by package flow.
 const (
-	// MaxAttemptsDefault is how many attempts that end in an overload or
-	// transient failure a request may make (RATE waits do not count).
+	// MaxAttemptsDefault is how many upstream calls a request may make:
+	// every call that reaches the provider counts, a rate limit and a
+	// half-open probe included.
 	MaxAttemptsDefault = 4
 	// BudgetRatioDefault is the share of recent requests that may be
 	// retries.
@@ -77,8 +78,9 @@ type RetryConfig struct {
 	BaseDelay time.Duration
 	// MaxDelay caps the backoff ceiling. Defaults to MaxDelayDefault.
 	MaxDelay time.Duration
-	// MaxAttempts bounds attempts that fail retryably (RATE waits are not
-	// counted). Defaults to MaxAttemptsDefault.
+	// MaxAttempts bounds the upstream calls of one request: every call that
+	// reaches the provider counts, a rate limit and a half-open breaker
+	// probe included. Defaults to MaxAttemptsDefault.
 	MaxAttempts int
 	// BudgetRatio is the share of recent requests that may be retries.
 	// Defaults to BudgetRatioDefault.

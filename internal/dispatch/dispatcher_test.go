@@ -236,12 +236,12 @@ func TestTerminalAnswersPassThrough(t *testing.T) {
 	}
 }
 
-func TestRateLimitPausesWholeUpstreamWithoutBurningAttempts(t *testing.T) {
+func TestRateLimitPausesWholeUpstreamAndBurnsAttempts(t *testing.T) {
 	t.Parallel()
 	rate := reply{status: 429, header: map[string]string{"retry-after": "2"}, body: `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`}
 	u := newUpstream(t, rate, rate, ok())
 	d, fc, rec := start(t, u, func(c *dispatch.Config) {
-		c.Retry.MaxAttempts = 1
+		c.Retry.MaxAttempts = 3
 		c.Limits.MaxConcurrency = 1 // one at a time, so the order is visible
 	})
 
@@ -262,7 +262,7 @@ func TestRateLimitPausesWholeUpstreamWithoutBurningAttempts(t *testing.T) {
 	r1, r2 := <-first, <-second
 	require.NoError(t, r1.err)
 	require.NoError(t, r2.err)
-	require.Equal(t, 3, r1.resp.Attempts, "MaxAttempts 1, yet RATE answers burnt nothing")
+	require.Equal(t, 3, r1.resp.Attempts, "two RATE answers burnt two of the three attempts")
 	require.Equal(t, 1, r2.resp.Attempts)
 	require.Equal(t, []llm.OutcomeKind{llm.Rate, llm.Rate}, rec.retried)
 }
@@ -546,11 +546,33 @@ func TestCriticalUsesHeadroomWhileNormalWaits(t *testing.T) {
 	t.Fatalf("the normal request was never admitted: %+v", d.Snapshot())
 }
 
-// TestFailedProbesDoNotBurnAttempts: during a long outage the request at
-// the head of the line is the half-open probe again and again. Those
-// failures test the upstream, not the request, so it outlives MaxAttempts
-// and succeeds once the upstream recovers.
-func TestFailedProbesDoNotBurnAttempts(t *testing.T) {
+// TestRateLimitsExhaustAttempts: every call that reaches the provider
+// counts, a rate limit included, so a request that is always rate limited
+// makes exactly MaxAttempts calls.
+func TestRateLimitsExhaustAttempts(t *testing.T) {
+	t.Parallel()
+	rate := reply{status: 429, header: map[string]string{"retry-after": "1"}, body: `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`}
+	u := newUpstream(t, rate)
+	d, fc, _ := start(t, u, func(c *dispatch.Config) { c.Retry.MaxAttempts = 2 })
+	r := request()
+	r.Deadline = t0.Add(time.Hour)
+	ch := doAsync(context.Background(), d, r)
+	res := recvStepping(t, fc, ch)
+	require.ErrorIs(t, res.err, dispatch.ErrRetriesExhausted)
+	var de *dispatch.Error
+	require.ErrorAs(t, res.err, &de)
+	require.Equal(t, 2, de.Attempts)
+	out, ok := de.Outcome()
+	require.True(t, ok)
+	require.Equal(t, llm.Rate, out.Kind)
+	require.EqualValues(t, 2, u.calls.Load())
+}
+
+// TestProbesBurnAttempts: during a long outage the request at the head of
+// the line carries the half-open probe. A probe is a call that reached
+// the provider, so it burns an attempt like any other: the request makes
+// exactly MaxAttempts calls and gives up.
+func TestProbesBurnAttempts(t *testing.T) {
 	t.Parallel()
 	fail := reply{status: 529, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}
 	u := newUpstream(t, fail, fail, fail, fail, fail, fail, ok())
@@ -558,19 +580,19 @@ func TestFailedProbesDoNotBurnAttempts(t *testing.T) {
 		c.Breaker.ConsecutiveFailures = 2
 		c.Breaker.OpenTimeout = time.Second
 		c.Breaker.HalfOpenProbes = 1
-		c.Retry.MaxAttempts = 3 // two closed-state failures burn two; the four probes none
+		c.Retry.MaxAttempts = 3 // two closed-state failures open the breaker; the probe is the third
 	})
 	r := request()
 	r.Deadline = t0.Add(time.Hour)
 	ch := doAsync(context.Background(), d, r)
-	// Step time until the upstream has answered all seven, far beyond
-	// MaxAttempts, then the request must have its success.
 	for range 5000 {
 		select {
 		case res := <-ch:
-			require.NoError(t, res.err)
-			require.Equal(t, 7, res.resp.Attempts)
-			require.EqualValues(t, 7, u.calls.Load())
+			require.ErrorIs(t, res.err, dispatch.ErrRetriesExhausted)
+			var de *dispatch.Error
+			require.ErrorAs(t, res.err, &de)
+			require.Equal(t, 3, de.Attempts)
+			require.EqualValues(t, 3, u.calls.Load())
 			return
 		case <-time.After(time.Millisecond):
 		}

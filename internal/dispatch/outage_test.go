@@ -13,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
-var overloaded = reply{status: 529, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}
 
 // openBreaker sends one request that fails twice against an upstream that
 // always answers 529, with a breaker that opens on one failure and stays

@@ -45,6 +45,33 @@ type Response struct {
 	QueueWait time.Duration
 	// Attempts is how many upstream attempts were made (1 = no retry).
 	Attempts int
+	// Outcome is the call's outcome as of its response headers: Success
+	// for a 2xx, else the provider's error (a terminal answer passed
+	// through, its body buffered). How a 2xx body ended is told by End.
+	Outcome llm.Outcome
+
+	body *trackedBody // nil for a passed-through error answer
+}
+
+// End is what the engine read from a response's body once it ended.
+type End struct {
+	// Outcome is Success for a complete body or a stream that ended with
+	// its final event; StreamFail for a stream that carried an error event
+	// or stopped before its final event; Transient for a body cut off by a
+	// read error. For a passed-through error answer it is Response.Outcome.
+	Outcome llm.Outcome
+	// Usage is the usage the body or stream reported, valid when HasUsage.
+	Usage    llm.Usage
+	HasUsage bool
+}
+
+// End returns what the engine read once the Body was read to its end or
+// closed; ok is false before. Callers never parse usage or streams again.
+func (r *Response) End() (End, bool) {
+	if r.body == nil {
+		return End{Outcome: r.Outcome}, true
+	}
+	return r.body.end()
 }
 
 // Reasons a Dispatcher gives up without a usable upstream response.
@@ -96,6 +123,16 @@ type Error struct {
 	OutageSince time.Time
 	// Last is the last upstream outcome, when there was one.
 	Last *llm.Outcome
+}
+
+// Outcome returns the outcome of the last call that reached the provider;
+// ok is false when none did (shed, deadline or stop while queued, a ticket
+// given back before sending).
+func (e *Error) Outcome() (llm.Outcome, bool) {
+	if e.Last == nil {
+		return llm.Outcome{}, false
+	}
+	return *e.Last, true
 }
 
 func (e *Error) Error() string {

@@ -21,8 +21,8 @@ import (
 const (
 	// LeaseForDefault is how long a lease lasts without a heartbeat.
 	LeaseForDefault = 30 * time.Second
-	// MaxInFlightPerUpstreamDefault is how many jobs per upstream are
-	// handed to the dispatcher at once.
+	// MaxInFlightPerUpstreamDefault is how many admissions per upstream a
+	// worker keeps outstanding (waiting in the engine, or calls in flight).
 	MaxInFlightPerUpstreamDefault = 64
 	// ClaimBatchDefault is the most jobs claimed in one store call.
 	ClaimBatchDefault = 32
@@ -62,10 +62,13 @@ const (
 	MaxStallsDefault = jobstore.MaxStallsDefault
 )
 
-// Dispatcher is what the runtime needs from an upstream's engine:
-// *dispatch.Dispatcher implements it.
+// Dispatcher is what the runtime needs from an upstream's engine: an
+// admission (a ticket) in a priority class, waited for in the engine's
+// scheduler or granted only at once, each good for exactly one upstream
+// call. *dispatch.Dispatcher implements it.
 type Dispatcher interface {
-	Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
+	Acquire(ctx context.Context, p dispatch.AcquireParams) (*dispatch.Ticket, error)
+	TryAcquire(p dispatch.AcquireParams) (*dispatch.Ticket, bool)
 }
 
 // Config configures a Service.
@@ -90,8 +93,10 @@ type Config struct {
 	// HeartbeatEvery is how often a running job's lease is renewed; it must
 	// be shorter than LeaseFor. Defaults to LeaseFor/3.
 	HeartbeatEvery time.Duration
-	// MaxInFlightPerUpstream caps the jobs of one upstream handed to its
-	// dispatcher at once. Defaults to MaxInFlightPerUpstreamDefault.
+	// MaxInFlightPerUpstream caps the admissions a worker keeps outstanding
+	// for one upstream: tickets waiting in its engine plus calls in flight
+	// (only the latter hold a lease). Defaults to
+	// MaxInFlightPerUpstreamDefault.
 	MaxInFlightPerUpstream int
 	// ClaimBatch is the most jobs claimed in one store call. Defaults to
 	// ClaimBatchDefault (capped by MaxInFlightPerUpstream).
@@ -110,8 +115,8 @@ type Config struct {
 	// Defaults to MaxAttemptsDefault.
 	MaxAttempts int
 	// RetryBaseDelay is the first backoff ceiling when a job is requeued
-	// after a burnt attempt (full jitter, doubling). Defaults to
-	// RetryBaseDelayDefault.
+	// after a failed call (full jitter, doubling, never before the
+	// provider's hint). Defaults to RetryBaseDelayDefault.
 	RetryBaseDelay time.Duration
 	// RetryMaxDelay caps that backoff. Defaults to RetryMaxDelayDefault.
 	RetryMaxDelay time.Duration

@@ -6,31 +6,47 @@
 //
 // # Workers
 //
-// Each upstream has one worker loop. It keeps at most
-// Config.MaxInFlightPerUpstream jobs handed to the dispatcher, so a job is
-// leased only when the dispatcher can send it soon and leases are never held
-// in a long queue. It claims in batches of up to Config.ClaimBatch, and when
-// nothing is claimable it sleeps until the store signals new work, the next
-// scheduled job's time comes, or Config.PollInterval passes (the signal does
-// not cross processes on SQLite).
+// Each upstream has one worker loop, and a job is leased (running) only
+// while its one call is admitted and in flight. The loop reads the store's
+// backlog per priority class (jobstore.Store.Backlog), keeps up to
+// Config.MaxInFlightPerUpstream admissions outstanding spread over the
+// classes with work, and asks the upstream's engine for each
+// (Dispatcher.Acquire): it waits in the same scheduler as live traffic, so
+// weighted fair queueing, quotas and the breaker apply across both. Only
+// once a ticket is granted does it claim a job of that class (with the
+// tickets granted meanwhile and those the engine grants at once, in one
+// claim of up to Config.ClaimBatch); a ticket left without a job is given
+// back. Waiting for quota, for a backoff or for an open breaker therefore
+// happens in the store (queued, available_at), never under a lease. When
+// there is nothing to wait for, the loop offers its free slots to
+// jobstore.Handoff: a job submitted then is leased in its insert and runs
+// at once if the engine admits it at once (TryAcquire), else it is handed
+// back to the queue unsent.
 //
-// Each leased job runs through Dispatcher.Do with its priority, client,
-// deadline and estimated cost (provider.Estimate on the stored body). A
-// heartbeat renews the lease every Config.HeartbeatEvery while the call, or
-// the read of its body, is alive; when the store says the lease is lost
-// (the job was canceled, or rescued and claimed by another worker) the call
-// is aborted. The result is written with the lease's fencing token, so a
-// worker that lost its lease can never overwrite a newer attempt:
+// Each call is exactly one upstream attempt (Ticket.Call) with the job's
+// stored body and its estimated cost (provider.Estimate). A heartbeat
+// renews the lease every Config.HeartbeatEvery while the call, or the read
+// of its body, is alive; when the store says the lease is lost (the job was
+// canceled, or rescued and claimed by another worker) the call is aborted.
+// The engine's outcome goes through dispatch.DecideFate, and the result is
+// written with the lease's fencing token, so a worker that lost its lease
+// can never overwrite a newer attempt:
 //
-//	success (2xx, complete)             → succeeded, response kept
-//	rate outcomes, shed, queue deadline → requeued at the hint, no attempt burnt
-//	overload, transient, stream failure → requeued with backoff, one attempt burnt
-//	quota, client error, too large      → dead, the provider's error kept
-//	attempts or deadline exhausted      → dead
+//	success (2xx, complete)                 → succeeded, response kept
+//	not sent (cost did not fit, stopped)    → requeued when it fits, no attempt burnt
+//	rate limit                              → requeued at its hint, one attempt burnt
+//	overload, transient, stream failure     → requeued with backoff, one attempt burnt
+//	quota, client error, too large, x-should-retry: false → dead, the provider's error kept
+//	attempts or deadline exhausted          → dead
 //
-// Stop stops claiming, lets in-flight jobs finish for the time ctx allows,
+// Every call that reaches the provider burns one of the job's MaxAttempts
+// (a half-open breaker probe included), so MaxAttempts bounds the job's
+// provider calls and its error history has one entry per failed call.
+//
+// Stop stops claiming, lets in-flight calls finish for the time ctx allows,
 // then aborts the rest and hands their leases back (requeued without
-// burning an attempt), so a restart picks them up at once.
+// burning an attempt: a call cut off by the gateway's own shutdown counts
+// like a call in flight at a crash), so a restart picks them up at once.
 //
 // # Metrics
 //

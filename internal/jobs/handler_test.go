@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -69,7 +70,7 @@ func TestWithDefaultsIsPure(t *testing.T) {
 
 func TestSubmitRunsAndReturnsResponse(t *testing.T) {
 	t.Parallel()
-	d := succeed()
+	d, up, _ := realEngine(t, clock.Real(), nil, answerOK) // the engine reads the usage
 	s := newService(t, nil, d, nil, nil)
 	j := submit(t, s, `,"priority":"high","max_attempts":3`)
 	require.Contains(t, []jobstore.State{jobstore.StateQueued, jobstore.StateRunning}, j.State, "running when handed to an idle worker")
@@ -80,11 +81,11 @@ func TestSubmitRunsAndReturnsResponse(t *testing.T) {
 	require.NotNil(t, v.Response)
 	require.Equal(t, 200, v.Response.Status)
 	require.Equal(t, llm.Usage{InputTokens: 7, OutputTokens: 3}, v.Response.Usage)
-	require.Equal(t, "req_test", v.Response.Headers["Request-Id"])
+	require.Equal(t, "application/json", v.Response.Headers["Content-Type"])
 	got, err := json.Marshal(v.Response.Body)
 	require.NoError(t, err)
 	require.JSONEq(t, okMessage, string(got))
-	require.Equal(t, 1, d.Calls())
+	require.EqualValues(t, 1, up.calls.Load())
 }
 
 func TestSubmitBadInput(t *testing.T) {
@@ -299,8 +300,8 @@ func TestListPaginationPauseAndRetry(t *testing.T) {
 
 func TestOutcomes(t *testing.T) {
 	t.Parallel()
-	rate := &llm.Outcome{Kind: llm.Rate, Status: 429}
-	overload := &llm.Outcome{Kind: llm.Overload, Status: 529}
+	rate := &llm.Outcome{Kind: llm.Rate, Status: 429, RetryAfter: time.Hour, HasRetryAfter: true}
+	overload := &llm.Outcome{Kind: llm.Overload, Status: 529, RetryAfter: time.Hour, HasRetryAfter: true}
 	cases := []struct {
 		name     string
 		resp     func() (*dispatch.Response, error)
@@ -308,14 +309,14 @@ func TestOutcomes(t *testing.T) {
 		attempts int
 		errType  string
 	}{
-		{"rate reschedules without burning", func() (*dispatch.Response, error) {
-			return nil, &dispatch.Error{Reason: dispatch.ErrDeadline, Status: 429, Message: "rate limited", RetryAfter: time.Hour, Last: rate}
-		}, jobstore.StateQueued, 0, ""},
-		{"shed reschedules", func() (*dispatch.Response, error) {
-			return nil, &dispatch.Error{Reason: dispatch.ErrShed, Status: 429, Message: "shed", RetryAfter: time.Hour}
+		{"rate burns and waits for its hint", func() (*dispatch.Response, error) {
+			return nil, &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 429, Message: "rate limited", RetryAfter: time.Hour, Attempts: 1, Last: rate}
+		}, jobstore.StateQueued, 1, ""},
+		{"not admitted reschedules without burning", func() (*dispatch.Response, error) {
+			return nil, &dispatch.Error{Reason: dispatch.ErrNotAdmitted, Status: 429, Message: "does not fit", RetryAfter: time.Hour}
 		}, jobstore.StateQueued, 0, ""},
 		{"overload burns and backs off", func() (*dispatch.Response, error) {
-			return nil, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Message: "overloaded", RetryAfter: time.Hour, Last: overload}
+			return nil, &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 529, Message: "overloaded", Attempts: 1, Last: overload}
 		}, jobstore.StateQueued, 1, ""},
 		{"too large is terminal", func() (*dispatch.Response, error) {
 			return nil, &dispatch.Error{Reason: dispatch.ErrTooLarge, Status: 413, Message: "too large"}
@@ -347,6 +348,7 @@ func TestOutcomes(t *testing.T) {
 			if tc.errType != "" {
 				require.Equal(t, tc.errType, s.view(got, false).Error.Type)
 			}
+			require.Len(t, got.Errors, got.Attempts, "one history entry per call, none for a call never sent")
 		})
 	}
 }
@@ -436,59 +438,25 @@ func TestIdleWorkerTakesSubmitsWithoutClaiming(t *testing.T) {
 	require.Equal(t, 3, d.Calls())
 }
 
-// gatedClaims blocks claude's claims while gate is set, telling entered.
-type gatedClaims struct {
-	claimCounter
-	gate    atomic.Pointer[chan struct{}]
-	entered chan struct{}
-}
-
-func (g *gatedClaims) Claim(ctx context.Context, p jobstore.ClaimParams) ([]*jobstore.Job, error) {
-	if gate := g.gate.Load(); gate != nil && p.Upstream == "claude" {
-		select {
-		case g.entered <- struct{}{}:
-		default:
-		}
-		select {
-		case <-*gate:
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-	}
-	return g.claimCounter.Claim(ctx, p)
-}
-
-// TestIdleWorkerKeepsOfferingWhileClaiming: an idle worker's claim takes
-// back only a claim batch of its offered slots, so a job submitted while
-// the claim runs is still handed off instead of queueing (and waking the
-// worker for yet another claim).
-func TestIdleWorkerKeepsOfferingWhileClaiming(t *testing.T) {
+// TestIdleWorkerDoesNotClaim: an idle worker reads the backlog on every
+// poll but never claims while no class has work: there is nothing to be
+// admitted for. A job submitted meanwhile is handed off at once.
+func TestIdleWorkerDoesNotClaim(t *testing.T) {
 	t.Parallel()
-	st := &gatedClaims{claimCounter: claimCounter{Store: openStore(t)}, entered: make(chan struct{}, 1)}
-	d := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
-		return reply(200, okMessage), nil
-	}}
+	st := &claimCounter{Store: openStore(t)}
+	d := succeed()
 	s := newService(t, st, d, nil, func(c *Config) {
-		c.PollInterval = 20 * time.Millisecond
-		c.MaxInFlightPerUpstream, c.ClaimBatch = 4, 2
+		c.PollInterval = 5 * time.Millisecond
+		c.MaxInFlightPerUpstream = 4
 	})
 	require.Eventually(t, func() bool {
 		h := st.handoff.Load()
 		return h != nil && h.Offered() == 4
 	}, 10*time.Second, time.Millisecond, "the idle worker offers its four slots")
-	gate := make(chan struct{})
-	st.gate.Store(&gate)
-	var once sync.Once
-	open := func() { once.Do(func() { st.gate.Store(nil); close(gate) }) }
-	t.Cleanup(open)
-	select {
-	case <-st.entered: // the poll timer started a claim, now held
-	case <-time.After(10 * time.Second):
-		t.Fatal("no claim started")
-	}
-	require.Equal(t, 2, st.handoff.Load().Offered(), "the claim took back one batch of slots")
+	time.Sleep(50 * time.Millisecond) // ten polls
+	require.Zero(t, st.claims.Load(), "no claim without a backlog")
 	j := submit(t, s, "")
-	require.Equal(t, jobstore.StateRunning, j.State, "handed off while the claim runs")
-	open()
+	require.Equal(t, jobstore.StateRunning, j.State, "handed off")
 	require.Equal(t, jobstore.StateSucceeded, await(t, s, j.ID).State)
+	require.Zero(t, st.claims.Load())
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 func TestMain(m *testing.M) {
@@ -34,6 +35,14 @@ type fakeDispatcher struct {
 	mu    sync.Mutex
 	calls int
 	fn    func(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
+}
+
+func (f *fakeDispatcher) Acquire(context.Context, dispatch.AcquireParams) (*dispatch.Ticket, error) {
+	return dispatch.NewTicketFunc(f.Do), nil
+}
+
+func (f *fakeDispatcher) TryAcquire(dispatch.AcquireParams) (*dispatch.Ticket, bool) {
+	return dispatch.NewTicketFunc(f.Do), true
 }
 
 func (f *fakeDispatcher) Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error) {
@@ -69,13 +78,15 @@ func (f *fakeDispatcher) Calls() int {
 	return f.calls
 }
 
-// reply builds a dispatcher response.
+// reply builds a dispatcher response, with the outcome the engine would
+// give it.
 func reply(status int, body string) *dispatch.Response {
+	h := http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_test"}}
 	return &dispatch.Response{Response: &http.Response{
 		StatusCode: status,
-		Header:     http.Header{"Content-Type": {"application/json"}, "Request-Id": {"req_test"}},
+		Header:     h,
 		Body:       io.NopCloser(strings.NewReader(body)),
-	}, Attempts: 1}
+	}, Attempts: 1, Outcome: provider.Classify(llm.Anthropic, status, h, []byte(body), time.Now())}
 }
 
 const okMessage = `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":7,"output_tokens":3}}`

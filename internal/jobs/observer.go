@@ -42,9 +42,10 @@ type AttemptOutcome string
 const (
 	// AttemptSuccess: the provider answered 2xx and the job succeeded.
 	AttemptSuccess AttemptOutcome = "success"
-	// AttemptRateLimited: a rate limit (or the dispatcher shed the call
-	// while waiting for quota); the job was requeued at the provider's
-	// hint without burning an attempt.
+	// AttemptRateLimited: a rate limit, requeued at the provider's hint
+	// with one attempt burnt; or a call the engine gave back unsent (its
+	// real cost did not fit the quota now), requeued for when it fits
+	// without burning an attempt.
 	AttemptRateLimited AttemptOutcome = "rate_limited"
 	// AttemptRetry: overload, transient or stream failure; the job was
 	// requeued with backoff, one attempt burnt.

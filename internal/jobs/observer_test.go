@@ -129,7 +129,7 @@ func expect(t *testing.T, r *recorder, want observed) {
 // way an attempt can end through the dispatcher.
 func TestObserverFollowsJobLifecycles(t *testing.T) {
 	t.Parallel()
-	rate := &llm.Outcome{Kind: llm.Rate, Status: 429}
+	rate := &llm.Outcome{Kind: llm.Rate, Status: 429, RetryAfter: time.Hour, HasRetryAfter: true}
 	overload := &llm.Outcome{Kind: llm.Overload, Status: 529}
 	cases := []struct {
 		name   string
@@ -155,20 +155,20 @@ func TestObserverFollowsJobLifecycles(t *testing.T) {
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude dead": 1}, Finished: map[string]int{"claude dead": 1},
 		}},
-		{"rate limit reschedules", func(int64) (*dispatch.Response, error) {
-			return nil, &dispatch.Error{Reason: dispatch.ErrDeadline, Status: 429, Message: "rate limited", RetryAfter: time.Hour, Last: rate}
+		{"rate limit waits for its hint", func(int64) (*dispatch.Response, error) {
+			return nil, &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 429, Message: "rate limited", RetryAfter: time.Hour, Last: rate}
 		}, "", false, jobstore.StateQueued, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude rate_limited": 1},
 		}},
 		{"overload retries", func(int64) (*dispatch.Response, error) {
-			return nil, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Message: "overloaded", RetryAfter: time.Hour, Last: overload}
+			return nil, &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 529, Message: "overloaded", RetryAfter: time.Hour, Last: overload}
 		}, "", false, jobstore.StateQueued, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude retry": 1},
 		}},
 		{"overload on the last attempt kills", func(int64) (*dispatch.Response, error) {
-			return nil, &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Message: "overloaded", Last: overload}
+			return nil, &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 529, Message: "overloaded", Last: overload}
 		}, `,"max_attempts":1`, false, jobstore.StateDead, 1, observed{
 			Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
 			Attempts: map[string]int{"claude dead": 1}, Finished: map[string]int{"claude dead": 1},

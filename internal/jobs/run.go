@@ -2,12 +2,12 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -31,9 +31,9 @@ type verdict struct {
 	outcome AttemptOutcome
 }
 
-// run executes one leased job: dispatch with a heartbeat, then write the
-// verdict with the lease's fencing token.
-func (w *worker) run(j *jobstore.Job) {
+// run executes one leased job with its admission ticket: one call with a
+// heartbeat, then the verdict written with the lease's fencing token.
+func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	s := w.s
 	obs := s.cfg.Observer
 	start := s.cfg.Clock.Now()
@@ -51,7 +51,7 @@ func (w *worker) run(j *jobstore.Job) {
 		defer close(hbDone)
 		w.heartbeat(ctx, j, cancel, hbStop)
 	}()
-	v := w.call(ctx, j)
+	v := w.call(ctx, j, t)
 	close(hbStop)
 	<-hbDone
 
@@ -66,8 +66,11 @@ func (w *worker) run(j *jobstore.Job) {
 		outcome = AttemptLeaseLost
 		return
 	case errors.Is(cause, errShutdown):
-		// Hand the lease back so a restart runs the job at once.
-		v = verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, Error: jobstore.AttemptError{Message: "gateway stopped during the call; requeued"}},
+		// A call cut off by this gateway's own shutdown is recorded but
+		// burns nothing (like a call in flight at a crash): the lease goes
+		// back so a restart runs the job at once.
+		v = verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule,
+			Error: jobstore.AttemptError{Kind: llm.Transient.String(), Message: "gateway stopped during the call; requeued"}},
 			outcome: AttemptStopped}
 	}
 	outcome = w.write(j, v)
@@ -112,13 +115,18 @@ func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, cancel context.
 	}
 }
 
-// call sends j through the dispatcher and reads the whole response.
-func (w *worker) call(ctx context.Context, j *jobstore.Job) verdict {
+// call makes j's one upstream call with ticket t and reads the whole
+// response; the engine's outcome goes through dispatch.DecideFate, the one
+// place that decides what a call means.
+func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) verdict {
 	cost, err := provider.Estimate(w.protocol, j.Body)
 	if err != nil {
-		return terminal(http.StatusBadRequest, llm.ClientError, "invalid request body: "+err.Error(), nil)
+		t.Release()
+		return w.fated(j, dispatch.Fate{Kind: dispatch.Terminal}, llm.Outcome{Kind: llm.ClientError, Status: http.StatusBadRequest,
+			Message: "invalid request body: " + err.Error()}, nil)
 	}
-	resp, err := w.dispatcher.Do(ctx, &dispatch.Request{
+	w.costs.remember(j.Priority, cost)
+	resp, err := t.Call(ctx, &dispatch.Request{
 		Method:   http.MethodPost,
 		Path:     j.Path,
 		Header:   http.Header{},
@@ -129,101 +137,99 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job) verdict {
 		Cost:     cost,
 	})
 	if err != nil {
-		return w.dispatchFailure(j, err)
+		return w.callFailure(j, err)
 	}
 	defer resp.Body.Close()
-	var so *provider.StreamObserver
 	var body bytes.Buffer
-	var dst io.Writer = &body
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		so = provider.NewStreamObserver(w.protocol)
-		dst = io.MultiWriter(&body, so)
-	}
-	n, err := io.Copy(dst, io.LimitReader(resp.Body, maxResultBytes+1))
-	if err != nil {
-		return retry(w.s, j, 0, llm.Transient, "reading the upstream response: "+err.Error(), 0)
-	}
+	n, readErr := io.Copy(&body, io.LimitReader(resp.Body, maxResultBytes+1))
 	if n > maxResultBytes {
-		return terminal(resp.StatusCode, llm.ClientError, fmt.Sprintf("response larger than %d bytes", maxResultBytes), nil)
+		return w.fated(j, dispatch.Fate{Kind: dispatch.Terminal}, llm.Outcome{Kind: llm.ClientError, Status: resp.StatusCode,
+			Message: fmt.Sprintf("response larger than %d bytes", maxResultBytes)}, nil)
 	}
+	_ = resp.Body.Close() // ends the call: the engine has read its usage and how it ended
 	res := &jobstore.Result{Status: resp.StatusCode, Header: http.Header{}, Body: body.Bytes()}
 	for _, h := range keptHeaders {
 		if v := resp.Header.Values(h); len(v) > 0 {
 			res.Header[h] = v
 		}
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		// A terminal provider error the dispatcher passed through.
-		out := provider.Classify(w.protocol, resp.StatusCode, resp.Header, res.Body, w.s.cfg.Clock.Now())
-		switch kind := jobstore.FailKindFor(out.Kind); kind {
-		case jobstore.FailTerminal:
-			return terminal(resp.StatusCode, out.Kind, out.Message, res)
-		default:
-			return retry(w.s, j, resp.StatusCode, out.Kind, out.Message, out.RetryAfter)
-		}
+	end, _ := resp.End()
+	out := end.Outcome
+	if readErr != nil && out.Kind == llm.Success {
+		out = llm.Outcome{Kind: llm.Transient, Status: resp.StatusCode, Message: "reading the upstream response: " + readErr.Error()}
 	}
-	if so != nil {
-		if out, bad := so.StreamError(); bad {
-			return retry(w.s, j, resp.StatusCode, llm.StreamFail, "stream error: "+out.Message, 0)
-		}
-		if !so.Done() {
-			return retry(w.s, j, resp.StatusCode, llm.StreamFail, "stream ended before its final event", 0)
-		}
-		res.Usage, _ = so.Usage()
-	} else {
-		res.Usage, _ = provider.ParseUsage(w.protocol, res.Body)
+	if out.Kind == llm.Success {
+		res.Usage = end.Usage
+		return verdict{complete: res, outcome: AttemptSuccess}
 	}
-	return verdict{complete: res, outcome: AttemptSuccess}
+	out.Status = cmp.Or(out.Status, resp.StatusCode)
+	return w.fated(j, w.fate(j, true, out, 0), out, res)
 }
 
-// dispatchFailure turns an error from Dispatcher.Do into a verdict.
-func (w *worker) dispatchFailure(j *jobstore.Job, err error) verdict {
+// callFailure turns an error from Ticket.Call into a verdict.
+func (w *worker) callFailure(j *jobstore.Job, err error) verdict {
 	var de *dispatch.Error
 	if !errors.As(err, &de) {
-		// ctx canceled (cancel, lost lease, shutdown) or a local failure.
-		return retry(w.s, j, 0, llm.Transient, err.Error(), 0)
+		// ctx canceled (cancel, lost lease, shutdown: run decides) or a
+		// local failure: count it as a transient call so it cannot loop.
+		out := llm.Outcome{Kind: llm.Transient, Message: err.Error()}
+		return w.fated(j, w.fate(j, true, out, 0), out, nil)
 	}
-	last := llm.Transient
-	status := 0
-	if de.Last != nil {
-		last, status = de.Last.Kind, de.Last.Status
+	if errors.Is(de, dispatch.ErrTooLarge) {
+		out := llm.Outcome{Kind: llm.ClientError, Status: de.Status, Message: de.Message}
+		return w.fated(j, dispatch.Fate{Kind: dispatch.Terminal}, out, nil)
 	}
-	switch {
-	case errors.Is(de, dispatch.ErrStopped):
-		v := reschedule(w.s, 0, llm.Transient, de.Message, 0)
-		v.outcome = AttemptStopped
+	out, sent := de.Outcome()
+	if !sent {
+		// Nothing reached the provider (the request's cost did not fit
+		// now, or the dispatcher stopped): reschedule for when it would,
+		// without an attempt or a history entry (the history lists calls).
+		f := w.fate(j, false, out, de.RetryAfter)
+		v := verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, RetryAt: f.At}, outcome: AttemptRateLimited}
+		if errors.Is(de, dispatch.ErrStopped) {
+			v.outcome = AttemptStopped
+		}
 		return v
-	case errors.Is(de, dispatch.ErrTooLarge):
-		return terminal(de.Status, llm.ClientError, de.Message, nil)
-	case errors.Is(de, dispatch.ErrShed), errors.Is(de, dispatch.ErrDeadline):
-		// Waiting is not the job's fault: try again later without burning.
-		return reschedule(w.s, de.Status, llm.Rate, de.Message, de.RetryAfter)
 	}
-	switch jobstore.FailKindFor(last) {
-	case jobstore.FailReschedule:
-		return reschedule(w.s, status, last, de.Message, de.RetryAfter)
-	case jobstore.FailTerminal:
-		return terminal(status, last, de.Message, nil)
-	default: // jobstore.FailRetry: burn an attempt and back off.
-		return retry(w.s, j, status, last, de.Message, de.RetryAfter)
+	return w.fated(j, w.fate(j, true, out, 0), out, nil)
+}
+
+// fate decides j's fate after a call (sent) or a hand-back (not sent,
+// available again after wait).
+func (w *worker) fate(j *jobstore.Job, sent bool, out llm.Outcome, wait time.Duration) dispatch.Fate {
+	hintless := 0
+	for _, e := range j.Errors {
+		if e.Kind == llm.Rate.String() && e.Status != 0 && e.RetryAfter == 0 {
+			hintless++
+		}
 	}
+	return dispatch.DecideFate(dispatch.FateParams{Sent: sent, Wait: wait, Outcome: out, Burnt: j.Attempts,
+		HintlessRates: hintless, Backoff: w.s.backoff, Now: w.s.cfg.Clock.Now(), U: w.s.uniform()})
 }
 
-func terminal(status int, class llm.OutcomeKind, msg string, res *jobstore.Result) verdict {
-	return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: jobstore.AttemptError{Status: status, Class: class, Message: msg}, Result: res},
-		outcome: AttemptDead}
-}
-
-func reschedule(s *Service, status int, class llm.OutcomeKind, msg string, hint time.Duration) verdict {
-	wait := max(hint, time.Second)
-	return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, Error: jobstore.AttemptError{Status: status, Class: class, Message: msg},
-		RetryAt: s.cfg.Clock.Now().Add(s.backoff.RateDelay(wait, s.uniform()))}, outcome: AttemptRateLimited}
-}
-
-func retry(s *Service, j *jobstore.Job, status int, class llm.OutcomeKind, msg string, hint time.Duration) verdict {
-	delay := max(s.backoff.Delay(j.Attempts, s.uniform()), hint)
-	return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailRetry, Error: jobstore.AttemptError{Status: status, Class: class, Message: msg},
-		RetryAt: s.cfg.Clock.Now().Add(delay)}, outcome: AttemptRetry}
+// fated turns a fate into the store write: Retry burns an attempt and
+// requeues at the fate's time, Reschedule requeues without burning,
+// Terminal kills the job keeping res (the provider's error response).
+func (w *worker) fated(_ *jobstore.Job, f dispatch.Fate, out llm.Outcome, res *jobstore.Result) verdict {
+	e := jobstore.AttemptError{Status: out.Status, Kind: out.Kind.String(), Message: out.Message}
+	if out.HasRetryAfter {
+		e.RetryAfter = out.RetryAfter
+	}
+	switch f.Kind {
+	case dispatch.Reschedule:
+		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, Error: e, RetryAt: f.At}, outcome: AttemptRateLimited}
+	case dispatch.Retry:
+		o := AttemptRetry
+		if out.Kind == llm.Rate {
+			o = AttemptRateLimited
+		}
+		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailRetry, Error: e, RetryAt: f.At}, outcome: o}
+	default: // Terminal (Succeed never comes here)
+		if res != nil && res.Status >= 200 && res.Status < 300 {
+			res = nil // a 2xx that failed mid-stream is no error response to keep
+		}
+		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: e, Result: res}, outcome: AttemptDead}
+	}
 }
 
 // write records v with the job's fencing token and returns the attempt's

@@ -82,7 +82,7 @@ func (s *Service) view(j *jobstore.Job, full bool) JobView {
 		v.FinishedAt = &f
 	}
 	for _, e := range j.Errors {
-		v.Errors = append(v.Errors, AttemptView{Attempt: e.Attempt, Status: e.Status, Class: e.Class.String(), Message: e.Message, At: e.At})
+		v.Errors = append(v.Errors, AttemptView{Attempt: e.Attempt, Status: e.Status, Class: e.Kind, Message: e.Message, At: e.At})
 	}
 	if full && json.Valid(j.Body) {
 		v.Request = json.RawMessage(j.Body)
@@ -109,7 +109,11 @@ func deathOf(j *jobstore.Job) *ErrorView {
 	if n := len(j.Errors); n > 0 {
 		last := j.Errors[n-1]
 		e.Status, e.Message = last.Status, last.Message
-		e.Type = errorTypeOf(last.Class)
+		kind, err := llm.ParseOutcomeKind(last.Kind)
+		if err != nil {
+			kind = llm.Transient // an entry the runtime did not write (the rescuer's)
+		}
+		e.Type = errorTypeOf(kind)
 	}
 	if expired(j) {
 		e.Type = "expired"

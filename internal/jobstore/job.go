@@ -69,9 +69,11 @@ type Job struct {
 	Body []byte
 	// Deadline is when the job goes dead if not finished; zero for none.
 	Deadline time.Time
-	// MaxAttempts bounds the attempts that burn (overload, transient).
+	// MaxAttempts bounds the attempts that burn: every provider call made
+	// for the job.
 	MaxAttempts int
-	// Attempts counts attempts that burned (everything but rate outcomes).
+	// Attempts counts the calls that reached the provider: the failed ones
+	// that burned (FailRetry, FailTerminal) and the success.
 	Attempts int
 	// Stalls counts the times a lease expired and the rescuer took it back.
 	Stalls int
@@ -115,10 +117,14 @@ type AttemptError struct {
 	Attempt int `json:"attempt"`
 	// Status is the provider's HTTP status, 0 when there was no response.
 	Status int `json:"status"`
-	// Class is the outcome class of the attempt.
-	Class llm.OutcomeKind `json:"-"`
+	// Kind names the attempt's outcome kind as written by
+	// llm.OutcomeKind.String ("rate", "overload", ...); the store keeps it
+	// as text and never interprets it.
+	Kind string `json:"kind"`
 	// Message is the provider's (or Sluice's) error message.
 	Message string `json:"message"`
+	// RetryAfter is the provider's retry hint, zero for none.
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
 	// At is when the attempt failed.
 	At time.Time `json:"at"`
 }
@@ -140,14 +146,16 @@ type Result struct {
 type FailKind int
 
 // The ways an attempt can fail.
+// The caller decides which applies (the job runtime takes it from the
+// engine's fate function); the store only carries it out.
 const (
-	// FailReschedule (rate outcomes) requeues at RetryAt without burning
-	// an attempt.
+	// FailReschedule requeues at RetryAt without burning an attempt:
+	// nothing reached the provider.
 	FailReschedule FailKind = iota
-	// FailRetry (overload, transient, stream failures) burns an attempt
-	// and requeues at RetryAt, or goes dead when attempts are exhausted.
+	// FailRetry burns an attempt and requeues at RetryAt, or goes dead
+	// when attempts are exhausted.
 	FailRetry
-	// FailTerminal (quota, client errors) goes dead at once, keeping the
+	// FailTerminal burns an attempt and goes dead at once, keeping the
 	// provider's error response as the Result.
 	FailTerminal
 )
@@ -164,18 +172,6 @@ func (k FailKind) String() string {
 	return fmt.Sprintf("failkind(%d)", int(k))
 }
 
-// FailKindFor maps an outcome class to what it does to a job: rate outcomes
-// reschedule, retryable ones retry, everything else is terminal.
-func FailKindFor(c llm.OutcomeKind) FailKind {
-	switch c {
-	case llm.Rate:
-		return FailReschedule
-	case llm.Overload, llm.Transient, llm.StreamFail:
-		return FailRetry
-	default:
-		// Quota and client errors cannot succeed on retry; a success that
-		// still failed (and any unknown class) is terminal too, so that it
-		// can never loop.
-		return FailTerminal
-	}
-}
+// unrecorded reports whether e is empty (no kind, no message): Fail then
+// adds nothing to the history, as for a job handed back before its call.
+func (e AttemptError) unrecorded() bool { return e.Kind == "" && e.Message == "" && e.Status == 0 }

@@ -56,6 +56,8 @@ func (p InsertParams) normalized() InsertParams {
 
 func (p *ClaimParams) validate() error {
 	switch {
+	case p.Priority != nil && !p.Priority.Valid():
+		return invalid("Priority", "%d is not 0..3", int(*p.Priority))
 	case p.Limit < 1:
 		return invalid("Limit", "%d is below 1", p.Limit)
 	case p.LeaseFor <= 0:
@@ -135,18 +137,22 @@ func newBatchID() string {
 	return "batch_" + hex.EncodeToString(b[:])
 }
 
-// attemptErrorJSON is AttemptError as stored: the class by name so the
-// history stays readable in SQL.
+// attemptErrorJSON is AttemptError as stored: the outcome kind by name so
+// the history stays readable in SQL. Rows written before the kind was
+// named "kind" hold it as "class": both are read.
 type attemptErrorJSON struct {
-	Attempt int       `json:"attempt"`
-	Status  int       `json:"status"`
-	Class   string    `json:"class"`
-	Message string    `json:"message"`
-	At      time.Time `json:"at"`
+	Attempt      int       `json:"attempt"`
+	Status       int       `json:"status"`
+	Kind         string    `json:"kind,omitempty"`
+	Class        string    `json:"class,omitempty"`
+	Message      string    `json:"message"`
+	RetryAfterMS int64     `json:"retry_after_ms,omitempty"`
+	At           time.Time `json:"at"`
 }
 
 func encodeAttemptError(e AttemptError) []byte {
-	b, _ := json.Marshal(attemptErrorJSON{Attempt: e.Attempt, Status: e.Status, Class: e.Class.String(), Message: e.Message, At: e.At.UTC()})
+	b, _ := json.Marshal(attemptErrorJSON{Attempt: e.Attempt, Status: e.Status, Kind: e.Kind, Message: e.Message,
+		RetryAfterMS: e.RetryAfter.Milliseconds(), At: e.At.UTC()})
 	return b
 }
 
@@ -163,18 +169,10 @@ func decodeAttemptErrors(b []byte) ([]AttemptError, error) {
 	}
 	out := make([]AttemptError, len(raw))
 	for i, r := range raw {
-		out[i] = AttemptError{Attempt: r.Attempt, Status: r.Status, Class: parseClass(r.Class), Message: r.Message, At: r.At}
+		out[i] = AttemptError{Attempt: r.Attempt, Status: r.Status, Kind: cmp.Or(r.Kind, r.Class), Message: r.Message,
+			RetryAfter: time.Duration(r.RetryAfterMS) * time.Millisecond, At: r.At}
 	}
 	return out, nil
-}
-
-func parseClass(s string) llm.OutcomeKind {
-	for c := llm.Success; c <= llm.StreamFail; c++ {
-		if c.String() == s {
-			return c
-		}
-	}
-	return llm.OutcomeKind(-1)
 }
 
 func encodeHeader(h http.Header) []byte {
@@ -211,6 +209,8 @@ func failOutcome(p FailParams, attempts, maxAttempts int, deadline time.Time) (S
 		if attempts >= maxAttempts {
 			return StateDead, attempts, retryAt
 		}
+	case FailTerminal:
+		return StateDead, attempts + 1, retryAt
 	default:
 		return StateDead, attempts + 1, retryAt
 	}

@@ -388,3 +388,35 @@ func (s *postgresStore) CountLive(ctx context.Context, now time.Time) ([]LiveCou
 	}
 	return out, nil
 }
+
+// pgBacklog counts, per priority class, up to $3 available queued jobs of
+// an upstream: one bounded range scan of the claim index per class
+// (upstream, priority, available_at), skipping jobs past their deadline as
+// Claim does; nothing for a paused upstream.
+const pgBacklog = `SELECT p, (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs WHERE state = 'queued' AND upstream = $1
+		AND priority = p AND available_at <= $2
+		AND (deadline IS NULL OR deadline > $2) LIMIT $3) AS b)
+	FROM generate_series(0, %d) AS p
+	WHERE NOT EXISTS (SELECT 1 FROM sluice_paused_upstreams WHERE upstream = $1)`
+
+var pgBacklogQuery = fmt.Sprintf(pgBacklog, llm.NumPriorities-1)
+
+func (s *postgresStore) Backlog(ctx context.Context, upstream string, now time.Time, limit int) ([llm.NumPriorities]int, error) {
+	var out [llm.NumPriorities]int
+	rows, err := s.pool.Query(ctx, pgBacklogQuery, upstream, pgTime(now), max(limit, 1))
+	if err != nil {
+		return out, fmt.Errorf("counting the backlog: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p, n int
+		if err := rows.Scan(&p, &n); err != nil {
+			return out, fmt.Errorf("counting the backlog: %w", err)
+		}
+		out[p] = n
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("counting the backlog: %w", err)
+	}
+	return out, nil
+}

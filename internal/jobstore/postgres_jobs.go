@@ -101,8 +101,10 @@ const pgClaim = `UPDATE sluice_jobs SET state = 'running', lease_token = lease_t
 	RETURNING ` + jobColumns
 
 var (
-	pgClaimAny      = fmt.Sprintf(pgClaim, "")
-	pgClaimUpstream = fmt.Sprintf(pgClaim, "AND upstream = $5")
+	pgClaimAny              = fmt.Sprintf(pgClaim, "")
+	pgClaimUpstream         = fmt.Sprintf(pgClaim, "AND upstream = $5")
+	pgClaimPriority         = fmt.Sprintf(pgClaim, "AND priority = $5")
+	pgClaimUpstreamPriority = fmt.Sprintf(pgClaim, "AND upstream = $5 AND priority = $6")
 )
 
 func (s *postgresStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) {
@@ -110,8 +112,13 @@ func (s *postgresStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error
 		return nil, fmt.Errorf("claiming jobs: %w", err)
 	}
 	q, args := pgClaimAny, []any{p.Owner, pgTime(p.Now.Add(p.LeaseFor)), pgTime(p.Now), p.Limit}
-	if p.Upstream != "" {
+	switch {
+	case p.Upstream != "" && p.Priority != nil:
+		q, args = pgClaimUpstreamPriority, append(args, p.Upstream, int16(*p.Priority))
+	case p.Upstream != "":
 		q, args = pgClaimUpstream, append(args, p.Upstream)
+	case p.Priority != nil:
+		q, args = pgClaimPriority, append(args, int16(*p.Priority))
 	}
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
@@ -222,8 +229,12 @@ func (s *postgresStore) fail(ctx context.Context, p FailParams) (State, error) {
 		set = `, result_status = $8, result_header = $9, result_body = $10`
 		args = append(args, p.Result.Status, string(encodeHeader(p.Result.Header)), nonNil(p.Result.Body))
 	}
+	appendErr := `errors || jsonb_build_array($4::jsonb)`
+	if p.Kind == FailReschedule && p.Error.unrecorded() {
+		appendErr = `CASE WHEN $4::text IS NULL THEN errors ELSE errors END`
+	}
 	if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET state = $1, attempts = $2, available_at = $3,
-		errors = errors || jsonb_build_array($4::jsonb), lease_expires_at = NULL, finished_at = $5, updated_at = $6`+set+`
+		errors = `+appendErr+`, lease_expires_at = NULL, finished_at = $5, updated_at = $6`+set+`
 		WHERE id = $7`, args...); err != nil {
 		return "", err
 	}

@@ -87,7 +87,7 @@ func distinct(vs []string) []string {
 
 // historyEntry is the JSON of a rescuer's entry in a job's error history.
 func historyEntry(msg string, now time.Time) string {
-	return string(encodeAttemptError(AttemptError{Class: llm.Transient, Message: msg, At: storeTime(now)}))
+	return string(encodeAttemptError(AttemptError{Kind: llm.Transient.String(), Message: msg, At: storeTime(now)}))
 }
 
 func (s *sqliteStore) Rescue(ctx context.Context, p RescueParams) (RescueResult, error) {
@@ -235,6 +235,39 @@ func (s *sqliteStore) CountLive(ctx context.Context, now time.Time) ([]LiveCount
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("counting live jobs: %w", err)
+	}
+	return out, nil
+}
+
+// sqliteBacklog counts, per priority class, up to a limit of available
+// queued jobs of an upstream: one bounded range scan of the claim index
+// per class; nothing for a paused upstream.
+var sqliteBacklog = func() string {
+	parts := make([]string, llm.NumPriorities)
+	for p := range parts {
+		parts[p] = fmt.Sprintf(`SELECT %d, (SELECT count(*) FROM (SELECT 1 FROM sluice_jobs INDEXED BY sluice_jobs_claim_upstream
+			WHERE state = 'queued' AND upstream = ?1 AND priority = %d AND available_at <= ?2
+			AND (deadline IS NULL OR deadline > ?2) LIMIT ?3))`, p, p)
+	}
+	return `SELECT * FROM (` + strings.Join(parts, " UNION ALL ") + `) WHERE NOT EXISTS (SELECT 1 FROM sluice_paused_upstreams WHERE upstream = ?1)`
+}()
+
+func (s *sqliteStore) Backlog(ctx context.Context, upstream string, now time.Time, limit int) ([llm.NumPriorities]int, error) {
+	var out [llm.NumPriorities]int
+	rows, err := s.r.QueryContext(ctx, sqliteBacklog, upstream, micros(now), max(limit, 1))
+	if err != nil {
+		return out, fmt.Errorf("counting the backlog: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p, n int
+		if err := rows.Scan(&p, &n); err != nil {
+			return out, fmt.Errorf("counting the backlog: %w", err)
+		}
+		out[p] = n
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("counting the backlog: %w", err)
 	}
 	return out, nil
 }

@@ -118,6 +118,10 @@ func (s *sqliteStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) 
 		filter, index = "upstream = ? AND ", "sluice_jobs_claim_upstream"
 		args = append(args, p.Upstream)
 	}
+	if p.Priority != nil {
+		filter += "priority = ? AND "
+		args = append(args, int(*p.Priority))
+	}
 	args = append(args, now, now, p.Limit)
 	q := `UPDATE sluice_jobs SET state = 'running', lease_token = lease_token + 1, lease_owner = ?,
 		lease_expires_at = ?, updated_at = ?
@@ -232,8 +236,13 @@ func (s *sqliteStore) Fail(ctx context.Context, p FailParams) (State, error) {
 			args = append(args, p.Result.Status, encodeHeader(p.Result.Header), nonNil(p.Result.Body))
 		}
 		args = append(args, p.ID)
+		appendErr := `json_insert(errors, '$[#]', json(?))`
+		if p.Kind == FailReschedule && p.Error.unrecorded() {
+			appendErr = `coalesce(?, errors)` // keeps the argument list
+			args[3] = nil
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sluice_jobs SET state = ?, attempts = ?, available_at = ?,
-			errors = json_insert(errors, '$[#]', json(?)), lease_expires_at = NULL, finished_at = ?, updated_at = ?`+set+`
+			errors = `+appendErr+`, lease_expires_at = NULL, finished_at = ?, updated_at = ?`+set+`
 			WHERE id = ?`, args...); err != nil {
 			return err
 		}

@@ -92,6 +92,11 @@ type Store interface {
 	// Handoff registers a local worker that takes jobs leased at insert
 	// while it is idle (see Handoff). Close it when the worker stops.
 	Handoff(p HandoffParams) (*Handoff, error)
+	// Backlog counts the queued jobs of upstream that Claim could take at
+	// now (available, not past their deadline), per priority class, each count capped at limit (at least 1): it tells a
+	// worker which classes have work without reading more than limit index
+	// entries per class. A paused upstream has none.
+	Backlog(ctx context.Context, upstream string, now time.Time, limit int) ([llm.NumPriorities]int, error)
 	// NextAvailable returns the earliest AvailableAt among queued jobs of
 	// upstream ("" for any); ok is false when nothing is queued.
 	NextAvailable(ctx context.Context, upstream string) (at time.Time, ok bool, err error)
@@ -175,6 +180,8 @@ type ClaimParams struct {
 	// Upstream limits the claim to one upstream; empty claims any
 	// non-paused upstream.
 	Upstream string
+	// Priority, when not nil, claims only jobs of that class.
+	Priority *llm.Priority
 	// Limit is how many jobs at most; at least 1.
 	Limit int
 	// Owner names the worker.
@@ -208,7 +215,9 @@ type FailParams struct {
 	// Kind says whether the attempt burns and whether the job may retry.
 	Kind FailKind
 	// Error is appended to the job's history (Attempt and At are filled in
-	// by the store when zero).
+	// by the store when zero). A FailReschedule with an empty Error (no
+	// Kind, Status or Message) adds nothing: a job handed back before its
+	// call has no entry.
 	Error AttemptError
 	// RetryAt is when a rescheduled or retried job is available again;
 	// zero means Now. A RetryAt past the job's deadline kills the job.

@@ -74,7 +74,11 @@ func (s *Server) startJobs(ctx context.Context) error {
 	dispatchers := map[string]jobs.Dispatcher{}
 	protocols := map[string]llm.Protocol{}
 	for _, name := range s.order {
-		dispatchers[name] = s.upstreams[name].engine
+		d, ok := s.upstreams[name].engine.(jobs.Dispatcher)
+		if !ok {
+			return fmt.Errorf("upstream %q: its engine cannot run jobs (no admission tickets)", name)
+		}
+		dispatchers[name] = d
 		protocols[name] = s.upstreams[name].cfg.Protocol
 	}
 	jc := s.cfg.Jobs

@@ -45,6 +45,16 @@ func (f *fakeEngine) Do(ctx context.Context, req *dispatch.Request) (*dispatch.R
 	return f.do(ctx, req)
 }
 
+// Acquire and TryAcquire let the job runtime run jobs through the fake:
+// each ticket's call is one Do.
+func (f *fakeEngine) Acquire(context.Context, dispatch.AcquireParams) (*dispatch.Ticket, error) {
+	return dispatch.NewTicketFunc(f.Do), nil
+}
+
+func (f *fakeEngine) TryAcquire(dispatch.AcquireParams) (*dispatch.Ticket, bool) {
+	return dispatch.NewTicketFunc(f.Do), true
+}
+
 func (f *fakeEngine) calls() []*dispatch.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -51,7 +51,7 @@ func testCountLive(t *testing.T, s jobstore.Store) {
 	c := claim(t, s, "c", 2, T0)
 	require.Len(t, c, 2)
 	st, err := s.Fail(ctx, jobstore.FailParams{ID: c[1].ID, Token: c[1].Lease.Token, Kind: jobstore.FailRetry,
-		Error: jobstore.AttemptError{Status: 529, Class: llm.Overload, Message: "overloaded"}, RetryAt: T0.Add(10 * time.Minute), Now: T0})
+		Error: jobstore.AttemptError{Status: 529, Kind: llm.Overload.String(), Message: "overloaded"}, RetryAt: T0.Add(10 * time.Minute), Now: T0})
 	require.NoError(t, err)
 	require.Equal(t, jobstore.StateQueued, st)
 	// z: a batch.
@@ -97,7 +97,7 @@ func testCountLive(t *testing.T, s jobstore.Store) {
 	_, err = s.Cancel(ctx, jobstore.CancelParams{ID: a3.ID, Now: T0})
 	require.NoError(t, err)
 	_, err = s.Fail(ctx, jobstore.FailParams{ID: c[0].ID, Token: c[0].Lease.Token, Kind: jobstore.FailTerminal,
-		Error: jobstore.AttemptError{Status: 400, Class: llm.ClientError, Message: "bad"}, Now: T0})
+		Error: jobstore.AttemptError{Status: 400, Kind: llm.ClientError.String(), Message: "bad"}, Now: T0})
 	require.NoError(t, err)
 	r, err := s.Rescue(ctx, jobstore.RescueParams{MaxStalls: 3, Now: T0.Add(2 * time.Second)})
 	require.NoError(t, err)

@@ -52,6 +52,9 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"HandoffConcurrent", testHandoffConcurrent},
 		{"ConcurrentInserts", testConcurrentInserts},
 		{"CountLive", testCountLive},
+		{"Backlog", testBacklog},
+		{"ClaimPriority", testClaimPriority},
+		{"HandBackUnrecorded", testHandBackUnrecorded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -234,7 +237,7 @@ func testFailKinds(t *testing.T, s jobstore.Store) {
 		c := claim(t, s, p.Upstream, 1, T0)[0]
 		body := &jobstore.Result{Status: 400, Header: http.Header{}, Body: []byte(`{"type":"error"}`)}
 		st, err := s.Fail(ctx, jobstore.FailParams{ID: c.ID, Token: c.Lease.Token, Kind: tc.kind, RetryAt: T0.Add(tc.retryIn),
-			Error: jobstore.AttemptError{Status: 429, Class: llm.Rate, Message: "slow down"}, Result: body, Now: T0})
+			Error: jobstore.AttemptError{Status: 429, Kind: llm.Rate.String(), Message: "slow down", RetryAfter: 1500 * time.Millisecond}, Result: body, Now: T0})
 		require.NoError(t, err, tc.name)
 		require.Equal(t, tc.wantState, st, tc.name)
 		got, err := s.Get(ctx, c.ID)
@@ -242,7 +245,7 @@ func testFailKinds(t *testing.T, s jobstore.Store) {
 		require.Equal(t, tc.wantState, got.State, tc.name)
 		require.Equal(t, tc.wantAtt, got.Attempts, tc.name)
 		require.Len(t, got.Errors, 1, tc.name)
-		require.Equal(t, jobstore.AttemptError{Attempt: 1, Status: 429, Class: llm.Rate, Message: "slow down", At: T0}, got.Errors[0], tc.name)
+		require.Equal(t, jobstore.AttemptError{Attempt: 1, Status: 429, Kind: llm.Rate.String(), Message: "slow down", RetryAfter: 1500 * time.Millisecond, At: T0}, got.Errors[0], tc.name)
 		if tc.wantState == jobstore.StateQueued {
 			require.Equal(t, T0.Add(tc.retryIn), got.AvailableAt, tc.name)
 			require.Nil(t, got.Result, tc.name)

@@ -1,0 +1,247 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// Reasons a Ticket's call ends without a usable answer.
+var (
+	// ErrNotAdmitted means the ticket was given back before anything was
+	// sent: the request's real cost did not fit its reservation and the
+	// extra does not fit now. The Error's RetryAfter says when it would.
+	ErrNotAdmitted = errors.New("not admitted: the request's cost does not fit now")
+	// ErrCallFailed means the one upstream call failed; the Error's
+	// Outcome says how.
+	ErrCallFailed = errors.New("upstream call failed")
+	// errTicketUsed is returned by a second Call, or a Call after Release.
+	errTicketUsed = errors.New("ticket already used or released")
+)
+
+// AcquireParams asks for admission without a request yet.
+type AcquireParams struct {
+	// Priority is the scheduling class the ticket waits in.
+	Priority llm.Priority
+	// Client identifies the caller for fairness inside the class.
+	Client string
+	// Cost is the estimate reserved against the quota on admission; the
+	// call adjusts it to the real request's cost.
+	Cost provider.Cost
+	// Deadline bounds the wait; zero waits until ctx ends or Stop.
+	Deadline time.Time
+}
+
+// Ticket is an admission granted to a durable caller (a job worker): a
+// concurrency slot, the estimated cost reserved in the quota buckets and
+// the breaker's permission (a half-open probe when Probe says so). Use it
+// for exactly one Call, or give it back with Release. A Ticket is safe for
+// use by one goroutine at a time.
+type Ticket struct {
+	d    *Dispatcher
+	w    *waiter
+	g    grant
+	call func(context.Context, *Request) (*Response, error) // NewTicketFunc
+
+	mu    sync.Mutex
+	spent bool
+}
+
+// Acquire waits in the same scheduler as live requests (so weighted fair
+// queueing between classes, and between durable and live traffic, holds)
+// and returns once admitted: nothing is sent yet. It fails with an *Error
+// (ErrTooLarge, ErrDeadline, ErrStopped) or ctx's cause.
+func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, error) {
+	now := d.clk.Now()
+	w := d.ticketWaiter(p, now)
+	if _, err := d.lim.TimeUntil(w.cost, now); errors.Is(err, flow.ErrTooLarge) {
+		return nil, d.giveUp(w, ErrTooLarge, err.Error())
+	}
+	d.mu.Lock()
+	if d.state != running {
+		d.mu.Unlock()
+		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
+	}
+	d.sched.Push(&w.item)
+	d.seen[w.item.Class] = now
+	d.mu.Unlock()
+	d.obs.Enqueued(w.item.Class)
+	d.kick()
+	g, err := d.await(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	return &Ticket{d: d, w: w, g: g}, nil
+}
+
+// TryAcquire grants a ticket only if admission is immediate: nothing is
+// waiting in the scheduler (so it never jumps the line), the breaker
+// allows a call, a slot is free and the cost fits now. It never waits.
+func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
+	now := d.clk.Now()
+	w := d.ticketWaiter(p, now)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state != running || d.sched.Len() > 0 || d.inflight >= d.aimd.Limit() {
+		return nil, false
+	}
+	if ok, _ := d.brk.Ready(now); !ok {
+		return nil, false
+	}
+	if wait, err := d.lim.ReserveKeeping(w.cost, d.headroom(w.item.Class, now), now); err != nil || wait > 0 {
+		return nil, false
+	}
+	state, _ := d.brk.State(now)
+	gen, err := d.brk.Allow(now)
+	if err != nil {
+		d.lim.Refund(w.cost, now)
+		return nil, false
+	}
+	d.seen[w.item.Class] = now
+	d.inflight++
+	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen}}, true
+}
+
+// ticketWaiter is the waiter of a ticket: a placeholder request of the
+// ticket's class until Call brings the real one.
+func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
+	class := p.Priority
+	if !class.Valid() {
+		class = llm.Normal
+	}
+	w := &waiter{
+		req:      &Request{Priority: class, Client: p.Client, Cost: p.Cost},
+		cost:     flow.NewAmount(p.Cost.InputTokens, p.Cost.OutputTokens),
+		grant:    make(chan grant, 1),
+		deadline: p.Deadline,
+	}
+	if w.deadline.IsZero() {
+		w.deadline = now.Add(100 * 365 * 24 * time.Hour) // no deadline: until ctx or Stop
+	}
+	w.item = flow.Item{
+		Class:   class,
+		Client:  p.Client,
+		Size:    float64(p.Cost.InputTokens + p.Cost.OutputTokens),
+		Cost:    w.cost,
+		Arrival: now,
+		Value:   w,
+	}
+	return w
+}
+
+// NewTicketFunc returns a ticket whose Call runs call once and whose
+// Release does nothing: for engines that are not a Dispatcher (fakes in
+// tests). Its Responses report their Outcome as given and no usage.
+func NewTicketFunc(call func(context.Context, *Request) (*Response, error)) *Ticket {
+	return &Ticket{call: call}
+}
+
+// Priority returns the class the ticket was admitted in (Normal for a
+// NewTicketFunc ticket).
+func (t *Ticket) Priority() llm.Priority {
+	if t.w == nil {
+		return llm.Normal
+	}
+	return t.w.item.Class
+}
+
+// Probe reports whether the ticket carries a half-open breaker's probe:
+// its call tests the upstream's health.
+func (t *Ticket) Probe() bool { return t.g.probe }
+
+// Release gives an unused ticket back: its slot, its whole reservation
+// and the breaker's permission (as a neutral result). Releasing a used or
+// released ticket does nothing.
+func (t *Ticket) Release() {
+	if !t.spend() || t.call != nil {
+		return
+	}
+	t.d.release(t.w, t.g, flow.Neutral, t.w.cost)
+}
+
+func (t *Ticket) spend() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.spent {
+		return false
+	}
+	t.spent = true
+	return true
+}
+
+// Call makes exactly one upstream attempt with req and the ticket's
+// admission: no retry, no requeue, no sleep. It first moves the
+// reservation from the ticket's estimate to req.Cost: a surplus is refunded
+// at once; an extra that does not fit now gives the ticket back and
+// returns an *Error with ErrNotAdmitted (nothing sent; RetryAfter says
+// when it would fit). Otherwise it returns the Response (a 2xx, or a
+// terminal provider error passed through with its body buffered; its
+// Outcome says which) or an *Error with ErrCallFailed whose Outcome is the
+// failed call's. Either way the call is recorded (quota headers, breaker,
+// adaptive concurrency, rate-limit pause) exactly as in Do. The caller must
+// close the Response's Body.
+func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
+	if req == nil {
+		t.Release()
+		return nil, errors.New("calling with a ticket: nil request")
+	}
+	if !t.spend() {
+		return nil, errTicketUsed
+	}
+	if t.call != nil {
+		return t.call(ctx, req)
+	}
+	d, w := t.d, t.w
+	now := d.clk.Now()
+	real := flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens)
+	var extra, surplus flow.Amount
+	for i, v := range real.Sub(w.cost) {
+		if v > 0 {
+			extra[i] = v
+		} else {
+			surplus[i] = -v
+		}
+	}
+	d.lim.Refund(surplus, now)
+	w.cost = w.cost.Sub(surplus)
+	if extra != (flow.Amount{}) {
+		wait, err := d.lim.ReserveKeeping(extra, 0, now)
+		if err != nil || wait > 0 {
+			d.release(w, t.g, flow.Neutral, w.cost)
+			reason, msg := ErrNotAdmitted, fmt.Sprintf("the request's cost exceeds the ticket's by %v and fits in %v", extra, wait.Round(time.Millisecond))
+			if err != nil {
+				reason, msg = ErrTooLarge, err.Error()
+			}
+			return nil, &Error{Reason: reason, Status: statusForNotSent(reason), Type: errorTypeFor(d.cfg.Protocol, statusForNotSent(reason)),
+				Message: msg, RetryAfter: wait}
+		}
+		w.cost = w.cost.Add(extra)
+	}
+	req.Priority = w.item.Class
+	w.req = req
+	x, err := d.exchange(ctx, w, t.g)
+	if err != nil || x.resp != nil {
+		return x.resp, err
+	}
+	out := x.out
+	w.last = &out
+	if x.errResp != nil && DecideFate(FateParams{Sent: true, Outcome: out}).Kind == Terminal {
+		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: 1, Outcome: out}, nil
+	}
+	status := statusForGiveUp(&out)
+	return nil, &Error{Reason: ErrCallFailed, Status: status, Type: errorTypeFor(d.cfg.Protocol, status),
+		Message: describe(out), RetryAfter: out.RetryAfter, Attempts: 1, QueueWait: w.queueWait, Last: &out}
+}
+
+func statusForNotSent(reason error) int {
+	if errors.Is(reason, ErrTooLarge) {
+		return 413
+	}
+	return 429
+}
