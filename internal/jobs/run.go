@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -114,32 +115,29 @@ func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, cancel context.
 
 // call sends j through the dispatcher and reads the whole response.
 func (w *worker) call(ctx context.Context, j *jobstore.Job) verdict {
-	cost, err := provider.Estimate(w.protocol, j.Body)
-	if err != nil {
-		return terminal(http.StatusBadRequest, llm.ClientError, "invalid request body: "+err.Error(), nil)
+	req, rerr := jobRequest(w.protocol, j, w.s.cfg.Clock.Now())
+	if rerr != nil {
+		return terminal(http.StatusBadRequest, llm.ClientError, "invalid request body: "+rerr.Message, nil)
 	}
-	resp, err := w.dispatcher.Do(ctx, &dispatch.Request{
-		Method:   http.MethodPost,
-		Path:     j.Path,
-		Header:   http.Header{},
-		Body:     j.Body,
-		Priority: j.Priority,
-		Client:   j.Client,
-		Deadline: j.Deadline,
-		Cost:     cost,
-	})
+	resp, err := w.dispatcher.Do(ctx, req)
 	if err != nil {
 		return w.dispatchFailure(j, err)
 	}
 	defer resp.Body.Close()
 	var so *provider.StreamObserver
 	var body bytes.Buffer
-	var dst io.Writer = &body
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// The observer reads the stream as the upstream sent it (with the
+		// usage chunk the front door asked for); the result keeps what the
+		// caller asked for.
 		so = provider.NewStreamObserver(w.protocol)
-		dst = io.MultiWriter(&body, so)
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.TeeReader(resp.Body, so), resp.Body}
 	}
-	n, err := io.Copy(dst, io.LimitReader(resp.Body, maxResultBytes+1))
+	frontdoor.PrepareResponse(req, resp)
+	n, err := io.Copy(&body, io.LimitReader(resp.Body, maxResultBytes+1))
 	if err != nil {
 		return retry(w.s, j, 0, llm.Transient, "reading the upstream response: "+err.Error(), 0)
 	}

@@ -72,10 +72,3 @@ func clientKey(h http.Header) string {
 	}
 	return ""
 }
-
-// credentialHeaders are the request headers that carry a key; they are
-// removed before anything is sent upstream.
-var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "Proxy-Authorization"}
-
-// sluiceRequestHeaders are read by the gateway and not forwarded.
-var sluiceRequestHeaders = []string{"X-Priority", "X-Sluice-Deadline"}
