@@ -2,6 +2,7 @@ package frontdoor
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,13 +76,11 @@ func CleanHeader(in http.Header) http.Header {
 		h = http.Header{}
 	}
 	RemoveHopByHop(h)
-	for _, list := range [][]string{credentialHeaders, sluiceRequestHeaders, transportHeaders} {
-		for _, k := range list {
-			h.Del(k)
-		}
-	}
 	for k := range h {
-		if isSluiceHeader(k) {
+		// By canonical name: a map filled by hand may hold "x-api-key".
+		ck := http.CanonicalHeaderKey(k)
+		if slices.Contains(credentialHeaders, ck) || slices.Contains(sluiceRequestHeaders, ck) ||
+			slices.Contains(transportHeaders, ck) || isSluiceHeader(ck) {
 			delete(h, k)
 		}
 	}
@@ -97,15 +96,23 @@ func isSluiceHeader(name string) bool {
 // RemoveHopByHop deletes the hop-by-hop headers from h, including those
 // the Connection header names.
 func RemoveHopByHop(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
+	drop := slices.Clone(hopByHop)
+	for k, vs := range h {
+		if http.CanonicalHeaderKey(k) != "Connection" {
+			continue
+		}
+		for _, f := range vs {
+			for _, name := range strings.Split(f, ",") {
+				if name = strings.TrimSpace(name); name != "" {
+					drop = append(drop, http.CanonicalHeaderKey(name))
+				}
 			}
 		}
 	}
-	for _, k := range hopByHop {
-		h.Del(k)
+	for k := range h {
+		if slices.Contains(drop, http.CanonicalHeaderKey(k)) {
+			delete(h, k)
+		}
 	}
 }
 
