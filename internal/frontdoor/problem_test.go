@@ -21,12 +21,12 @@ func TestRender(t *testing.T) {
 	giveUp := &dispatch.Error{Reason: dispatch.ErrRetriesExhausted, Status: 529, Type: "overloaded_error", Message: "upstream overloaded",
 		RetryAfter: 1500 * time.Millisecond, Attempts: 3, QueueWait: 2500 * time.Millisecond}
 	for _, tc := range []struct {
-		name     string
-		p        llm.Protocol
-		err      error
-		status   int
-		header   http.Header
-		body     string
+		name   string
+		p      llm.Protocol
+		err    error
+		status int
+		header http.Header
+		body   string
 	}{
 		{name: "anthropic give-up", p: llm.Anthropic, err: giveUp, status: 529,
 			header: http.Header{"Content-Type": {"application/json"}, "Retry-After": {"2"}, "Retry-After-Ms": {"1500"}, "X-Should-Retry": {"false"},

@@ -25,6 +25,14 @@ type Caller struct {
 	MaxPriority llm.Priority
 }
 
+// Cap lowers p to the caller's MaxPriority when p is more urgent.
+func (c Caller) Cap(p llm.Priority) llm.Priority {
+	if c.MaxPriority.Valid() && p < c.MaxPriority {
+		return c.MaxPriority
+	}
+	return p
+}
+
 // InProcess is the caller of the in-process Transport: normal by default,
 // any class allowed.
 var InProcess = Caller{DefaultPriority: llm.Normal, MaxPriority: llm.Critical}
@@ -138,10 +146,7 @@ func priority(h http.Header, c Caller, override *llm.Priority) (llm.Priority, er
 	if !p.Valid() {
 		p = llm.Normal
 	}
-	if c.MaxPriority.Valid() && p < c.MaxPriority {
-		p = c.MaxPriority
-	}
-	return p, nil
+	return c.Cap(p), nil
 }
 
 // ParseDeadline reads X-Sluice-Deadline (a positive Go duration from now,

@@ -87,8 +87,8 @@ func (s *Server) startJobs(ctx context.Context) error {
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		PriorityOf: func(r *http.Request, p llm.Priority) llm.Priority {
-			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok && p < cl.maxPriority {
-				return cl.maxPriority // capped at the client's max_priority, as on the proxy routes
+			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok {
+				return cl.caller().Cap(p) // capped at the client's max_priority, as on the proxy routes
 			}
 			return p
 		},

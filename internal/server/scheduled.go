@@ -44,8 +44,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	}
 	req, rerr := frontdoor.Build(frontdoor.Input{
 		Protocol: p, Method: r.Method, Path: path, Header: r.Header, Body: body,
-		Caller: frontdoor.Caller{Name: cl.name, DefaultPriority: cl.defaultPriority, MaxPriority: cl.maxPriority},
-		Now:    s.clock.Now(),
+		Caller: cl.caller(), Now: s.clock.Now(),
 	})
 	if rerr != nil {
 		s.metrics.request(u.cfg.Name, "", outcomeBadRequest)
