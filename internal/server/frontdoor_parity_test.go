@@ -286,7 +286,7 @@ func TestFrontDoorsRenderIdenticalErrors(t *testing.T) {
 			require.Equal(t, "false", viaProxy.header.Get("X-Should-Retry"))
 			if tc.status >= 500 {
 				require.NotEmpty(t, viaProxy.header.Get("Retry-After"), "a give-up carries a hint")
-				require.Equal(t, "1", viaProxy.header.Get(HeaderAttempts))
+				require.Equal(t, "1", viaProxy.header.Get(frontdoor.HeaderAttempts))
 			}
 			viaProxy.header.Del("Date") // the HTTP server's own
 			require.Equal(t, withoutRequestID(t, tc.p, viaProxy), withoutRequestID(t, tc.p, viaTransport))

@@ -7,18 +7,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
-)
-
-// Response headers Sluice adds to every proxied answer; defined in
-// frontdoor.
-const (
-	// HeaderQueueMS is frontdoor.HeaderQueueMS.
-	HeaderQueueMS = frontdoor.HeaderQueueMS
-	// HeaderAttempts is frontdoor.HeaderAttempts.
-	HeaderAttempts = frontdoor.HeaderAttempts
 )
 
 // relay copies an upstream response, readied by frontdoor.PrepareResponse,

@@ -11,14 +11,6 @@ import (
 	"github.com/sluicehq/sluice/internal/frontdoor"
 )
 
-// Request headers the scheduled route reads; defined in frontdoor.
-const (
-	// HeaderPriority picks the class (frontdoor.HeaderPriority).
-	HeaderPriority = frontdoor.HeaderPriority
-	// HeaderDeadline bounds queueing and retries (frontdoor.HeaderDeadline).
-	HeaderDeadline = frontdoor.HeaderDeadline
-)
-
 // serveScheduled handles POST /{upstream}/v1/messages or
 // /v1/chat/completions: it reads and prices the body, works out class and
 // deadline, hands the request to the engine and relays the answer.
