@@ -232,6 +232,27 @@ func TestFrontDoorsSendIdenticalUpstreamRequests(t *testing.T) {
 			code, body := call(t, "POST", base+"/v1/jobs", "", `{"upstream":"u","request":`+tc.body+`}`)
 			require.Equal(t, http.StatusAccepted, code, string(body))
 			require.Equal(t, viaProxy, jobWire.next(t), "the job worker sends the same request as the proxy")
+			if tc.body != parityStream {
+				return
+			}
+			// Like the proxy's client, the job keeps no usage chunk it did
+			// not ask for, but its usage is still read from the stream.
+			var job struct {
+				ID       json.Number `json:"id"`
+				State    string      `json:"state"`
+				Response struct {
+					Body  string    `json:"body"`
+					Usage llm.Usage `json:"usage"`
+				} `json:"response"`
+			}
+			require.NoError(t, json.Unmarshal(body, &job))
+			code, body = call(t, "GET", base+"/v1/jobs/"+job.ID.String()+"?wait=20s", "", "")
+			require.Equal(t, http.StatusOK, code, string(body))
+			require.NoError(t, json.Unmarshal(body, &job))
+			require.Equal(t, "succeeded", job.State, string(body))
+			require.NotContains(t, job.Response.Body, `"choices":[]`)
+			require.Contains(t, job.Response.Body, "[DONE]")
+			require.Equal(t, int64(7), job.Response.Usage.OutputTokens)
 		})
 	}
 }
