@@ -34,7 +34,7 @@ type Request struct {
 	Cost provider.Cost
 	// UsageInjected is set by the front door when it asked an OpenAI stream
 	// for a usage chunk the caller did not ask for; the front door strips
-	// that chunk from the answer (frontdoor.StripInjectedUsage). The
+	// that chunk from the answer (frontdoor.PrepareResponse). The
 	// dispatcher ignores it.
 	UsageInjected bool
 }
