@@ -68,6 +68,7 @@ func TestRender(t *testing.T) {
 			resp := frontdoor.ProblemResponse(nil, tc.p, "req_1", pr)
 			got, err := io.ReadAll(resp.Body)
 			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
 			require.Equal(t, status, resp.StatusCode)
 			require.Equal(t, h, resp.Header)
 			require.Equal(t, string(body), string(got))
