@@ -46,8 +46,5 @@ func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
 			"code":    "unknown_upstream",
 		},
 	})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(frontdoor.HeaderShouldRetry, "false")
-	w.WriteHeader(http.StatusNotFound)
-	_, _ = w.Write(body)
+	frontdoor.WriteEnvelope(w, frontdoor.Problem{Status: http.StatusNotFound}, body)
 }

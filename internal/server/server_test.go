@@ -235,13 +235,16 @@ func TestUpstreamKeyNeverLeaks(t *testing.T) {
 	t.Parallel()
 	ts := newTestServer(t, webClient)
 	// Anthropic pass-through: the upstream sees its own key as x-api-key.
-	resp, body := ts.do(t, "GET", "/a/v1/models?limit=5", "", map[string]string{"x-api-key": "client-key-web", "X-Priority": "low"})
+	resp, body := ts.do(t, "GET", "/a/v1/models?limit=5", "", map[string]string{"x-api-key": "client-key-web", "X-Priority": "low",
+		"Api-Key": "client-key-web", "X-Sluice-Trace": "t-1"})
 	require.Equal(t, 200, resp.StatusCode)
 	path, h := ts.upstream.last()
 	require.Equal(t, "/v1/models?limit=5", path)
 	require.Equal(t, upstreamKey, h.Get("X-Api-Key"))
-	require.Empty(t, h.Get("Authorization"))
-	require.Empty(t, h.Get("X-Priority"))
+	require.Equal(t, "2023-06-01", h.Get("Anthropic-Version"), "the pass-through adds the protocol's defaults like the dispatcher")
+	for _, k := range []string{"Authorization", "Api-Key", "X-Priority", "X-Sluice-Trace"} {
+		require.Empty(t, h.Values(k), "the pass-through cleans headers with the same rules: %s", k)
+	}
 	require.Equal(t, "1", resp.Header.Get(frontdoor.HeaderAttempts))
 	require.NotContains(t, string(body), upstreamKey)
 	// OpenAI pass-through: the key goes as a bearer token, under base_url's path.
