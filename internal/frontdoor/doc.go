@@ -10,8 +10,9 @@
 //     headers, body, the authenticated caller, the Go API's context values)
 //     into a *dispatch.Request, or a provider-shaped request error: cost
 //     estimate, header hygiene, priority, deadline, and the stream-usage
-//     chunk asked for on the caller's behalf. PrepareResponse undoes that
-//     chunk and sets Sluice's headers on the way back.
+//     chunk asked for on the caller's behalf.
+//   - response.go readies the engine's answer on the way back
+//     (PrepareResponse): Sluice's headers, and that chunk stripped again.
 //   - problem.go renders every answer Sluice gives itself (a request error
 //     or an engine give-up) in the provider's own error shape, with
 //     retry-after, retry-after-ms, x-should-retry and Sluice's headers, to
