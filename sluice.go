@@ -29,6 +29,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -62,22 +63,28 @@ const (
 )
 
 // WithPriority returns ctx carrying priority p for requests sent through a
-// Transport.
+// Transport. It takes precedence over the X-Priority header.
 func WithPriority(ctx context.Context, p Priority) context.Context {
-	return dispatch.WithPriority(ctx, p)
+	return frontdoor.WithPriority(ctx, p)
 }
 
 // WithClient returns ctx naming the caller, for round-robin fairness
-// between callers of the same class.
+// between callers of the same class. It takes precedence over the
+// X-Sluice-Client header.
 func WithClient(ctx context.Context, client string) context.Context {
-	return dispatch.WithClient(ctx, client)
+	return frontdoor.WithClient(ctx, client)
 }
 
 // Transport is an http.RoundTripper that sends requests through Sluice's
 // engine for one upstream. Start it before use and Stop it when done.
+//
+// It builds each request as the gateway does (same header rules, X-Priority,
+// X-Sluice-Deadline, else X-Stainless-Timeout) and answers a request Sluice
+// refuses or gives up on in the provider's error shape with retry-after,
+// retry-after-ms and x-should-retry: false; see docs/http-api.md.
 type Transport struct {
 	d *dispatch.Dispatcher
-	t *dispatch.Transport
+	t *frontdoor.Transport
 }
 
 // NewTransport returns a Transport for cfg, or an error naming the invalid
@@ -87,7 +94,7 @@ func NewTransport(cfg Upstream) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Transport{d: d, t: dispatch.NewTransport(d)}, nil
+	return &Transport{d: d, t: frontdoor.NewTransport(d)}, nil
 }
 
 // Start starts the engine.

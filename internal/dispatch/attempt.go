@@ -265,6 +265,12 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request) (*http.
 	if err != nil {
 		return nil, err
 	}
-	req.Header = upstreamHeader(d.cfg.Protocol, d.cfg.APIKey, r.Header)
+	// r.Header was cleaned by the front door (frontdoor.Build); only the
+	// upstream's own key and the protocol's defaults are added here.
+	req.Header = r.Header.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, d.cfg.APIKey, true)
 	return req, nil
 }

@@ -120,6 +120,9 @@ func (d *Dispatcher) Name() string { return d.cfg.Name }
 // Protocol returns the upstream's protocol.
 func (d *Dispatcher) Protocol() llm.Protocol { return d.cfg.Protocol }
 
+// Clock returns the dispatcher's time source.
+func (d *Dispatcher) Clock() clock.Clock { return d.clk }
+
 // Start starts the admission loop. Starting twice, or after Stop, is an
 // error.
 func (d *Dispatcher) Start(ctx context.Context) error {

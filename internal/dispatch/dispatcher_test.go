@@ -145,9 +145,10 @@ func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dis
 
 func request() *dispatch.Request {
 	return &dispatch.Request{
-		Method:   http.MethodPost,
-		Path:     "/v1/messages",
-		Header:   http.Header{"X-Api-Key": {"client-key"}, "Authorization": {"Bearer client"}, "Connection": {"close"}},
+		Method: http.MethodPost,
+		Path:   "/v1/messages",
+		// As the front door leaves it: credentials already removed.
+		Header:   http.Header{"Anthropic-Beta": {"tools-2024-04-04"}},
 		Body:     []byte(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`),
 		Cost:     provider.Cost{Model: "claude-sonnet-4-5", InputTokens: 50, OutputTokens: 100},
 		Priority: llm.Normal,

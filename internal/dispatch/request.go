@@ -16,8 +16,10 @@ type Request struct {
 	// Method and Path are sent upstream as they are (e.g. POST /v1/messages).
 	Method string
 	Path   string
-	// Header holds the client's headers to forward. The dispatcher removes
-	// hop-by-hop and credential headers and sets the upstream's own key.
+	// Header holds the client's headers to forward, already cleaned of
+	// hop-by-hop, credential and Sluice headers by the front door
+	// (frontdoor.Build). The dispatcher adds the upstream's own key and the
+	// protocol's defaults (provider.SetUpstreamHeaders).
 	Header http.Header
 	// Body is the request body, kept whole so that retries can replay it.
 	Body []byte
@@ -30,6 +32,11 @@ type Request struct {
 	Deadline time.Time
 	// Cost is the estimate charged against the quota before sending.
 	Cost provider.Cost
+	// UsageInjected is set by the front door when it asked an OpenAI stream
+	// for a usage chunk the caller did not ask for; the front door strips
+	// that chunk from the answer (frontdoor.PrepareResponse). The
+	// dispatcher ignores it.
+	UsageInjected bool
 }
 
 // Response is a successful (or terminally failed but passed-through)

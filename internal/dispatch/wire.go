@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
@@ -10,59 +9,10 @@ import (
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
-// AnthropicVersionDefault is sent as anthropic-version when the client did
-// not send one.
-const AnthropicVersionDefault = "2023-06-01"
-
 // errorBodyLimit bounds how much of an upstream error body is read.
 const errorBodyLimit = 1 << 20
 
 func errorTypeFor(p llm.Protocol, status int) string { return provider.ErrorTypeFor(p, status) }
-
-// hopHeaders are removed from forwarded requests: hop-by-hop headers
-// (RFC 9110 §7.6.1), the client's credentials (replaced by the upstream's
-// key) and Accept-Encoding (so the HTTP client decompresses and usage can
-// be read from the body).
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-	"X-Api-Key", "Authorization", "Accept-Encoding", "Content-Length", "Host",
-	"X-Priority", "X-Sluice-Client", "X-Sluice-Deadline",
-}
-
-// upstreamHeader returns the client's headers as they go upstream: without
-// hop-by-hop and credential headers, with the upstream's own key.
-func upstreamHeader(p llm.Protocol, apiKey string, in http.Header) http.Header {
-	h := in.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			h.Del(strings.TrimSpace(name))
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-	switch p {
-	case llm.Anthropic:
-		if apiKey != "" {
-			h.Set("X-Api-Key", apiKey)
-		}
-		if h.Get("Anthropic-Version") == "" {
-			h.Set("Anthropic-Version", AnthropicVersionDefault)
-		}
-	case llm.OpenAI:
-		if apiKey != "" {
-			h.Set("Authorization", "Bearer "+apiKey)
-		}
-	}
-	if h.Get("Content-Type") == "" {
-		h.Set("Content-Type", "application/json")
-	}
-	return h
-}
 
 var dimOf = map[provider.Dimension]flow.Dim{
 	provider.DimRequests:     flow.Requests,

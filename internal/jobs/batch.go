@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // UpstreamHeader may name a batch's upstream instead of ?upstream=.
@@ -107,7 +106,7 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 	params := jobstore.CreateBatchParams{Format: proto, Now: now}
 	invalid := f.Invalid
 	for _, l := range f.Lines {
-		if _, err := provider.Estimate(proto, l.Body); err != nil {
+		if err := checkBody(proto, l.Body, now); err != nil {
 			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
 			continue
 		}
@@ -118,15 +117,14 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	sortLineErrors(invalid)
 	if len(invalid) > 0 && !skip {
-		writeJSON(w, http.StatusBadRequest, APIError{Type: "error", Error: ErrorDetail{
-			Type:    "invalid_request_error",
+		writeAPIError(w, http.StatusBadRequest, ErrorDetail{
 			Message: fmt.Sprintf("%d invalid line(s), first on line %d: %s; nothing was queued (add ?skip_invalid=true to queue the valid lines)", len(invalid), invalid[0].Line, invalid[0].Message),
 			Lines:   invalid,
-		}})
+		})
 		return
 	}
 	if len(params.Jobs) == 0 {
-		writeJSON(w, http.StatusBadRequest, APIError{Type: "error", Error: ErrorDetail{Type: "invalid_request_error", Message: "no valid line to queue", Lines: invalid}})
+		writeAPIError(w, http.StatusBadRequest, ErrorDetail{Message: "no valid line to queue", Lines: invalid})
 		return
 	}
 	b, err := s.store.CreateBatch(r.Context(), params)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 )
@@ -194,7 +195,7 @@ func (c Config) WithDefaults() Config {
 		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
 	}
 	if c.ClientOf == nil {
-		c.ClientOf = func(r *http.Request) string { return r.Header.Get("X-Sluice-Client") }
+		c.ClientOf = func(r *http.Request) string { return r.Header.Get(frontdoor.HeaderClient) }
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // MaxIdempotencyKeyLen bounds an idempotency key.
@@ -73,7 +72,7 @@ func (s *Service) checkRequest(upstream string, body []byte) error {
 	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		return errors.New("request must be a JSON object (the provider request body)")
 	}
-	if _, err := provider.Estimate(p, trimmed); err != nil {
+	if err := checkBody(p, trimmed, s.cfg.Clock.Now()); err != nil {
 		return fmt.Errorf("request: %w", err)
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/sluicehq/sluice/internal/frontdoor"
 )
 
 // APIError is the JSON error every job API route answers with, shaped like
@@ -59,7 +61,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, format string, args ...any) {
-	writeJSON(w, status, APIError{Type: "error", Error: ErrorDetail{Type: errorType(status), Message: fmt.Sprintf(format, args...)}})
+	writeAPIError(w, status, ErrorDetail{Message: fmt.Sprintf(format, args...)})
+}
+
+// writeAPIError answers with the jobs API's envelope through the front
+// door's renderer (frontdoor.WriteEnvelope: content-type,
+// content-length, x-should-retry: false). An empty d.Type is the type for
+// status.
+func writeAPIError(w http.ResponseWriter, status int, d ErrorDetail) {
+	WriteAPIError(w, frontdoor.Problem{Status: status, Type: d.Type, Message: d.Message}, d.Lines)
+}
+
+// WriteAPIError writes pr in the jobs API's envelope, with lines as the
+// invalid lines of a rejected batch (nil for none). The gateway uses it for
+// the errors it answers on the jobs routes itself.
+func WriteAPIError(w http.ResponseWriter, pr frontdoor.Problem, lines []LineError) {
+	if pr.Type == "" {
+		pr.Type = errorType(pr.Status)
+	}
+	b, err := json.Marshal(APIError{Type: "error", Error: ErrorDetail{Type: pr.Type, Message: pr.Message, Lines: lines}})
+	if err != nil {
+		pr = frontdoor.Problem{Status: http.StatusInternalServerError}
+		b = []byte(`{"type":"error","error":{"type":"api_error","message":"encoding the response failed"}}`)
+	}
+	frontdoor.WriteEnvelope(w, pr, append(b, '\n'))
 }
 
 // readBody reads at most limit bytes; a larger body is errTooLarge.

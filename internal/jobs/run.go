@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // keptHeaders are the response headers worth keeping with a result.
@@ -116,31 +116,26 @@ func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, cancel context.
 }
 
 // call makes j's one upstream call with ticket t and reads the whole
-// response; the engine's outcome goes through dispatch.DecideFate, the one
-// place that decides what a call means.
+// response; the request is built by the front door exactly as a live one,
+// and the engine's outcome goes through dispatch.DecideFate, the one place
+// that decides what a call means.
 func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) verdict {
-	cost, err := provider.Estimate(w.protocol, j.Body)
-	if err != nil {
+	req, rerr := jobRequest(w.protocol, j, w.s.cfg.Clock.Now())
+	if rerr != nil {
 		t.Release()
 		return w.fated(j, dispatch.Fate{Kind: dispatch.Terminal}, llm.Outcome{Kind: llm.ClientError, Status: http.StatusBadRequest,
-			Message: "invalid request body: " + err.Error()}, nil)
+			Message: "invalid request body: " + rerr.Message}, nil)
 	}
-	w.costs.remember(j.Priority, cost)
-	resp, err := t.Call(ctx, &dispatch.Request{
-		Method:   http.MethodPost,
-		Path:     j.Path,
-		Header:   http.Header{},
-		Body:     j.Body,
-		Priority: j.Priority,
-		Client:   j.Client,
-		Deadline: j.Deadline,
-		Cost:     cost,
-	})
+	w.costs.remember(j.Priority, req.Cost)
+	resp, err := t.Call(ctx, req)
 	if err != nil {
 		return w.callFailure(j, err)
 	}
 	defer resp.Body.Close()
 	var body bytes.Buffer
+	// The engine read the stream as the upstream sent it (usage chunk
+	// included); the result keeps what the caller asked for.
+	frontdoor.PrepareResponse(req, resp)
 	n, readErr := io.Copy(&body, io.LimitReader(resp.Body, maxResultBytes+1))
 	if n > maxResultBytes {
 		return w.fated(j, dispatch.Fate{Kind: dispatch.Terminal}, llm.Outcome{Kind: llm.ClientError, Status: resp.StatusCode,

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/server"
 )
 
 // Outcome is one request as the load generator saw it.
@@ -79,9 +79,9 @@ func gatewaySender(client *http.Client, base string, deadline time.Duration) sen
 			return 0, 0, fmt.Errorf("building request: %w", err)
 		}
 		req.Header = header(it, clientKey)
-		req.Header.Set(server.HeaderPriority, it.Priority.String())
+		req.Header.Set(frontdoor.HeaderPriority, it.Priority.String())
 		if deadline > 0 {
-			req.Header.Set(server.HeaderDeadline, deadline.String())
+			req.Header.Set(frontdoor.HeaderDeadline, deadline.String())
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -89,7 +89,7 @@ func gatewaySender(client *http.Client, base string, deadline time.Duration) sen
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
-		attempts, _ := strconv.Atoi(resp.Header.Get(server.HeaderAttempts))
+		attempts, _ := strconv.Atoi(resp.Header.Get(frontdoor.HeaderAttempts))
 		if err != nil {
 			return resp.StatusCode, attempts, fmt.Errorf("reading gateway answer: %w", err)
 		}

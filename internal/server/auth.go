@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -18,6 +19,11 @@ type client struct {
 	name            string
 	defaultPriority llm.Priority
 	maxPriority     llm.Priority
+}
+
+// caller is the client as the front door knows it.
+func (c client) caller() frontdoor.Caller {
+	return frontdoor.Caller{Name: c.name, DefaultPriority: c.defaultPriority, MaxPriority: c.maxPriority}
 }
 
 // clientSet finds clients by key. Keys are held only as SHA-256 digests, so
@@ -72,10 +78,3 @@ func clientKey(h http.Header) string {
 	}
 	return ""
 }
-
-// credentialHeaders are the request headers that carry a key; they are
-// removed before anything is sent upstream.
-var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "Proxy-Authorization"}
-
-// sluiceRequestHeaders are read by the gateway and not forwarded.
-var sluiceRequestHeaders = []string{"X-Priority", "X-Sluice-Deadline"}

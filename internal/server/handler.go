@@ -1,11 +1,11 @@
 package server
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/frontdoor"
 )
 
 // serveUpstream handles everything under /{upstream}/: authentication, then
@@ -17,17 +17,17 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.serveNotFound(w, r)
 		return
 	}
-	reqID := newRequestID()
+	reqID := frontdoor.NewRequestID()
 	cl, ok := s.clients.authenticate(r.Header)
 	if !ok {
 		s.metrics.request(name, "", outcomeUnauthorized)
-		writeProviderError(w, u.cfg.Protocol, reqID, http.StatusUnauthorized, "",
-			"invalid or missing Sluice client key: send a configured client key as x-api-key or Authorization: Bearer", nil)
+		frontdoor.WriteProblem(w, u.cfg.Protocol, reqID, frontdoor.Problem{Status: http.StatusUnauthorized,
+			Message: "invalid or missing Sluice client key: send a configured client key as x-api-key or Authorization: Bearer"})
 		return
 	}
 	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
-		s.serveScheduled(w, r, u, cl, reqID)
+		s.serveScheduled(w, r, u, cl, reqID, rest)
 		return
 	}
 	s.servePassthrough(w, r, u)
@@ -46,15 +46,5 @@ func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
 			"code":    "unknown_upstream",
 		},
 	})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Should-Retry", "false")
-	w.WriteHeader(http.StatusNotFound)
-	_, _ = w.Write(body)
-}
-
-// newRequestID returns an id for errors Sluice answers itself.
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return "req_sluice_" + hex.EncodeToString(b[:])
+	frontdoor.WriteEnvelope(w, frontdoor.Problem{Status: http.StatusNotFound}, body)
 }

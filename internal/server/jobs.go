@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -21,7 +22,7 @@ func WithStore(st jobstore.Store) Option { return func(o *options) { o.store = s
 
 // headerClient carries the authenticated client's name to the job service;
 // whatever the caller sent in it is overwritten.
-const headerClient = "X-Sluice-Client"
+const headerClient = frontdoor.HeaderClient
 
 // jobClientKey carries the authenticated client to the job service's hooks.
 type jobClientKey struct{}
@@ -52,9 +53,7 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeJobsError(w http.ResponseWriter, status int, typ, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":%q}}`+"\n", typ, msg)
+	jobs.WriteAPIError(w, frontdoor.Problem{Status: status, Type: typ, Message: msg}, nil)
 }
 
 // startJobs opens the store (unless one was given), then starts the job
@@ -92,8 +91,8 @@ func (s *Server) startJobs(ctx context.Context) error {
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		PriorityOf: func(r *http.Request, p llm.Priority) llm.Priority {
-			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok && p < cl.maxPriority {
-				return cl.maxPriority // capped at the client's max_priority, as on the proxy routes
+			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok {
+				return cl.caller().Cap(p) // capped at the client's max_priority, as on the proxy routes
 			}
 			return p
 		},

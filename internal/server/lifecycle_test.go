@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -145,8 +146,8 @@ func TestEndToEndThroughDispatcher(t *testing.T) {
 	require.Contains(t, string(body), `"text":"hello"`)
 	require.Equal(t, upstreamKey, sawKey)
 	require.Empty(t, sawClientKey)
-	require.Equal(t, "1", resp.Header.Get(HeaderAttempts))
-	require.NotEmpty(t, resp.Header.Get(HeaderQueueMS))
+	require.Equal(t, "1", resp.Header.Get(frontdoor.HeaderAttempts))
+	require.NotEmpty(t, resp.Header.Get(frontdoor.HeaderQueueMS))
 
 	st, err := http.Get("http://" + srv.Addr() + "/v1/status")
 	require.NoError(t, err)

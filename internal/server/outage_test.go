@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -84,7 +85,7 @@ func TestOutagesAnsweredAsOutages(t *testing.T) {
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, secs, 45, "retry-after is the next probe (open 75-125%% of 1m)")
 		require.NotEmpty(t, r.Header.Get("Retry-After-Ms"))
-		require.Equal(t, "0", r.Header.Get(HeaderQueueMS))
+		require.Equal(t, "0", r.Header.Get(frontdoor.HeaderQueueMS))
 	}
 	require.Equal(t, start, fc.Now(), "answered without waiting for the deadline")
 }

@@ -346,15 +346,3 @@ func stopAll(ctx context.Context, lcs []lifecycle) error {
 
 // UpstreamNames returns the upstream names in config order.
 func (s *Server) UpstreamNames() []string { return append([]string(nil), s.order...) }
-
-// clientPriority applies a client's default and cap to a requested class.
-func clientPriority(cl client, requested *llm.Priority) llm.Priority {
-	p := cl.defaultPriority
-	if requested != nil {
-		p = *requested
-	}
-	if p < cl.maxPriority {
-		p = cl.maxPriority
-	}
-	return p
-}

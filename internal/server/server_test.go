@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
@@ -244,14 +245,17 @@ func TestUpstreamKeyNeverLeaks(t *testing.T) {
 	t.Parallel()
 	ts := newTestServer(t, webClient)
 	// Anthropic pass-through: the upstream sees its own key as x-api-key.
-	resp, body := ts.do(t, "GET", "/a/v1/models?limit=5", "", map[string]string{"x-api-key": "client-key-web", "X-Priority": "low"})
+	resp, body := ts.do(t, "GET", "/a/v1/models?limit=5", "", map[string]string{"x-api-key": "client-key-web", "X-Priority": "low",
+		"Api-Key": "client-key-web", "X-Sluice-Trace": "t-1"})
 	require.Equal(t, 200, resp.StatusCode)
 	path, h := ts.upstream.last()
 	require.Equal(t, "/v1/models?limit=5", path)
 	require.Equal(t, upstreamKey, h.Get("X-Api-Key"))
-	require.Empty(t, h.Get("Authorization"))
-	require.Empty(t, h.Get("X-Priority"))
-	require.Equal(t, "1", resp.Header.Get(HeaderAttempts))
+	require.Equal(t, "2023-06-01", h.Get("Anthropic-Version"), "the pass-through adds the protocol's defaults like the dispatcher")
+	for _, k := range []string{"Authorization", "Api-Key", "X-Priority", "X-Sluice-Trace"} {
+		require.Empty(t, h.Values(k), "the pass-through cleans headers with the same rules: %s", k)
+	}
+	require.Equal(t, "1", resp.Header.Get(frontdoor.HeaderAttempts))
 	require.NotContains(t, string(body), upstreamKey)
 	// OpenAI pass-through: the key goes as a bearer token, under base_url's path.
 	resp, _ = ts.do(t, "GET", "/o/v1/models", "", map[string]string{"Authorization": "Bearer client-key-web", "X-Api-Key": "client-key-web"})
@@ -317,8 +321,8 @@ func TestRouting(t *testing.T) {
 			}
 			if tc.wantEngine != "" {
 				require.Equal(t, `{"ok":true}`, string(body))
-				require.Equal(t, "1500", resp.Header.Get(HeaderQueueMS))
-				require.Equal(t, "2", resp.Header.Get(HeaderAttempts))
+				require.Equal(t, "1500", resp.Header.Get(frontdoor.HeaderQueueMS))
+				require.Equal(t, "2", resp.Header.Get(frontdoor.HeaderAttempts))
 			}
 		})
 	}
@@ -461,8 +465,8 @@ func TestDispatchErrorRendering(t *testing.T) {
 			require.Equal(t, tc.wantRetry, resp.Header.Get("Retry-After"))
 			require.Equal(t, tc.wantRetryMS, resp.Header.Get("Retry-After-Ms"))
 			require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
-			require.Equal(t, tc.wantAttempts, resp.Header.Get(HeaderAttempts))
-			require.Equal(t, tc.wantQueueMS, resp.Header.Get(HeaderQueueMS))
+			require.Equal(t, tc.wantAttempts, resp.Header.Get(frontdoor.HeaderAttempts))
+			require.Equal(t, tc.wantQueueMS, resp.Header.Get(frontdoor.HeaderQueueMS))
 		})
 	}
 }

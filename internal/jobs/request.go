@@ -1,0 +1,36 @@
+package jobs
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// jobRequest builds the engine request for j through the front door, as
+// the gateway builds a live request: the job's priority, client and
+// deadline take the place of the headers a live client would send.
+func jobRequest(p llm.Protocol, j *jobstore.Job, now time.Time) (*dispatch.Request, *provider.RequestError) {
+	prio := j.Priority
+	caller := frontdoor.InProcess
+	caller.Name = j.Client
+	return frontdoor.Build(frontdoor.Input{
+		Protocol: p, Method: http.MethodPost, Path: j.Path, Body: j.Body, Caller: caller,
+		Override: frontdoor.Override{Priority: &prio, Client: j.Client, Deadline: j.Deadline},
+		Now:      now,
+	})
+}
+
+// checkBody reports whether body would build into an engine request for
+// protocol p, with the front door's own error when it would not, so a job
+// is accepted exactly when its worker can send it.
+func checkBody(p llm.Protocol, body []byte, now time.Time) error {
+	if _, rerr := frontdoor.Build(frontdoor.Input{Protocol: p, Path: pathFor(p), Body: body, Caller: frontdoor.InProcess, Now: now}); rerr != nil {
+		return rerr
+	}
+	return nil
+}
