@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 const messageBody = `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
@@ -69,15 +70,15 @@ func TestTransportSynthesisesProviderErrors(t *testing.T) {
 		name       string
 		body       string
 		header     map[string]string
-		limits     dispatch.Limits
+		limits     upcfg.Limits
 		status     int
 		errType    string
 		retryAfter string
 	}{
 		{name: "invalid body", body: `{"model":"m","messages":[]}`, status: 400, errType: "invalid_request_error"},
 		{name: "bad priority", body: messageBody, header: map[string]string{"X-Priority": "urgent"}, status: 400, errType: "invalid_request_error"},
-		{name: "too large", body: messageBody, limits: dispatch.Limits{OutputTokensPerMinute: 50}, status: 413, errType: "request_too_large"},
-		{name: "shed", body: messageBody, limits: dispatch.Limits{RequestsPerMinute: 1}, status: 429, errType: "rate_limit_error", retryAfter: "8"},
+		{name: "too large", body: messageBody, limits: upcfg.Limits{OutputTokensPerMinute: 50}, status: 413, errType: "request_too_large"},
+		{name: "shed", body: messageBody, limits: upcfg.Limits{RequestsPerMinute: 1}, status: 429, errType: "rate_limit_error", retryAfter: "8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,7 +86,7 @@ func TestTransportSynthesisesProviderErrors(t *testing.T) {
 			u := newUpstream(t, ok())
 			d, _, _ := start(t, u, func(c *dispatch.Config) {
 				c.Limits = tt.limits
-				c.MaxWait[llm.Normal] = 10 * time.Second
+				c.Classes.Normal.MaxWait = 10 * time.Second
 			})
 			tr := dispatch.NewTransport(d)
 			if tt.name == "shed" { // use the one request a minute first
@@ -128,7 +129,7 @@ func BenchmarkDispatcherOverhead(b *testing.B) {
 		}
 	})
 	b.Run("dispatcher", func(b *testing.B) {
-		d, err := dispatch.New(dispatch.Config{Name: "bench", Protocol: llm.Anthropic, BaseURL: u.URL, Clock: clock.Real(), HTTPClient: client})
+		d, err := dispatch.New(dispatch.Config{Config: upcfg.Config{Name: "bench", Protocol: llm.Anthropic, BaseURL: u.URL}, Clock: clock.Real(), HTTPClient: client})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,8 +169,8 @@ func TestTransportReconcilesOpenAIStreams(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	fc := clock.NewFake(t0)
-	d, err := dispatch.New(dispatch.Config{Name: "gpt", Protocol: llm.OpenAI, BaseURL: up.URL, APIKey: "sk",
-		Clock: fc, Limits: dispatch.Limits{TokensPerMinute: 60_000}, Rand: rand.New(rand.NewPCG(1, 2))})
+	d, err := dispatch.New(dispatch.Config{Config: upcfg.Config{Name: "gpt", Protocol: llm.OpenAI, BaseURL: up.URL, APIKey: "sk",
+		Limits: upcfg.Limits{TokensPerMinute: 60_000}}, Clock: fc, Rand: rand.New(rand.NewPCG(1, 2))})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })

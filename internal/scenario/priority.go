@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // FairShares splits capacity among classes by weighted max-min fairness
@@ -84,7 +84,7 @@ func runPriority(ctx context.Context, o Options) (*Result, error) {
 	mcfg := mock.Config{Limits: limits, BurstSeconds: depth, Seed: o.Seed,
 		OutputTokens: mock.OutputRange{Min: int64(maxTok) / 2, Max: int64(maxTok)},
 		TTFT:         100 * time.Millisecond, PerToken: time.Millisecond}
-	gw := &gatewaySetup{limits: server.LimitsConfig{RequestsPerMinute: limits.RPM,
+	gw := &gatewaySetup{limits: upstream.Limits{RequestsPerMinute: limits.RPM,
 		InputTokensPerMinute: limits.ITPM, OutputTokensPerMinute: limits.OTPM}}
 
 	// Unloaded: critical requests one at a time.

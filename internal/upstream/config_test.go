@@ -35,9 +35,9 @@ func TestWithDefaultsBalanced(t *testing.T) {
 	require.Equal(t, upstream.Breaker{Window: 30 * time.Second, MinRequests: 10, FailureRatio: 0.5, ConsecutiveFailures: 5, OpenTimeout: 3 * time.Second, HalfOpenProbes: 3}, d.Breaker)
 	require.Equal(t, upstream.Classes{
 		Critical: upstream.Class{Weight: 8, MaxWait: 30 * time.Second, Headroom: 0},
-		High: upstream.Class{Weight: 4, MaxWait: time.Minute, Headroom: 0.10},
-		Normal: upstream.Class{Weight: 2, MaxWait: 5 * time.Minute, Headroom: 0.20},
-		Low: upstream.Class{Weight: 1, MaxWait: 30 * time.Minute, Headroom: 0.20},
+		High:     upstream.Class{Weight: 4, MaxWait: time.Minute, Headroom: 0.10},
+		Normal:   upstream.Class{Weight: 2, MaxWait: 5 * time.Minute, Headroom: 0.20},
+		Low:      upstream.Class{Weight: 1, MaxWait: 30 * time.Minute, Headroom: 0.20},
 	}, d.Classes)
 	require.Equal(t, d, d.WithDefaults(), "idempotent")
 	require.Equal(t, d, upstream.Config{Name: "a", Protocol: llm.Anthropic, Profile: upstream.Balanced}.WithDefaults())
