@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/upstream"
@@ -150,7 +149,7 @@ func runPriority(ctx context.Context, o Options) (*Result, error) {
 			total += 1 / span
 		}
 	}
-	share := FairShares(total, demand, flow.WeightsDefault)
+	share := FairShares(total, demand, upstream.WeightsDefault)
 	st := Table{Title: fmt.Sprintf("Sluice throughput per class from %v to %v (weighted max-min share of the measured total)", from, to),
 		Header: []string{"class", "offered/s", "served/s", "share/s", "served/share"}}
 	sharesMet := true
