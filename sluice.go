@@ -10,15 +10,23 @@
 //	t, err := sluice.NewTransport(sluice.Upstream{
 //		Name:     "anthropic",
 //		Protocol: sluice.Anthropic,
-//		BaseURL:  "https://api.anthropic.com",
 //		APIKey:   os.Getenv("ANTHROPIC_API_KEY"),
+//		Profile:  sluice.Latency,
 //		Limits:   sluice.Limits{RequestsPerMinute: 50, InputTokensPerMinute: 30000, OutputTokensPerMinute: 8000},
 //	})
 //	...
 //	err = t.Start(ctx)
 //	defer t.Stop(context.Background())
 //	client := anthropic.NewClient(option.WithHTTPClient(&http.Client{Transport: t}))
-//	msg, err := client.Messages.New(sluice.WithPriority(ctx, sluice.High), params)
+//	ctx, cancel := context.WithTimeout(sluice.WithPriority(ctx, sluice.High), 20*time.Second)
+//	msg, err := client.Messages.New(ctx, params)
+//
+// Upstream has the fields, defaults and YAML names of an entry of the
+// gateway's upstreams: list (docs/config.md); a zero field takes its
+// Profile's value, else its default. A request waits in its class's queue
+// until it is admitted, its context's deadline or the class's MaxWait,
+// whichever comes first; a request that cannot be admitted before its
+// deadline is refused at once with the provider's 429.
 //
 // The gateway (sluice serve) and the durable job queue are built on the
 // same engine; see docs/engine.md.
