@@ -28,14 +28,12 @@ type Profile string
 const (
 	// Balanced is the defaults: nothing beyond them is preset.
 	Balanced Profile = "balanced"
-	// Latency is for interactive traffic: class max waits of 10s, 30s, 1m
-	// and 5m, critical weight 16, headroom 0.20/0.30/0.30 for high, normal
-	// and low, and retries with 200ms base delay, 2s max delay and at most
-	// 3 attempts.
+	// Latency is for interactive traffic: short class waits, a larger
+	// critical share, more headroom kept for urgent requests, and quick
+	// retries that give up early.
 	Latency Profile = "latency"
-	// Throughput is for offline and batch traffic: class max waits of 2m,
-	// 10m, 30m and 2h, and retries with 1s base delay, 30s max delay and
-	// at most 8 attempts.
+	// Throughput is for offline and batch traffic: long class waits and
+	// patient retries, so work waits for quota instead of failing.
 	Throughput Profile = "throughput"
 )
 
