@@ -177,7 +177,7 @@ type Class struct {
 	// Headroom is the share (0 to <1) of each quota bucket's depth that
 	// requests of this class leave unused while a more urgent class is
 	// active; negative means none. Defaults to the profile's, else 0,
-	// 0.10, 0.20, 0.20 (critical to low).
+	// 0.1, 0.2, 0.2 (critical to low).
 	Headroom float64 `yaml:"headroom"`
 }
 

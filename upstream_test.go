@@ -1,8 +1,15 @@
 package sluice
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,4 +78,82 @@ func TestUpstreamConversionCopiesEveryField(t *testing.T) {
 		require.Equal(t, pub.Convert(in.Type()).Interface(), in.Interface(), "%s", path)
 	}
 	compare("Upstream", reflect.ValueOf(u), reflect.ValueOf(u.config()))
+}
+
+// TestUpstreamDocsStateTheDefaults: every numeric "Defaults to X" in the
+// doc comments of Upstream and its parts states what the engine's
+// WithDefaults sets (for a class, the four classes' values in order).
+func TestUpstreamDocsStateTheDefaults(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "upstream.go", nil, parser.ParseComments)
+	require.NoError(t, err)
+	docs := map[string]map[string]string{} // type -> field -> doc
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok {
+			return true
+		}
+		st, ok := ts.Type.(*ast.StructType)
+		if !ok {
+			return false
+		}
+		docs[ts.Name.Name] = map[string]string{}
+		for _, fl := range st.Fields.List {
+			docs[ts.Name.Name][fl.Names[0].Name] = strings.Join(strings.Fields(fl.Doc.Text()), " ")
+		}
+		return false
+	})
+	def := regexp.MustCompile(strings.ReplaceAll(`Defaults to (?:the profile's, else )?(N(?:, N)*)`, "N", `[0-9](?:[0-9a-z.]*[0-9a-z])?`))
+	d := Upstream{Name: "a", Protocol: Anthropic}.config().WithDefaults()
+	classes := reflect.ValueOf(d.Classes)
+	checked := 0
+	var walk func(typ string, v reflect.Value)
+	walk = func(typ string, v reflect.Value) {
+		for i := range v.NumField() {
+			name := v.Type().Field(i).Name
+			fv := v.Field(i)
+			if typ == "Upstream" && (name == "Classes") {
+				continue // per class, below
+			}
+			if fv.Kind() == reflect.Struct {
+				walk(v.Type().Field(i).Type.Name(), fv)
+				continue
+			}
+			m := def.FindStringSubmatch(docs[typ][name])
+			if m == nil {
+				continue
+			}
+			checked++
+			require.Equal(t, docString(fv), m[1], "%s.%s: %q", typ, name, docs[typ][name])
+		}
+	}
+	walk("Upstream", reflect.ValueOf(d))
+	for _, field := range []string{"Weight", "MaxWait", "Headroom"} {
+		m := def.FindStringSubmatch(docs["Class"][field])
+		require.NotNil(t, m, "Class.%s states its defaults", field)
+		var vals []string
+		for c := range classes.NumField() {
+			vals = append(vals, docString(classes.Field(c).FieldByName(field)))
+		}
+		require.Equal(t, strings.Join(vals, ", "), m[1], "Class.%s", field)
+		checked++
+	}
+	require.Greater(t, checked, 20)
+}
+
+// docString formats a default as the doc comments write it: 500ms, 30s,
+// 10m, 0.98, 64.
+func docString(v reflect.Value) string {
+	if d, ok := v.Interface().(time.Duration); ok {
+		s := d.String() // 10m0s, 1h0m0s
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		return s
+	}
+	return fmt.Sprint(v.Interface())
 }
