@@ -63,10 +63,10 @@ type settings struct {
 // resolve defaults and validates c and fills in its dependencies: the one
 // place an upstream.Config becomes the engine's settings.
 func (c Config) resolve() (settings, error) {
-	if err := c.Config.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return settings{}, fmt.Errorf("upstream %q: %w", c.Name, err)
 	}
-	c.Config = c.Config.WithDefaults()
+	c.Config = c.WithDefaults()
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Transport: WithHeaderTimeout(http.DefaultTransport, c.RequestTimeout)}
 	}
