@@ -133,7 +133,7 @@ type Config struct {
 	// uses the whole bucket. Defaults to 1m (HeadroomWindowDefault).
 	HeadroomWindow time.Duration `yaml:"headroom_window"`
 	// Retry shapes retries of attempts that fail with an overload or
-	// transient error. Defaults to the profile's, else RetryConfig's
+	// transient error. Defaults to the profile's, else Retry's
 	// defaults.
 	Retry Retry `yaml:"retry"`
 	// Breaker is the circuit breaker. Defaults to Breaker's defaults.
