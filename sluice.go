@@ -80,6 +80,7 @@ type Option func(*options)
 type options struct {
 	httpClient *http.Client
 	clock      Clock
+	observer   Observer
 }
 
 // WithHTTPClient sets the client that sends upstream requests. Defaults to
@@ -115,6 +116,9 @@ func NewTransport(cfg Upstream, opts ...Option) (*Transport, error) {
 	dc := dispatch.Config{Config: cfg.config(), HTTPClient: o.httpClient}
 	if o.clock != nil {
 		dc.Clock = clockAdapter{o.clock}
+	}
+	if o.observer != nil {
+		dc.Observer = observerAdapter{o: o.observer}
 	}
 	d, err := dispatch.New(dc)
 	if err != nil {
