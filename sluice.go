@@ -10,15 +10,23 @@
 //	t, err := sluice.NewTransport(sluice.Upstream{
 //		Name:     "anthropic",
 //		Protocol: sluice.Anthropic,
-//		BaseURL:  "https://api.anthropic.com",
 //		APIKey:   os.Getenv("ANTHROPIC_API_KEY"),
+//		Profile:  sluice.Latency,
 //		Limits:   sluice.Limits{RequestsPerMinute: 50, InputTokensPerMinute: 30000, OutputTokensPerMinute: 8000},
 //	})
 //	...
 //	err = t.Start(ctx)
 //	defer t.Stop(context.Background())
 //	client := anthropic.NewClient(option.WithHTTPClient(&http.Client{Transport: t}))
-//	msg, err := client.Messages.New(sluice.WithPriority(ctx, sluice.High), params)
+//	ctx, cancel := context.WithTimeout(sluice.WithPriority(ctx, sluice.High), 20*time.Second)
+//	msg, err := client.Messages.New(ctx, params)
+//
+// Upstream has the fields, defaults and YAML names of an entry of the
+// gateway's upstreams: list (docs/config.md); a zero field takes its
+// Profile's value, else its default. A request waits in its class's queue
+// until it is admitted, its context's deadline or the class's MaxWait,
+// whichever comes first; a request that cannot be admitted before its
+// deadline is refused at once with the provider's 429.
 //
 // The gateway (sluice serve) and the durable job queue are built on the
 // same engine; see docs/engine.md.
@@ -27,45 +35,19 @@ package sluice
 import (
 	"context"
 	"net/http"
+	"time"
 
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
-// Upstream configures one provider endpoint: its protocol, URL, key,
-// quotas, and the engine's tuning. Every field has a documented default
-// except Name, Protocol and BaseURL.
-type Upstream = dispatch.Config
-
-// Limits are an upstream's per-minute quotas and concurrency cap.
-type Limits = dispatch.Limits
-
-// Protocol names a provider wire protocol.
-type Protocol = llm.Protocol
-
-// The supported protocols.
-const (
-	Anthropic = llm.Anthropic
-	OpenAI    = llm.OpenAI
-)
-
-// Priority is a request's scheduling class.
-type Priority = llm.Priority
-
-// The priority classes, most urgent first. Under saturation they share the
-// upstream 8:4:2:1 by default.
-const (
-	Critical = llm.Critical
-	High     = llm.High
-	Normal   = llm.Normal
-	Low      = llm.Low
-)
-
 // WithPriority returns ctx carrying priority p for requests sent through a
-// Transport. It takes precedence over the X-Priority header.
+// Transport. It takes precedence over the X-Priority header; without
+// either a request is Normal.
 func WithPriority(ctx context.Context, p Priority) context.Context {
-	return frontdoor.WithPriority(ctx, p)
+	return frontdoor.WithPriority(ctx, llm.Priority(p))
 }
 
 // WithClient returns ctx naming the caller, for round-robin fairness
@@ -74,6 +56,50 @@ func WithPriority(ctx context.Context, p Priority) context.Context {
 func WithClient(ctx context.Context, client string) context.Context {
 	return frontdoor.WithClient(ctx, client)
 }
+
+// Clock is the time source of a Transport's engine (see WithClock): every
+// wait, deadline and quota refill is measured on it.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// NewTimer returns a Timer that fires after d.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a Clock's timer, like time.Timer.
+type Timer interface {
+	// C returns the channel the timer's time is sent on.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it did.
+	Stop() bool
+	// Reset changes the timer to fire after d; it reports whether the
+	// timer had been active.
+	Reset(d time.Duration) bool
+}
+
+// Option configures a Transport beyond its Upstream.
+type Option func(*options)
+
+type options struct {
+	httpClient *http.Client
+	clock      Clock
+	observer   Observer
+}
+
+// WithHTTPClient sets the client that sends upstream requests. Defaults to
+// one with http.DefaultTransport, whose response-header timeout is
+// Upstream.RequestTimeout, and no overall timeout (streams may be long).
+func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpClient = c } }
+
+// WithClock sets the engine's time source, e.g. a fake clock in tests.
+// Defaults to the wall clock.
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// clockAdapter lets a public Clock drive the engine.
+type clockAdapter struct{ c Clock }
+
+func (a clockAdapter) Now() time.Time                       { return a.c.Now() }
+func (a clockAdapter) NewTimer(d time.Duration) clock.Timer { return a.c.NewTimer(d) }
 
 // Transport is an http.RoundTripper that sends requests through Sluice's
 // engine for one upstream. Start it before use and Stop it when done.
@@ -88,9 +114,21 @@ type Transport struct {
 }
 
 // NewTransport returns a Transport for cfg, or an error naming the invalid
-// field.
-func NewTransport(cfg Upstream) (*Transport, error) {
-	d, err := dispatch.New(cfg)
+// field by its YAML path (e.g. `upstream "a": retry.base_delay: must be <=
+// retry.max_delay`).
+func NewTransport(cfg Upstream, opts ...Option) (*Transport, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dc := dispatch.Config{Config: cfg.config(), HTTPClient: o.httpClient}
+	if o.clock != nil {
+		dc.Clock = clockAdapter{o.clock}
+	}
+	if o.observer != nil {
+		dc.Observer = observerAdapter{o: o.observer}
+	}
+	d, err := dispatch.New(dc)
 	if err != nil {
 		return nil, err
 	}

@@ -19,10 +19,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
-	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -58,7 +56,7 @@ type batchRun struct {
 func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, _ io.Writer) error {
 	output := fs.String("o", "", "results file (JSONL); required. Rerunning with the same file resumes")
 	srv := fs.String("server", cmp.Or(os.Getenv("SLUICE_SERVER"), serverDefault), "gateway URL (env SLUICE_SERVER)")
-	key := fs.String("api-key", os.Getenv("SLUICE_API_KEY"), "client key for the gateway (env SLUICE_API_KEY)")
+	key := fs.String("api-key", os.Getenv("SLUICE_API_KEY"), "client key for the gateway, or for one of the config's clients with --store (env SLUICE_API_KEY)")
 	store := fs.String("store", "", "run in-process on this store (sqlite:PATH or postgres://…) instead of a gateway; needs --config")
 	config := fs.String("config", "", "gateway config file (with --store): the upstreams to call")
 	upstream := fs.String("upstream", "", "upstream name; defaults to anthropic or openai after the file's shape")
@@ -103,7 +101,7 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, _ io.Writer)
 		if *config == "" {
 			return fmt.Errorf("%w: --store needs --config to know the upstreams", errUsage)
 		}
-		stop, c, err := localGateway(ctx, *store, *config)
+		stop, c, err := localGateway(ctx, *store, *config, *key)
 		if err != nil {
 			return err
 		}
@@ -281,55 +279,26 @@ func (r *batchRun) printProgress(final bool) {
 		r.already+r.done, total, r.errored, r.already, rate, eta, r.tokensIn, r.tokensOut, end)
 }
 
-// localGateway runs the job runtime in this process on store, with the
-// upstreams of the gateway config file, and returns a client for it.
-func localGateway(ctx context.Context, dsn, configPath string) (func(), *apiClient, error) {
+// localGateway runs the gateway of the config file in this process, with
+// its job queue on store and no listener, and returns a client for it: the
+// same assembly as sluice serve, so every upstream setting (profile, retry,
+// breaker, classes) and every jobs: setting applies. key authenticates the
+// client when the config names clients.
+func localGateway(ctx context.Context, dsn, configPath, key string) (func(), *apiClient, error) {
 	cfg, err := server.LoadConfig(configPath, os.LookupEnv)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := jobstore.Open(ctx, dsn, jobstore.Options{})
+	cfg.Store = dsn
+	srv, err := server.New(cfg, server.WithoutListener())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%s: %w", configPath, err)
 	}
-	ds := map[string]jobs.Dispatcher{}
-	protos := map[string]llm.Protocol{}
-	var started []*dispatch.Dispatcher
-	stopAll := func() {
-		for _, d := range started {
-			_ = d.Stop(context.WithoutCancel(ctx))
-		}
-		_ = st.Close()
+	if err := srv.Start(ctx); err != nil {
+		return nil, nil, errors.Join(err, srv.Stop(context.WithoutCancel(ctx)))
 	}
-	for _, u := range cfg.Upstreams {
-		d, err := dispatch.New(dispatch.Config{
-			Name: u.Name, Protocol: u.Protocol, BaseURL: u.BaseURL, APIKey: u.APIKey,
-			Limits: dispatch.Limits{RequestsPerMinute: u.Limits.RequestsPerMinute, InputTokensPerMinute: u.Limits.InputTokensPerMinute,
-				OutputTokensPerMinute: u.Limits.OutputTokensPerMinute, TokensPerMinute: u.Limits.TokensPerMinute, MaxConcurrency: u.Limits.MaxConcurrency},
-		})
-		if err == nil {
-			err = d.Start(ctx)
-		}
-		if err != nil {
-			stopAll()
-			return nil, nil, fmt.Errorf("upstream %s: %w", u.Name, err)
-		}
-		started = append(started, d)
-		ds[u.Name], protos[u.Name] = d, u.Protocol
-	}
-	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: ds, Protocols: protos})
-	if err == nil {
-		err = svc.Start(ctx)
-	}
-	if err != nil {
-		stopAll()
-		return nil, nil, err
-	}
-	c := &apiClient{base: "http://sluice.local", hc: &http.Client{Transport: handlerTransport{svc.Handler()}, Timeout: apiCallTimeout}}
-	return func() {
-		_ = svc.Stop(context.WithoutCancel(ctx))
-		stopAll()
-	}, c, nil
+	c := &apiClient{base: "http://sluice.local", key: key, hc: &http.Client{Transport: handlerTransport{srv.Handler()}, Timeout: apiCallTimeout}}
+	return func() { _ = srv.Stop(context.WithoutCancel(ctx)) }, c, nil
 }
 
 // handlerTransport serves requests with an in-process handler.

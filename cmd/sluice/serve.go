@@ -85,7 +85,7 @@ func loadServeConfig(path string) (server.Config, error) {
 func describeUpstreams(cfg server.Config) string {
 	parts := make([]string, 0, len(cfg.Upstreams))
 	for _, u := range cfg.Upstreams {
-		parts = append(parts, fmt.Sprintf("/%s/ -> %s (%s)", u.Name, u.BaseURL, u.Protocol))
+		parts = append(parts, fmt.Sprintf("/%s/ -> %s (%s, profile %s)", u.Name, u.BaseURL, u.Protocol, u.Profile))
 	}
 	return fmt.Sprintf("listen %s, %d client(s), upstreams %s", cfg.Listen, len(cfg.Clients), strings.Join(parts, ", "))
 }

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -34,7 +36,7 @@ func BenchmarkDispatcherOverhead(b *testing.B) {
 		}
 	})
 	b.Run("dispatcher", func(b *testing.B) {
-		d, err := dispatch.New(dispatch.Config{Name: "bench", Protocol: llm.Anthropic, BaseURL: u.URL, Clock: clock.Real(), HTTPClient: client})
+		d, err := dispatch.New(dispatch.Config{Config: upcfg.Config{Name: "bench", Protocol: llm.Anthropic, BaseURL: u.URL}, Clock: clock.Real(), HTTPClient: client})
 		if err != nil {
 			b.Fatal(err)
 		}

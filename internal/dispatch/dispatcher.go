@@ -27,7 +27,7 @@ import (
 // Create one with New, then Start it; Stop fails every queued request with
 // ErrStopped.
 type Dispatcher struct {
-	cfg     Config
+	cfg     settings
 	clk     clock.Clock
 	obs     Observer
 	lim     *flow.Limiter
@@ -66,10 +66,10 @@ const (
 
 // New returns a Dispatcher for cfg (after WithDefaults) or an error naming
 // the invalid field.
-func New(cfg Config) (*Dispatcher, error) {
-	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+func New(c Config) (*Dispatcher, error) {
+	cfg, err := c.resolve()
+	if err != nil {
+		return nil, err
 	}
 	now := cfg.Clock.Now()
 	d := &Dispatcher{
@@ -82,11 +82,10 @@ func New(cfg Config) (*Dispatcher, error) {
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	var err error
 	if d.lim, err = flow.NewLimiter(cfg.limiterConfig(), now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
-	if d.sched, err = flow.NewScheduler(cfg.Weights, cfg.MaxWait); err != nil {
+	if d.sched, err = flow.NewScheduler(cfg.weights(), cfg.MaxWait); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
 	if d.aimd, err = flow.NewAIMD(cfg.MinConcurrency, cfg.Limits.MaxConcurrency, 0); err != nil {
@@ -96,7 +95,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
 	breakerRand := rand.New(rand.NewPCG(cfg.Rand.Uint64(), cfg.Rand.Uint64()))
-	if d.brk, err = flow.NewBreaker(cfg.Breaker, breakerRand, d.breakerChanged, now); err != nil {
+	if d.brk, err = flow.NewBreaker(cfg.breakerConfig(), breakerRand, d.breakerChanged, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
 	return d, nil

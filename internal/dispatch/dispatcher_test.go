@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -117,21 +118,29 @@ func (r *recorder) Admitted(llm.Priority, time.Duration) {
 	r.admitted++
 }
 
+// setHeadroom sets the classes' headroom, critical first.
+func setHeadroom(c *dispatch.Config, critical, high, normal, low float64) {
+	c.Classes.Critical.Headroom, c.Classes.High.Headroom = critical, high
+	c.Classes.Normal.Headroom, c.Classes.Low.Headroom = normal, low
+}
+
 func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dispatcher, *clock.Fake, *recorder) {
 	t.Helper()
 	fc := clock.NewFake(t0)
 	rec := &recorder{}
 	cfg := dispatch.Config{
-		Name:     "test",
-		Protocol: llm.Anthropic,
-		BaseURL:  u.URL,
-		APIKey:   "sk-upstream",
+		Config: upcfg.Config{
+			Name:     "test",
+			Protocol: llm.Anthropic,
+			BaseURL:  u.URL,
+			APIKey:   "sk-upstream",
+			// The tests check exact bucket math; the allowance has its own
+			// tests in internal/flow.
+			JitterAllowance: -1,
+		},
 		Clock:    fc,
 		Observer: rec,
 		Rand:     rand.New(rand.NewPCG(1, 2)),
-		// The tests check exact bucket math; the allowance has its own
-		// tests in internal/flow.
-		JitterAllowance: -1,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -360,7 +369,7 @@ func TestShedWhenPredictedWaitExceedsDeadline(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, fc, rec := start(t, u, func(c *dispatch.Config) {
 		c.Limits.RequestsPerMinute = 60
-		c.Headroom = [llm.NumPriorities]float64{-1, -1, -1, -1} // exact refill arithmetic below
+		setHeadroom(c, -1, -1, -1, -1) // exact refill arithmetic below
 	})
 	d.Snapshot()
 	// Drain the request bucket: depth 5 s × 0.98/s ≈ 4.9 requests.
@@ -470,27 +479,28 @@ func TestConfigValidationNamesField(t *testing.T) {
 		mod  func(*dispatch.Config)
 		want string
 	}{
-		{func(c *dispatch.Config) { c.Name = "" }, "Name"},
-		{func(c *dispatch.Config) { c.Protocol = "gemini" }, "Protocol"},
-		{func(c *dispatch.Config) { c.BaseURL = "api.anthropic.com" }, "BaseURL"},
-		{func(c *dispatch.Config) { c.Limits.RequestsPerMinute = -1 }, "Limits.RequestsPerMinute"},
-		{func(c *dispatch.Config) { c.SafetyMargin = 1.5 }, "SafetyMargin"},
-		{func(c *dispatch.Config) { c.MinConcurrency = 100; c.Limits.MaxConcurrency = 10 }, "MinConcurrency"},
-		{func(c *dispatch.Config) { c.Retry.MaxDelay = time.Millisecond }, "Retry.MaxDelay"},
-		{func(c *dispatch.Config) { c.Weights[llm.Low] = -1 }, "Weights[low]"},
-		{func(c *dispatch.Config) { c.Breaker.FailureRatio = 2 }, "Breaker.FailureRatio"},
+		{func(c *dispatch.Config) { c.Name = "" }, `upstream "": name: `},
+		{func(c *dispatch.Config) { c.Protocol = "gemini" }, `upstream "x": protocol: `},
+		{func(c *dispatch.Config) { c.BaseURL = "api.anthropic.com" }, `upstream "x": base_url: `},
+		{func(c *dispatch.Config) { c.Limits.RequestsPerMinute = -1 }, `upstream "x": limits.requests_per_minute: `},
+		{func(c *dispatch.Config) { c.SafetyMargin = 1.5 }, `upstream "x": safety_margin: `},
+		{func(c *dispatch.Config) { c.MinConcurrency = 100; c.Limits.MaxConcurrency = 10 }, `upstream "x": min_concurrency: `},
+		{func(c *dispatch.Config) { c.Retry.MaxDelay = time.Millisecond }, `upstream "x": retry.base_delay: must be <= retry.max_delay`},
+		{func(c *dispatch.Config) { c.Classes.Low.Weight = -1 }, `upstream "x": classes.low.weight: `},
+		{func(c *dispatch.Config) { c.Breaker.FailureRatio = 2 }, `upstream "x": breaker.failure_ratio: `},
+		{func(c *dispatch.Config) { c.Profile = "fast" }, `upstream "x": profile: `},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
 			t.Parallel()
-			cfg := dispatch.Config{Name: "x", Protocol: llm.Anthropic, BaseURL: "https://api.anthropic.com"}
+			cfg := dispatch.Config{Config: upcfg.Config{Name: "x", Protocol: llm.Anthropic, BaseURL: "https://api.anthropic.com"}}
 			tt.mod(&cfg)
 			_, err := dispatch.New(cfg)
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tt.want)
 		})
 	}
-	d, err := dispatch.New(dispatch.Config{Name: "x", Protocol: llm.Anthropic, BaseURL: "https://api.anthropic.com"})
+	d, err := dispatch.New(dispatch.Config{Config: upcfg.Config{Name: "x", Protocol: llm.Anthropic, BaseURL: "https://api.anthropic.com"}})
 	require.NoError(t, err)
 	require.NoError(t, d.Stop(context.Background()), "Stop before Start is safe")
 	require.Error(t, d.Start(context.Background()), "no Start after Stop")
@@ -505,7 +515,7 @@ func TestCriticalUsesHeadroomWhileNormalWaits(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, fc, _ := start(t, u, func(c *dispatch.Config) {
 		c.Limits.RequestsPerMinute = 600 // 9.8/s after the margin; depth 5 s = 49
-		c.Headroom = [llm.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
+		setHeadroom(c, -1, 0.5, 0.5, 0.5)
 	})
 	// Headroom applies once a more urgent class is active: one critical
 	// request (48 left), then normal ones may use only down to half the
@@ -628,7 +638,7 @@ func TestNoHeadroomWithoutUrgentTraffic(t *testing.T) {
 	u := newUpstream(t, ok())
 	d, fc, _ := start(t, u, func(c *dispatch.Config) {
 		c.Limits.RequestsPerMinute = 600 // depth 49 after the margin
-		c.Headroom = [llm.NumPriorities]float64{-1, 0.5, 0.5, 0.5}
+		setHeadroom(c, -1, 0.5, 0.5, 0.5)
 	})
 	for i := range 49 {
 		require.NoError(t, (<-doAsync(context.Background(), d, request())).err, i)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -100,7 +102,7 @@ func TestTryAcquireNeverWaits(t *testing.T) {
 	d, fc, _ := start(t, u, func(c *dispatch.Config) {
 		c.Limits.MaxConcurrency, c.MinConcurrency = 2, 1
 		c.Limits.InputTokensPerMinute = 6000 // ~490 tokens deep
-		c.Breaker = dispatch.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Hour, HalfOpenProbes: 1}
+		c.Breaker = upcfg.Breaker{ConsecutiveFailures: 1, OpenTimeout: time.Hour, HalfOpenProbes: 1}
 	})
 	p := dispatch.AcquireParams{Priority: llm.Critical, Cost: provider.Cost{InputTokens: 10}}
 
@@ -144,7 +146,7 @@ func TestProbeTicketMakesOneCall(t *testing.T) {
 	t.Parallel()
 	u := newUpstream(t, overloaded)
 	d, fc, _ := start(t, u, func(c *dispatch.Config) {
-		c.Breaker = dispatch.BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: 1}
+		c.Breaker = upcfg.Breaker{ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: 1}
 	})
 	first, ok := d.TryAcquire(dispatch.AcquireParams{Priority: llm.Normal})
 	require.True(t, ok)

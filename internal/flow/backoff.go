@@ -6,38 +6,26 @@ import (
 	"time"
 )
 
-// Backoff defaults.
-const (
-	// BaseDelayDefault is the first retry's backoff ceiling.
-	BaseDelayDefault = 500 * time.Millisecond
-	// MaxDelayDefault caps every backoff.
-	MaxDelayDefault = 8 * time.Second
-	// RateJitterDefault is the most added on top of a server's retry hint.
-	RateJitterDefault = 250 * time.Millisecond
-)
+// RateJitterDefault is the most added on top of a server's retry hint.
+const RateJitterDefault = 250 * time.Millisecond
 
 // Backoff computes retry delays. Delay is "full jitter" (AWS): uniform in
 // [0, min(Max, Base·2^retry)). RateDelay waits a server hint plus a small
 // positive jitter, never less than the hint. Randomness is passed in as u
 // in [0, 1), so the functions are pure.
 type Backoff struct {
-	// Base is the first retry's ceiling. Defaults to BaseDelayDefault.
+	// Base is the first retry's ceiling, > 0. Required (the engine's comes
+	// from upstream.Config, a job's from jobs.Config).
 	Base time.Duration
-	// Max caps the ceiling. Defaults to MaxDelayDefault.
+	// Max caps the ceiling, >= Base. Required.
 	Max time.Duration
 	// RateJitter is the most added to a retry hint. Defaults to
 	// RateJitterDefault.
 	RateJitter time.Duration
 }
 
-// WithDefaults returns b with zero fields set to their defaults.
+// WithDefaults returns b with RateJitter set to its default when zero.
 func (b Backoff) WithDefaults() Backoff {
-	if b.Base == 0 {
-		b.Base = BaseDelayDefault
-	}
-	if b.Max == 0 {
-		b.Max = MaxDelayDefault
-	}
 	if b.RateJitter == 0 {
 		b.RateJitter = RateJitterDefault
 	}

@@ -1,7 +1,6 @@
 package flow
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -48,60 +47,28 @@ const (
 	Failed
 )
 
-// Breaker defaults.
-const (
-	// BreakerWindowDefault is the closed-state counting interval.
-	BreakerWindowDefault = 30 * time.Second
-	// BreakerMinRequestsDefault is the fewest results in a window before the
-	// failure ratio can trip the breaker.
-	BreakerMinRequestsDefault = 10
-	// BreakerFailureRatioDefault trips the breaker at this failure share.
-	BreakerFailureRatioDefault = 0.5
-	// BreakerConsecutiveFailuresDefault trips the breaker on this many
-	// failures in a row.
-	BreakerConsecutiveFailuresDefault = 5
-	// BreakerOpenTimeoutDefault is the mean open period.
-	BreakerOpenTimeoutDefault = 3 * time.Second
-	// BreakerHalfOpenProbesDefault is how many probes half-open admits; that
-	// many successes close it.
-	BreakerHalfOpenProbesDefault = 3
-)
-
 // ErrOpen is returned by Allow while the breaker refuses requests.
 var ErrOpen = errors.New("circuit breaker open")
 
-// BreakerConfig configures a Breaker.
+// BreakerConfig configures a Breaker. Every field is required; the
+// user-facing defaults are upstream.Config's.
 type BreakerConfig struct {
 	// Window is the closed-state counting interval; counts reset at its end.
-	// Defaults to BreakerWindowDefault.
 	Window time.Duration
 	// MinRequests is the fewest results in a window before FailureRatio
-	// applies. Defaults to BreakerMinRequestsDefault.
+	// applies.
 	MinRequests int
 	// FailureRatio trips the breaker when failures/results reaches it.
-	// Defaults to BreakerFailureRatioDefault.
 	FailureRatio float64
 	// ConsecutiveFailures trips the breaker after this many failures in a
-	// row. Defaults to BreakerConsecutiveFailuresDefault.
+	// row.
 	ConsecutiveFailures int
 	// OpenTimeout is the mean open period; each opening lasts a uniformly
-	// jittered 75–125 % of it. Defaults to BreakerOpenTimeoutDefault.
+	// jittered 75–125 % of it.
 	OpenTimeout time.Duration
 	// HalfOpenProbes is how many requests half-open lets through at once;
-	// that many successes close the breaker. Defaults to
-	// BreakerHalfOpenProbesDefault.
+	// that many successes close the breaker.
 	HalfOpenProbes int
-}
-
-// WithDefaults returns c with zero fields set to their defaults.
-func (c BreakerConfig) WithDefaults() BreakerConfig {
-	c.Window = cmp.Or(c.Window, BreakerWindowDefault)
-	c.MinRequests = cmp.Or(c.MinRequests, BreakerMinRequestsDefault)
-	c.FailureRatio = cmp.Or(c.FailureRatio, BreakerFailureRatioDefault)
-	c.ConsecutiveFailures = cmp.Or(c.ConsecutiveFailures, BreakerConsecutiveFailuresDefault)
-	c.OpenTimeout = cmp.Or(c.OpenTimeout, BreakerOpenTimeoutDefault)
-	c.HalfOpenProbes = cmp.Or(c.HalfOpenProbes, BreakerHalfOpenProbesDefault)
-	return c
 }
 
 // Validate reports a field out of range, by name.
@@ -159,7 +126,6 @@ type Breaker struct {
 // fixed seed); onChange, when not nil, is told of every state change and
 // must not block.
 func NewBreaker(cfg BreakerConfig, rnd *rand.Rand, onChange func(from, to BreakerState), now time.Time) (*Breaker, error) {
-	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -12,10 +13,25 @@ import (
 
 type transitions []string
 
+// testWindow is the breakers' window in these tests.
+const testWindow = 30 * time.Second
+
+// full returns cfg with its zero fields set to test values (the
+// user-facing defaults live in package upstream).
+func full(cfg flow.BreakerConfig) flow.BreakerConfig {
+	cfg.Window = cmp.Or(cfg.Window, testWindow)
+	cfg.MinRequests = cmp.Or(cfg.MinRequests, 10)
+	cfg.FailureRatio = cmp.Or(cfg.FailureRatio, 0.5)
+	cfg.ConsecutiveFailures = cmp.Or(cfg.ConsecutiveFailures, 5)
+	cfg.OpenTimeout = cmp.Or(cfg.OpenTimeout, 3*time.Second)
+	cfg.HalfOpenProbes = cmp.Or(cfg.HalfOpenProbes, 3)
+	return cfg
+}
+
 func newBreaker(t *testing.T, cfg flow.BreakerConfig) (*flow.Breaker, *transitions) {
 	t.Helper()
 	var tr transitions
-	b, err := flow.NewBreaker(cfg, rand.New(rand.NewPCG(1, 1)), func(from, to flow.BreakerState) {
+	b, err := flow.NewBreaker(full(cfg), rand.New(rand.NewPCG(1, 1)), func(from, to flow.BreakerState) {
 		tr = append(tr, from.String()+">"+to.String())
 	}, t0)
 	require.NoError(t, err)
@@ -115,7 +131,7 @@ func TestBreakerIgnoresStaleGenerations(t *testing.T) {
 	late, err := b.Allow(now)
 	require.NoError(t, err)
 	run(t, b, flow.Failed, now)
-	now = now.Add(flow.BreakerWindowDefault)
+	now = now.Add(testWindow)
 	b.Done(late, flow.Failed, now) // previous window: ignored
 	run(t, b, flow.Failed, now)
 	s, _ = b.State(now)
@@ -124,10 +140,12 @@ func TestBreakerIgnoresStaleGenerations(t *testing.T) {
 
 func TestBreakerConfigValidation(t *testing.T) {
 	t.Parallel()
-	_, err := flow.NewBreaker(flow.BreakerConfig{FailureRatio: 1.5}, nil, nil, t0)
+	_, err := flow.NewBreaker(full(flow.BreakerConfig{FailureRatio: 1.5}), nil, nil, t0)
 	require.ErrorContains(t, err, "Breaker.FailureRatio")
-	_, err = flow.NewBreaker(flow.BreakerConfig{HalfOpenProbes: -1}, nil, nil, t0)
+	_, err = flow.NewBreaker(full(flow.BreakerConfig{HalfOpenProbes: -1}), nil, nil, t0)
 	require.ErrorContains(t, err, "Breaker.HalfOpenProbes")
+	_, err = flow.NewBreaker(flow.BreakerConfig{}, nil, nil, t0)
+	require.ErrorContains(t, err, "Breaker.Window", "no defaults here: upstream.Config has them")
 }
 
 // TestBreakerOutageSince checks the outage start is the moment the breaker

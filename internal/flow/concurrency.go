@@ -6,17 +6,9 @@ import (
 	"sync"
 )
 
-// Concurrency defaults.
-const (
-	// MaxConcurrencyDefault is the default cap on requests in flight.
-	MaxConcurrencyDefault = 64
-	// MinConcurrencyDefault is the default floor adaptive concurrency never
-	// goes below.
-	MinConcurrencyDefault = 4
-	// BackoffRatioDefault is the multiplicative decrease on an overload
-	// signal (Netflix AIMDLimit uses 0.9).
-	BackoffRatioDefault = 0.9
-)
+// BackoffRatioDefault is the multiplicative decrease on an overload signal
+// (Netflix AIMDLimit uses 0.9).
+const BackoffRatioDefault = 0.9
 
 // AIMD is an adaptive concurrency limit: additive increase (+1) on a
 // success while the limit is utilised (in flight ≥ half the limit), and

@@ -1,7 +1,6 @@
 package flow
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -62,19 +61,6 @@ func (a Amount) Sub(b Amount) Amount {
 	return a
 }
 
-// Limiter defaults.
-const (
-	// BurstSecondsDefault is the initial bucket depth in seconds of refill:
-	// providers enforce per-minute limits over shorter intervals, so start
-	// shallow and deepen only when the provider's headers show room.
-	BurstSecondsDefault = 5.0
-	// SafetyMarginDefault is the share of each limit Sluice uses.
-	SafetyMarginDefault = 0.98
-	// JitterAllowanceDefault is the uneven delivery delay the buckets leave
-	// room for (see LimiterConfig.JitterAllowance).
-	JitterAllowanceDefault = 100 * time.Millisecond
-)
-
 // ErrTooLarge means a cost exceeds a bucket's capacity: it can never fit.
 var ErrTooLarge = errors.New("cost exceeds the bucket's capacity")
 
@@ -84,28 +70,19 @@ type LimiterConfig struct {
 	// (learned from the provider's headers, unlimited until then). Defaults
 	// to all unknown.
 	Limits [NumDims]float64
-	// BurstSeconds is the initial bucket depth in seconds of refill. Defaults
-	// to BurstSecondsDefault.
+	// BurstSeconds is the initial bucket depth in seconds of refill, in
+	// (0, 60]. Required.
 	BurstSeconds float64
-	// SafetyMargin is the share of each limit used, in (0, 1]. Defaults to
-	// SafetyMarginDefault.
+	// SafetyMargin is the share of each limit used, in (0, 1]. Required.
 	SafetyMargin float64
 	// JitterAllowance keeps each bucket's depth this much refill below the
 	// burst it is derived from (BurstSeconds, or the provider's remaining
 	// when deepening): requests admitted in order but delayed unevenly on
 	// their way (a busy CPU, a slow connection) can then bunch up at the
 	// provider without outrunning its bucket. The depth never drops below
-	// half of what it would be without it. Defaults to
-	// JitterAllowanceDefault; negative means none.
+	// half of what it would be without it. Zero or
+	// negative means none.
 	JitterAllowance time.Duration
-}
-
-// WithDefaults returns c with zero fields set to their defaults.
-func (c LimiterConfig) WithDefaults() LimiterConfig {
-	c.BurstSeconds = cmp.Or(c.BurstSeconds, BurstSecondsDefault)
-	c.SafetyMargin = cmp.Or(c.SafetyMargin, SafetyMarginDefault)
-	c.JitterAllowance = cmp.Or(c.JitterAllowance, JitterAllowanceDefault)
-	return c
 }
 
 func (c LimiterConfig) validate() error {
@@ -274,7 +251,6 @@ func (l *Limiter) refresh(now time.Time) {
 
 // NewLimiter returns a Limiter with full buckets at now.
 func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
-	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -138,10 +138,12 @@ func TestLimiterConfigValidation(t *testing.T) {
 		cfg  flow.LimiterConfig
 		want string
 	}{
-		{flow.LimiterConfig{Limits: [flow.NumDims]float64{flow.Tokens: -1}}, "Limits[tokens]"},
-		{flow.LimiterConfig{BurstSeconds: 61}, "BurstSeconds"},
-		{flow.LimiterConfig{SafetyMargin: 2}, "SafetyMargin"},
-		{flow.LimiterConfig{JitterAllowance: 2 * time.Minute}, "JitterAllowance"},
+		{flow.LimiterConfig{Limits: [flow.NumDims]float64{flow.Tokens: -1}, BurstSeconds: 5, SafetyMargin: 1}, "Limits[tokens]"},
+		{flow.LimiterConfig{BurstSeconds: 61, SafetyMargin: 1}, "BurstSeconds"},
+		{flow.LimiterConfig{SafetyMargin: 1}, "BurstSeconds"}, // no defaults here: upstream.Config has them
+		{flow.LimiterConfig{BurstSeconds: 5, SafetyMargin: 2}, "SafetyMargin"},
+		{flow.LimiterConfig{BurstSeconds: 5}, "SafetyMargin"},
+		{flow.LimiterConfig{BurstSeconds: 5, SafetyMargin: 1, JitterAllowance: 2 * time.Minute}, "JitterAllowance"},
 	}
 	for _, tt := range tests {
 		_, err := flow.NewLimiter(tt.cfg, t0)

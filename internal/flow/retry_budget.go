@@ -6,17 +6,8 @@ import (
 	"time"
 )
 
-// Retry budget defaults.
-const (
-	// BudgetRatioDefault is the share of recent requests that may be
-	// retries (Envoy's budget_percent, Linkerd's retryRatio).
-	BudgetRatioDefault = 0.2
-	// BudgetMinDefault is the retries per second always allowed, so a quiet
-	// upstream can still retry.
-	BudgetMinDefault = 3.0
-	// BudgetWindowDefault is how far back requests and retries are counted.
-	BudgetWindowDefault = 10 * time.Second
-)
+// BudgetWindowDefault is how far back requests and retries are counted.
+const BudgetWindowDefault = 10 * time.Second
 
 // RetryBudget caps retries at a ratio of recent requests so that retries
 // cannot amplify an overload: over the last Window, retries ≤
@@ -35,14 +26,11 @@ type budgetSlot struct {
 	requests, retrys float64
 }
 
-// NewRetryBudget returns a budget; zero arguments take the defaults.
+// NewRetryBudget returns a budget allowing ratio retries per request and
+// minPerSecond retries per second (Envoy's budget_percent and
+// min_retry_concurrency, Linkerd's retryRatio); a zero window takes
+// BudgetWindowDefault.
 func NewRetryBudget(ratio, minPerSecond float64, window time.Duration) (*RetryBudget, error) {
-	if ratio == 0 {
-		ratio = BudgetRatioDefault
-	}
-	if minPerSecond == 0 {
-		minPerSecond = BudgetMinDefault
-	}
 	if window == 0 {
 		window = BudgetWindowDefault
 	}

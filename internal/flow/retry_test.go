@@ -40,7 +40,7 @@ func TestRetryBudget(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	t.Parallel()
-	b := flow.Backoff{}.WithDefaults()
+	b := flow.Backoff{Base: 500 * time.Millisecond, Max: 8 * time.Second}.WithDefaults()
 	require.NoError(t, b.Validate())
 	tests := []struct {
 		retry int

@@ -9,17 +9,6 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
-// Scheduler defaults: class weights 8/4/2/1 give critical traffic eight
-// times low's share under saturation, so a class using less than its share
-// sees almost no queueing; max waits bound how long overtaking can delay a
-// request.
-var (
-	// WeightsDefault are the per-class WFQ weights (critical first).
-	WeightsDefault = [llm.NumPriorities]float64{8, 4, 2, 1}
-	// MaxWaitDefault is each class's aging bound and default deadline.
-	MaxWaitDefault = [llm.NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
-)
-
 // Item is one queued request as the Scheduler sees it.
 type Item struct {
 	// Class is the priority class.
@@ -82,22 +71,16 @@ type Scheduler struct {
 	n       int
 }
 
-// NewScheduler returns an empty Scheduler. Zero weights or max waits take
-// the defaults.
+// NewScheduler returns an empty Scheduler with each class's weight (> 0)
+// and max wait (> 0); the user-facing defaults are upstream.Config's.
 func NewScheduler(weights [llm.NumPriorities]float64, maxWait [llm.NumPriorities]time.Duration) (*Scheduler, error) {
 	s := &Scheduler{}
 	for c := range llm.NumPriorities {
 		w, mw := weights[c], maxWait[c]
-		if w == 0 {
-			w = WeightsDefault[c]
-		}
-		if mw == 0 {
-			mw = MaxWaitDefault[c]
-		}
 		if !(w > 0) || math.IsInf(w, 0) {
 			return nil, fmt.Errorf("Weights[%s] must be > 0, got %v", llm.Priority(c), w)
 		}
-		if mw < 0 {
+		if mw <= 0 {
 			return nil, fmt.Errorf("MaxWait[%s] must be > 0, got %v", llm.Priority(c), mw)
 		}
 		s.weights[c], s.maxWait[c] = w, mw

@@ -12,9 +12,15 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
+// The classes' weights and max waits in these tests (the defaults).
+var (
+	testWeights = [llm.NumPriorities]float64{8, 4, 2, 1}
+	testMaxWait = [llm.NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
+)
+
 func newScheduler(t testing.TB) *flow.Scheduler {
 	t.Helper()
-	s, err := flow.NewScheduler([llm.NumPriorities]float64{}, [llm.NumPriorities]time.Duration{})
+	s, err := flow.NewScheduler(testWeights, testMaxWait)
 	require.NoError(t, err)
 	return s
 }
@@ -55,7 +61,7 @@ func TestSchedulerSharesMatchWeights(t *testing.T) {
 				total += it.Size
 				s.Push(&flow.Item{Class: it.Class, Size: tt.sizes(rnd), Arrival: t0})
 			}
-			for c, w := range flow.WeightsDefault {
+			for c, w := range testWeights {
 				require.InDelta(t, w/15, served[c]/total, 0.01, "class %s", llm.Priority(c))
 			}
 		})
@@ -111,7 +117,7 @@ func TestSchedulerAgingBound(t *testing.T) {
 	// Random arrivals faster than service; whenever an item is overdue, the
 	// served item is overdue too and none is more overdue than it.
 	maxWait := [llm.NumPriorities]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
-	s, err := flow.NewScheduler([llm.NumPriorities]float64{}, maxWait)
+	s, err := flow.NewScheduler(testWeights, maxWait)
 	require.NoError(t, err)
 	rnd := rand.New(rand.NewPCG(3, 4))
 	queued := map[*flow.Item]bool{}
@@ -217,8 +223,8 @@ func TestSchedulerPeekClassAndOverdue(t *testing.T) {
 	require.Same(t, normal, s.PeekClass(llm.Normal))
 	s.Take(crit1)
 	require.Same(t, crit2, s.PeekClass(llm.Critical), "round robin moves to the next client")
-	require.False(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[llm.Normal]-time.Nanosecond)))
-	require.True(t, s.Overdue(normal, t0.Add(flow.MaxWaitDefault[llm.Normal])))
+	require.False(t, s.Overdue(normal, t0.Add(testMaxWait[llm.Normal]-time.Nanosecond)))
+	require.True(t, s.Overdue(normal, t0.Add(testMaxWait[llm.Normal])))
 }
 
 // TestSchedulerRemoveIf removes exactly the matching items, in every class,

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 const okMessage = `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":10,"output_tokens":5}}`
@@ -59,8 +60,8 @@ func (c *capture) got() ([]*http.Request, []string) {
 
 func startDispatcher(t *testing.T, p llm.Protocol, url string, mod func(*dispatch.Config)) *dispatch.Dispatcher {
 	t.Helper()
-	cfg := dispatch.Config{Name: "up", Protocol: p, BaseURL: url, APIKey: "sk-upstream", Clock: clock.NewFake(t0),
-		Rand: rand.New(rand.NewPCG(1, 2)), JitterAllowance: -1}
+	cfg := dispatch.Config{Config: upstream.Config{Name: "up", Protocol: p, BaseURL: url, APIKey: "sk-upstream", JitterAllowance: -1},
+		Clock: clock.NewFake(t0), Rand: rand.New(rand.NewPCG(1, 2))}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -125,7 +126,7 @@ func TestTransportHonoursTheDeadlineHeader(t *testing.T) {
 	up := newCapture(t, 200, "application/json", okMessage)
 	// One request a minute: the second waits about a minute, past its 5 s
 	// deadline, so it is shed at once with 429 instead of waiting.
-	d := startDispatcher(t, llm.Anthropic, up.URL, func(c *dispatch.Config) { c.Limits = dispatch.Limits{RequestsPerMinute: 1} })
+	d := startDispatcher(t, llm.Anthropic, up.URL, func(c *dispatch.Config) { c.Limits = upstream.Limits{RequestsPerMinute: 1} })
 	tr := frontdoor.NewTransport(d)
 	first := roundTrip(t, tr, context.Background(), "https://x/v1/messages", messageBody, nil)
 	require.Equal(t, 200, first.status)
@@ -143,7 +144,7 @@ func TestTransportSynthesisesProviderErrors(t *testing.T) {
 		name       string
 		body       string
 		header     map[string]string
-		limits     dispatch.Limits
+		limits     upstream.Limits
 		status     int
 		errType    string
 		retryAfter string
@@ -151,15 +152,15 @@ func TestTransportSynthesisesProviderErrors(t *testing.T) {
 		{name: "invalid body", body: `{"model":"m","messages":[]}`, status: 400, errType: "invalid_request_error"},
 		{name: "bad priority", body: messageBody, header: map[string]string{"X-Priority": "urgent"}, status: 400, errType: "invalid_request_error"},
 		{name: "bad deadline", body: messageBody, header: map[string]string{"X-Sluice-Deadline": "soon"}, status: 400, errType: "invalid_request_error"},
-		{name: "too large", body: messageBody, limits: dispatch.Limits{OutputTokensPerMinute: 50}, status: 413, errType: "request_too_large"},
-		{name: "shed", body: messageBody, limits: dispatch.Limits{RequestsPerMinute: 1}, status: 429, errType: "rate_limit_error", retryAfter: "8"},
+		{name: "too large", body: messageBody, limits: upstream.Limits{OutputTokensPerMinute: 50}, status: 413, errType: "request_too_large"},
+		{name: "shed", body: messageBody, limits: upstream.Limits{RequestsPerMinute: 1}, status: 429, errType: "rate_limit_error", retryAfter: "8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			up := newCapture(t, 200, "application/json", okMessage)
 			d := startDispatcher(t, llm.Anthropic, up.URL, func(c *dispatch.Config) {
 				c.Limits = tc.limits
-				c.MaxWait[llm.Normal] = 10 * time.Second
+				c.Classes.Normal.MaxWait = 10 * time.Second
 			})
 			tr := frontdoor.NewTransport(d)
 			if tc.name == "shed" { // use the one request a minute first
@@ -198,7 +199,7 @@ func TestTransportReconcilesOpenAIStreams(t *testing.T) {
 		done    = "data: [DONE]\n\n"
 	)
 	up := newCapture(t, 200, "text/event-stream", content+usage+done)
-	d := startDispatcher(t, llm.OpenAI, up.URL, func(c *dispatch.Config) { c.Limits = dispatch.Limits{TokensPerMinute: 60_000} })
+	d := startDispatcher(t, llm.OpenAI, up.URL, func(c *dispatch.Config) { c.Limits = upstream.Limits{TokensPerMinute: 60_000} })
 	full := d.Snapshot().Buckets[flow.Tokens].Level
 
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, "https://api.openai.com/v1/chat/completions", bytes.NewReader([]byte(chatStream)))

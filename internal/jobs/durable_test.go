@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // answer is one scripted upstream answer.
@@ -73,8 +74,8 @@ func realEngine(t *testing.T, clk clock.Clock, mod func(*dispatch.Config), scrip
 	}))
 	t.Cleanup(srv.Close)
 	log := &breakerLog{}
-	cfg := dispatch.Config{Name: "claude", Protocol: llm.Anthropic, BaseURL: srv.URL, APIKey: "sk", Clock: clk,
-		Observer: log, Rand: rand.New(rand.NewPCG(1, 2)), JitterAllowance: -1}
+	cfg := dispatch.Config{Config: upstream.Config{Name: "claude", Protocol: llm.Anthropic, BaseURL: srv.URL, APIKey: "sk", JitterAllowance: -1},
+		Clock: clk, Observer: log, Rand: rand.New(rand.NewPCG(1, 2))}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -93,12 +94,12 @@ func TestOverloadedUpstreamBoundsProviderCalls(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name    string
-		breaker dispatch.BreakerConfig
+		breaker upstream.Breaker
 		want    []string // breaker transitions that must have happened
 	}{
-		{"breaker stays closed", dispatch.BreakerConfig{ConsecutiveFailures: 100, MinRequests: 100}, nil},
+		{"breaker stays closed", upstream.Breaker{ConsecutiveFailures: 100, MinRequests: 100}, nil},
 		{"breaker opens and a probe is the third call",
-			dispatch.BreakerConfig{ConsecutiveFailures: 2, MinRequests: 100, OpenTimeout: 30 * time.Millisecond, HalfOpenProbes: 1},
+			upstream.Breaker{ConsecutiveFailures: 2, MinRequests: 100, OpenTimeout: 30 * time.Millisecond, HalfOpenProbes: 1},
 			[]string{"closed>open", "open>half_open", "half_open>open"}},
 	}
 	for _, tc := range cases {
@@ -153,7 +154,7 @@ func TestWaitingJobHoldsNoLease(t *testing.T) {
 				return submit(t, s, "").ID // the bucket is empty for ~30 s
 			}, 0},
 		{"open breaker", func(c *dispatch.Config) {
-			c.Breaker = dispatch.BreakerConfig{ConsecutiveFailures: 1, MinRequests: 100, OpenTimeout: time.Hour, HalfOpenProbes: 1}
+			c.Breaker = upstream.Breaker{ConsecutiveFailures: 1, MinRequests: 100, OpenTimeout: time.Hour, HalfOpenProbes: 1}
 		}, []answer{answerOverload, answerOK},
 			func(t *testing.T, s *Service, clk *clock.Fake) int64 {
 				j := submit(t, s, `,"max_attempts":3`).ID // its 529 opens the breaker

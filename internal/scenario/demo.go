@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // Price is a model's list price in US dollars per million tokens.
@@ -66,7 +66,7 @@ func Demo(ctx context.Context, o Options) (*Result, error) {
 		TTFT:         100 * time.Millisecond, PerToken: time.Millisecond,
 		Faults: mock.Faults{OverloadRate: 0.02,
 			Outages: []mock.Outage{{Start: outageAt, Duration: outageLen, Status: 529}}}}
-	gw := &gatewaySetup{limits: server.LimitsConfig{RequestsPerMinute: limits.RPM, InputTokensPerMinute: limits.ITPM,
+	gw := &gatewaySetup{limits: upstream.Limits{RequestsPerMinute: limits.RPM, InputTokensPerMinute: limits.ITPM,
 		OutputTokensPerMinute: limits.OTPM}, openAITPM: limits.TPM}
 	drive := func(ctx context.Context, send sender) []Outcome { return runOpenLoop(ctx, o.Clock, items, send) }
 	o.progress("demo: %d requests arriving at %.0f/s, through Sluice and with a naive client, side by side...", n, rate)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 func TestIdealDrain(t *testing.T) {
@@ -46,7 +46,7 @@ func TestIdealDrain(t *testing.T) {
 
 func TestFairShares(t *testing.T) {
 	t.Parallel()
-	w := flow.WeightsDefault // 8/4/2/1
+	w := upstream.WeightsDefault // 8/4/2/1
 	tests := []struct {
 		name     string
 		capacity float64

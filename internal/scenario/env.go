@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // API keys the in-process gateway uses upstream; the naive client uses the
@@ -46,7 +47,7 @@ func startMock(ctx context.Context, cfg mock.Config) (*mock.Server, error) {
 type gatewaySetup struct {
 	// limits are the quotas configured for the anthropic upstream (what an
 	// operator copies from the provider console).
-	limits server.LimitsConfig
+	limits upstream.Limits
 	// openAITPM, when positive, adds an openai upstream with this TPM.
 	openAITPM int64
 }
@@ -58,14 +59,14 @@ func startGateway(ctx context.Context, mockURL string, g gatewaySetup) (*server.
 		Listen:        "127.0.0.1:0",
 		Store:         server.StoreNone, // the proxy routes need no job queue
 		ShutdownGrace: stopTimeout,
-		Upstreams: []server.UpstreamConfig{{
+		Upstreams: []upstream.Config{{
 			Name: anthropicUpstream, Protocol: llm.Anthropic, BaseURL: mockURL, APIKey: anthropicKey, Limits: g.limits,
 		}},
 	}
 	if g.openAITPM > 0 {
-		cfg.Upstreams = append(cfg.Upstreams, server.UpstreamConfig{
+		cfg.Upstreams = append(cfg.Upstreams, upstream.Config{
 			Name: openAIUpstream, Protocol: llm.OpenAI, BaseURL: mockURL, APIKey: openAIKey,
-			Limits: server.LimitsConfig{RequestsPerMinute: g.limits.RequestsPerMinute, TokensPerMinute: g.openAITPM},
+			Limits: upstream.Limits{RequestsPerMinute: g.limits.RequestsPerMinute, TokensPerMinute: g.openAITPM},
 		})
 	}
 	gw, err := server.New(cfg, server.WithLogger(slog.New(slog.DiscardHandler)), server.WithTransport(newTransport()))

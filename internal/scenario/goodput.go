@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // goodputParams size the goodput scenario.
@@ -54,7 +54,7 @@ func runGoodput(ctx context.Context, o Options) (*Result, error) {
 		return runClosedLoop(ctx, o.Clock, items, p.workers, send)
 	}
 	o.progress("goodput: %d requests, %d at a time, through the gateway and with the naive client", len(items), p.workers)
-	gw := &gatewaySetup{limits: server.LimitsConfig{RequestsPerMinute: p.limits.RPM,
+	gw := &gatewaySetup{limits: upstream.Limits{RequestsPerMinute: p.limits.RPM,
 		InputTokensPerMinute: p.limits.ITPM, OutputTokensPerMinute: p.limits.OTPM}}
 	sl, nv, err := runBoth(ctx, o, true,
 		sideConfig{name: "sluice", mock: mcfg, gateway: gw, run: drive},

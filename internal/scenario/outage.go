@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // Outage scenario targets.
@@ -77,7 +77,7 @@ func runOutage(ctx context.Context, o Options) (*Result, error) {
 		OutputTokens: mock.OutputRange{Min: int64(maxTok) / 2, Max: int64(maxTok)},
 		TTFT:         100 * time.Millisecond, PerToken: time.Millisecond,
 		Faults: mock.Faults{Outages: []mock.Outage{{Start: before, Duration: outageLen, Status: 529}}}}
-	gw := &gatewaySetup{limits: server.LimitsConfig{RequestsPerMinute: limits.RPM,
+	gw := &gatewaySetup{limits: upstream.Limits{RequestsPerMinute: limits.RPM,
 		InputTokensPerMinute: limits.ITPM, OutputTokensPerMinute: limits.OTPM}}
 	drive := func(ctx context.Context, send sender) []Outcome { return runOpenLoop(ctx, o.Clock, items, send) }
 	o.progress("outage: %d requests at %.2f/s, 529s from %v to %v, gateway and naive side by side", n, rate, before, before+outageLen)

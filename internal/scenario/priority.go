@@ -6,10 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // FairShares splits capacity among classes by weighted max-min fairness
@@ -84,7 +83,7 @@ func runPriority(ctx context.Context, o Options) (*Result, error) {
 	mcfg := mock.Config{Limits: limits, BurstSeconds: depth, Seed: o.Seed,
 		OutputTokens: mock.OutputRange{Min: int64(maxTok) / 2, Max: int64(maxTok)},
 		TTFT:         100 * time.Millisecond, PerToken: time.Millisecond}
-	gw := &gatewaySetup{limits: server.LimitsConfig{RequestsPerMinute: limits.RPM,
+	gw := &gatewaySetup{limits: upstream.Limits{RequestsPerMinute: limits.RPM,
 		InputTokensPerMinute: limits.ITPM, OutputTokensPerMinute: limits.OTPM}}
 
 	// Unloaded: critical requests one at a time.
@@ -150,7 +149,7 @@ func runPriority(ctx context.Context, o Options) (*Result, error) {
 			total += 1 / span
 		}
 	}
-	share := FairShares(total, demand, flow.WeightsDefault)
+	share := FairShares(total, demand, upstream.WeightsDefault)
 	st := Table{Title: fmt.Sprintf("Sluice throughput per class from %v to %v (weighted max-min share of the measured total)", from, to),
 		Header: []string{"class", "offered/s", "served/s", "share/s", "served/share"}}
 	sharesMet := true

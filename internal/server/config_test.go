@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -59,12 +60,14 @@ func TestParseConfigFull(t *testing.T) {
 	require.Len(t, cfg.Upstreams, 2)
 	a := cfg.Upstreams[0]
 	require.Equal(t, llm.Anthropic, a.Protocol)
-	require.Equal(t, AnthropicBaseURLDefault, a.BaseURL)
+	require.Equal(t, upcfg.AnthropicBaseURLDefault, a.BaseURL)
 	require.Equal(t, "sk-ant-secret", a.APIKey)
-	require.Equal(t, LimitsConfig{RequestsPerMinute: 50, InputTokensPerMinute: 30000, OutputTokensPerMinute: 8000, MaxConcurrency: 16}, a.Limits)
-	require.Equal(t, RetryConfig{BaseDelay: 500 * time.Millisecond, MaxDelay: 8 * time.Second, MaxAttempts: 4, BudgetRatio: 0.2}, a.Retry)
-	require.Equal(t, BreakerConfig{FailureRatio: 0.5, MinRequests: 20, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, ConsecutiveFailures: 3, HalfOpenProbes: 2}, a.Breaker)
-	require.Equal(t, ClassConfig{Weight: 8, MaxWait: 5 * time.Second}, a.Classes["critical"])
+	require.Equal(t, upcfg.Limits{RequestsPerMinute: 50, InputTokensPerMinute: 30000, OutputTokensPerMinute: 8000, MaxConcurrency: 16}, a.Limits)
+	require.Equal(t, upcfg.Retry{BaseDelay: 500 * time.Millisecond, MaxDelay: 8 * time.Second, MaxAttempts: 4, BudgetRatio: 0.2, BudgetMin: upcfg.BudgetMinDefault}, a.Retry)
+	require.Equal(t, upcfg.Breaker{FailureRatio: 0.5, MinRequests: 20, Window: 30 * time.Second, OpenTimeout: 10 * time.Second, ConsecutiveFailures: 3, HalfOpenProbes: 2}, a.Breaker)
+	require.Equal(t, upcfg.Class{Weight: 8, MaxWait: 5 * time.Second}, a.Classes.Critical)
+	require.Equal(t, upcfg.Class{Weight: 1, MaxWait: time.Hour, Headroom: 0.20}, a.Classes.Low)
+	require.Equal(t, upcfg.Class{Weight: 4, MaxWait: time.Minute, Headroom: 0.10}, a.Classes.High, "defaulted")
 	require.Equal(t, 2*time.Minute, a.RequestTimeout)
 	o := cfg.Upstreams[1]
 	require.Equal(t, "sk-local", o.APIKey)
@@ -83,7 +86,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	require.Equal(t, StoreDefault, cfg.Store)
 	require.Equal(t, int64(MaxBodyBytesDefault), cfg.MaxBodyBytes)
 	require.Equal(t, ShutdownGraceDefault, cfg.ShutdownGrace)
-	require.Equal(t, OpenAIBaseURLDefault, cfg.Upstreams[0].BaseURL)
+	require.Equal(t, upcfg.OpenAIBaseURLDefault, cfg.Upstreams[0].BaseURL)
 	require.Equal(t, "normal", cfg.Clients[0].DefaultPriority)
 	require.Equal(t, "critical", cfg.Clients[0].MaxPriority)
 }
@@ -172,7 +175,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"min_concurrency", "upstreams:\n  - {name: b, protocol: openai, api_key: k, min_concurrency: -1}\n", "upstreams[0].min_concurrency: must be >= 0"},
 		{"min over max concurrency", "upstreams:\n  - {name: b, protocol: openai, api_key: k, min_concurrency: 9, limits: {max_concurrency: 4}}\n", "upstreams[0].min_concurrency: must be <= limits.max_concurrency"},
 		{"retry.budget_min", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {budget_min: -1}}\n", "upstreams[0].retry.budget_min:"},
-		{"class name", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {urgent: {weight: 1}}}\n", "upstreams[0].classes.urgent: unknown class"},
+		{"profile", "upstreams:\n  - {name: b, protocol: openai, api_key: k, profile: fast}\n", "upstreams[0].profile: unknown profile \"fast\""},
+		{"class name", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {urgent: {weight: 1}}}\n", "field urgent not found"},
 		{"class weight", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {low: {weight: -1}}}\n", "upstreams[0].classes.low.weight: must be > 0"},
 		{"class max_wait", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {low: {max_wait: -1s}}}\n", "upstreams[0].classes.low.max_wait: must be >= 0"},
 		{"client name", "upstreams:\n" + up0 + "clients: [{key: k}]\n", "clients[0].name: required"},

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
@@ -94,12 +96,12 @@ func (wr *wire) next(t *testing.T) wireCall {
 // parityEngine is the engine config every door is given, in the gateway's
 // terms and the dispatcher's.
 type parityEngine struct {
-	limits LimitsConfig
+	limits upcfg.Limits
 }
 
 var (
-	parityRetry   = RetryConfig{MaxAttempts: 1, BaseDelay: 500 * time.Millisecond, MaxDelay: 4 * time.Second}
-	parityBreaker = BreakerConfig{ConsecutiveFailures: 100}
+	parityRetry   = upcfg.Retry{MaxAttempts: 1, BaseDelay: 500 * time.Millisecond, MaxDelay: 4 * time.Second}
+	parityBreaker = upcfg.Breaker{ConsecutiveFailures: 100}
 )
 
 // startParityGateway runs `sluice serve` with one upstream "u" on wr, and the job
@@ -107,7 +109,7 @@ var (
 func startParityGateway(t *testing.T, p llm.Protocol, wr *wire, e parityEngine, store string, clk clock.Clock) string {
 	t.Helper()
 	g, err := New(Config{Store: store, Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "u", Protocol: p, BaseURL: wr.URL, APIKey: "sk-up", Limits: e.limits,
+		Upstreams: []upcfg.Config{{Name: "u", Protocol: p, BaseURL: wr.URL, APIKey: "sk-up", Limits: e.limits,
 			Retry: parityRetry, Breaker: parityBreaker}}},
 		WithClock(clk), WithLogger(discardLogger()))
 	require.NoError(t, err)
@@ -119,12 +121,9 @@ func startParityGateway(t *testing.T, p llm.Protocol, wr *wire, e parityEngine, 
 // startTransport runs the in-process Transport over the same engine config.
 func startTransport(t *testing.T, p llm.Protocol, wr *wire, e parityEngine, clk clock.Clock) http.RoundTripper {
 	t.Helper()
-	d, err := dispatch.New(dispatch.Config{Name: "u", Protocol: p, BaseURL: wr.URL, APIKey: "sk-up", Clock: clk,
-		Rand: rand.New(rand.NewPCG(1, 2)),
-		Limits: dispatch.Limits{RequestsPerMinute: e.limits.RequestsPerMinute, InputTokensPerMinute: e.limits.InputTokensPerMinute,
-			OutputTokensPerMinute: e.limits.OutputTokensPerMinute, TokensPerMinute: e.limits.TokensPerMinute},
-		Retry:   dispatch.RetryConfig{MaxAttempts: parityRetry.MaxAttempts, BaseDelay: parityRetry.BaseDelay, MaxDelay: parityRetry.MaxDelay},
-		Breaker: dispatch.BreakerConfig{ConsecutiveFailures: parityBreaker.ConsecutiveFailures}})
+	// The same upcfg.Config values the gateway is given.
+	d, err := dispatch.New(dispatch.Config{Config: upcfg.Config{Name: "u", Protocol: p, BaseURL: wr.URL, APIKey: "sk-up",
+		Limits: e.limits, Retry: parityRetry, Breaker: parityBreaker}, Clock: clk, Rand: rand.New(rand.NewPCG(1, 2))})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
@@ -280,7 +279,7 @@ func TestFrontDoorsRenderIdenticalErrors(t *testing.T) {
 		name     string
 		p        llm.Protocol
 		upstream int // what the provider answers
-		limits   LimitsConfig
+		limits   upcfg.Limits
 		body     string
 		header   map[string]string
 		status   int
@@ -288,7 +287,7 @@ func TestFrontDoorsRenderIdenticalErrors(t *testing.T) {
 		{name: "bad priority", p: llm.Anthropic, upstream: 200, body: parityMessages, header: map[string]string{"X-Priority": "urgent"}, status: 400},
 		{name: "bad deadline openai", p: llm.OpenAI, upstream: 200, body: parityChat, header: map[string]string{"X-Sluice-Deadline": "soon"}, status: 400},
 		{name: "invalid body", p: llm.Anthropic, upstream: 200, body: `{"model":"m","messages":[]}`, status: 400},
-		{name: "too large for the quota", p: llm.Anthropic, upstream: 200, body: parityMessages, limits: LimitsConfig{OutputTokensPerMinute: 50}, status: 413},
+		{name: "too large for the quota", p: llm.Anthropic, upstream: 200, body: parityMessages, limits: upcfg.Limits{OutputTokensPerMinute: 50}, status: 413},
 		{name: "anthropic overloaded, attempts exhausted", p: llm.Anthropic, upstream: 529, body: parityMessages, status: 529},
 		{name: "openai unavailable, attempts exhausted", p: llm.OpenAI, upstream: 503, body: parityChat, status: 503},
 	} {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 // scrape answers GET /metrics from h.
@@ -45,7 +46,7 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	srv, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}},
+		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}},
 		withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))
@@ -122,7 +123,7 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 // series at all.
 func TestJobMetricsDisabledWithStoreNone(t *testing.T) {
 	t.Parallel()
-	srv, err := New(Config{Store: StoreNone, Upstreams: []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}},
+	srv, err := New(Config{Store: StoreNone, Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}},
 		withEngine("a", &fakeEngine{}), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	body := scrape(t, srv.Handler())

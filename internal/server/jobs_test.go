@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 // testStore is a fresh SQLite job store for one test.
@@ -47,7 +48,7 @@ func TestJobsThroughGateway(t *testing.T) {
 	require.NoError(t, m.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
 		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch"}},
 		Jobs:      JobsConfig{MaxAttempts: 10}},
 		WithLogger(discardLogger()))
@@ -116,7 +117,7 @@ func TestJobsThroughGateway(t *testing.T) {
 func TestJobsDisabledWithStoreNone(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up"}}},
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up"}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
@@ -139,7 +140,7 @@ func TestJobsConfigValidationNamesField(t *testing.T) {
 func TestJobsPriorityCappedByClient(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
 		Clients: []ClientConfig{{Name: "batch", Key: "ck-batch", MaxPriority: "normal"},
 			{Name: "web", Key: "ck-web", MaxPriority: "critical"}}},
 		WithLogger(discardLogger()))

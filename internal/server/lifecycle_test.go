@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 func TestGracefulShutdown(t *testing.T) {
@@ -27,7 +28,7 @@ func TestGracefulShutdown(t *testing.T) {
 	}}
 	srv, err := New(Config{Store: testStore(t),
 		Listen:    "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}},
+		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}},
 	}, withEngine("a", eng), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Stop(t.Context()) /* safe before Start */)
@@ -86,7 +87,7 @@ func TestShutdownGraceCutsOffStragglers(t *testing.T) {
 	srv, err := New(Config{Store: testStore(t),
 		Listen:        "127.0.0.1:0",
 		ShutdownGrace: time.Millisecond,
-		Upstreams:     []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}},
+		Upstreams:     []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}},
 	}, withEngine("a", eng), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))
@@ -105,9 +106,9 @@ func TestShutdownGraceCutsOffStragglers(t *testing.T) {
 
 func TestNewRefusesPublicListenWithoutClients(t *testing.T) {
 	t.Parallel()
-	_, err := New(Config{Listen: "0.0.0.0:0", Upstreams: []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}})
+	_, err := New(Config{Listen: "0.0.0.0:0", Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}})
 	require.ErrorContains(t, err, "allow_public")
-	srv, err := New(Config{Store: testStore(t), Listen: "0.0.0.0:0", AllowPublic: true, Upstreams: []UpstreamConfig{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}})
+	srv, err := New(Config{Store: testStore(t), Listen: "0.0.0.0:0", AllowPublic: true, Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}})
 	require.NoError(t, err)
 	require.NoError(t, srv.Stop(t.Context()))
 }
@@ -126,7 +127,7 @@ func TestEndToEndThroughDispatcher(t *testing.T) {
 	defer up.Close()
 	srv, err := New(Config{Store: testStore(t),
 		Listen:    "127.0.0.1:0",
-		Upstreams: []UpstreamConfig{{Name: "claude", Protocol: llm.Anthropic, BaseURL: up.URL, APIKey: upstreamKey}},
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: up.URL, APIKey: upstreamKey}},
 		Clients:   []ClientConfig{{Name: "web", Key: "ck"}},
 	}, WithLogger(discardLogger()))
 	require.NoError(t, err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
@@ -18,10 +20,10 @@ import (
 
 // realEngineServer runs the gateway with its real dispatchers on a fake
 // clock, for upstreams "a" (Anthropic) and "o" (OpenAI) at base.
-func realEngineServer(t *testing.T, base string, mutate func(*UpstreamConfig)) (*testServer, *clock.Fake) {
+func realEngineServer(t *testing.T, base string, mutate func(*upcfg.Config)) (*testServer, *clock.Fake) {
 	t.Helper()
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	cfg := Config{Upstreams: []UpstreamConfig{
+	cfg := Config{Upstreams: []upcfg.Config{
 		{Name: "a", Protocol: llm.Anthropic, BaseURL: base, APIKey: upstreamKey},
 		{Name: "o", Protocol: llm.OpenAI, BaseURL: base, APIKey: upstreamKey},
 	}, Store: StoreNone}
@@ -57,7 +59,7 @@ func TestOutagesAnsweredAsOutages(t *testing.T) {
 		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`))
 	}))
 	t.Cleanup(overloaded.Close)
-	ts, fc := realEngineServer(t, overloaded.URL, func(u *UpstreamConfig) {
+	ts, fc := realEngineServer(t, overloaded.URL, func(u *upcfg.Config) {
 		u.Breaker.ConsecutiveFailures = 1
 		u.Breaker.OpenTimeout = time.Minute
 		u.Retry.MaxAttempts = 1
@@ -95,7 +97,7 @@ func TestOutagesAnsweredAsOutages(t *testing.T) {
 func TestQuotaWaitPastDeadlineAnswers429(t *testing.T) {
 	t.Parallel()
 	up := newRecordingUpstream(t)
-	ts, _ := realEngineServer(t, up.URL, func(u *UpstreamConfig) {
+	ts, _ := realEngineServer(t, up.URL, func(u *upcfg.Config) {
 		u.Limits.RequestsPerMinute = 1
 		u.BurstSeconds = 60
 	})

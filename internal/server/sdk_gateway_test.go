@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 // These tests are the proof: the official Go SDKs, pointed at
@@ -44,7 +45,7 @@ func (f gatewayFixture) openai() *openai.Client {
 
 // startGateway starts a mock with the given limits and faults, and a
 // gateway with the same limits in front of it.
-func startGateway(t *testing.T, limits mock.Limits, burstSeconds float64, faults mock.Faults, edit ...func(*UpstreamConfig)) gatewayFixture {
+func startGateway(t *testing.T, limits mock.Limits, burstSeconds float64, faults mock.Faults, edit ...func(*upcfg.Config)) gatewayFixture {
 	t.Helper()
 	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", Limits: limits, BurstSeconds: burstSeconds,
 		OutputTokens: mock.OutputRange{Min: 5, Max: 20}, Faults: faults, Seed: 7})
@@ -52,13 +53,13 @@ func startGateway(t *testing.T, limits mock.Limits, burstSeconds float64, faults
 	require.NoError(t, m.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
 
-	up := func(name string, p llm.Protocol) UpstreamConfig {
-		return UpstreamConfig{Name: name, Protocol: p, BaseURL: m.URL(), APIKey: "sk-upstream-" + name,
+	up := func(name string, p llm.Protocol) upcfg.Config {
+		return upcfg.Config{Name: name, Protocol: p, BaseURL: m.URL(), APIKey: "sk-upstream-" + name,
 			BurstSeconds: burstSeconds,
-			Limits: LimitsConfig{RequestsPerMinute: limits.RPM, InputTokensPerMinute: limits.ITPM,
+			Limits: upcfg.Limits{RequestsPerMinute: limits.RPM, InputTokensPerMinute: limits.ITPM,
 				OutputTokensPerMinute: limits.OTPM, TokensPerMinute: limits.TPM, MaxConcurrency: 32}}
 	}
-	ups := []UpstreamConfig{up("anthropic", llm.Anthropic), up("openai", llm.OpenAI)}
+	ups := []upcfg.Config{up("anthropic", llm.Anthropic), up("openai", llm.OpenAI)}
 	for i := range ups {
 		for _, e := range edit {
 			e(&ups[i])
@@ -146,7 +147,7 @@ func TestSDKBurstAboveQuotaSeesNo429(t *testing.T) { //nolint:paralleltest // ti
 	// reached the mock bunched by up to ~0.5 s, and the provider saw 3 to 9
 	// 429s (a real provider's 60-second bucket hides such jitter).
 	limits := mock.Limits{RPM: 1200, ITPM: 400_000, OTPM: 80_000, TPM: 400_000}
-	f := startGateway(t, limits, 1, mock.Faults{}, func(u *UpstreamConfig) { u.JitterAllowance = 500 * time.Millisecond })
+	f := startGateway(t, limits, 1, mock.Faults{}, func(u *upcfg.Config) { u.JitterAllowance = 500 * time.Millisecond })
 	const burst = 60
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*burst)

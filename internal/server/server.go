@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 // ReadHeaderTimeoutDefault bounds how long a client may take to send its
@@ -55,6 +56,7 @@ type options struct {
 	transport http.RoundTripper
 	engines   map[string]engine
 	store     jobstore.Store
+	noListen  bool
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -69,6 +71,11 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // http.DefaultTransport.
 func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
 
+// WithoutListener makes Start start the engines and the job queue but not
+// listen: the gateway is then used in-process through Handler (sluice batch
+// run --store does this). Defaults to listening on Config.Listen.
+func WithoutListener() Option { return func(o *options) { o.noListen = true } }
+
 // withEngine replaces the dispatcher of one upstream (tests).
 func withEngine(upstream string, e engine) Option {
 	return func(o *options) {
@@ -81,7 +88,7 @@ func withEngine(upstream string, e engine) Option {
 
 // upstream is one configured provider API as the handlers see it.
 type upstream struct {
-	cfg    UpstreamConfig
+	cfg    upcfg.Config
 	target *url.URL
 	engine engine
 	proxy  *httputil.ReverseProxy
@@ -109,6 +116,7 @@ type Server struct {
 	registry  *prometheus.Registry
 	metrics   *metrics
 	handler   http.Handler
+	noListen  bool
 
 	mu        sync.Mutex
 	started   bool
@@ -161,6 +169,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		baseCtx:        baseCtx,
 		cancelRequests: cancel,
 		store:          o.store,
+		noListen:       o.noListen,
 	}
 	s.metrics = newMetrics(s.registry, s)
 	for _, uc := range cfg.Upstreams {
@@ -172,7 +181,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		if e, ok := o.engines[uc.Name]; ok {
 			u.engine = e
 		} else {
-			e, err := newDispatcher(uc, o, s.metrics.observer(uc.Name))
+			e, err := newEngine(uc, o, s.metrics.observer(uc.Name))
 			if err != nil {
 				return nil, fmt.Errorf("building dispatcher for upstream %s: %w", uc.Name, err)
 			}
@@ -210,8 +219,9 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// Start starts the dispatchers, then listens on Config.Listen and serves in
-// the background until Stop.
+// Start starts the dispatchers and the job queue, then listens on
+// Config.Listen and serves in the background until Stop (unless
+// WithoutListener).
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -238,6 +248,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.startJobs(ctx); err != nil {
 		s.undoStart(ctx, started)
 		return err
+	}
+	if s.noListen {
+		s.started = true
+		return nil
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
@@ -295,16 +309,20 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	graceCtx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
-	err := s.http.Shutdown(graceCtx)
-	cancel()
-	s.cancelRequests(errShutdown)
-	if err != nil {
-		// The grace period ran out: cut off what is left.
-		s.log.Warn("shutdown grace period over; closing remaining connections", "err", err)
-		errs = append(errs, s.http.Close())
+	if s.http != nil {
+		graceCtx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
+		err := s.http.Shutdown(graceCtx)
+		cancel()
+		s.cancelRequests(errShutdown)
+		if err != nil {
+			// The grace period ran out: cut off what is left.
+			s.log.Warn("shutdown grace period over; closing remaining connections", "err", err)
+			errs = append(errs, s.http.Close())
+		}
+		<-s.serveDone
+	} else {
+		s.cancelRequests(errShutdown) // WithoutListener: nothing to drain
 	}
-	<-s.serveDone
 	lcs := []lifecycle{jobsLifecycle{s}}
 	for _, name := range s.order {
 		if lc, ok := s.upstreams[name].engine.(lifecycle); ok {

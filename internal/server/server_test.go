@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 const (
@@ -120,7 +121,7 @@ func newTestServer(t *testing.T, clients []ClientConfig, mutate ...func(*Config)
 	ts := &testServer{a: &fakeEngine{}, o: &fakeEngine{}, upstream: newRecordingUpstream(t),
 		clock: clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	cfg := Config{
-		Upstreams: []UpstreamConfig{
+		Upstreams: []upcfg.Config{
 			{Name: "a", Protocol: llm.Anthropic, BaseURL: ts.upstream.URL, APIKey: upstreamKey},
 			{Name: "o", Protocol: llm.OpenAI, BaseURL: ts.upstream.URL + "/base", APIKey: upstreamKey},
 		},
@@ -562,7 +563,7 @@ func FuzzScheduledRequest(f *testing.F) {
 			p, path, name = llm.Anthropic, "/a/v1/messages", "a"
 		}
 		srv, err := New(Config{
-			Upstreams:    []UpstreamConfig{{Name: name, Protocol: p, APIKey: "k"}},
+			Upstreams:    []upcfg.Config{{Name: name, Protocol: p, APIKey: "k"}},
 			MaxBodyBytes: 2048,
 		}, withEngine(name, eng), WithLogger(discardLogger()))
 		require.NoError(t, err)

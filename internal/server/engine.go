@@ -1,0 +1,22 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// newEngine is the one assembly of an upstream's engine from its config,
+// used for every upstream of every Server (sluice serve, and sluice batch
+// run --store, which runs a Server in-process): the upstream config goes
+// to the dispatcher whole, with the server's transport (bounded by the
+// upstream's request_timeout), clock and metrics.
+func newEngine(uc upcfg.Config, o options, obs dispatch.Observer) (*dispatch.Dispatcher, error) {
+	return dispatch.New(dispatch.Config{
+		Config:     uc,
+		HTTPClient: &http.Client{Transport: dispatch.WithHeaderTimeout(o.transport, uc.RequestTimeout)},
+		Clock:      o.clock,
+		Observer:   obs,
+	})
+}

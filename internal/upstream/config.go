@@ -1,0 +1,293 @@
+package upstream
+
+import (
+	"cmp"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/llm"
+)
+
+// Defaults of Config, the one place they are defined. Per-class defaults
+// are the balanced profile's (profile.go).
+const (
+	// AnthropicBaseURLDefault is an anthropic upstream's base URL.
+	AnthropicBaseURLDefault = "https://api.anthropic.com"
+	// OpenAIBaseURLDefault is an openai upstream's base URL.
+	OpenAIBaseURLDefault = "https://api.openai.com"
+	// ProfileDefault is the profile of an upstream that names none.
+	ProfileDefault = Balanced
+	// MaxConcurrencyDefault caps requests in flight upstream.
+	MaxConcurrencyDefault = 64
+	// MinConcurrencyDefault is the adaptive concurrency floor (lowered to
+	// limits.max_concurrency when that is lower).
+	MinConcurrencyDefault = 4
+	// BurstSecondsDefault is a quota bucket's depth in seconds of refill:
+	// providers enforce per-minute limits over shorter intervals, so start
+	// shallow and deepen only when the provider's headers show room.
+	BurstSecondsDefault = 5.0
+	// SafetyMarginDefault is the share of each quota Sluice uses.
+	SafetyMarginDefault = 0.98
+	// JitterAllowanceDefault is how much refill the buckets stay below the
+	// provider's burst, for requests delayed unevenly on their way.
+	JitterAllowanceDefault = 100 * time.Millisecond
+	// RequestTimeoutDefault bounds the wait for an attempt's response
+	// headers, as the official SDKs do (10 minutes).
+	RequestTimeoutDefault = 10 * time.Minute
+	// HeadroomWindowDefault is how long a more urgent class's last request
+	// keeps the lower classes' headroom in force.
+	HeadroomWindowDefault = time.Minute
+	// BaseDelayDefault is the first retry's full-jitter backoff ceiling.
+	BaseDelayDefault = 500 * time.Millisecond
+	// MaxDelayDefault caps the backoff ceiling.
+	MaxDelayDefault = 8 * time.Second
+	// MaxAttemptsDefault is how many attempts ending in an overload or
+	// transient failure a request may make (rate-limit waits do not count).
+	MaxAttemptsDefault = 4
+	// BudgetRatioDefault is the share of recent requests that may be
+	// retries (Envoy's budget_percent, Linkerd's retryRatio).
+	BudgetRatioDefault = 0.2
+	// BudgetMinDefault is the retries per second always allowed, so a
+	// quiet upstream can still retry.
+	BudgetMinDefault = 3.0
+	// BreakerWindowDefault is the breaker's closed-state counting interval.
+	BreakerWindowDefault = 30 * time.Second
+	// BreakerMinRequestsDefault is the fewest results in a window before
+	// the failure ratio can open the breaker.
+	BreakerMinRequestsDefault = 10
+	// BreakerFailureRatioDefault opens the breaker at this failure share.
+	BreakerFailureRatioDefault = 0.5
+	// BreakerConsecutiveFailuresDefault opens the breaker after this many
+	// failures in a row.
+	BreakerConsecutiveFailuresDefault = 5
+	// BreakerOpenTimeoutDefault is the mean time the breaker stays open
+	// before probing: short, so full rate returns within ~5 s of the
+	// provider's recovery while an outage sees about one probe a second.
+	BreakerOpenTimeoutDefault = 3 * time.Second
+	// BreakerHalfOpenProbesDefault is how many probes half-open admits;
+	// that many successes close it.
+	BreakerHalfOpenProbesDefault = 3
+)
+
+// Per-class defaults (the balanced profile), critical first. Weights 8/4/2/1
+// give critical traffic eight times low's share under saturation; max waits
+// bound how long overtaking can delay a request; headroom keeps 20 % of the
+// buckets for more urgent arrivals (at 10 % the priority benchmark's
+// critical p95 was still 2x its unloaded value).
+var (
+	// WeightsDefault are the classes' weighted-fair-queueing shares.
+	WeightsDefault = [llm.NumPriorities]float64{8, 4, 2, 1}
+	// MaxWaitDefault are the classes' aging bounds and default deadlines.
+	MaxWaitDefault = [llm.NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
+	// HeadroomDefault are the shares of each bucket's depth a class leaves
+	// unused while a more urgent class is active.
+	HeadroomDefault = [llm.NumPriorities]float64{0, 0.10, 0.20, 0.20}
+)
+
+// Config is one upstream: a provider API and how its traffic is shaped.
+// A zero numeric field means "the profile's value, else the default".
+type Config struct {
+	// Name names the upstream: its route (/{name}/...) in the gateway, and
+	// its label in errors and metrics. Required: 1-63 lower-case letters,
+	// digits, '-' and '_'. Defaults to none.
+	Name string `yaml:"name"`
+	// Protocol is the wire protocol, anthropic or openai. Required.
+	// Defaults to none.
+	Protocol llm.Protocol `yaml:"protocol"`
+	// BaseURL is the provider's root URL; the request's path is appended.
+	// Defaults to the protocol's public API (AnthropicBaseURLDefault or
+	// OpenAIBaseURLDefault).
+	BaseURL string `yaml:"base_url"`
+	// APIKey is the provider key, sent as x-api-key (Anthropic) or
+	// Authorization: Bearer (OpenAI). The gateway requires it. Defaults to
+	// none: no credential is sent.
+	APIKey string `yaml:"api_key"`
+	// Profile presets the class, retry and quota settings left zero:
+	// latency, throughput or balanced. Defaults to balanced
+	// (ProfileDefault).
+	Profile Profile `yaml:"profile"`
+	// Limits are the provider quotas to stay under. Defaults to none known
+	// (learned from the provider's rate-limit headers).
+	Limits Limits `yaml:"limits"`
+	// BurstSeconds is how many seconds of refill a full quota bucket
+	// holds, in (0, 60]. Defaults to the profile's, else 5
+	// (BurstSecondsDefault).
+	BurstSeconds float64 `yaml:"burst_seconds"`
+	// SafetyMargin is the share of each quota Sluice lets itself use, in
+	// (0, 1]. Defaults to the profile's, else 0.98 (SafetyMarginDefault).
+	SafetyMargin float64 `yaml:"safety_margin"`
+	// JitterAllowance keeps the quota buckets this much refill shallower
+	// than the provider's burst, so requests delayed unevenly on their way
+	// cannot reach it faster than it refills; negative turns it off; at
+	// most 1m. Defaults to 100ms (JitterAllowanceDefault).
+	JitterAllowance time.Duration `yaml:"jitter_allowance"`
+	// MinConcurrency is the floor of the adaptive concurrency limit, at
+	// most Limits.MaxConcurrency. Defaults to 4 (MinConcurrencyDefault), or
+	// Limits.MaxConcurrency when that is lower.
+	MinConcurrency int `yaml:"min_concurrency"`
+	// RequestTimeout bounds how long one attempt may wait for the
+	// upstream's response headers (a stream then runs as long as it
+	// needs). Defaults to 10m (RequestTimeoutDefault).
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// HeadroomWindow is how recently a more urgent class must have sent a
+	// request for a class's headroom to apply: traffic of one class alone
+	// uses the whole bucket. Defaults to 1m (HeadroomWindowDefault).
+	HeadroomWindow time.Duration `yaml:"headroom_window"`
+	// Retry shapes retries of attempts that fail with an overload or
+	// transient error. Defaults to the profile's, else Retry's
+	// defaults.
+	Retry Retry `yaml:"retry"`
+	// Breaker is the circuit breaker. Defaults to Breaker's defaults.
+	Breaker Breaker `yaml:"breaker"`
+	// Classes are the priority classes' scheduling settings. Defaults to
+	// the profile's, else WeightsDefault, MaxWaitDefault and
+	// HeadroomDefault.
+	Classes Classes `yaml:"classes"`
+}
+
+// Limits are an upstream's per-minute quotas and concurrency cap; a zero
+// quota is unknown (learned from the provider's rate-limit headers).
+type Limits struct {
+	// RequestsPerMinute is the RPM quota. Defaults to 0 (learned).
+	RequestsPerMinute int64 `yaml:"requests_per_minute"`
+	// InputTokensPerMinute is Anthropic's ITPM. Defaults to 0 (learned).
+	InputTokensPerMinute int64 `yaml:"input_tokens_per_minute"`
+	// OutputTokensPerMinute is Anthropic's OTPM. Defaults to 0 (learned).
+	OutputTokensPerMinute int64 `yaml:"output_tokens_per_minute"`
+	// TokensPerMinute is the combined TPM (OpenAI). Defaults to 0
+	// (learned).
+	TokensPerMinute int64 `yaml:"tokens_per_minute"`
+	// MaxConcurrency caps requests in flight upstream. Defaults to 64
+	// (MaxConcurrencyDefault).
+	MaxConcurrency int `yaml:"max_concurrency"`
+}
+
+// Retry shapes retries of attempts that fail with an overload or transient
+// error.
+type Retry struct {
+	// BaseDelay is the first retry's full-jitter backoff ceiling. Defaults
+	// to the profile's, else 500ms (BaseDelayDefault).
+	BaseDelay time.Duration `yaml:"base_delay"`
+	// MaxDelay caps the backoff ceiling, at least BaseDelay. Defaults to
+	// the profile's, else 8s (MaxDelayDefault), or BaseDelay when larger.
+	MaxDelay time.Duration `yaml:"max_delay"`
+	// MaxAttempts bounds the attempts that fail with overload or transient
+	// errors (rate-limit waits do not count; 1 = no retry). Defaults to the
+	// profile's, else 4 (MaxAttemptsDefault).
+	MaxAttempts int `yaml:"max_attempts"`
+	// BudgetRatio is the share of recent requests that may be retries, in
+	// (0, 1]. Defaults to the profile's, else 0.2 (BudgetRatioDefault).
+	BudgetRatio float64 `yaml:"budget_ratio"`
+	// BudgetMin is the retries per second always allowed. Defaults to 3
+	// (BudgetMinDefault).
+	BudgetMin float64 `yaml:"budget_min"`
+}
+
+// Breaker is an upstream's circuit breaker.
+type Breaker struct {
+	// Window is the closed-state counting interval. Defaults to 30s
+	// (BreakerWindowDefault).
+	Window time.Duration `yaml:"window"`
+	// MinRequests is the fewest results in a window before FailureRatio
+	// applies. Defaults to 10 (BreakerMinRequestsDefault).
+	MinRequests int `yaml:"min_requests"`
+	// FailureRatio opens the breaker when failures/results reaches it, in
+	// (0, 1]. Defaults to 0.5 (BreakerFailureRatioDefault).
+	FailureRatio float64 `yaml:"failure_ratio"`
+	// ConsecutiveFailures opens the breaker after this many failures in a
+	// row. Defaults to 5 (BreakerConsecutiveFailuresDefault).
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// OpenTimeout is the mean time the breaker stays open before probing
+	// (each opening lasts a jittered 75-125 % of it). Defaults to 3s
+	// (BreakerOpenTimeoutDefault).
+	OpenTimeout time.Duration `yaml:"open_timeout"`
+	// HalfOpenProbes is how many probes half-open lets through at once;
+	// that many successes close it. Defaults to 3
+	// (BreakerHalfOpenProbesDefault).
+	HalfOpenProbes int `yaml:"half_open_probes"`
+}
+
+// Classes are the four priority classes' settings.
+type Classes struct {
+	// Critical is the most urgent class. Defaults to weight 8, max wait
+	// 30s, headroom 0 (balanced).
+	Critical Class `yaml:"critical"`
+	// High defaults to weight 4, max wait 1m, headroom 0.10 (balanced).
+	High Class `yaml:"high"`
+	// Normal defaults to weight 2, max wait 5m, headroom 0.20 (balanced).
+	Normal Class `yaml:"normal"`
+	// Low defaults to weight 1, max wait 30m, headroom 0.20 (balanced).
+	Low Class `yaml:"low"`
+}
+
+// Class is one priority class's scheduling settings.
+type Class struct {
+	// Weight is the class's share in weighted fair queueing, > 0.
+	// Defaults to the profile's, else WeightsDefault.
+	Weight float64 `yaml:"weight"`
+	// MaxWait is the class's aging bound and the deadline of a request
+	// that sets none. Defaults to the profile's, else MaxWaitDefault.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// Headroom is the share (0 to <1) of each quota bucket's depth that
+	// requests of this class leave unused while a more urgent class is
+	// active, so that class is admitted at once under saturation; negative
+	// means none. Defaults to the profile's, else HeadroomDefault.
+	Headroom float64 `yaml:"headroom"`
+}
+
+// Get returns class p's settings.
+func (c Classes) Get(p llm.Priority) Class { return *c.ptr(p) }
+
+// ptr returns a pointer to class p's settings (p must be valid).
+func (c *Classes) ptr(p llm.Priority) *Class {
+	switch p {
+	case llm.Critical:
+		return &c.Critical
+	case llm.High:
+		return &c.High
+	case llm.Normal:
+		return &c.Normal
+	default:
+		return &c.Low
+	}
+}
+
+// WithDefaults returns c with its profile's values in the fields left zero,
+// then the defaults in the rest. It is pure (c is not modified) and
+// idempotent. An unknown profile fills nothing (Validate reports it).
+func (c Config) WithDefaults() Config {
+	c.Profile = cmp.Or(c.Profile, ProfileDefault)
+	if p, ok := profiles[c.Profile]; ok {
+		c = p.fill(c)
+	}
+	switch c.Protocol {
+	case llm.Anthropic:
+		c.BaseURL = cmp.Or(c.BaseURL, AnthropicBaseURLDefault)
+	case llm.OpenAI:
+		c.BaseURL = cmp.Or(c.BaseURL, OpenAIBaseURLDefault)
+	}
+	c.Limits.MaxConcurrency = cmp.Or(c.Limits.MaxConcurrency, MaxConcurrencyDefault)
+	c.MinConcurrency = cmp.Or(c.MinConcurrency, min(MinConcurrencyDefault, max(c.Limits.MaxConcurrency, 1)))
+	c.BurstSeconds = cmp.Or(c.BurstSeconds, BurstSecondsDefault)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, SafetyMarginDefault)
+	c.JitterAllowance = cmp.Or(c.JitterAllowance, JitterAllowanceDefault)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
+	c.HeadroomWindow = cmp.Or(c.HeadroomWindow, HeadroomWindowDefault)
+	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, BaseDelayDefault)
+	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, max(MaxDelayDefault, c.Retry.BaseDelay))
+	c.Retry.MaxAttempts = cmp.Or(c.Retry.MaxAttempts, MaxAttemptsDefault)
+	c.Retry.BudgetRatio = cmp.Or(c.Retry.BudgetRatio, BudgetRatioDefault)
+	c.Retry.BudgetMin = cmp.Or(c.Retry.BudgetMin, BudgetMinDefault)
+	c.Breaker.Window = cmp.Or(c.Breaker.Window, BreakerWindowDefault)
+	c.Breaker.MinRequests = cmp.Or(c.Breaker.MinRequests, BreakerMinRequestsDefault)
+	c.Breaker.FailureRatio = cmp.Or(c.Breaker.FailureRatio, BreakerFailureRatioDefault)
+	c.Breaker.ConsecutiveFailures = cmp.Or(c.Breaker.ConsecutiveFailures, BreakerConsecutiveFailuresDefault)
+	c.Breaker.OpenTimeout = cmp.Or(c.Breaker.OpenTimeout, BreakerOpenTimeoutDefault)
+	c.Breaker.HalfOpenProbes = cmp.Or(c.Breaker.HalfOpenProbes, BreakerHalfOpenProbesDefault)
+	for p := range llm.Priority(llm.NumPriorities) {
+		cl := c.Classes.ptr(p)
+		cl.Weight = cmp.Or(cl.Weight, WeightsDefault[p])
+		cl.MaxWait = cmp.Or(cl.MaxWait, MaxWaitDefault[p])
+		cl.Headroom = cmp.Or(cl.Headroom, HeadroomDefault[p])
+	}
+	return c
+}
