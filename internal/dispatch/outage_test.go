@@ -13,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
-
 // openBreaker sends one request that fails twice against an upstream that
 // always answers 529, with a breaker that opens on one failure and stays
 // open for a minute, and returns when the breaker is open.

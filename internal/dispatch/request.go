@@ -105,9 +105,10 @@ var (
 	ErrUnavailable = errors.New("upstream unavailable")
 )
 
-// Error is returned when Sluice itself gives up or sheds. The server turns it
-// into the provider's error shape with retry-after, retry-after-ms and
-// x-should-retry: false.
+// Error is returned when Sluice itself gives up or sheds. The front door
+// (frontdoor.ProblemFor, for the proxy, the Transport and the jobs API)
+// renders it in the provider's error shape with retry-after,
+// retry-after-ms and x-should-retry: false.
 type Error struct {
 	// Reason is one of the sentinel errors above.
 	Reason error

@@ -1,0 +1,62 @@
+package sluice_test
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// allowedImports is the layering docs/architecture.md draws: for each
+// package of the module, the module's packages it may import. A new arrow
+// must be added here and to the doc together, so the picture stays true.
+var allowedImports = map[string][]string{
+	".":                              {"internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/llm", "internal/provider", "internal/upstream"},
+	"cmd/sluice":                     {"internal/clock", "internal/jobs", "internal/jobstore", "internal/mock", "internal/scenario", "internal/server"},
+	"internal/clock":                 {},
+	"internal/llm":                   {},
+	"internal/provider":              {"internal/llm"},
+	"internal/flow":                  {"internal/llm"},
+	"internal/upstream":              {"internal/llm"},
+	"internal/dispatch":              {"internal/clock", "internal/flow", "internal/llm", "internal/provider", "internal/upstream"},
+	"internal/frontdoor":             {"internal/dispatch", "internal/llm", "internal/provider"},
+	"internal/jobstore":              {"internal/clock", "internal/llm"},
+	"internal/jobstore/jobstoretest": {"internal/jobstore", "internal/llm"},
+	"internal/jobs":                  {"internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobstore", "internal/llm", "internal/provider"},
+	"internal/server":                {"internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobstore", "internal/llm", "internal/provider", "internal/upstream"},
+	"internal/mock":                  {"internal/clock"},
+	"internal/scenario":              {"internal/clock", "internal/frontdoor", "internal/llm", "internal/mock", "internal/server", "internal/upstream"},
+}
+
+// TestArchitecture checks every package's imports of the module's own
+// packages against allowedImports: the store and the engine stay apart,
+// the mock stays independent of the code it checks, and nothing but the
+// CLI and the scenarios imports the server.
+func TestArchitecture(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/sluicehq/sluice"
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
+	require.NoError(t, err)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		if pkg == "" {
+			pkg = "."
+		}
+		allowed, known := allowedImports[pkg]
+		require.True(t, known, "package %s is not in the architecture: add it to allowedImports and docs/architecture.md", pkg)
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, module+"/")
+			require.True(t, slices.Contains(allowed, dep), "%s imports %s, which docs/architecture.md does not allow", pkg, dep)
+		}
+	}
+	require.NoError(t, sc.Err())
+}
