@@ -120,6 +120,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 		cost:     flow.NewAmount(p.Cost.InputTokens, p.Cost.OutputTokens),
 		grant:    make(chan grant, 1),
 		deadline: p.Deadline,
+		waitFrom: now,
 	}
 	if w.deadline.IsZero() {
 		w.deadline = now.Add(100 * 365 * 24 * time.Hour) // no deadline: until ctx or Stop

@@ -200,3 +200,17 @@ func TestCallWithLargerCostGivesTheTicketBack(t *testing.T) {
 	require.Zero(t, u.calls.Load())
 	require.Zero(t, d.Snapshot().InFlight)
 }
+
+// TestTicketQueueWaitIsTheWaitForAdmission: a ticket's call reports the
+// time it waited for admission, not the time since the epoch.
+func TestTicketQueueWaitIsTheWaitForAdmission(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, ok())
+	d, _, _ := start(t, u, nil)
+	tk, ok := d.TryAcquire(dispatch.AcquireParams{Priority: llm.Low, Cost: request().Cost})
+	require.True(t, ok)
+	resp, err := tk.Call(context.Background(), request())
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Zero(t, resp.QueueWait)
+}
