@@ -39,9 +39,10 @@ type JobView struct {
 
 // AttemptView is one failed attempt.
 type AttemptView struct {
-	Attempt int       `json:"attempt"`
-	Status  int       `json:"status,omitempty"`
-	Class   string    `json:"class"`
+	Attempt int `json:"attempt"`
+	Status  int `json:"status,omitempty"`
+	// Kind is the attempt's outcome kind (overload, transient, rate, ...).
+	Kind    string    `json:"kind"`
 	Message string    `json:"message"`
 	At      time.Time `json:"at"`
 }
@@ -82,7 +83,7 @@ func (s *Service) view(j *jobstore.Job, full bool) JobView {
 		v.FinishedAt = &f
 	}
 	for _, e := range j.Errors {
-		v.Errors = append(v.Errors, AttemptView{Attempt: e.Attempt, Status: e.Status, Class: e.Kind, Message: e.Message, At: e.At})
+		v.Errors = append(v.Errors, AttemptView{Attempt: e.Attempt, Status: e.Status, Kind: e.Kind, Message: e.Message, At: e.At})
 	}
 	if full && json.Valid(j.Body) {
 		v.Request = json.RawMessage(j.Body)
