@@ -65,14 +65,7 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, _ io.Writer)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	// Flags may follow "run" and the file name.
-	var pos []string
-	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
-		pos = append(pos, rest[0])
-		if err := parseFlags(fs, rest[1:]); err != nil {
-			return err
-		}
-	}
+	pos := fs.Args()
 	if len(pos) != 2 || pos[0] != "run" {
 		return fmt.Errorf("%w: want: batch run input.jsonl -o results.jsonl", errUsage)
 	}

@@ -104,16 +104,7 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	// Flags may follow the subcommand and its argument.
-	rest := fs.Args()
-	var pos []string
-	for len(rest) > 0 {
-		pos = append(pos, rest[0])
-		if err := parseFlags(fs, rest[1:]); err != nil {
-			return err
-		}
-		rest = fs.Args()
-	}
+	pos := fs.Args()
 	if len(pos) == 0 {
 		return fmt.Errorf("%w: want ls, get, cancel or retry", errUsage)
 	}

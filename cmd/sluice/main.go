@@ -47,6 +47,10 @@ func main() {
 
 // runMain runs the CLI and returns the exit code; tests call it directly.
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprintln(stdout, versionLine())
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
@@ -89,15 +93,35 @@ func newFlagSet(c command, w io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs and marks command-line errors as usage
-// errors (flag has already printed the details).
+// parseFlags parses args into fs, flags before or after the positional
+// arguments alike (`sluice migrate status --store DSN` as well as
+// `sluice migrate --store DSN status`); everything after "--" is
+// positional. fs.Args() then holds the positional arguments in order.
+// Command-line errors are usage errors (flag has already printed the
+// details).
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %w", errUsage, err)
 		}
-		return fmt.Errorf("%w: %w", errUsage, err)
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...) // after "--": all positional
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
+	// Leave the positional arguments in fs.Args(): parsing "--" first stops
+	// at once and keeps the flags already set.
+	_ = fs.Parse(append([]string{"--"}, pos...))
 	return nil
 }
 
@@ -112,7 +136,7 @@ func printHelp(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'sluice <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'sluice <command> -h' for a command's flags, 'sluice --version' for the version.")
 }
 
 func oneLine(err error) string {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,5 +49,43 @@ func TestBadFlagIsAUsageError(t *testing.T) {
 		require.Equal(t, 2, code, "%s: %s", name, errOut.String())
 		lines := bytes.Split(bytes.TrimSpace(errOut.Bytes()), []byte("\n"))
 		require.Contains(t, string(lines[len(lines)-1]), "sluice "+name+": usage:", name)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"--version", "-version", "version"} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 0, runMain(context.Background(), []string{arg}, &out, &errOut), arg)
+		require.Regexp(t, `^sluice \S+ .*go1\.\d+`, out.String(), arg)
+		require.Empty(t, errOut.String())
+	}
+}
+
+// TestFlagsBeforeOrAfterArguments: every command takes its flags on either
+// side of its positional arguments, and "--" ends the flags.
+func TestFlagsBeforeOrAfterArguments(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		pos  []string
+		a    string
+		n    int
+	}{
+		{[]string{"status", "--a", "x"}, []string{"status"}, "x", 0},
+		{[]string{"--a", "x", "status"}, []string{"status"}, "x", 0},
+		{[]string{"run", "in.jsonl", "-n", "3", "--a=y"}, []string{"run", "in.jsonl"}, "y", 3},
+		{[]string{"-n", "2", "get", "--", "-a", "b"}, []string{"get", "-a", "b"}, "", 2},
+		{nil, []string{}, "", 0},
+	}
+	for _, tt := range tests {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		a := fs.String("a", "", "")
+		n := fs.Int("n", 0, "")
+		require.NoError(t, parseFlags(fs, tt.args), "%v", tt.args)
+		require.Equal(t, tt.pos, append([]string{}, fs.Args()...), "%v", tt.args)
+		require.Equal(t, tt.a, *a, "%v", tt.args)
+		require.Equal(t, tt.n, *n, "%v", tt.args)
 	}
 }
