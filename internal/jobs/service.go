@@ -110,6 +110,9 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// Store returns the store the service runs on.
+func (s *Service) Store() jobstore.Store { return s.store }
+
 // Upstreams returns the upstream names jobs may use, sorted.
 func (s *Service) Upstreams() []string { return slices.Clone(s.upstreams) }
 

@@ -169,7 +169,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // reservedNames are first path segments the server itself serves.
-var reservedNames = map[string]bool{"v1": true, "healthz": true, "metrics": true}
+var reservedNames = map[string]bool{"v1": true, "healthz": true, "livez": true, "readyz": true, "metrics": true, "ui": true}
 
 // validate reports the first invalid field, named by its YAML path.
 func (c Config) validate() error {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -31,20 +30,4 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.servePassthrough(w, r, u)
-}
-
-// serveNotFound answers paths that name no upstream, in a JSON error shape
-// both SDK families read (Anthropic's envelope plus OpenAI's param and code).
-func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
-	msg := "no such route: " + r.URL.Path + " (use /{upstream}/v1/...; configured upstreams: " + strings.Join(s.order, ", ") + ")"
-	body, _ := json.Marshal(map[string]any{
-		"type": "error",
-		"error": map[string]any{
-			"type":    "not_found_error",
-			"message": msg,
-			"param":   nil,
-			"code":    "unknown_upstream",
-		},
-	})
-	frontdoor.WriteEnvelope(w, frontdoor.Problem{Status: http.StatusNotFound}, body)
 }

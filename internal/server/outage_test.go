@@ -90,6 +90,11 @@ func TestOutagesAnsweredAsOutages(t *testing.T) {
 		require.Equal(t, "0", r.Header.Get(frontdoor.HeaderQueueMS))
 	}
 	require.Equal(t, start, fc.Now(), "answered without waiting for the deadline")
+
+	// Every upstream's breaker is open: the gateway is not ready, and says why.
+	r, body := ts.do(t, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"name":"upstream a","ok":false,"detail":"breaker open, next probe at`)
 }
 
 // TestQuotaWaitPastDeadlineAnswers429 keeps the rate-limit shape for a wait

@@ -209,12 +209,21 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /livez", s.serveLivez)
+	mux.HandleFunc("GET /readyz", s.serveReadyz)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
 	for _, p := range jobRoutes {
 		mux.HandleFunc(p, s.serveJobs)
 	}
-	mux.HandleFunc("/{upstream}/", s.serveUpstream)
+	// Only configured upstreams get a subtree: any other path is a 404
+	// (a wildcard subtree would redirect /foo to /foo/ first).
+	for _, name := range s.order {
+		mux.HandleFunc("/"+name+"/", func(w http.ResponseWriter, r *http.Request) {
+			r.SetPathValue("upstream", name)
+			s.serveUpstream(w, r)
+		})
+	}
 	mux.HandleFunc("/", s.serveNotFound)
 	return mux
 }
