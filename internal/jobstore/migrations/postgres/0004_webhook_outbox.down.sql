@@ -1,0 +1,3 @@
+DROP TRIGGER sluice_webhook_outbox ON sluice_jobs;
+DROP FUNCTION sluice_webhook_outbox();
+DROP TABLE sluice_webhook_deliveries;

@@ -1,0 +1,2 @@
+DROP TRIGGER sluice_webhook_outbox;
+DROP TABLE sluice_webhook_deliveries;
