@@ -335,12 +335,14 @@ func TestWebhookReceiver503ThenOK(t *testing.T) {
 func TestWebhookSlowReceiverDuplicatesKeepTheirID(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, "")
-	o := newOutbox(t, nil, func(c *Config) { c.WebhookTimeout = 50 * time.Millisecond })
+	// The timeout must leave a fast answer time to arrive, even under -race
+	// on a loaded machine: an answer later than it is a (legitimate) repeat.
+	o := newOutbox(t, nil, func(c *Config) { c.WebhookTimeout = 250 * time.Millisecond })
 	// Slow: the receiver takes the webhook in, but answers only after the
 	// sender gave up (it waits for the sender to hang up).
 	rc.setAnswer(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	ids := o.finish(t, 20, rc.url())
-	o.runFor(t, 30*time.Second, time.Second)
+	o.runFor(t, 5*time.Second, time.Second)
 	rc.setAnswer(nil)
 	o.runFor(t, 2*WebhookMaxDelayDefault, 10*time.Second)
 	requireExactlyOnce(t, o, rc, ids)
