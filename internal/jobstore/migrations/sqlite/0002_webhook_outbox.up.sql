@@ -5,7 +5,7 @@
 -- are committed together or not at all. Times are unix microseconds (UTC).
 CREATE TABLE sluice_webhook_deliveries (
     id              TEXT PRIMARY KEY,
-    job_id          INTEGER NOT NULL REFERENCES sluice_jobs (id) ON DELETE CASCADE,
+    job_id          INTEGER NOT NULL,
     event           TEXT    NOT NULL,
     state           TEXT    NOT NULL DEFAULT 'pending',
     attempts        INTEGER NOT NULL DEFAULT 0,
@@ -21,7 +21,7 @@ CREATE TABLE sluice_webhook_deliveries (
 
 -- Due deliveries, oldest first; partial, so delivered rows cost nothing.
 CREATE INDEX sluice_webhook_deliveries_due ON sluice_webhook_deliveries (next_attempt_at) WHERE state = 'pending';
--- A job's deliveries (its view, redeliver, and the cascade from the cleaner).
+-- A job's deliveries (its view, redeliver, and the cleanup trigger below).
 CREATE INDEX sluice_webhook_deliveries_job ON sluice_webhook_deliveries (job_id);
 
 CREATE TRIGGER sluice_webhook_outbox AFTER UPDATE OF state ON sluice_jobs
@@ -32,4 +32,12 @@ BEGIN
     VALUES ('msg_' || lower(hex(randomblob(16))), NEW.id, NEW.state,
         coalesce(NEW.finished_at, NEW.updated_at), coalesce(NEW.finished_at, NEW.updated_at),
         coalesce(NEW.finished_at, NEW.updated_at), NEW.updated_at);
+END;
+
+-- A deleted job (the cleaner) takes its deliveries with it (a trigger rather
+-- than a foreign key, as on PostgreSQL, where the key cost every job update).
+CREATE TRIGGER sluice_webhook_outbox_cleanup AFTER DELETE ON sluice_jobs
+    WHEN OLD.webhook_url <> ''
+BEGIN
+    DELETE FROM sluice_webhook_deliveries WHERE job_id = OLD.id;
 END;
