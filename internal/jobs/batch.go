@@ -269,6 +269,7 @@ func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	s.announce()
 	if res.Canceled > 0 {
+		s.hooks.kick() // jobs with a webhook_url got their outbox rows
 		s.observeBatchCanceled(r, id, res.Canceled)
 	}
 	b, ok := s.getBatch(w, r)

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // Defaults for Config fields.
@@ -53,12 +54,19 @@ const (
 	MaxBatchJobsDefault = 100_000
 	// MaxLongPollDefault bounds GET /v1/jobs/{id}?wait=.
 	MaxLongPollDefault = 60 * time.Second
-	// WebhookMaxAttemptsDefault bounds the deliveries of one webhook.
-	WebhookMaxAttemptsDefault = 5
-	// WebhookTimeoutDefault bounds one webhook delivery.
+	// WebhookRetryForDefault is how long a webhook delivery is retried
+	// before it is marked failed.
+	WebhookRetryForDefault = 24 * time.Hour
+	// WebhookTimeoutDefault bounds one webhook POST.
 	WebhookTimeoutDefault = 10 * time.Second
-	// WebhookBaseDelayDefault is the first webhook retry's backoff.
+	// WebhookBaseDelayDefault is the first webhook retry's backoff
+	// ceiling.
 	WebhookBaseDelayDefault = time.Second
+	// WebhookMaxDelayDefault caps the webhook retry backoff.
+	WebhookMaxDelayDefault = time.Hour
+	// WebhookConcurrencyDefault is how many webhook POSTs one gateway runs
+	// at once.
+	WebhookConcurrencyDefault = 16
 	// MaxStallsDefault is how many expired leases a job survives.
 	MaxStallsDefault = jobstore.MaxStallsDefault
 )
@@ -133,21 +141,30 @@ type Config struct {
 	// MaxLongPoll bounds GET /v1/jobs/{id}?wait=. Defaults to
 	// MaxLongPollDefault.
 	MaxLongPoll time.Duration
-	// WebhookSecret keys the HMAC-SHA256 in X-Sluice-Signature. Defaults
-	// to empty: webhooks are sent unsigned.
+	// WebhookSecret signs webhooks: the Standard Webhooks
+	// webhook-signature (HMAC-SHA256 of id.timestamp.body; a "whsec_"
+	// secret is base64 after the prefix, any other string is the key as
+	// is) and the legacy X-Sluice-Signature (HMAC-SHA256 of the body keyed
+	// with the string). Defaults to empty: webhooks are sent unsigned.
 	WebhookSecret string
 	// WebhookClient sends webhooks. Defaults to a client with
 	// http.DefaultTransport.
 	WebhookClient *http.Client
-	// WebhookMaxAttempts bounds the deliveries of one webhook. Defaults to
-	// WebhookMaxAttemptsDefault.
-	WebhookMaxAttempts int
-	// WebhookTimeout bounds one delivery. Defaults to
-	// WebhookTimeoutDefault.
+	// WebhookRetryFor is how long a delivery is retried (from the job's
+	// finish, or from a redeliver) before it is marked failed. Defaults to
+	// WebhookRetryForDefault.
+	WebhookRetryFor time.Duration
+	// WebhookTimeout bounds one POST. Defaults to WebhookTimeoutDefault.
 	WebhookTimeout time.Duration
-	// WebhookBaseDelay is the first webhook retry's delay, doubling after.
-	// Defaults to WebhookBaseDelayDefault.
+	// WebhookBaseDelay is the first retry's backoff ceiling, doubling
+	// after (full jitter). Defaults to WebhookBaseDelayDefault.
 	WebhookBaseDelay time.Duration
+	// WebhookMaxDelay caps the retry backoff. Defaults to
+	// WebhookMaxDelayDefault (or WebhookBaseDelay when larger).
+	WebhookMaxDelay time.Duration
+	// WebhookConcurrency is how many POSTs this gateway runs at once.
+	// Defaults to WebhookConcurrencyDefault.
+	WebhookConcurrency int
 	// ClientOf names the submitter of an HTTP request (for fairness and
 	// listing). Defaults to the X-Sluice-Client header.
 	ClientOf func(r *http.Request) string
@@ -188,9 +205,11 @@ func (c Config) WithDefaults() Config {
 	if c.WebhookClient == nil {
 		c.WebhookClient = &http.Client{Transport: http.DefaultTransport}
 	}
-	c.WebhookMaxAttempts = cmp.Or(c.WebhookMaxAttempts, WebhookMaxAttemptsDefault)
+	c.WebhookRetryFor = cmp.Or(c.WebhookRetryFor, WebhookRetryForDefault)
 	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
 	c.WebhookBaseDelay = cmp.Or(c.WebhookBaseDelay, WebhookBaseDelayDefault)
+	c.WebhookMaxDelay = cmp.Or(c.WebhookMaxDelay, max(WebhookMaxDelayDefault, c.WebhookBaseDelay))
+	c.WebhookConcurrency = cmp.Or(c.WebhookConcurrency, WebhookConcurrencyDefault)
 	if c.PriorityOf == nil {
 		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
 	}
@@ -253,12 +272,19 @@ func (c Config) validate() error {
 		return fmt.Errorf("MaxBatchJobs must be >= 1, got %d", c.MaxBatchJobs)
 	case c.MaxLongPoll <= 0:
 		return fmt.Errorf("MaxLongPoll must be positive, got %v", c.MaxLongPoll)
-	case c.WebhookMaxAttempts < 1:
-		return fmt.Errorf("WebhookMaxAttempts must be >= 1, got %d", c.WebhookMaxAttempts)
+	case c.WebhookRetryFor <= 0:
+		return fmt.Errorf("WebhookRetryFor must be positive, got %v", c.WebhookRetryFor)
 	case c.WebhookTimeout <= 0:
 		return fmt.Errorf("WebhookTimeout must be positive, got %v", c.WebhookTimeout)
 	case c.WebhookBaseDelay <= 0:
 		return fmt.Errorf("WebhookBaseDelay must be positive, got %v", c.WebhookBaseDelay)
+	case c.WebhookMaxDelay < c.WebhookBaseDelay:
+		return fmt.Errorf("WebhookMaxDelay (%v) must be >= WebhookBaseDelay (%v)", c.WebhookMaxDelay, c.WebhookBaseDelay)
+	case c.WebhookConcurrency < 1:
+		return fmt.Errorf("WebhookConcurrency must be >= 1, got %d", c.WebhookConcurrency)
+	}
+	if _, err := webhook.NewSigner(c.WebhookSecret); err != nil {
+		return fmt.Errorf("WebhookSecret: %w", err)
 	}
 	return nil
 }

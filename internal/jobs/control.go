@@ -25,7 +25,7 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*jobstore.Job, error) {
 	s.cfg.Observer.Finished(res.Job.Upstream, jobstore.StateCanceled, 1)
 	s.announce()
 	if res.Job.WebhookURL != "" {
-		s.webhook(id)
+		s.hooks.kick() // the store wrote its outbox row with the cancel
 	}
 	return res.Job, nil
 }

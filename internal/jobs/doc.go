@@ -58,9 +58,13 @@
 //
 // # Webhooks
 //
-// A job with a webhook_url is POSTed to it when it finishes, as the JSON of
-// the job, signed with X-Sluice-Signature: sha256=<hex HMAC-SHA256 of the
-// body keyed with Config.WebhookSecret>, and retried with backoff up to
-// Config.WebhookMaxAttempts times. Webhooks are best effort: a crash loses
-// the deliveries not yet made.
+// A job with a webhook_url owes one webhook each time it finishes. The
+// store writes that delivery into its outbox in the same transaction that
+// finishes the job (whatever finishes it: a worker, a cancel, the
+// rescuer), and webhookSender POSTs it from there: the JSON of the job,
+// with the Standard Webhooks headers webhook-id (the delivery's stable id,
+// the same on every attempt), webhook-timestamp and webhook-signature, plus
+// the legacy X-Sluice-Signature, retried with full-jitter backoff until
+// Config.WebhookRetryFor has passed, then marked failed. Delivery is at
+// least once: a receiver deduplicates by webhook-id.
 package jobs

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // pausedStore drops heartbeats and, once frozen, claims nothing, as a
@@ -83,14 +84,22 @@ func TestStaleWorkerCannotOverwriteNewerResult(t *testing.T) {
 func TestWebhookSignedAndRetried(t *testing.T) {
 	t.Parallel()
 	const secret = "s3cret"
+	verifier, err := webhook.NewSigner(secret)
+	require.NoError(t, err)
+	ids := make(chan string, 3)
 	var calls atomic.Int64
 	got := make(chan []byte, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if !VerifySignature(secret, body, r.Header.Get(SignatureHeader)) {
+		if !webhook.VerifySignature(secret, body, r.Header.Get(webhook.SignatureHeader)) {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
+		if err := verifier.Verify(body, r.Header); err != nil { // the Standard Webhooks check, timestamp included
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		ids <- r.Header.Get(webhook.HeaderID)
 		if calls.Add(1) < 3 {
 			w.WriteHeader(http.StatusServiceUnavailable) // fail twice, then accept
 			return
@@ -108,25 +117,12 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 	require.Equal(t, j.ID, v.ID)
 	require.Equal(t, "succeeded", string(v.State))
 	require.EqualValues(t, 3, calls.Load())
-	require.True(t, strings.HasPrefix(Sign(secret, body), "sha256="))
-	require.False(t, VerifySignature("other", body, Sign(secret, body)))
-}
-
-func TestWebhookGivesUpAfterMaxAttempts(t *testing.T) {
-	t.Parallel()
-	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer srv.Close()
-	s := newService(t, nil, succeed(), nil, func(c *Config) {
-		c.WebhookMaxAttempts, c.WebhookBaseDelay, c.WebhookClient = 3, time.Millisecond, srv.Client()
-	})
-	j := submit(t, s, `,"webhook_url":"`+srv.URL+`"`)
-	await(t, s, j.ID)
-	require.NoError(t, s.Stop(context.Background())) // waits for deliveries
-	require.EqualValues(t, 3, calls.Load())
+	first := <-ids
+	require.True(t, strings.HasPrefix(first, "msg_"), first)
+	require.Equal(t, first, <-ids, "every attempt has the same webhook-id")
+	require.Equal(t, first, <-ids)
+	require.True(t, strings.HasPrefix(webhook.Sign(secret, body), "sha256="))
+	require.False(t, webhook.VerifySignature("other", body, webhook.Sign(secret, body)))
 }
 
 // TestWebhookOncePerCancel: canceling a canceled job again answers with
@@ -134,10 +130,12 @@ func TestWebhookGivesUpAfterMaxAttempts(t *testing.T) {
 func TestWebhookOncePerCancel(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+	got := make(chan struct{}, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1); got <- struct{}{} }))
 	defer srv.Close()
 	hold, entered, _ := gated(okMessage) // never released: the cancel ends the call
-	s := newService(t, nil, hold, nil, func(c *Config) { c.WebhookClient = srv.Client() })
+	st := openStore(t)
+	s := newService(t, st, hold, nil, func(c *Config) { c.WebhookClient = srv.Client() })
 	j := submit(t, s, `,"webhook_url":"`+srv.URL+`"`)
 	<-entered
 	for range 3 {
@@ -145,6 +143,11 @@ func TestWebhookOncePerCancel(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, jobstore.StateCanceled, got.State)
 	}
-	require.NoError(t, s.Stop(context.Background())) // waits for deliveries
+	<-got
+	require.NoError(t, s.Stop(context.Background()))
 	require.EqualValues(t, 1, calls.Load())
+	ds, err := st.Deliveries(context.Background(), j.ID)
+	require.NoError(t, err)
+	require.Len(t, ds, 1, "one delivery for one cancel")
+	require.Equal(t, jobstore.DeliveryDelivered, ds[0].State)
 }

@@ -29,6 +29,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/jobs/{id}", s.serveCancel)
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.serveCancel)
 	mux.HandleFunc("POST /v1/jobs/{id}/retry", s.serveRetry)
+	mux.HandleFunc("POST /v1/jobs/{id}/webhook/redeliver", s.serveRedeliver)
 	mux.HandleFunc("POST /v1/jobs/retry", s.serveRetryBulk)
 	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", s.servePause)
 	mux.HandleFunc("GET /v1/upstreams/paused", s.servePaused)
@@ -220,7 +221,42 @@ func (s *Service) serveGet(w http.ResponseWriter, r *http.Request) {
 		storeError(w, "loading the job", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.view(j, r.URL.Query().Get("include") == "request"))
+	v := s.view(j, r.URL.Query().Get("include") == "request")
+	if j.WebhookURL != "" && j.State.Finished() {
+		ds, err := s.store.Deliveries(r.Context(), id)
+		if err != nil {
+			storeError(w, "loading the job's webhook deliveries", err)
+			return
+		}
+		for _, d := range ds {
+			v.WebhookDeliveries = append(v.WebhookDeliveries, deliveryView(d))
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// serveRedeliver makes the job's latest webhook delivery pending and due at
+// once, with the same id.
+func (s *Service) serveRedeliver(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
+	d, err := s.store.Redeliver(r.Context(), jobstore.RedeliverParams{JobID: id, Now: s.cfg.Clock.Now()})
+	if errors.Is(err, jobstore.ErrNotFound) {
+		if _, gerr := s.store.Get(r.Context(), id); errors.Is(gerr, jobstore.ErrNotFound) {
+			writeError(w, http.StatusNotFound, "no job %d", id)
+			return
+		}
+		writeError(w, http.StatusConflict, "job %d has no webhook delivery: it has no webhook_url or has not finished", id)
+		return
+	}
+	if err != nil {
+		storeError(w, "redelivering the webhook", err)
+		return
+	}
+	s.hooks.kick()
+	writeJSON(w, http.StatusAccepted, deliveryView(d))
 }
 
 // parseWait accepts a Go duration ("30s", "1m") or whole seconds ("30").

@@ -40,7 +40,10 @@ func TestConfigValidate(t *testing.T) {
 		{"in flight", func(c *Config) { c.MaxInFlightPerUpstream = -1 }, "MaxInFlightPerUpstream"},
 		{"attempts", func(c *Config) { c.MaxAttempts = 1000 }, "MaxAttempts"},
 		{"retry delays", func(c *Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Minute, time.Second }, "RetryMaxDelay"},
-		{"webhook attempts", func(c *Config) { c.WebhookMaxAttempts = -2 }, "WebhookMaxAttempts"},
+		{"webhook retry window", func(c *Config) { c.WebhookRetryFor = -time.Hour }, "WebhookRetryFor"},
+		{"webhook delays", func(c *Config) { c.WebhookBaseDelay, c.WebhookMaxDelay = time.Minute, time.Second }, "WebhookMaxDelay"},
+		{"webhook concurrency", func(c *Config) { c.WebhookConcurrency = -1 }, "WebhookConcurrency"},
+		{"webhook secret", func(c *Config) { c.WebhookSecret = "whsec_not base64!" }, "WebhookSecret"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -73,23 +73,22 @@ const (
 var AttemptOutcomes = []AttemptOutcome{AttemptSuccess, AttemptRateLimited, AttemptRetry, AttemptDead,
 	AttemptLeaseLost, AttemptCanceled, AttemptStopped, AttemptStoreError}
 
-// WebhookOutcome is how one webhook delivery attempt ended. Every POST
-// counts once as delivered, failed or gave_up; a webhook dropped before its
-// last POST counts once as abandoned. So delivered + gave_up + abandoned
-// counts the webhooks, and failed their retries.
+// WebhookOutcome is how one webhook POST ended. Every POST this gateway
+// starts counts once.
 type WebhookOutcome string
 
 // The webhook outcomes.
 const (
 	// WebhookDelivered: the receiver answered 2xx.
 	WebhookDelivered WebhookOutcome = "delivered"
-	// WebhookFailed: the receiver refused or could not be reached; the POST
-	// will be retried.
+	// WebhookFailed: the receiver refused or could not be reached; the
+	// delivery is retried after a backoff.
 	WebhookFailed WebhookOutcome = "failed"
-	// WebhookGaveUp: the last allowed POST failed; the webhook is dropped.
+	// WebhookGaveUp: the POST failed at the end of the delivery's retry
+	// window (Config.WebhookRetryFor); the delivery is marked failed.
 	WebhookGaveUp WebhookOutcome = "gave_up"
-	// WebhookAbandoned: the webhook was dropped without its last POST: the
-	// gateway was stopping, or the job could not be read back.
+	// WebhookAbandoned: the POST was cut off by this gateway's shutdown;
+	// the delivery is due again at once, for the next gateway to send.
 	WebhookAbandoned WebhookOutcome = "abandoned"
 )
 

@@ -3,7 +3,6 @@ package jobs
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
 	"sync"
@@ -331,64 +330,3 @@ type waitObserver struct {
 }
 
 func (w waitObserver) Started(_ string, d time.Duration) { w.fn(d) }
-
-// TestObserverWebhooks: every POST counts once, and a webhook ends
-// delivered, given up or abandoned.
-func TestObserverWebhooks(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name     string
-		failures int64 // POSTs refused before the receiver accepts
-		attempts int
-		want     map[WebhookOutcome]int
-	}{
-		{"first try", 0, 3, map[WebhookOutcome]int{WebhookDelivered: 1}},
-		{"after retries", 2, 3, map[WebhookOutcome]int{WebhookFailed: 2, WebhookDelivered: 1}},
-		{"gives up", 5, 3, map[WebhookOutcome]int{WebhookFailed: 2, WebhookGaveUp: 1}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var calls atomic.Int64
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				if calls.Add(1) <= tc.failures {
-					w.WriteHeader(http.StatusServiceUnavailable)
-				}
-			}))
-			defer srv.Close()
-			rec := &recorder{}
-			s := newService(t, nil, succeed(), nil, func(c *Config) {
-				c.Observer, c.WebhookClient, c.WebhookBaseDelay, c.WebhookMaxAttempts = rec, srv.Client(), time.Millisecond, tc.attempts
-			})
-			j := submit(t, s, `,"webhook_url":"`+srv.URL+`"`)
-			await(t, s, j.ID)
-			require.NoError(t, s.Stop(context.Background())) // waits for deliveries
-			require.Equal(t, tc.want, rec.snapshot().Webhooks)
-		})
-	}
-}
-
-// TestObserverWebhookAbandonedAtStop: a webhook still waiting to retry when
-// the service stops is abandoned.
-func TestObserverWebhookAbandonedAtStop(t *testing.T) {
-	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer srv.Close()
-	rec := &recorder{}
-	s := newService(t, nil, succeed(), nil, func(c *Config) {
-		c.Observer, c.WebhookClient, c.WebhookBaseDelay = rec, srv.Client(), time.Hour
-	})
-	j := submit(t, s, `,"webhook_url":"`+srv.URL+`"`)
-	await(t, s, j.ID)
-	expect(t, rec, observed{
-		Submitted: map[string]int{"claude": 1}, Started: map[string]int{"claude": 1},
-		Attempts: map[string]int{"claude success": 1}, Finished: map[string]int{"claude succeeded": 1},
-		Webhooks: map[WebhookOutcome]int{WebhookFailed: 1},
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // no grace for the pending retry
-	require.NoError(t, s.Stop(ctx))
-	require.Equal(t, map[WebhookOutcome]int{WebhookFailed: 1, WebhookAbandoned: 1}, rec.snapshot().Webhooks)
-}

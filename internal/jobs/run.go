@@ -257,7 +257,7 @@ func (w *worker) write(j *jobstore.Job, v verdict) AttemptOutcome {
 	s.cfg.Observer.Finished(w.upstream, st, 1)
 	s.announce()
 	if j.WebhookURL != "" {
-		s.webhook(j.ID)
+		s.hooks.kick() // the store wrote its outbox row with the result
 	}
 	if st == jobstore.StateDead {
 		return AttemptDead // a retry or reschedule past the job's attempts or deadline

@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // Errors callers branch on.
@@ -53,6 +56,8 @@ type Service struct {
 	upstreams []string
 	backoff   flow.Backoff
 	handler   http.Handler
+	hooks     *webhookSender
+	signer    *standardwebhooks.Webhook // nil: webhooks unsigned
 
 	rmu sync.Mutex
 	rnd *rand.Rand
@@ -61,11 +66,8 @@ type Service struct {
 	state       runState
 	stopClaims  context.CancelCauseFunc
 	abortJobs   context.CancelCauseFunc
-	stopHooks   context.CancelCauseFunc
-	hooksCtx    context.Context
 	loops       sync.WaitGroup // worker loops
 	jobs        sync.WaitGroup // running jobs
-	hooks       sync.WaitGroup // webhook deliveries
 	runningJobs map[int64]context.CancelCauseFunc
 	finished    chan struct{} // closed and replaced when a job finishes here
 }
@@ -106,6 +108,10 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.rescuer = r
 	}
+	if cfg.WebhookSecret != "" {
+		s.signer, _ = webhook.NewSigner(cfg.WebhookSecret) // validated above
+	}
+	s.hooks = newWebhookSender(s)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -138,16 +144,15 @@ func (s *Service) Start(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	claimCtx, stopClaims := context.WithCancelCause(base)
 	jobCtx, abortJobs := context.WithCancelCause(base)
-	s.hooksCtx, s.stopHooks = context.WithCancelCause(base)
 	s.stopClaims, s.abortJobs = stopClaims, abortJobs
 	if s.rescuer != nil {
 		if err := s.rescuer.Start(base); err != nil {
 			stopClaims(errShutdown)
 			abortJobs(errShutdown)
-			s.stopHooks(errShutdown)
 			return fmt.Errorf("starting job service: %w", err)
 		}
 	}
+	_ = s.hooks.Start(base) // never fails
 	s.state = running
 	for _, name := range s.upstreams {
 		w := &worker{s: s, upstream: name, dispatcher: s.cfg.Dispatchers[name], protocol: s.cfg.Protocols[name], jobCtx: jobCtx}
@@ -162,8 +167,10 @@ func (s *Service) Start(ctx context.Context) error {
 
 // Stop stops claiming, waits for running jobs to finish until ctx ends,
 // then aborts those left and hands their leases back (requeued, no
-// attempt burnt), stops the rescuer and abandons pending webhooks. It is
-// idempotent and safe before Start.
+// attempt burnt), stops the rescuer, then stops the webhook sender (POSTs
+// in flight get what is left of ctx; pending deliveries stay in the
+// store's outbox for the next gateway to send). It is idempotent and safe
+// before Start.
 func (s *Service) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	prev := s.state
@@ -186,11 +193,8 @@ func (s *Service) Stop(ctx context.Context) error {
 		errs = append(errs, s.rescuer.Stop(rctx))
 		cancel()
 	}
-	if !waitGroup(ctx, &s.hooks) {
-		s.stopHooks(errShutdown)
-		s.hooks.Wait()
-	}
-	s.stopHooks(errShutdown)
+	// Deliveries still pending stay in the outbox for the next gateway.
+	errs = append(errs, s.hooks.Stop(ctx))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping job service: %w", err)
 	}

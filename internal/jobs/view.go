@@ -35,6 +35,39 @@ type JobView struct {
 	Request        json.RawMessage `json:"request,omitempty"`
 	Response       *ResponseView   `json:"response,omitempty"`
 	Error          *ErrorView      `json:"error,omitempty"`
+	// WebhookDeliveries are the job's completion webhooks (GET
+	// /v1/jobs/{id} only; never in a webhook's own body).
+	WebhookDeliveries []DeliveryView `json:"webhook_deliveries,omitempty"`
+}
+
+// DeliveryView is one completion webhook of a job: its stable id (the
+// webhook-id header of every attempt) and where it stands.
+type DeliveryView struct {
+	ID       string                 `json:"id"`
+	Event    jobstore.State         `json:"event"`
+	State    jobstore.DeliveryState `json:"state"`
+	Attempts int                    `json:"attempts"`
+	// LastStatus is the receiver's last HTTP status; LastError why the last
+	// attempt failed.
+	LastStatus    int        `json:"last_status,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+}
+
+func deliveryView(d *jobstore.WebhookDelivery) DeliveryView {
+	v := DeliveryView{ID: d.ID, Event: d.Event, State: d.State, Attempts: d.Attempts, LastStatus: d.LastStatus,
+		LastError: d.LastError, CreatedAt: d.CreatedAt}
+	if !d.NextAttemptAt.IsZero() {
+		t := d.NextAttemptAt
+		v.NextAttemptAt = &t
+	}
+	if !d.FinishedAt.IsZero() {
+		t := d.FinishedAt
+		v.FinishedAt = &t
+	}
+	return v
 }
 
 // AttemptView is one failed attempt.

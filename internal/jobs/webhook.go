@@ -3,116 +3,69 @@ package jobs
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
+	"time"
 
-	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
-// SignatureHeader carries a webhook body's HMAC.
-const SignatureHeader = "X-Sluice-Signature"
-
-// Sign returns the X-Sluice-Signature value of body under secret:
-// "sha256=" and the hex HMAC-SHA256.
-func Sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
-
-// VerifySignature reports whether sig is body's signature under secret,
-// in constant time. Receivers call it.
-func VerifySignature(secret string, body []byte, sig string) bool {
-	return hmac.Equal([]byte(Sign(secret, body)), []byte(sig))
-}
-
-// errWebhookStatus marks a delivery the receiver did not accept.
+// errWebhookStatus marks a POST the receiver answered with a non-2xx.
 var errWebhookStatus = errors.New("webhook receiver refused")
 
-// webhook delivers job id's completion in the background.
-func (s *Service) webhook(id int64) {
-	s.mu.Lock()
-	ctx := s.hooksCtx
-	s.mu.Unlock()
-	if ctx == nil || ctx.Err() != nil {
-		s.cfg.Observer.Webhook(WebhookAbandoned)
-		return
+// webhookHost is what logs may show of a webhook URL: its host (and port),
+// never its path or query, where tokens often live.
+func webhookHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(invalid url)"
 	}
-	s.hooks.Add(1)
-	go func() {
-		defer s.hooks.Done()
-		if err := s.deliver(ctx, id); err != nil {
-			s.cfg.Logger.Warn("delivering job webhook", "job", id, "err", err)
-		}
-	}()
+	return u.Host
 }
 
-// deliver POSTs the job's JSON to its webhook until a 2xx, retrying with a
-// doubling delay up to WebhookMaxAttempts times.
-func (s *Service) deliver(ctx context.Context, id int64) error {
-	obs := s.cfg.Observer
-	j, err := s.store.Get(ctx, id)
-	if err != nil {
-		obs.Webhook(WebhookAbandoned)
-		return fmt.Errorf("loading job: %w", err)
-	}
-	body, err := json.Marshal(s.view(j, true))
-	if err != nil {
-		obs.Webhook(WebhookAbandoned)
-		return fmt.Errorf("encoding job: %w", err)
-	}
-	delay := s.cfg.WebhookBaseDelay
-	for attempt := 1; ; attempt++ {
-		err = s.post(ctx, j.WebhookURL, body)
-		switch {
-		case err == nil:
-			obs.Webhook(WebhookDelivered)
-		case attempt >= s.cfg.WebhookMaxAttempts:
-			obs.Webhook(WebhookGaveUp)
-		default:
-			obs.Webhook(WebhookFailed)
-		}
-		if err == nil || attempt >= s.cfg.WebhookMaxAttempts {
-			break
-		}
-		if err := clock.Sleep(ctx, s.cfg.Clock, delay); err != nil {
-			obs.Webhook(WebhookAbandoned)
-			return fmt.Errorf("waiting to retry webhook: %w", err)
-		}
-		delay *= 2
-	}
-	if err != nil {
-		return fmt.Errorf("after %d attempts: %w", s.cfg.WebhookMaxAttempts, err)
-	}
-	return nil
-}
-
-func (s *Service) post(ctx context.Context, url string, body []byte) error {
+// post sends one signed webhook POST at now and returns the receiver's
+// status (0 when it did not answer). Its error never holds the URL.
+func (s *Service) post(ctx context.Context, rawURL, id string, body []byte, now time.Time) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WebhookTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("building webhook request: %w", err)
+		return 0, errors.New("building webhook request: invalid url")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "sluice-webhook")
-	if s.cfg.WebhookSecret != "" {
-		req.Header.Set(SignatureHeader, Sign(s.cfg.WebhookSecret, body))
+	req.Header.Set(webhook.HeaderID, id)
+	// The timestamp is this attempt's, as the Standard Webhooks spec wants
+	// (receivers reject stale ones: a retry hours later must still verify);
+	// the event's time is the body's finished_at.
+	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	if s.signer != nil {
+		sig, err := s.signer.Sign(id, now, body)
+		if err != nil {
+			return 0, fmt.Errorf("signing webhook: %w", err)
+		}
+		req.Header.Set(webhook.HeaderSignature, sig)
+		req.Header.Set(webhook.SignatureHeader, webhook.Sign(s.cfg.WebhookSecret, body))
 	}
 	resp, err := s.cfg.WebhookClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("posting webhook: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // *url.Error's text holds the whole URL
+		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return 0, fmt.Errorf("posting webhook: no answer within %v", s.cfg.WebhookTimeout)
+		}
+		return 0, fmt.Errorf("posting webhook: %w", err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%w: status %d", errWebhookStatus, resp.StatusCode)
+		return resp.StatusCode, fmt.Errorf("%w: status %d", errWebhookStatus, resp.StatusCode)
 	}
-	return nil
+	return resp.StatusCode, nil
 }

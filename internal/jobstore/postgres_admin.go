@@ -146,7 +146,9 @@ func (s *postgresStore) DeleteFinished(ctx context.Context, p DeleteFinishedPara
 	// Batch jobs leave their batch's membership in the same statement.
 	var n int
 	err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs
-			WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2 LIMIT $3))
+			WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2
+				AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.job_id = sluice_jobs.id AND wd.state = 'pending')
+			LIMIT $3))
 			RETURNING batch_id, custom_id),
 		m AS (DELETE FROM sluice_batch_jobs b USING d WHERE b.batch_id = d.batch_id AND b.custom_id = d.custom_id)
 		SELECT count(*) FROM d`,

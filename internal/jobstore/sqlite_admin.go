@@ -148,7 +148,9 @@ func (s *sqliteStore) DeleteFinished(ctx context.Context, p DeleteFinishedParams
 	var n int64
 	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
 		r, err := tx.ExecContext(ctx, `DELETE FROM sluice_jobs WHERE id IN (SELECT id FROM sluice_jobs
-			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?)`,
+			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ?
+				AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.job_id = sluice_jobs.id AND wd.state = 'pending')
+			LIMIT ?)`,
 			string(p.State), micros(p.Before), cmpOr(p.Limit, RescueLimitDefault))
 		if err != nil {
 			return err

@@ -83,6 +83,26 @@ type Store interface {
 	// CancelBatch cancels every live job of a batch.
 	CancelBatch(ctx context.Context, p CancelBatchParams) (CancelBatchResult, error)
 
+	// ClaimDeliveries leases up to Limit pending webhook deliveries due at
+	// Now, oldest due first: each gets a new Token, one more Attempt, and
+	// NextAttemptAt moved to Now+LeaseFor so no other claimer takes it
+	// while its POST runs (PostgreSQL: FOR UPDATE SKIP LOCKED). A claimer
+	// that dies leaves it due again when the lease ends.
+	ClaimDeliveries(ctx context.Context, p ClaimDeliveriesParams) ([]*WebhookDelivery, error)
+	// RecordDelivery writes a claimed attempt's result. ErrLeaseLost when
+	// the token is stale (redelivered or claimed again meanwhile),
+	// ErrNotFound when the delivery is gone.
+	RecordDelivery(ctx context.Context, p RecordDeliveryParams) error
+	// Deliveries returns a job's webhook deliveries, oldest first (none
+	// for a job without a webhook_url or not finished yet).
+	Deliveries(ctx context.Context, jobID int64) ([]*WebhookDelivery, error)
+	// Redeliver makes the job's latest delivery pending and due at once,
+	// with the same ID, and returns it. ErrNotFound when the job has no
+	// delivery.
+	Redeliver(ctx context.Context, p RedeliverParams) (*WebhookDelivery, error)
+	// DeliveryStats counts the pending deliveries and dates the oldest.
+	DeliveryStats(ctx context.Context) (DeliveryStats, error)
+
 	// Notify returns a channel that receives (coalesced, never blocking the
 	// store) when work may have become available for upstream ("" for any
 	// upstream): an insert, a requeue, a reschedule or a rescue. It is

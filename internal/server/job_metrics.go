@@ -86,7 +86,7 @@ func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, 
 		}, []string{"outcome"}),
 		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_webhook_deliveries_total",
-			Help: "Webhook POSTs by outcome (delivered, failed and retried, gave_up), and webhooks abandoned before their last POST.",
+			Help: "Webhook POSTs by outcome: delivered (2xx), failed (retried later), gave_up (failed at the end of the retry window: the delivery is marked failed), abandoned (cut off by this gateway's shutdown; due again at once).",
 		}, []string{"outcome"}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_job_queue_wait_seconds",
@@ -155,7 +155,19 @@ type liveCounter interface {
 	PausedUpstreams(ctx context.Context) ([]string, error)
 }
 
+// deliveryCounter is what jobCounts reads for the webhook gauges, when the
+// store has an outbox: jobstore.Store implements it.
+type deliveryCounter interface {
+	DeliveryStats(ctx context.Context) (jobstore.DeliveryStats, error)
+}
+
 var (
+	descWebhookPending = prometheus.NewDesc("sluice_webhook_pending",
+		"Webhook deliveries pending in the store's outbox (not yet accepted by their receiver, still inside their retry window), read with sluice_jobs.",
+		nil, nil)
+	descWebhookOldest = prometheus.NewDesc("sluice_webhook_oldest_pending_age_seconds",
+		"Age of the oldest pending webhook delivery, from its job's finish; 0 when none is pending.",
+		nil, nil)
 	descJobs = prometheus.NewDesc("sluice_jobs",
 		fmt.Sprintf("Live jobs in the queue by state (queued, running), read from the store at most every %v: the whole queue's, so every gateway sharing a store reports the same values.", JobCountMaxAge),
 		[]string{"upstream", "state"}, nil)
@@ -191,6 +203,8 @@ type jobCounts struct {
 	liveOK   bool
 	paused   []string
 	pausedOK bool
+	hooks    jobstore.DeliveryStats
+	hooksOK  bool
 }
 
 func newJobCounts(clk clock.Clock, log *slog.Logger, upstreams []string) *jobCounts {
@@ -207,7 +221,7 @@ func (c *jobCounts) setStore(st liveCounter) {
 }
 
 func (c *jobCounts) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobs, descJobsDelayed, descJobsPaused, descJobCountErrors} {
+	for _, d := range []*prometheus.Desc{descJobs, descJobsDelayed, descJobsPaused, descJobCountErrors, descWebhookPending, descWebhookOldest} {
 		ch <- d
 	}
 }
@@ -237,6 +251,14 @@ func (c *jobCounts) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descJobsDelayed, prometheus.GaugeValue, float64(l.Delayed), u)
 		}
 	}
+	if c.hooksOK {
+		age := 0.0
+		if !c.hooks.OldestPending.IsZero() {
+			age = max(c.clock.Now().Sub(c.hooks.OldestPending).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(descWebhookPending, prometheus.GaugeValue, float64(c.hooks.Pending))
+		ch <- prometheus.MustNewConstMetric(descWebhookOldest, prometheus.GaugeValue, age)
+	}
 	if c.pausedOK {
 		for _, u := range c.names(c.paused) {
 			v := 0.0
@@ -263,6 +285,14 @@ func (c *jobCounts) read(st liveCounter, now time.Time) {
 		c.log.Warn("listing paused upstreams for /metrics", "err", err)
 	} else {
 		c.paused, c.pausedOK = paused, true
+	}
+	if dc, ok := st.(deliveryCounter); ok {
+		if stats, err := dc.DeliveryStats(ctx); err != nil {
+			c.errors++
+			c.log.Warn("counting pending webhooks for /metrics", "err", err)
+		} else {
+			c.hooks, c.hooksOK = stats, true
+		}
 	}
 }
 

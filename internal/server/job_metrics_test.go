@@ -57,8 +57,8 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest(method, target, strings.NewReader(body)))
 		return rec.Code, rec.Body.Bytes()
 	}
-	submit := func() int64 {
-		code, body := api("POST", "/v1/jobs", `{"upstream":"a","request":`+anthropicBody+`}`)
+	submit := func(extra ...string) int64 {
+		code, body := api("POST", "/v1/jobs", `{"upstream":"a","request":`+anthropicBody+strings.Join(extra, "")+`}`)
 		require.Equal(t, http.StatusAccepted, code, string(body))
 		var j struct {
 			ID int64 `json:"id"`
@@ -82,13 +82,16 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 		`sluice_jobs_delayed{upstream="a"} 0`,
 		`sluice_job_upstream_paused{upstream="a"} 0`,
 		`sluice_jobs_submitted_total{upstream="a"} 0`,
-		`sluice_jobs_count_errors_total 0`)
+		`sluice_jobs_count_errors_total 0`,
+		`sluice_webhook_pending 0`,
+		`sluice_webhook_oldest_pending_age_seconds 0`)
 
 	ran := submit()
 	require.Eventually(t, func() bool { return state(ran) == "succeeded" }, 10*time.Second, 5*time.Millisecond)
 	code, body := api("POST", "/v1/upstreams/a/pause", "")
 	require.Equal(t, http.StatusOK, code, string(body))
-	waiting := submit()
+	// Its webhook receiver refuses connections: the delivery stays pending.
+	waiting := submit(`,"webhook_url":"http://127.0.0.1:1/hook"`)
 	require.Equal(t, "queued", state(waiting))
 
 	body2 := scrape(t, h)
@@ -117,6 +120,11 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 	code, body = api("DELETE", "/v1/jobs/"+formatJobID(waiting), "")
 	require.Equal(t, http.StatusOK, code, string(body))
 	requireSeries(t, scrape(t, h), `sluice_jobs_finished_total{state="canceled",upstream="a"} 1`)
+
+	clk.Advance(JobCountMaxAge)
+	requireSeries(t, scrape(t, h),
+		`sluice_webhook_pending 1`,
+		`sluice_webhook_oldest_pending_age_seconds 5`)
 }
 
 // TestJobMetricsDisabledWithStoreNone: without a job queue there are no job

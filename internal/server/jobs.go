@@ -89,6 +89,8 @@ func (s *Server) startJobs(ctx context.Context) error {
 		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: obs,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
+		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
+		WebhookMaxDelay: jc.Webhooks.MaxDelay, WebhookTimeout: jc.Webhooks.Timeout,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		PriorityOf: func(r *http.Request, p llm.Priority) llm.Priority {
 			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok {

@@ -22,9 +22,13 @@ type JobsConfig struct {
 	// MaxStalls is how many expired leases a job survives before it is
 	// dead-lettered. Defaults to 3.
 	MaxStalls int `yaml:"max_stalls"`
-	// WebhookSecret keys the HMAC-SHA256 in X-Sluice-Signature of
-	// completion webhooks. Defaults to empty (unsigned).
+	// WebhookSecret signs completion webhooks: the Standard Webhooks
+	// webhook-signature (a "whsec_" secret is base64 after the prefix; any
+	// other string is the HMAC key as is) and X-Sluice-Signature. Defaults
+	// to empty (unsigned).
 	WebhookSecret string `yaml:"webhook_secret"`
+	// Webhooks tunes the delivery of completion webhooks.
+	Webhooks WebhooksConfig `yaml:"webhooks"`
 	// Retention is how long finished jobs are kept, per state.
 	Retention RetentionConfig `yaml:"retention"`
 }
@@ -40,6 +44,21 @@ type RetentionConfig struct {
 	Canceled time.Duration `yaml:"canceled"`
 }
 
+// WebhooksConfig tunes webhook delivery from the store's outbox. Zero takes
+// the default.
+type WebhooksConfig struct {
+	// RetryFor is how long a delivery is retried (from the job's finish or
+	// a redeliver) before it is marked failed. Defaults to 24h.
+	RetryFor time.Duration `yaml:"retry_for"`
+	// BaseDelay is the first retry's backoff ceiling, doubling after (full
+	// jitter). Defaults to 1s.
+	BaseDelay time.Duration `yaml:"base_delay"`
+	// MaxDelay caps the backoff. Defaults to 1h.
+	MaxDelay time.Duration `yaml:"max_delay"`
+	// Timeout bounds one POST. Defaults to 10s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
 func (j JobsConfig) validate() error {
 	switch {
 	case j.LeaseFor < 0:
@@ -52,6 +71,16 @@ func (j JobsConfig) validate() error {
 		return errors.New("max_attempts: must be >= 0")
 	case j.MaxStalls < 0:
 		return errors.New("max_stalls: must be >= 0")
+	case j.Webhooks.RetryFor < 0:
+		return errors.New("webhooks.retry_for: must be >= 0")
+	case j.Webhooks.BaseDelay < 0:
+		return errors.New("webhooks.base_delay: must be >= 0")
+	case j.Webhooks.MaxDelay < 0:
+		return errors.New("webhooks.max_delay: must be >= 0")
+	case j.Webhooks.MaxDelay > 0 && j.Webhooks.MaxDelay < j.Webhooks.BaseDelay:
+		return errors.New("webhooks.max_delay: must be >= webhooks.base_delay")
+	case j.Webhooks.Timeout < 0:
+		return errors.New("webhooks.timeout: must be >= 0")
 	case j.Retention.Succeeded < 0:
 		return errors.New("retention.succeeded: must be >= 0")
 	case j.Retention.Dead < 0:

@@ -133,6 +133,8 @@ func TestJobsConfigValidationNamesField(t *testing.T) {
 	require.ErrorContains(t, err, "jobs.retention.dead: must be >= 0")
 	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\nstore: none\njobs: {lease_for: 10ms}\n"), nil)
 	require.ErrorContains(t, err, "jobs.lease_for: must be at least 1s")
+	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {webhooks: {base_delay: 1m, max_delay: 1s}}\n"), nil)
+	require.ErrorContains(t, err, "jobs.webhooks.max_delay: must be >= webhooks.base_delay")
 }
 
 // TestJobsPriorityCappedByClient: a client limited to normal cannot submit

@@ -55,6 +55,11 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Backlog", testBacklog},
 		{"ClaimPriority", testClaimPriority},
 		{"HandBackUnrecorded", testHandBackUnrecorded},
+		{"OutboxEveryFinish", testOutboxEveryFinish},
+		{"OutboxLease", testOutboxLease},
+		{"OutboxRedeliver", testOutboxRedeliver},
+		{"OutboxRetention", testOutboxRetention},
+		{"OutboxConcurrentClaimers", testOutboxConcurrentClaimers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
