@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Backlog", testBacklog},
 		{"ClaimPriority", testClaimPriority},
 		{"HandBackUnrecorded", testHandBackUnrecorded},
+		{"CompleteSpooled", testCompleteSpooled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
