@@ -47,9 +47,9 @@ func outage(ctx context.Context, err error) bool {
 	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
 		switch {
 		case strings.HasPrefix(pe.Code, "08"), // connection exception
-			strings.HasPrefix(pe.Code, "53"), // insufficient resources: disk full, out of memory, too many connections
-			strings.HasPrefix(pe.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
-			pe.Code == "25006", // read-only SQL transaction (a standby)
+			strings.HasPrefix(pe.Code, "53"),       // insufficient resources: disk full, out of memory, too many connections
+			strings.HasPrefix(pe.Code, "57P"),      // admin shutdown, crash shutdown, cannot connect now
+			pe.Code == "25006",                     // read-only SQL transaction (a standby)
 			pe.Code == "40001", pe.Code == "40P01": // serialization failure, deadlock: a retry may pass
 			return true
 		}
