@@ -53,6 +53,9 @@ type Service struct {
 	upstreams []string
 	backoff   flow.Backoff
 	handler   http.Handler
+	spool     *spool // nil without Config.SpoolDir
+
+	replayMu sync.Mutex // one write-back of the spool at a time
 
 	rmu sync.Mutex
 	rnd *rand.Rand
@@ -105,6 +108,13 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("configuring job service: %w", err)
 		}
 		s.rescuer = r
+	}
+	if cfg.SpoolDir != "" {
+		sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, cfg.SpoolMaxEntries)
+		if err != nil {
+			return nil, fmt.Errorf("configuring job service: SpoolDir: %w", err)
+		}
+		s.spool = sp
 	}
 	s.handler = s.routes()
 	return s, nil
