@@ -287,9 +287,19 @@ func (s *Service) applySpooled(ctx context.Context, name string, e spoolEntry) b
 		// rescuer): the store's state stands; an earlier replay may have
 		// written this very entry before a crash kept its file.
 		s.cfg.Logger.Warn("dropping a spooled job result the store no longer takes", "job", e.JobID, "err", err)
-	default:
+	case errors.Is(err, jobstore.ErrUnavailable), wctx.Err() != nil:
+		// The store is still away: keep the entry, claim nothing.
 		s.cfg.Logger.Warn("writing spooled job results back to the store", "job", e.JobID, "err", err)
 		return false
+	default:
+		// The store answers but refuses this entry: it must not hold every
+		// claim back for ever. Set it aside for an operator.
+		s.cfg.Logger.Error("setting aside a spooled job result the store refuses", "job", e.JobID, "err", err)
+		if err := s.spool.setAside(name); err != nil {
+			s.cfg.Logger.Error("setting aside a spooled job result", "entry", name, "err", err)
+			return false
+		}
+		return true
 	}
 	if err := s.spool.remove(name); err != nil {
 		// Applying it again is harmless: the job is finished now.

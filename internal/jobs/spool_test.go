@@ -18,8 +18,9 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
-// outageStore fails result writes (and, with heartbeats set, lease
-// renewals) as an unreachable store does, while down is set.
+// outageStore fails result writes and claims (and, with heartbeats set,
+// lease renewals) as an unreachable store does, while down is set; the
+// test's own rescues reach the store as another node's would.
 type outageStore struct {
 	jobstore.Store
 	down, heartbeats atomic.Bool
@@ -34,6 +35,20 @@ func (o *outageStore) Complete(ctx context.Context, p jobstore.CompleteParams) e
 		return errOutage("completing")
 	}
 	return o.Store.Complete(ctx, p)
+}
+
+func (o *outageStore) CompleteSpooled(ctx context.Context, p jobstore.CompleteParams) error {
+	if o.down.Load() {
+		return errOutage("completing from the spool")
+	}
+	return o.Store.CompleteSpooled(ctx, p)
+}
+
+func (o *outageStore) Claim(ctx context.Context, p jobstore.ClaimParams) ([]*jobstore.Job, error) {
+	if o.down.Load() {
+		return nil, errOutage("claiming")
+	}
+	return o.Store.Claim(ctx, p)
 }
 
 func (o *outageStore) Heartbeat(ctx context.Context, p jobstore.HeartbeatParams) error {
