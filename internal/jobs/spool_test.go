@@ -27,7 +27,9 @@ type outageStore struct {
 	completes, hbs   atomic.Int64 // calls while down
 }
 
-func errOutage(what string) error { return fmt.Errorf("%w: %s: test outage", jobstore.ErrUnavailable, what) }
+func errOutage(what string) error {
+	return fmt.Errorf("%w: %s: test outage", jobstore.ErrUnavailable, what)
+}
 
 func (o *outageStore) Complete(ctx context.Context, p jobstore.CompleteParams) error {
 	if o.down.Load() {
@@ -95,7 +97,7 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 			release()
 			require.Eventually(t, func() bool { return st.completes.Load() == 1 }, 5*time.Second, time.Millisecond)
 			rescue := func() jobstore.RescueResult {
-				r, err := st.Store.Rescue(context.Background(), jobstore.RescueParams{MaxStalls: 3, Now: clk.Now()})
+				r, err := st.Rescue(context.Background(), jobstore.RescueParams{MaxStalls: 3, Now: clk.Now()})
 				require.NoError(t, err)
 				return r
 			}
