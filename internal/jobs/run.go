@@ -365,7 +365,7 @@ func (w *worker) spoolResult(j *jobstore.Job, v verdict, cause error) {
 			"job", j.ID, "err", cause)
 		return
 	}
-	e := spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: w.upstream, WebhookURL: j.WebhookURL,
+	e := spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: w.upstream, WebhookURL: j.WebhookURL, BodySHA256: bodyHash(j.Body),
 		Complete: v.complete, Fail: v.fail, SpooledAt: s.cfg.Clock.Now()}
 	if err := s.spool.put(e); err != nil {
 		s.cfg.Logger.Error("dropping a job result the store could not take: the job will be called again",

@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +41,10 @@ type spoolEntry struct {
 	JobID      int64                `json:"job_id"`
 	Token      int64                `json:"lease_token"`
 	Upstream   string               `json:"upstream"`
+	// BodySHA256 is the hex SHA-256 of the job's request body: a replay
+	// checks it, so a spool directory pointed at another store (where the
+	// same id is another job) never completes the wrong job.
+	BodySHA256 string `json:"body_sha256"`
 	WebhookURL string               `json:"webhook_url,omitempty"`
 	Complete   *jobstore.Result     `json:"complete,omitempty"`
 	Fail       *jobstore.FailParams `json:"fail,omitempty"`
@@ -268,12 +274,24 @@ func (s *Service) replaySpool(ctx context.Context) bool {
 func (s *Service) applySpooled(ctx context.Context, name string, e spoolEntry) bool {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
 	defer cancel()
+	j, err := s.store.Get(wctx, e.JobID)
+	if err == nil && bodyHash(j.Body) != e.BodySHA256 {
+		s.cfg.Logger.Error("setting aside a spooled job result of another job (was the spool directory moved to another store?)",
+			"job", e.JobID, "entry", name)
+		if err := s.spool.setAside(name); err != nil {
+			s.cfg.Logger.Error("setting aside a spooled job result", "entry", name, "err", err)
+			return false
+		}
+		return true
+	}
 	now := s.cfg.Clock.Now()
 	st := jobstore.StateSucceeded
-	var err error
-	if e.Complete != nil {
+	switch {
+	case err != nil:
+		// ErrNotFound (deleted: dropped below), or the store is away.
+	case e.Complete != nil:
 		err = s.store.CompleteSpooled(wctx, jobstore.CompleteParams{ID: e.JobID, Token: e.Token, Result: *e.Complete, Now: now})
-	} else {
+	default:
 		p := *e.Fail
 		p.ID, p.Token, p.Now = e.JobID, e.Token, now
 		st, err = s.store.Fail(wctx, p)
@@ -311,3 +329,9 @@ func (s *Service) applySpooled(ctx context.Context, name string, e spoolEntry) b
 
 // spoolEmpty reports whether no spooled result waits to be written back.
 func (s *Service) spoolEmpty() bool { return s.spool == nil || s.spool.len() == 0 }
+
+// bodyHash is the hex SHA-256 of a job's request body.
+func bodyHash(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}

@@ -199,9 +199,13 @@ func TestSpoolReplaysAfterRestart(t *testing.T) {
 	sp, err := openSpool(dir, SpoolMaxBytesDefault, SpoolMaxEntriesDefault)
 	require.NoError(t, err)
 	for _, j := range claimed {
-		require.NoError(t, sp.put(spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: "claude",
+		require.NoError(t, sp.put(spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: "claude", BodySHA256: bodyHash(j.Body),
 			Complete: &jobstore.Result{Status: 200, Body: []byte(`{"spooled":` + fmt.Sprint(j.ID) + `}`)}, SpooledAt: t0}))
 	}
+	// An entry from another store (the same id is another job there): set
+	// aside, never applied.
+	require.NoError(t, sp.put(spoolEntry{JobID: fresh, Token: 1, Upstream: "claude", BodySHA256: bodyHash([]byte("another job")),
+		Complete: &jobstore.Result{Status: 200, Body: []byte(`{"foreign":true}`)}}))
 	// Meanwhile its leases expired and the rescuer requeued both; one was
 	// canceled by its submitter.
 	r, err := st.Rescue(ctx, jobstore.RescueParams{MaxStalls: 3, Now: t0.Add(time.Minute)})
@@ -214,7 +218,10 @@ func TestSpoolReplaysAfterRestart(t *testing.T) {
 	s := newService(t, st, d, nil, func(c *Config) { c.SpoolDir, c.Logger = dir, quiet })
 	got := waitFor(t, st, held, jobstore.StateSucceeded)
 	require.JSONEq(t, fmt.Sprintf(`{"spooled":%d}`, held), string(got.Result.Body))
-	waitFor(t, st, fresh, jobstore.StateSucceeded)
+	f := waitFor(t, st, fresh, jobstore.StateSucceeded)
+	require.JSONEq(t, okMessage, string(f.Result.Body), "the foreign entry was not applied")
+	_, err = os.Stat(filepath.Join(dir, fmt.Sprintf("job-%d-1.json", fresh)+spoolBad))
+	require.NoError(t, err, "the foreign entry is set aside for an operator")
 	c, err := st.Get(ctx, canceled)
 	require.NoError(t, err)
 	require.Equal(t, jobstore.StateCanceled, c.State, "a spooled answer never overrides a cancel")
@@ -225,7 +232,7 @@ func TestSpoolReplaysAfterRestart(t *testing.T) {
 	// entry again: nothing changes.
 	for _, j := range claimed {
 		if j.ID == held {
-			require.NoError(t, s.spool.put(spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: "claude",
+			require.NoError(t, s.spool.put(spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: "claude", BodySHA256: bodyHash(j.Body),
 				Complete: &jobstore.Result{Status: 200, Body: []byte(`{"other":true}`)}}))
 		}
 	}
