@@ -190,7 +190,9 @@ var errUnreachable = fmt.Errorf("%w: %s", jobstore.ErrUnavailable, driverDetail)
 func (unreachableStore) Insert(context.Context, jobstore.InsertParams) (jobstore.InsertResult, error) {
 	return jobstore.InsertResult{}, errUnreachable
 }
-func (unreachableStore) Get(context.Context, int64) (*jobstore.Job, error) { return nil, errUnreachable }
+func (unreachableStore) Get(context.Context, int64) (*jobstore.Job, error) {
+	return nil, errUnreachable
+}
 func (unreachableStore) List(context.Context, jobstore.ListParams) (jobstore.JobPage, error) {
 	return jobstore.JobPage{}, errUnreachable
 }
@@ -201,7 +203,9 @@ func (unreachableStore) Requeue(context.Context, jobstore.RequeueParams) (int, e
 	return 0, errUnreachable
 }
 func (unreachableStore) SetPaused(context.Context, jobstore.PauseParams) error { return errUnreachable }
-func (unreachableStore) PausedUpstreams(context.Context) ([]string, error)    { return nil, errUnreachable }
+func (unreachableStore) PausedUpstreams(context.Context) ([]string, error) {
+	return nil, errUnreachable
+}
 func (unreachableStore) CreateBatch(context.Context, jobstore.CreateBatchParams) (*jobstore.Batch, error) {
 	return nil, errUnreachable
 }

@@ -37,14 +37,14 @@ const (
 // its lease's fencing token, and the verdict (a success's result or a
 // terminal failure's params). Its fields are the file format.
 type spoolEntry struct {
-	Version    int                  `json:"v"`
-	JobID      int64                `json:"job_id"`
-	Token      int64                `json:"lease_token"`
-	Upstream   string               `json:"upstream"`
+	Version  int    `json:"v"`
+	JobID    int64  `json:"job_id"`
+	Token    int64  `json:"lease_token"`
+	Upstream string `json:"upstream"`
 	// BodySHA256 is the hex SHA-256 of the job's request body: a replay
 	// checks it, so a spool directory pointed at another store (where the
 	// same id is another job) never completes the wrong job.
-	BodySHA256 string `json:"body_sha256"`
+	BodySHA256 string               `json:"body_sha256"`
 	WebhookURL string               `json:"webhook_url,omitempty"`
 	Complete   *jobstore.Result     `json:"complete,omitempty"`
 	Fail       *jobstore.FailParams `json:"fail,omitempty"`
