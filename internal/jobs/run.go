@@ -60,7 +60,15 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 		close(hbStop)
 		<-hbDone
 	}()
-	v := w.call(ctx, j, t)
+	// An answer this process still holds for the job (its first lease
+	// ran out while the store was away and the spool could not take it)
+	// is written with this lease instead of calling again.
+	v, held := s.takeHeld(j.ID)
+	if held {
+		t.Release()
+	} else {
+		v = w.call(ctx, j, t)
+	}
 
 	// The store already moved a canceled job or a lost lease on: write
 	// nothing.
@@ -86,6 +94,13 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 		// write because the job is canceled, not because a rescuer took it.
 		outcome = AttemptCanceled
 	}
+}
+
+// heldAnswer is an answer held in memory under the lease token it was
+// called with.
+type heldAnswer struct {
+	token int64
+	v     verdict
 }
 
 // lease is what a running job's worker knows of its lease: until when the
@@ -287,6 +302,7 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 	s := w.s
 	cfg := s.cfg
 	wait := writeRetryFirst
+	holding := false
 	for tries := 1; ; tries++ {
 		st, err := w.writeOnce(j, v)
 		switch {
@@ -303,14 +319,27 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 		// Trust the lease only while one more heartbeat could renew it
 		// before it runs out (the rescuer goes by the store's copy).
 		trusted := now.Add(wait).Before(l.trustedUntil().Add(-cfg.HeartbeatEvery))
-		if stopping || !trusted || !keepable(v) {
-			if tries == 1 || !keepable(v) {
-				cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
-			}
-			if keepable(v) {
-				w.spoolResult(j, v, err)
-			}
+		if !keepable(v) {
+			cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
 			return AttemptStoreError
+		}
+		if stopping || !trusted {
+			if w.spoolResult(j, v, err) {
+				return AttemptStoreError
+			}
+			if stopping {
+				cfg.Logger.Error("dropping a job result the store could not take: the job will be called again",
+					"job", j.ID, "err", err)
+				return AttemptStoreError
+			}
+			// The spool cannot take it (full, on the full disk, or none):
+			// hold it here and go on retrying. A claim of the job in this
+			// process (after a rescue) takes the answer instead of calling.
+			if !holding {
+				holding = true
+				s.hold(j, v)
+				defer s.unhold(j)
+			}
 		}
 		if tries == 1 {
 			cfg.Logger.Warn("recording job result; retrying while the lease holds", "job", j.ID, "err", err)
@@ -357,22 +386,47 @@ func (w *worker) completeAfterLoss(j *jobstore.Job, v verdict) bool {
 	return err == nil
 }
 
-// spoolResult keeps v in the spool after the store failed with cause.
-func (w *worker) spoolResult(j *jobstore.Job, v verdict, cause error) {
+// spoolResult keeps v in the spool after the store failed with cause, and
+// reports whether it did.
+func (w *worker) spoolResult(j *jobstore.Job, v verdict, cause error) bool {
 	s := w.s
 	if s.spool == nil {
-		s.cfg.Logger.Error("dropping a job result the store could not take (no spool_dir): the job will be called again",
-			"job", j.ID, "err", cause)
-		return
+		return false
 	}
 	e := spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: w.upstream, WebhookURL: j.WebhookURL, BodySHA256: bodyHash(j.Body),
 		Complete: v.complete, Fail: v.fail, SpooledAt: s.cfg.Clock.Now()}
 	if err := s.spool.put(e); err != nil {
-		s.cfg.Logger.Error("dropping a job result the store could not take: the job will be called again",
-			"job", j.ID, "err", err, "store_err", cause)
-		return
+		s.cfg.Logger.Warn("spooling a job result the store could not take", "job", j.ID, "err", err, "store_err", cause)
+		return false
 	}
 	s.cfg.Logger.Warn("kept a job result in the spool until the store answers", "job", j.ID, "err", cause)
+	return true
+}
+
+// hold registers an answer a worker keeps in memory past j's lease.
+func (s *Service) hold(j *jobstore.Job, v verdict) {
+	s.heldMu.Lock()
+	s.held[j.ID] = heldAnswer{token: j.Lease.Token, v: v}
+	s.heldMu.Unlock()
+}
+
+// unhold withdraws the answer held under j's lease, unless a later claim
+// of the job took it.
+func (s *Service) unhold(j *jobstore.Job) {
+	s.heldMu.Lock()
+	if h, ok := s.held[j.ID]; ok && h.token == j.Lease.Token {
+		delete(s.held, j.ID)
+	}
+	s.heldMu.Unlock()
+}
+
+// takeHeld hands over the answer held for job id, if any.
+func (s *Service) takeHeld(id int64) (verdict, bool) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	h, ok := s.held[id]
+	delete(s.held, id)
+	return h.v, ok
 }
 
 // recorded accounts for v written in state st.

@@ -57,6 +57,9 @@ type Service struct {
 
 	replayMu sync.Mutex // one write-back of the spool at a time
 
+	heldMu sync.Mutex
+	held   map[int64]heldAnswer // answers held in memory past their lease (the spool could not take them)
+
 	rmu sync.Mutex
 	rnd *rand.Rand
 
@@ -86,6 +89,7 @@ func New(cfg Config) (*Service, error) {
 		backoff:     flow.Backoff{Base: cfg.RetryBaseDelay, Max: cfg.RetryMaxDelay}.WithDefaults(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		runningJobs: map[int64]context.CancelCauseFunc{},
+		held:        map[int64]heldAnswer{},
 		finished:    make(chan struct{}),
 	}
 	for name := range cfg.Dispatchers {

@@ -75,9 +75,11 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 	tests := []struct {
 		name           string
 		heartbeatsFail bool
+		spoolFull      bool // the spool cannot take the answer (full, or on the full disk)
 	}{
-		{"heartbeats pass", false},
-		{"heartbeats fail", true},
+		{"heartbeats pass", false, false},
+		{"heartbeats fail", true, false},
+		{"heartbeats fail, spool full", true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +91,9 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 			s := newService(t, st, d, nil, func(c *Config) {
 				c.Clock, c.RescueInterval, c.LeaseFor, c.HeartbeatEvery, c.Logger = clk, -1, lease, beat, quiet
 				c.SpoolDir = filepath.Join(t.TempDir(), "spool")
+				if tc.spoolFull {
+					c.SpoolMaxBytes = 1
+				}
 			})
 			j := submit(t, s, "")
 			<-entered
@@ -116,6 +121,14 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 				}
 				require.Equal(t, jobstore.RescueResult{}, rescue(), "a worker holding its answer keeps its lease")
 				require.Zero(t, s.spool.len(), "a renewed lease needs no spool")
+			} else if tc.spoolFull {
+				for !s.holds(j.ID) {
+					step()
+				}
+				require.Less(t, clk.Now().Sub(claimed), lease, "held before the lease ran out")
+				clk.Advance(lease)
+				require.Equal(t, jobstore.RescueResult{Requeued: 1}, rescue())
+				require.True(t, s.holds(j.ID), "the answer is still held in memory")
 			} else {
 				for s.spool.len() == 0 {
 					step()
@@ -138,8 +151,16 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 			}
 			require.Equal(t, 1, d.Calls(), "the held answer was never paid for twice")
 			require.True(t, s.spoolEmpty())
+			require.Eventually(t, func() bool { return !s.holds(j.ID) }, 5*time.Second, time.Millisecond, "the held answer is let go")
 		})
 	}
+}
+
+func (s *Service) holds(id int64) bool {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	_, ok := s.held[id]
+	return ok
 }
 
 // TestSpoolBounds: the spool refuses entries past its bounds in bytes and
