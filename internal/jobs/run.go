@@ -63,10 +63,16 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	// An answer this process still holds for the job (its first lease
 	// ran out while the store was away and the spool could not take it)
 	// is written with this lease instead of calling again.
-	v, held := s.takeHeld(j.ID)
-	if held {
+	v, held, answered := s.answers.claimed(j.ID)
+	switch {
+	case answered:
+		// Written after its lease was lost, while this claim was made.
 		t.Release()
-	} else {
+		outcome = AttemptLeaseLost
+		return
+	case held:
+		t.Release()
+	default:
 		v = w.call(ctx, j, t)
 	}
 
@@ -94,13 +100,6 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 		// write because the job is canceled, not because a rescuer took it.
 		outcome = AttemptCanceled
 	}
-}
-
-// heldAnswer is an answer held in memory under the lease token it was
-// called with.
-type heldAnswer struct {
-	token int64
-	v     verdict
 }
 
 // lease is what a running job's worker knows of its lease: until when the
@@ -309,10 +308,24 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 		case err == nil:
 			return w.recorded(j, v, st)
 		case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
-			if v.complete != nil && !errors.Is(context.Cause(ctx), errJobCanceled) && w.completeAfterLoss(j, v) {
-				return w.recorded(j, v, jobstore.StateSucceeded)
+			if v.complete == nil || errors.Is(context.Cause(ctx), errJobCanceled) {
+				return AttemptLeaseLost
 			}
-			return AttemptLeaseLost
+			// The rescuer requeued the job while the store could not hear
+			// the heartbeats: offer the answer through CompleteSpooled,
+			// which takes it while the job is live, so that no claim here
+			// starts the job's call meanwhile.
+			taken, cerr := s.answers.completeLost(j.ID, j.Lease.Token, holding, cfg.Clock.Now(), cfg.LeaseFor,
+				func() error { return w.completeSpooled(j, v) })
+			switch {
+			case taken:
+				return AttemptLeaseLost // a claim here writes the answer
+			case cerr == nil:
+				return w.recorded(j, v, jobstore.StateSucceeded)
+			case !holding || !errors.Is(cerr, jobstore.ErrUnavailable):
+				return AttemptLeaseLost
+			}
+			err = cerr // the store went away again: keep holding
 		}
 		now := cfg.Clock.Now()
 		stopping := w.jobCtx.Err() != nil
@@ -337,8 +350,8 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 			// process (after a rescue) takes the answer instead of calling.
 			if !holding {
 				holding = true
-				s.hold(j, v)
-				defer s.unhold(j)
+				s.answers.hold(j.ID, j.Lease.Token, v)
+				defer s.answers.unhold(j.ID, j.Lease.Token)
 			}
 		}
 		if tries == 1 {
@@ -375,15 +388,13 @@ func (w *worker) writeOnce(j *jobstore.Job, v verdict) (jobstore.State, error) {
 	return s.store.Fail(ctx, p)
 }
 
-// completeAfterLoss offers a success whose lease was lost (the rescuer
-// requeued the job while the store could not hear the heartbeats) through
-// CompleteSpooled, and reports whether the store took it.
-func (w *worker) completeAfterLoss(j *jobstore.Job, v verdict) bool {
+// completeSpooled writes a success whose lease was lost through
+// CompleteSpooled.
+func (w *worker) completeSpooled(j *jobstore.Job, v verdict) error {
 	s := w.s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.jobCtx), handBackTimeout)
 	defer cancel()
-	err := s.store.CompleteSpooled(ctx, jobstore.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: s.cfg.Clock.Now()})
-	return err == nil
+	return s.store.CompleteSpooled(ctx, jobstore.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: s.cfg.Clock.Now()})
 }
 
 // spoolResult keeps v in the spool after the store failed with cause, and
@@ -401,32 +412,6 @@ func (w *worker) spoolResult(j *jobstore.Job, v verdict, cause error) bool {
 	}
 	s.cfg.Logger.Warn("kept a job result in the spool until the store answers", "job", j.ID, "err", cause)
 	return true
-}
-
-// hold registers an answer a worker keeps in memory past j's lease.
-func (s *Service) hold(j *jobstore.Job, v verdict) {
-	s.heldMu.Lock()
-	s.held[j.ID] = heldAnswer{token: j.Lease.Token, v: v}
-	s.heldMu.Unlock()
-}
-
-// unhold withdraws the answer held under j's lease, unless a later claim
-// of the job took it.
-func (s *Service) unhold(j *jobstore.Job) {
-	s.heldMu.Lock()
-	if h, ok := s.held[j.ID]; ok && h.token == j.Lease.Token {
-		delete(s.held, j.ID)
-	}
-	s.heldMu.Unlock()
-}
-
-// takeHeld hands over the answer held for job id, if any.
-func (s *Service) takeHeld(id int64) (verdict, bool) {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	h, ok := s.held[id]
-	delete(s.held, id)
-	return h.v, ok
 }
 
 // recorded accounts for v written in state st.

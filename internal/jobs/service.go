@@ -55,10 +55,8 @@ type Service struct {
 	handler   http.Handler
 	spool     *spool // nil without Config.SpoolDir
 
-	replayMu sync.Mutex // one write-back of the spool at a time
-
-	heldMu sync.Mutex
-	held   map[int64]heldAnswer // answers held in memory past their lease (the spool could not take them)
+	replayMu sync.Mutex  // one write-back of the spool at a time
+	answers  heldAnswers // answers held in memory past their lease
 
 	rmu sync.Mutex
 	rnd *rand.Rand
@@ -89,7 +87,6 @@ func New(cfg Config) (*Service, error) {
 		backoff:     flow.Backoff{Base: cfg.RetryBaseDelay, Max: cfg.RetryMaxDelay}.WithDefaults(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		runningJobs: map[int64]context.CancelCauseFunc{},
-		held:        map[int64]heldAnswer{},
 		finished:    make(chan struct{}),
 	}
 	for name := range cfg.Dispatchers {

@@ -290,7 +290,10 @@ func (s *Service) applySpooled(ctx context.Context, name string, e spoolEntry) b
 	case err != nil:
 		// ErrNotFound (deleted: dropped below), or the store is away.
 	case e.Complete != nil:
-		err = s.store.CompleteSpooled(wctx, jobstore.CompleteParams{ID: e.JobID, Token: e.Token, Result: *e.Complete, Now: now})
+		// No claim here may start the job's call while its answer goes in.
+		_, err = s.answers.completeLost(e.JobID, e.Token, false, now, s.cfg.LeaseFor, func() error {
+			return s.store.CompleteSpooled(wctx, jobstore.CompleteParams{ID: e.JobID, Token: e.Token, Result: *e.Complete, Now: now})
+		})
 	default:
 		p := *e.Fail
 		p.ID, p.Token, p.Now = e.JobID, e.Token, now

@@ -157,9 +157,9 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 }
 
 func (s *Service) holds(id int64) bool {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	_, ok := s.held[id]
+	s.answers.mu.Lock()
+	defer s.answers.mu.Unlock()
+	_, ok := s.answers.held[id]
 	return ok
 }
 
