@@ -296,7 +296,9 @@ const (
 // need not be called again). A store that cannot answer is retried with
 // backoff on the clock while the lease can be trusted (the heartbeat keeps
 // renewing it); past that point, or when the service stops, a success or a
-// terminal failure goes to the spool, written back before any claim.
+// terminal failure goes to the spool, written back before any claim, or,
+// when the spool cannot take it, is held in memory (heldAnswers) and
+// retried until the service stops.
 func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease) AttemptOutcome {
 	s := w.s
 	cfg := s.cfg
@@ -332,11 +334,12 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 		// Trust the lease only while one more heartbeat could renew it
 		// before it runs out (the rescuer goes by the store's copy).
 		trusted := now.Add(wait).Before(l.trustedUntil().Add(-cfg.HeartbeatEvery))
-		if !keepable(v) {
-			cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
-			return AttemptStoreError
-		}
 		if stopping || !trusted {
+			if !keepable(v) {
+				// A retry or reschedule: the job is called again anyway.
+				cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
+				return AttemptStoreError
+			}
 			if w.spoolResult(j, v, err) {
 				return AttemptStoreError
 			}
