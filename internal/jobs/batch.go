@@ -133,7 +133,7 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		storeError(w, "queueing the batch", err)
+		s.storeError(w, "queueing the batch", err)
 		return
 	}
 	s.cfg.Observer.Submitted(upstream, len(params.Jobs))
@@ -174,7 +174,7 @@ func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) (*jobstore.Ba
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return nil, false
 	case err != nil:
-		storeError(w, "loading the batch", err)
+		s.storeError(w, "loading the batch", err)
 		return nil, false
 	}
 	return b, true
@@ -196,7 +196,7 @@ func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 			return nil
 		})
 		if err != nil {
-			storeError(w, "counting the batch", err)
+			s.storeError(w, "counting the batch", err)
 			return
 		}
 		v.RequestCounts.Errored -= expiredN
@@ -261,7 +261,7 @@ func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return
 	case err != nil:
-		storeError(w, "canceling the batch", err)
+		s.storeError(w, "canceling the batch", err)
 		return
 	}
 	for _, jid := range res.Running {

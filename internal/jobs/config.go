@@ -69,6 +69,10 @@ const (
 	WebhookConcurrencyDefault = 16
 	// MaxStallsDefault is how many expired leases a job survives.
 	MaxStallsDefault = jobstore.MaxStallsDefault
+	// SpoolMaxBytesDefault bounds the result spool's bytes.
+	SpoolMaxBytesDefault = 1 << 30
+	// SpoolMaxEntriesDefault bounds the result spool's entries.
+	SpoolMaxEntriesDefault = 10_000
 )
 
 // Dispatcher is what the runtime needs from an upstream's engine: an
@@ -165,6 +169,19 @@ type Config struct {
 	// WebhookConcurrency is how many POSTs this gateway runs at once.
 	// Defaults to WebhookConcurrencyDefault.
 	WebhookConcurrency int
+	// SpoolDir is the directory where a worker keeps a finished result
+	// (a success, or a terminal failure) that the store could not take
+	// before the worker's lease could no longer be trusted or the service
+	// stopped; the results there are written back before any claim, at
+	// start-up and after an outage. Defaults to empty: no spool (such a
+	// result is dropped and its job called again once its lease expires).
+	SpoolDir string
+	// SpoolMaxBytes bounds the bytes the spool holds; a result that does
+	// not fit is dropped (and logged). Defaults to SpoolMaxBytesDefault.
+	SpoolMaxBytes int64
+	// SpoolMaxEntries bounds the results the spool holds. Defaults to
+	// SpoolMaxEntriesDefault.
+	SpoolMaxEntries int
 	// ClientOf names the submitter of an HTTP request (for fairness and
 	// listing). Defaults to the X-Sluice-Client header.
 	ClientOf func(r *http.Request) string
@@ -210,6 +227,8 @@ func (c Config) WithDefaults() Config {
 	c.WebhookBaseDelay = cmp.Or(c.WebhookBaseDelay, WebhookBaseDelayDefault)
 	c.WebhookMaxDelay = cmp.Or(c.WebhookMaxDelay, max(WebhookMaxDelayDefault, c.WebhookBaseDelay))
 	c.WebhookConcurrency = cmp.Or(c.WebhookConcurrency, WebhookConcurrencyDefault)
+	c.SpoolMaxBytes = cmp.Or(c.SpoolMaxBytes, SpoolMaxBytesDefault)
+	c.SpoolMaxEntries = cmp.Or(c.SpoolMaxEntries, SpoolMaxEntriesDefault)
 	if c.PriorityOf == nil {
 		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
 	}
@@ -282,6 +301,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("WebhookMaxDelay (%v) must be >= WebhookBaseDelay (%v)", c.WebhookMaxDelay, c.WebhookBaseDelay)
 	case c.WebhookConcurrency < 1:
 		return fmt.Errorf("WebhookConcurrency must be >= 1, got %d", c.WebhookConcurrency)
+	case c.SpoolMaxBytes < 1:
+		return fmt.Errorf("SpoolMaxBytes must be >= 1, got %d", c.SpoolMaxBytes)
+	case c.SpoolMaxEntries < 1:
+		return fmt.Errorf("SpoolMaxEntries must be >= 1, got %d", c.SpoolMaxEntries)
 	}
 	if _, err := webhook.NewSigner(c.WebhookSecret); err != nil {
 		return fmt.Errorf("WebhookSecret: %w", err)

@@ -39,6 +39,16 @@
 //	quota, client error, too large, x-should-retry: false → dead, the provider's error kept
 //	attempts or deadline exhausted          → dead
 //
+// A store that cannot take the result (jobstore.ErrUnavailable) does not
+// lose it: the write is retried with backoff while the lease can be
+// trusted, the heartbeat renewing it all along (an outage is no lost
+// lease); past that point, or at Stop, a success or terminal failure is
+// kept in the spool (Config.SpoolDir, spool.go) and written back before
+// any claim, at start-up too, through jobstore.Store.CompleteSpooled,
+// which keeps the answer even if the rescuer requeued the job. A job is
+// therefore called again only for a call in flight at a crash, or in the
+// windows docs/jobs.md lists.
+//
 // Every call that reaches the provider burns one of the job's MaxAttempts
 // (a half-open breaker probe included), so MaxAttempts bounds the job's
 // provider calls and its error history has one entry per failed call.

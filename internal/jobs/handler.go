@@ -172,7 +172,7 @@ func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		storeError(w, "queueing the job", err)
+		s.storeError(w, "queueing the job", err)
 		return
 	}
 	status := http.StatusAccepted
@@ -218,14 +218,14 @@ func (s *Service) serveGet(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the client left
 		}
-		storeError(w, "loading the job", err)
+		s.storeError(w, "loading the job", err)
 		return
 	}
 	v := s.view(j, r.URL.Query().Get("include") == "request")
 	if j.WebhookURL != "" && j.State.Finished() {
 		ds, err := s.store.Deliveries(r.Context(), id)
 		if err != nil {
-			storeError(w, "loading the job's webhook deliveries", err)
+			s.storeError(w, "loading the job's webhook deliveries", err)
 			return
 		}
 		for _, d := range ds {
@@ -252,7 +252,7 @@ func (s *Service) serveRedeliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		storeError(w, "redelivering the webhook", err)
+		s.storeError(w, "redelivering the webhook", err)
 		return
 	}
 	s.hooks.kick()
@@ -289,7 +289,7 @@ func (s *Service) serveCancel(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, jobstore.ErrConflict):
 		writeError(w, http.StatusConflict, "job %d already finished; it cannot be canceled", id)
 	case err != nil:
-		storeError(w, "canceling the job", err)
+		s.storeError(w, "canceling the job", err)
 	default:
 		writeJSON(w, http.StatusOK, s.view(j, false))
 	}
@@ -302,7 +302,7 @@ func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := s.store.Requeue(r.Context(), jobstore.RequeueParams{IDs: []int64{id}, Now: s.cfg.Clock.Now()})
 	if err != nil && !errors.Is(err, jobstore.ErrConflict) && !errors.Is(err, jobstore.ErrNotFound) {
-		requeueError(w, err)
+		s.requeueError(w, err)
 		return
 	}
 	j, err := s.store.Get(r.Context(), id)
@@ -310,7 +310,7 @@ func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no job %d", id)
 	case err != nil:
-		storeError(w, "loading the job", err)
+		s.storeError(w, "loading the job", err)
 	case n == 0:
 		writeError(w, http.StatusConflict, "job %d is %s; only dead jobs can be retried", id, j.State)
 	default:
@@ -319,7 +319,7 @@ func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 }
 
 // requeueError answers a failed Requeue.
-func requeueError(w http.ResponseWriter, err error) {
+func (s *Service) requeueError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
@@ -328,7 +328,7 @@ func requeueError(w http.ResponseWriter, err error) {
 	case errors.Is(err, jobstore.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "%v", err)
 	default:
-		storeError(w, "requeueing jobs", err)
+		s.storeError(w, "requeueing jobs", err)
 	}
 }
 
@@ -358,7 +358,7 @@ func (s *Service) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := s.store.Requeue(r.Context(), jobstore.RequeueParams{IDs: req.IDs, Upstream: req.Upstream, BatchID: req.BatchID, All: req.All, Now: s.cfg.Clock.Now()})
 	if err != nil {
-		requeueError(w, err)
+		s.requeueError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
@@ -407,7 +407,7 @@ func (s *Service) serveList(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.store.List(r.Context(), p)
 	if err != nil {
-		storeError(w, "listing jobs", err)
+		s.storeError(w, "listing jobs", err)
 		return
 	}
 	out := ListResponse{Object: "list", Data: make([]JobView, 0, len(page.Jobs))}
@@ -431,7 +431,7 @@ func (s *Service) servePause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.store.SetPaused(r.Context(), jobstore.PauseParams{Upstream: name, Paused: action == "pause", Now: s.cfg.Clock.Now()}); err != nil {
-		storeError(w, "pausing the upstream", err)
+		s.storeError(w, "pausing the upstream", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"upstream": name, "paused": action == "pause"})
@@ -440,7 +440,7 @@ func (s *Service) servePause(w http.ResponseWriter, r *http.Request) {
 func (s *Service) servePaused(w http.ResponseWriter, r *http.Request) {
 	names, err := s.store.PausedUpstreams(r.Context())
 	if err != nil {
-		storeError(w, "listing paused upstreams", err)
+		s.storeError(w, "listing paused upstreams", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"paused": append([]string{}, names...)})

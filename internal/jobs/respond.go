@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // APIError is the JSON error every job API route answers with, shaped like
@@ -111,8 +113,22 @@ func bodyError(w http.ResponseWriter, err error, limit int64) {
 	writeError(w, http.StatusBadRequest, "%v", err)
 }
 
-// storeError answers a store failure.
-func storeError(w http.ResponseWriter, what string, err error) {
+// StoreRetryAfter is the retry-after a client gets while the job store is
+// unavailable.
+const StoreRetryAfter = 5 * time.Second
+
+// storeError answers a store failure. A store that cannot answer
+// (jobstore.ErrUnavailable: unreachable, full, read-only) is an outage: 503
+// with retry-after and a message without the driver's detail, which goes
+// to the log. Anything else is a 500, also logged.
+func (s *Service) storeError(w http.ResponseWriter, what string, err error) {
 	// ErrNotFound and friends are answered by callers that expect them.
-	writeError(w, http.StatusInternalServerError, "%s: %v", what, err)
+	if errors.Is(err, jobstore.ErrUnavailable) {
+		s.cfg.Logger.Warn("job store unavailable", "doing", what, "err", err)
+		WriteAPIError(w, frontdoor.Problem{Status: http.StatusServiceUnavailable, Type: "overloaded_error",
+			Message: what + ": the job store is unavailable; retry later", RetryAfter: StoreRetryAfter, ShouldRetry: true}, nil)
+		return
+	}
+	s.cfg.Logger.Error("job store failed", "doing", what, "err", err)
+	writeError(w, http.StatusInternalServerError, "%s: the job store failed", what)
 }

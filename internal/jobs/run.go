@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -32,7 +33,9 @@ type verdict struct {
 }
 
 // run executes one leased job with its admission ticket: one call with a
-// heartbeat, then the verdict written with the lease's fencing token.
+// heartbeat, then the verdict written with the lease's fencing token. The
+// heartbeat goes on until the verdict is written: a worker holding a paid
+// answer keeps its lease while it retries the write (see write).
 func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	s := w.s
 	obs := s.cfg.Observer
@@ -45,15 +48,33 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	s.track(j.ID, cancel)
 	defer s.untrack(j.ID)
 
+	l := &lease{}
+	l.renewed(cmp.Or(j.Lease.ExpiresAt, start.Add(s.cfg.LeaseFor)))
 	hbDone := make(chan struct{})
 	hbStop := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		w.heartbeat(ctx, j, cancel, hbStop)
+		w.heartbeat(ctx, j, l, cancel, hbStop)
 	}()
-	v := w.call(ctx, j, t)
-	close(hbStop)
-	<-hbDone
+	defer func() {
+		close(hbStop)
+		<-hbDone
+	}()
+	// An answer this process still holds for the job (its first lease
+	// ran out while the store was away and the spool could not take it)
+	// is written with this lease instead of calling again.
+	v, held, answered := s.answers.claimed(j.ID)
+	switch {
+	case answered:
+		// Written after its lease was lost, while this claim was made.
+		t.Release()
+		outcome = AttemptLeaseLost
+		return
+	case held:
+		t.Release()
+	default:
+		v = w.call(ctx, j, t)
+	}
 
 	// The store already moved a canceled job or a lost lease on: write
 	// nothing.
@@ -73,12 +94,32 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 			Error: jobstore.AttemptError{Kind: llm.Transient.String(), Message: "gateway stopped during the call; requeued"}},
 			outcome: AttemptStopped}
 	}
-	outcome = w.write(j, v)
+	outcome = w.write(ctx, j, v, l)
 	if outcome == AttemptLeaseLost && errors.Is(context.Cause(ctx), errJobCanceled) {
 		// Canceled here after the call returned: the store refused the
 		// write because the job is canceled, not because a rescuer took it.
 		outcome = AttemptCanceled
 	}
+}
+
+// lease is what a running job's worker knows of its lease: until when the
+// store last agreed to hold it. Safe for concurrent use.
+type lease struct {
+	mu    sync.Mutex
+	until time.Time
+}
+
+func (l *lease) renewed(until time.Time) {
+	l.mu.Lock()
+	l.until = until
+	l.mu.Unlock()
+}
+
+// trustedUntil is when the lease runs out unless renewed.
+func (l *lease) trustedUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
 }
 
 // queueWait is how long j waited to start at now since it became available.
@@ -90,25 +131,40 @@ func queueWait(j *jobstore.Job, now time.Time) time.Duration {
 	return max(now.Sub(from), 0)
 }
 
-// heartbeat renews j's lease until stop; a lost lease aborts the call.
-func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+// heartbeat renews j's lease until stop. A lost lease (ErrLeaseLost,
+// ErrNotFound) aborts the call; a store that cannot answer is no lost
+// lease: the heartbeat keeps trying, and l tells the result write how long
+// the lease can still be trusted.
+func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, l *lease, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	cfg := w.s.cfg
 	t := cfg.Clock.NewTimer(cfg.HeartbeatEvery)
 	defer t.Stop()
+	// The result write may outlive ctx (a shutdown keeps a held answer
+	// until it is written or spooled): renew on a context of its own.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	go func() {
+		select {
+		case <-stop:
+		case <-hctx.Done():
+		}
+		hcancel()
+	}()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-ctx.Done():
-			return
 		case <-t.C():
 		}
-		err := w.s.store.Heartbeat(ctx, jobstore.HeartbeatParams{ID: j.ID, Token: j.Lease.Token, LeaseFor: cfg.LeaseFor, Now: cfg.Clock.Now()})
+		now := cfg.Clock.Now()
+		err := w.s.store.Heartbeat(hctx, jobstore.HeartbeatParams{ID: j.ID, Token: j.Lease.Token, LeaseFor: cfg.LeaseFor, Now: now})
 		switch {
+		case err == nil:
+			l.renewed(now.Add(cfg.LeaseFor))
 		case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
 			cancel(errLeaseLost)
 			return
-		case err != nil && ctx.Err() == nil:
+		case hctx.Err() == nil:
 			cfg.Logger.Warn("renewing job lease", "job", j.ID, "err", err)
 		}
 		t.Reset(cfg.HeartbeatEvery)
@@ -227,40 +283,158 @@ func (w *worker) fated(_ *jobstore.Job, f dispatch.Fate, out llm.Outcome, res *j
 	}
 }
 
+// Result-write retry backoff: the first wait, doubling up to the cap.
+const (
+	writeRetryFirst = 100 * time.Millisecond
+	writeRetryMax   = 5 * time.Second
+)
+
 // write records v with the job's fencing token and returns the attempt's
 // outcome. A lost lease means another worker (or a cancel) owns the job
-// now: nothing is overwritten.
-func (w *worker) write(j *jobstore.Job, v verdict) AttemptOutcome {
+// now: nothing is overwritten (but a success is still offered through
+// CompleteSpooled, which takes it only if the job is live: a rescued job
+// need not be called again). A store that cannot answer is retried with
+// backoff on the clock while the lease can be trusted (the heartbeat keeps
+// renewing it); past that point, or when the service stops, a success or a
+// terminal failure goes to the spool, written back before any claim, or,
+// when the spool cannot take it, is held in memory (heldAnswers) and
+// retried until the service stops.
+func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease) AttemptOutcome {
+	s := w.s
+	cfg := s.cfg
+	wait := writeRetryFirst
+	holding := false
+	for tries := 1; ; tries++ {
+		st, err := w.writeOnce(j, v)
+		switch {
+		case err == nil:
+			return w.recorded(j, v, st)
+		case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
+			if v.complete == nil || errors.Is(context.Cause(ctx), errJobCanceled) {
+				return AttemptLeaseLost
+			}
+			// The rescuer requeued the job while the store could not hear
+			// the heartbeats: offer the answer through CompleteSpooled,
+			// which takes it while the job is live, so that no claim here
+			// starts the job's call meanwhile.
+			taken, cerr := s.answers.completeLost(j.ID, j.Lease.Token, holding, cfg.Clock.Now(), cfg.LeaseFor,
+				func() error { return w.completeSpooled(j, v) })
+			switch {
+			case taken:
+				return AttemptLeaseLost // a claim here writes the answer
+			case cerr == nil:
+				return w.recorded(j, v, jobstore.StateSucceeded)
+			case !holding || !errors.Is(cerr, jobstore.ErrUnavailable):
+				return AttemptLeaseLost
+			}
+			err = cerr // the store went away again: keep holding
+		}
+		now := cfg.Clock.Now()
+		stopping := w.jobCtx.Err() != nil
+		// Trust the lease only while one more heartbeat could renew it
+		// before it runs out (the rescuer goes by the store's copy).
+		trusted := now.Add(wait).Before(l.trustedUntil().Add(-cfg.HeartbeatEvery))
+		if stopping || !trusted {
+			if !keepable(v) {
+				// A retry or reschedule: the job is called again anyway.
+				cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
+				return AttemptStoreError
+			}
+			if w.spoolResult(j, v, err) {
+				return AttemptStoreError
+			}
+			if stopping {
+				cfg.Logger.Error("dropping a job result the store could not take: the job will be called again",
+					"job", j.ID, "err", err)
+				return AttemptStoreError
+			}
+			// The spool cannot take it (full, on the full disk, or none):
+			// hold it here and go on retrying. A claim of the job in this
+			// process (after a rescue) takes the answer instead of calling.
+			if !holding {
+				holding = true
+				s.answers.hold(j.ID, j.Lease.Token, v)
+				defer s.answers.unhold(j.ID, j.Lease.Token)
+			}
+		}
+		if tries == 1 {
+			cfg.Logger.Warn("recording job result; retrying while the lease holds", "job", j.ID, "err", err)
+		}
+		t := cfg.Clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-w.jobCtx.Done():
+		}
+		t.Stop()
+		wait = min(2*wait, writeRetryMax)
+	}
+}
+
+// keepable reports whether v is worth keeping past its lease: a success
+// or a terminal failure (a retry or reschedule calls the job again in any
+// case).
+func keepable(v verdict) bool {
+	return v.complete != nil || (v.fail != nil && v.fail.Kind == jobstore.FailTerminal)
+}
+
+// writeOnce makes one attempt at the store write of v.
+func (w *worker) writeOnce(j *jobstore.Job, v verdict) (jobstore.State, error) {
 	s := w.s
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.jobCtx), handBackTimeout)
 	defer cancel()
 	now := s.cfg.Clock.Now()
-	var err error
-	st := jobstore.StateSucceeded
 	if v.complete != nil {
-		err = s.store.Complete(ctx, jobstore.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: now})
-	} else {
-		p := *v.fail
-		p.ID, p.Token, p.Now = j.ID, j.Lease.Token, now
-		st, err = s.store.Fail(ctx, p)
+		return jobstore.StateSucceeded, s.store.Complete(ctx, jobstore.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: now})
 	}
-	switch {
-	case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
-		return AttemptLeaseLost
-	case err != nil:
-		s.cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
-		return AttemptStoreError
+	p := *v.fail
+	p.ID, p.Token, p.Now = j.ID, j.Lease.Token, now
+	return s.store.Fail(ctx, p)
+}
+
+// completeSpooled writes a success whose lease was lost through
+// CompleteSpooled.
+func (w *worker) completeSpooled(j *jobstore.Job, v verdict) error {
+	s := w.s
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.jobCtx), handBackTimeout)
+	defer cancel()
+	return s.store.CompleteSpooled(ctx, jobstore.CompleteParams{ID: j.ID, Token: j.Lease.Token, Result: *v.complete, Now: s.cfg.Clock.Now()})
+}
+
+// spoolResult keeps v in the spool after the store failed with cause, and
+// reports whether it did.
+func (w *worker) spoolResult(j *jobstore.Job, v verdict, cause error) bool {
+	s := w.s
+	if s.spool == nil {
+		return false
 	}
+	e := spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: w.upstream, WebhookURL: j.WebhookURL, BodySHA256: bodyHash(j.Body),
+		Complete: v.complete, Fail: v.fail, SpooledAt: s.cfg.Clock.Now()}
+	if err := s.spool.put(e); err != nil {
+		s.cfg.Logger.Warn("spooling a job result the store could not take", "job", j.ID, "err", err, "store_err", cause)
+		return false
+	}
+	s.cfg.Logger.Warn("kept a job result in the spool until the store answers", "job", j.ID, "err", cause)
+	return true
+}
+
+// recorded accounts for v written in state st.
+func (w *worker) recorded(j *jobstore.Job, v verdict, st jobstore.State) AttemptOutcome {
 	if !st.Finished() {
 		return v.outcome
 	}
-	s.cfg.Observer.Finished(w.upstream, st, 1)
-	s.announce()
-	if j.WebhookURL != "" {
-		s.hooks.kick() // the store wrote its outbox row with the result
-	}
+	w.s.finishedHere(w.upstream, j.ID, j.WebhookURL, st)
 	if st == jobstore.StateDead {
 		return AttemptDead // a retry or reschedule past the job's attempts or deadline
 	}
 	return v.outcome
+}
+
+// finishedHere announces a job this process finished: metrics, long
+// polls, its webhook.
+func (s *Service) finishedHere(upstream string, id int64, webhookURL string, st jobstore.State) {
+	s.cfg.Observer.Finished(upstream, st, 1)
+	s.announce()
+	if webhookURL != "" {
+		s.hooks.kick() // the store wrote its outbox row with the result
+	}
 }

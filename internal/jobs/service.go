@@ -58,6 +58,10 @@ type Service struct {
 	handler   http.Handler
 	hooks     *webhookSender
 	signer    *standardwebhooks.Webhook // nil: webhooks unsigned
+	spool     *spool // nil without Config.SpoolDir
+
+	replayMu sync.Mutex  // one write-back of the spool at a time
+	answers  heldAnswers // answers held in memory past their lease
 
 	rmu sync.Mutex
 	rnd *rand.Rand
@@ -112,6 +116,13 @@ func New(cfg Config) (*Service, error) {
 		s.signer, _ = webhook.NewSigner(cfg.WebhookSecret) // validated above
 	}
 	s.hooks = newWebhookSender(s)
+	if cfg.SpoolDir != "" {
+		sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, cfg.SpoolMaxEntries)
+		if err != nil {
+			return nil, fmt.Errorf("configuring job service: SpoolDir: %w", err)
+		}
+		s.spool = sp
+	}
 	s.handler = s.routes()
 	return s, nil
 }

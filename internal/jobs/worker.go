@@ -131,8 +131,11 @@ func (w *worker) loop(ctx context.Context) {
 	for {
 		if refresh {
 			refresh = false
-			b, err := w.s.store.Backlog(ctx, w.upstream, cfg.Clock.Now(), limit)
-			if err != nil {
+			// Spooled results go back to the store before anything is
+			// claimed: a job whose answer is spooled is not called again.
+			if !w.s.replaySpool(ctx) {
+				backlog = [llm.NumPriorities]int{}
+			} else if b, err := w.s.store.Backlog(ctx, w.upstream, cfg.Clock.Now(), limit); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
@@ -164,7 +167,7 @@ func (w *worker) loop(ctx context.Context) {
 			}
 		}
 		if h != nil {
-			if sum(pending) == 0 && sum(backlog) == 0 {
+			if sum(pending) == 0 && sum(backlog) == 0 && w.s.spoolEmpty() {
 				h.Offer(limit - running - pendingHandoffs())
 			} else {
 				h.Withdraw(-1) // queued jobs go before new ones
@@ -247,6 +250,9 @@ func (w *worker) collect(g grant, pending *[llm.NumPriorities]int, ready *[llm.N
 // claim claims up to limit available jobs of class.
 func (w *worker) claim(ctx context.Context, class llm.Priority, limit int) []*jobstore.Job {
 	cfg := w.s.cfg
+	if !w.s.replaySpool(ctx) {
+		return nil
+	}
 	jobs, err := w.s.store.Claim(ctx, jobstore.ClaimParams{
 		Upstream: w.upstream,
 		Priority: &class,

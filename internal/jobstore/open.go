@@ -114,10 +114,18 @@ func Open(ctx context.Context, dsn string, opts Options) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening store: %w", err)
 	}
+	var st Store
 	switch d {
 	case dialectSQLite:
-		return openSQLite(ctx, addr, opts)
+		if err := checkSQLiteDir(addr); err != nil {
+			return nil, fmt.Errorf("opening store: sqlite:%s: %w", addr, err)
+		}
+		st, err = openSQLite(ctx, addr, opts)
 	default:
-		return openPostgres(ctx, addr, opts)
+		st, err = openPostgres(ctx, addr, opts)
 	}
+	if err != nil {
+		return nil, unavailable(ctx, err)
+	}
+	return withEdge(st), nil
 }

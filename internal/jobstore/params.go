@@ -230,7 +230,7 @@ func sortClaimed(jobs []*Job) {
 // stallMessage and deadlineMessage are the history entries the rescuer
 // writes.
 const (
-	stallMessage    = "lease expired: the worker stopped heartbeating"
+	stallMessage    = "lease expired: no heartbeat reached the store (the worker died, or could not reach the store)"
 	deadlineMessage = "deadline passed while queued"
 )
 

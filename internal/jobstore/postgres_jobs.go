@@ -289,3 +289,24 @@ func (s *postgresStore) cancel1(ctx context.Context, p CancelParams) (CancelResu
 	}
 	return CancelResult{Job: j, WasLive: true, WasRunning: prev == StateRunning}, nil
 }
+
+func (s *postgresStore) CompleteSpooled(ctx context.Context, p CompleteParams) error {
+	r := p.Result
+	tag, err := s.pool.Exec(ctx, `UPDATE sluice_jobs SET state = 'succeeded', attempts = attempts + 1,
+		result_status = $1, result_header = $2, result_body = $3, usage_input = $4, usage_output = $5,
+		usage_cache_creation = $6, usage_cache_read = $7, lease_expires_at = NULL, finished_at = $8, updated_at = $8
+		WHERE id = $9 AND lease_token >= $10 AND state IN ('queued', 'running')`,
+		r.Status, string(encodeHeader(r.Header)), nonNil(r.Body), r.Usage.InputTokens, r.Usage.OutputTokens,
+		r.Usage.CacheCreationInputTokens, r.Usage.CacheReadInputTokens, pgTime(p.Now), p.ID, p.Token)
+	if err == nil && tag.RowsAffected() == 0 {
+		var state string
+		err = s.pool.QueryRow(ctx, `SELECT state FROM sluice_jobs WHERE id = $1`, p.ID).Scan(&state)
+		if err == nil {
+			err = fmt.Errorf("%w: job is %s", ErrConflict, state)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("completing spooled job %d: %w", p.ID, mapPgErr(err))
+	}
+	return nil
+}

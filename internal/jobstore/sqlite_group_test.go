@@ -20,7 +20,7 @@ func TestSQLiteCanceledWriteKeepsItsGroup(t *testing.T) {
 	st, err := Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "q.db"), Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.Close()) }()
-	s := st.(*sqliteStore)
+	s := backend(st).(*sqliteStore)
 
 	op := func(ctx context.Context, fn func(context.Context, sqliteTx, *[]string) error) *sqliteOp {
 		return &sqliteOp{ctx: ctx, fn: fn, res: make(chan error, 1)}

@@ -292,3 +292,39 @@ func (s *sqliteStore) Cancel(ctx context.Context, p CancelParams) (CancelResult,
 	}
 	return res, nil
 }
+
+func (s *sqliteStore) CompleteSpooled(ctx context.Context, p CompleteParams) error {
+	now, r := micros(p.Now), p.Result
+	err := s.writeOne(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sluice_jobs SET state = 'succeeded', attempts = attempts + 1,
+			result_status = ?, result_header = ?, result_body = ?, usage_input = ?, usage_output = ?,
+			usage_cache_creation = ?, usage_cache_read = ?, lease_expires_at = NULL, finished_at = ?, updated_at = ?
+			WHERE id = ? AND lease_token >= ? AND state IN ('queued', 'running')`,
+			r.Status, encodeHeader(r.Header), nonNil(r.Body), r.Usage.InputTokens, r.Usage.OutputTokens,
+			r.Usage.CacheCreationInputTokens, r.Usage.CacheReadInputTokens, now, now, p.ID, p.Token)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return sqliteSpoolMiss(ctx, tx, p.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("completing spooled job %d: %w", p.ID, err)
+	}
+	return nil
+}
+
+// sqliteSpoolMiss explains why CompleteSpooled touched nothing.
+func sqliteSpoolMiss(ctx context.Context, tx sqliteTx, id int64) error {
+	var state string
+	err := tx.QueryRowContext(ctx, `SELECT state FROM sluice_jobs WHERE id = ?`, id).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: job is %s", ErrConflict, state)
+}

@@ -26,6 +26,14 @@ var (
 	ErrSchemaTooNew = errors.New("database schema is newer than this sluice")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnavailable means the store cannot answer now: its server is
+	// unreachable (connection refused or reset, pool timeout), its disk is
+	// full, it is read-only, or its lock stayed held past BusyTimeout. The
+	// operation did not happen (or, for a lost commit acknowledgement, may
+	// have: fenced writes are safe to retry). Callers answer it as an
+	// outage (503, retry later); the wrapped error keeps the driver's
+	// detail for the log.
+	ErrUnavailable = errors.New("job store unavailable")
 )
 
 // Store is the durable job store. The job runtime, the HTTP API, the CLI
@@ -50,6 +58,15 @@ type Store interface {
 	// Complete marks a running job succeeded with its result.
 	// ErrLeaseLost when the token is stale.
 	Complete(ctx context.Context, p CompleteParams) error
+	// CompleteSpooled completes a job with a result its worker kept while
+	// the store could not be reached (the runtime's spool). With the
+	// lease's token still current it is Complete. When the lease was lost
+	// meanwhile (the rescuer requeued the job, or another worker claimed it
+	// with a later token) and the job is still live, it completes the job
+	// all the same: the answer was paid for, and the job must not be
+	// called again. ErrConflict when the job finished since (succeeded,
+	// dead or canceled), ErrNotFound when it is gone.
+	CompleteSpooled(ctx context.Context, p CompleteParams) error
 	// Fail records a failed attempt and requeues the job or kills it,
 	// returning the state it ended in. ErrLeaseLost when the token is stale.
 	Fail(ctx context.Context, p FailParams) (State, error)

@@ -81,6 +81,10 @@ func (s *Server) startJobs(ctx context.Context) error {
 		protocols[name] = s.upstreams[name].cfg.Protocol
 	}
 	jc := s.cfg.Jobs
+	spoolDir := jc.SpoolDir
+	if s.ownStore != nil || spoolDir == StoreNone {
+		spoolDir = jc.spoolDir(s.cfg.Store) // a store given by the embedder has no path of ours
+	}
 	var obs jobs.Observer // nil (no metrics) unless the metrics have the queue's
 	if s.metrics.jobs != nil {
 		obs = s.metrics.jobs
@@ -88,7 +92,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	svc, err := jobs.New(jobs.Config{
 		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: obs,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
-		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret,
+		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
 		WebhookMaxDelay: jc.Webhooks.MaxDelay, WebhookTimeout: jc.Webhooks.Timeout,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -31,6 +32,28 @@ type JobsConfig struct {
 	Webhooks WebhooksConfig `yaml:"webhooks"`
 	// Retention is how long finished jobs are kept, per state.
 	Retention RetentionConfig `yaml:"retention"`
+	// SpoolDir is where a worker keeps a provider's answer the store could
+	// not take before its lease ran out (or the gateway stopped), written
+	// back before any claim once the store answers; "none" turns it off.
+	// Defaults to the SQLite file's path plus ".spool", or SpoolDirDefault
+	// for PostgreSQL.
+	SpoolDir string `yaml:"spool_dir"`
+}
+
+// SpoolDirDefault is the result spool's directory with a PostgreSQL store.
+const SpoolDirDefault = "./sluice-spool"
+
+// spoolDir is the result spool's directory for store, "" for none.
+func (j JobsConfig) spoolDir(store string) string {
+	switch {
+	case j.SpoolDir == StoreNone:
+		return ""
+	case j.SpoolDir != "":
+		return j.SpoolDir
+	case strings.HasPrefix(store, "sqlite:"):
+		return strings.TrimPrefix(strings.TrimPrefix(store, "sqlite:"), "//") + ".spool"
+	}
+	return SpoolDirDefault
 }
 
 // RetentionConfig is how long finished jobs are kept before the cleaner

@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"OutboxRedeliver", testOutboxRedeliver},
 		{"OutboxRetention", testOutboxRetention},
 		{"OutboxConcurrentClaimers", testOutboxConcurrentClaimers},
+		{"CompleteSpooled", testCompleteSpooled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
