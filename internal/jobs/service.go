@@ -58,7 +58,7 @@ type Service struct {
 	handler   http.Handler
 	hooks     *webhookSender
 	signer    *standardwebhooks.Webhook // nil: webhooks unsigned
-	spool     *spool // nil without Config.SpoolDir
+	spool     *spool                    // nil without Config.SpoolDir
 
 	replayMu sync.Mutex  // one write-back of the spool at a time
 	answers  heldAnswers // answers held in memory past their lease
