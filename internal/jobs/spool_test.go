@@ -117,7 +117,8 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 					clk.Advance(time.Second)
 					deadline := time.Now().Add(50 * time.Millisecond)
 					for time.Now().Before(deadline) {
-						if st.hbs.Load() > h && (st.completes.Load() > c || s.spool.len() > 0) {
+						// Spooled or held ends the worker's heartbeats: that ends a step too.
+						if (st.hbs.Load() > h && st.completes.Load() > c) || s.spool.len() > 0 || s.holds(j.ID) {
 							return
 						}
 						time.Sleep(time.Millisecond)
