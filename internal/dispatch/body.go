@@ -125,17 +125,28 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	switch {
 	case b.so != nil:
 		if o, bad := b.so.StreamError(); bad {
-			result = flow.Failed // a mid-stream error after content reached the client
-			if o.ErrorType == "overloaded_error" {
+			// A mid-stream error after content reached the client counts
+			// only when it is evidence about the upstream's health
+			// (provider.StreamErrorHealth: an overload or server error).
+			result = flow.Neutral
+			failed, overload := provider.StreamErrorHealth(p, o)
+			if failed {
+				result = flow.Failed
+			}
+			if overload {
 				d.aimd.OnOverload()
 			}
 			o.Kind, o.Message = llm.StreamFail, "stream error: "+o.Message
 			b.ended.Outcome = o
+			b.ended.Terminal = true
 		} else if !b.so.Done() {
-			if !complete {
-				result = flow.Neutral // the client went away mid-stream
-			}
+			// A reset or EOF after content, a client that went away, a
+			// stream cut at shutdown: no evidence about the upstream's
+			// health either way.
+			result = flow.Neutral
 			b.ended.Outcome = llm.Outcome{Kind: llm.StreamFail, ErrorType: "stream_error", Message: "stream ended before its final event"}
+		} else {
+			b.ended.Terminal = true
 		}
 	case readErr != nil && !complete:
 		result = flow.Failed

@@ -70,6 +70,12 @@ type End struct {
 	// Usage is the usage the body or stream reported, valid when HasUsage.
 	Usage    llm.Usage
 	HasUsage bool
+	// Terminal is true for a stream whose last event was its final event
+	// (Anthropic message_stop, OpenAI data: [DONE]) or an error event: its
+	// reader has been told how it ended. A stream that stopped without
+	// either was cut, and a front door adds the error event itself
+	// (frontdoor.PrepareResponse).
+	Terminal bool
 }
 
 // End returns what the engine read once the Body was read to its end or
