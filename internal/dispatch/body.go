@@ -26,7 +26,7 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 	}
 	resp.Body = b
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
-		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, body: b}
+		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b}
 }
 
 // trackedBody is a Response's Body.

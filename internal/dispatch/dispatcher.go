@@ -50,10 +50,14 @@ type Dispatcher struct {
 	seen            [llm.NumPriorities]time.Time // last arrival per class, for headroom
 	inflight        int
 	state           runState
-	wake            chan struct{} // buffered(1): something changed
-	stopping        chan struct{} // closed by Stop
-	done            chan struct{} // closed when the loop exits
-	cancel          context.CancelFunc
+	// draining is set by Drain: Do refuses and fails at once; tickets
+	// are not affected.
+	draining bool
+	drained  chan struct{} // closed by Drain: a Do backing off stops waiting
+	wake     chan struct{} // buffered(1): something changed
+	stopping chan struct{} // closed by Stop
+	done     chan struct{} // closed when the loop exits
+	cancel   context.CancelFunc
 }
 
 type runState int
@@ -80,6 +84,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		backoff:  flow.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay}.WithDefaults(),
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
+		drained:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	var err error
@@ -159,6 +164,29 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	}
 	d.mu.Unlock()
 	return d.waitDone(ctx, prev == running)
+}
+
+// Drain begins a shutdown of the live traffic: every request queued by Do
+// (waiting for admission, or between attempts) fails at once with
+// ErrStopped, as do later Do calls, so their callers can be answered now
+// rather than when the shutdown's grace ends. Requests already sent go on
+// (their streams get the grace); tickets (Acquire, TryAcquire) are not
+// affected, so durable callers keep their own shutdown. Drain returns how
+// many queued requests it failed; it is idempotent, and Stop still ends
+// the dispatcher.
+func (d *Dispatcher) Drain() int {
+	d.mu.Lock()
+	if !d.draining {
+		d.draining = true
+		close(d.drained)
+	}
+	dropped := d.sched.RemoveIf(func(it *flow.Item) bool { return !it.Value.(*waiter).ticket })
+	for _, it := range dropped {
+		it.Value.(*waiter).grant <- grant{err: ErrStopped}
+	}
+	d.mu.Unlock()
+	d.kick()
+	return len(dropped)
 }
 
 func (d *Dispatcher) waitDone(ctx context.Context, started bool) error {
@@ -300,6 +328,7 @@ type waiter struct {
 	burnt        int // attempts that count against MaxAttempts
 	hintlessRate int // RATE answers without a retry hint
 	last         *llm.Outcome
+	ticket       bool // a durable caller's ticket (Acquire), not a Do
 }
 
 // headroom is the share of each bucket's depth a request of class c must
@@ -388,9 +417,9 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	}
 
 	d.mu.Lock()
-	if d.state != running {
+	if d.state != running || d.draining {
 		d.mu.Unlock()
-		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
+		return nil, d.giveUp(w, ErrStopped, "the gateway is shutting down")
 	}
 	if ok, readyAt := d.brk.Ready(now); !ok && readyAt.After(w.deadline) {
 		// An outage it cannot outlast: say so now, not at its deadline.
@@ -542,6 +571,8 @@ func (d *Dispatcher) sleep(ctx context.Context, dur time.Duration) error {
 		return context.Cause(ctx)
 	case <-d.stopping:
 		return ErrStopped
+	case <-d.drained:
+		return ErrStopped
 	}
 }
 
@@ -549,7 +580,7 @@ func (d *Dispatcher) sleep(ctx context.Context, dur time.Duration) error {
 func (d *Dispatcher) requeue(w *waiter) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.state != running {
+	if d.state != running || (d.draining && !w.ticket) {
 		return ErrStopped
 	}
 	d.sched.Requeue(&w.item)
