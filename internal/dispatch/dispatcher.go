@@ -493,6 +493,12 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 func (d *Dispatcher) grantError(w *waiter, err error) error {
 	switch {
 	case errors.Is(err, ErrStopped):
+		d.mu.Lock()
+		draining := d.draining
+		d.mu.Unlock()
+		if draining {
+			return d.giveUp(w, ErrStopped, "the gateway is shutting down")
+		}
 		return d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 	case errors.Is(err, flow.ErrTooLarge):
 		return d.giveUp(w, ErrTooLarge, err.Error())

@@ -362,14 +362,25 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	graceCtx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
+	// The grace period runs on the server's clock (the requests' own
+	// clock), so it is the same time the engines measure.
+	graceCtx, cancel := context.WithCancelCause(ctx)
+	graceTimer := s.clock.NewTimer(s.cfg.ShutdownGrace)
+	go func() {
+		select {
+		case <-graceTimer.C():
+			cancel(context.DeadlineExceeded)
+		case <-graceCtx.Done():
+		}
+	}()
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- s.http.Shutdown(graceCtx) }()
 	if n := s.drainEngines(); n > 0 {
 		s.log.Info("shutting down: answered the queued requests with 503", "requests", n)
 	}
 	err := <-shutdown
-	cancel()
+	graceTimer.Stop()
+	cancel(nil)
 	if err != nil {
 		// The grace period ran out: cut off what is left, let each handler
 		// write its stream's error event, then close the connections.
