@@ -53,10 +53,11 @@ type Dispatcher struct {
 	// draining is set by Drain: Do refuses and fails at once; tickets
 	// are not affected.
 	draining bool
-	drained  chan struct{} // closed by Drain: a Do backing off stops waiting
-	wake     chan struct{} // buffered(1): something changed
-	stopping chan struct{} // closed by Stop
-	done     chan struct{} // closed when the loop exits
+	drained  chan struct{}             // closed by Drain: a Do backing off stops waiting
+	live     map[*trackedBody]struct{} // streams answered to Do, being read (Stop cuts them)
+	wake     chan struct{}             // buffered(1): something changed
+	stopping chan struct{}             // closed by Stop
+	done     chan struct{}             // closed when the loop exits
 	cancel   context.CancelFunc
 }
 
@@ -144,8 +145,12 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop stops admitting, fails every queued request with ErrStopped and
-// waits for the admission loop to exit (or ctx). Requests already sent
-// finish on their own. Stop is idempotent and safe before Start.
+// waits for the admission loop to exit (or ctx). Streams answered to Do
+// and still being read are cut: their Body's Read returns ErrStopped, and
+// a front door ends them with the protocol's error event
+// (frontdoor.PrepareResponse); give them their grace before calling Stop.
+// Other requests already sent (tickets' calls, JSON bodies) finish on
+// their own. Stop is idempotent and safe before Start.
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.mu.Lock()
 	prev := d.state
@@ -162,8 +167,31 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	if d.cancel != nil {
 		d.cancel()
 	}
+	live := make([]*trackedBody, 0, len(d.live))
+	for b := range d.live {
+		live = append(live, b)
+	}
 	d.mu.Unlock()
+	for _, b := range live {
+		b.cut(ErrStopped)
+	}
 	return d.waitDone(ctx, prev == running)
+}
+
+// trackLive and untrackLive keep the set of live streams Stop cuts.
+func (d *Dispatcher) trackLive(b *trackedBody) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live == nil {
+		d.live = map[*trackedBody]struct{}{}
+	}
+	d.live[b] = struct{}{}
+}
+
+func (d *Dispatcher) untrackLive(b *trackedBody) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.live, b)
 }
 
 // Drain begins a shutdown of the live traffic: every request queued by Do
