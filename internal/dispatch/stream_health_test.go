@@ -119,3 +119,56 @@ func TestMidStreamErrorsAndTheBreaker(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainFailsQueuedLiveRequestsAtOnce: Drain answers every Do waiting in
+// line with ErrStopped at once, refuses later ones, and leaves tickets
+// alone: a job worker's Acquire queued behind is admitted when the slot
+// frees.
+func TestDrainFailsQueuedLiveRequestsAtOnce(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, okMessage)
+	}))
+	t.Cleanup(srv.Close)
+	d, _, _ := start(t, &upstream{Server: srv}, func(c *dispatch.Config) {
+		c.Limits.MaxConcurrency = 1
+		c.MinConcurrency = 1
+	})
+	first := doAsync(context.Background(), d, request())
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, 5*time.Second, time.Millisecond)
+	queued := doAsync(context.Background(), d, request())
+	type acquired struct {
+		t   *dispatch.Ticket
+		err error
+	}
+	ticket := make(chan acquired, 1)
+	go func() {
+		tk, err := d.Acquire(context.Background(), dispatch.AcquireParams{Priority: llm.Low})
+		ticket <- acquired{tk, err}
+	}()
+	require.Eventually(t, func() bool {
+		q := d.Snapshot().Queued
+		return q[llm.Normal] == 1 && q[llm.Low] == 1
+	}, 5*time.Second, time.Millisecond)
+
+	require.Equal(t, 1, d.Drain())
+	res := <-queued // at once: the call in flight is still held
+	require.ErrorIs(t, res.err, dispatch.ErrStopped)
+	var de *dispatch.Error
+	require.ErrorAs(t, res.err, &de)
+	require.Equal(t, "the gateway is shutting down", de.Message)
+	_, err := d.Do(context.Background(), request())
+	require.ErrorIs(t, err, dispatch.ErrStopped, "a later Do is refused")
+
+	close(release)
+	require.NoError(t, (<-first).err, "the request already sent finishes")
+	got := <-ticket
+	require.NoError(t, got.err, "the ticket was not drained")
+	got.t.Release()
+}
