@@ -154,7 +154,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged) (*
 		if x.errResp == nil {
 			return nil, false, d.giveUp(w, ErrRetriesExhausted, "upstream refused: "+cmp.Or(out.Message, out.Kind.String()))
 		}
-		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: w.attempts, Outcome: out}, false, nil
+		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: w.attempts, Outcome: out, Protocol: d.cfg.Protocol}, false, nil
 	}
 	if w.burnt >= d.cfg.Retry.MaxAttempts {
 		return nil, false, d.giveUp(w, ErrRetriesExhausted, fmt.Sprintf("%d attempts failed, last: %s", w.burnt, describe(out)))

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
 	"net/http"
@@ -25,8 +26,11 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 		b.buf = &bytes.Buffer{}
 	}
 	resp.Body = b
+	if so != nil && !w.ticket {
+		d.trackLive(b)
+	}
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
-		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, body: b}
+		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b}
 }
 
 // trackedBody is a Response's Body.
@@ -42,7 +46,21 @@ type trackedBody struct {
 
 	mu       sync.Mutex
 	finished bool
-	ended    End // set by finish
+	ended    End   // set by finish
+	cutErr   error // set by cut: what Read returns once the upstream is closed
+}
+
+// cut ends a live stream from Sluice's side (Dispatcher.Stop): the upstream
+// is closed, so a blocked Read returns, and Read reports err.
+func (b *trackedBody) cut(err error) {
+	b.mu.Lock()
+	if b.finished {
+		b.mu.Unlock()
+		return
+	}
+	b.cutErr = err
+	b.mu.Unlock()
+	_ = b.upstream.Close()
 }
 
 // end returns what finish read, once it ran.
@@ -55,8 +73,15 @@ func (b *trackedBody) end() (End, bool) {
 func (b *trackedBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	if b.finished {
+		err := cmp.Or(b.cutErr, io.EOF)
 		b.mu.Unlock()
-		return 0, io.EOF
+		return 0, err
+	}
+	if b.cutErr != nil {
+		err := b.cutErr
+		b.finish(false, err)
+		b.mu.Unlock()
+		return 0, err
 	}
 	if len(b.replay) > 0 {
 		n := copy(p, b.replay)
@@ -82,6 +107,9 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 			}
 		}
 	}
+	if b.cutErr != nil {
+		err = b.cutErr
+	}
 	if err != nil {
 		b.finish(errors.Is(err, io.EOF), err)
 	}
@@ -106,6 +134,9 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	}
 	b.finished = true
 	d, w := b.d, b.w
+	if b.so != nil && !w.ticket {
+		d.untrackLive(b)
+	}
 	p := d.cfg.Protocol
 	var usage llm.Usage
 	var ok bool
@@ -125,17 +156,28 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	switch {
 	case b.so != nil:
 		if o, bad := b.so.StreamError(); bad {
-			result = flow.Failed // a mid-stream error after content reached the client
-			if o.ErrorType == "overloaded_error" {
+			// A mid-stream error after content reached the client counts
+			// only when it is evidence about the upstream's health
+			// (provider.StreamErrorHealth: an overload or server error).
+			result = flow.Neutral
+			failed, overload := provider.StreamErrorHealth(p, o)
+			if failed {
+				result = flow.Failed
+			}
+			if overload {
 				d.aimd.OnOverload()
 			}
 			o.Kind, o.Message = llm.StreamFail, "stream error: "+o.Message
 			b.ended.Outcome = o
+			b.ended.Terminal = true
 		} else if !b.so.Done() {
-			if !complete {
-				result = flow.Neutral // the client went away mid-stream
-			}
+			// A reset or EOF after content, a client that went away, a
+			// stream cut at shutdown: no evidence about the upstream's
+			// health either way.
+			result = flow.Neutral
 			b.ended.Outcome = llm.Outcome{Kind: llm.StreamFail, ErrorType: "stream_error", Message: "stream ended before its final event"}
+		} else {
+			b.ended.Terminal = true
 		}
 	case readErr != nil && !complete:
 		result = flow.Failed

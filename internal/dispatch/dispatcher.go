@@ -50,10 +50,15 @@ type Dispatcher struct {
 	seen            [llm.NumPriorities]time.Time // last arrival per class, for headroom
 	inflight        int
 	state           runState
-	wake            chan struct{} // buffered(1): something changed
-	stopping        chan struct{} // closed by Stop
-	done            chan struct{} // closed when the loop exits
-	cancel          context.CancelFunc
+	// draining is set by Drain: Do refuses and fails at once; tickets
+	// are not affected.
+	draining bool
+	drained  chan struct{}             // closed by Drain: a Do backing off stops waiting
+	live     map[*trackedBody]struct{} // streams answered to Do, being read (Stop cuts them)
+	wake     chan struct{}             // buffered(1): something changed
+	stopping chan struct{}             // closed by Stop
+	done     chan struct{}             // closed when the loop exits
+	cancel   context.CancelFunc
 }
 
 type runState int
@@ -80,6 +85,7 @@ func New(c Config) (*Dispatcher, error) {
 		backoff:  flow.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay}.WithDefaults(),
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
+		drained:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	if d.lim, err = flow.NewLimiter(cfg.limiterConfig(), now); err != nil {
@@ -138,8 +144,12 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Stop stops admitting, fails every queued request with ErrStopped and
-// waits for the admission loop to exit (or ctx). Requests already sent
-// finish on their own. Stop is idempotent and safe before Start.
+// waits for the admission loop to exit (or ctx). Streams answered to Do
+// and still being read are cut: their Body's Read returns ErrStopped, and
+// a front door ends them with the protocol's error event
+// (frontdoor.PrepareResponse); give them their grace before calling Stop.
+// Other requests already sent (tickets' calls, JSON bodies) finish on
+// their own. Stop is idempotent and safe before Start.
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.mu.Lock()
 	prev := d.state
@@ -156,8 +166,54 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	if d.cancel != nil {
 		d.cancel()
 	}
+	live := make([]*trackedBody, 0, len(d.live))
+	for b := range d.live {
+		live = append(live, b)
+	}
 	d.mu.Unlock()
+	for _, b := range live {
+		b.cut(ErrStopped)
+	}
 	return d.waitDone(ctx, prev == running)
+}
+
+// trackLive and untrackLive keep the set of live streams Stop cuts.
+func (d *Dispatcher) trackLive(b *trackedBody) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live == nil {
+		d.live = map[*trackedBody]struct{}{}
+	}
+	d.live[b] = struct{}{}
+}
+
+func (d *Dispatcher) untrackLive(b *trackedBody) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.live, b)
+}
+
+// Drain begins a shutdown of the live traffic: every request queued by Do
+// (waiting for admission, or between attempts) fails at once with
+// ErrStopped, as do later Do calls, so their callers can be answered now
+// rather than when the shutdown's grace ends. Requests already sent go on
+// (their streams get the grace); tickets (Acquire, TryAcquire) are not
+// affected, so durable callers keep their own shutdown. Drain returns how
+// many queued requests it failed; it is idempotent, and Stop still ends
+// the dispatcher.
+func (d *Dispatcher) Drain() int {
+	d.mu.Lock()
+	if !d.draining {
+		d.draining = true
+		close(d.drained)
+	}
+	dropped := d.sched.RemoveIf(func(it *flow.Item) bool { return !it.Value.(*waiter).ticket })
+	for _, it := range dropped {
+		it.Value.(*waiter).grant <- grant{err: ErrStopped}
+	}
+	d.mu.Unlock()
+	d.kick()
+	return len(dropped)
 }
 
 func (d *Dispatcher) waitDone(ctx context.Context, started bool) error {
@@ -299,6 +355,7 @@ type waiter struct {
 	burnt        int // attempts that count against MaxAttempts
 	hintlessRate int // RATE answers without a retry hint
 	last         *llm.Outcome
+	ticket       bool // a durable caller's ticket (Acquire), not a Do
 }
 
 // headroom is the share of each bucket's depth a request of class c must
@@ -387,9 +444,9 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	}
 
 	d.mu.Lock()
-	if d.state != running {
+	if d.state != running || d.draining {
 		d.mu.Unlock()
-		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
+		return nil, d.giveUp(w, ErrStopped, "the gateway is shutting down")
 	}
 	if ok, readyAt := d.brk.Ready(now); !ok && readyAt.After(w.deadline) {
 		// An outage it cannot outlast: say so now, not at its deadline.
@@ -463,6 +520,12 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 func (d *Dispatcher) grantError(w *waiter, err error) error {
 	switch {
 	case errors.Is(err, ErrStopped):
+		d.mu.Lock()
+		draining := d.draining
+		d.mu.Unlock()
+		if draining {
+			return d.giveUp(w, ErrStopped, "the gateway is shutting down")
+		}
 		return d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 	case errors.Is(err, flow.ErrTooLarge):
 		return d.giveUp(w, ErrTooLarge, err.Error())
@@ -541,6 +604,8 @@ func (d *Dispatcher) sleep(ctx context.Context, dur time.Duration) error {
 		return context.Cause(ctx)
 	case <-d.stopping:
 		return ErrStopped
+	case <-d.drained:
+		return ErrStopped
 	}
 }
 
@@ -548,7 +613,7 @@ func (d *Dispatcher) sleep(ctx context.Context, dur time.Duration) error {
 func (d *Dispatcher) requeue(w *waiter) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.state != running {
+	if d.state != running || (d.draining && !w.ticket) {
 		return ErrStopped
 	}
 	d.sched.Requeue(&w.item)

@@ -56,6 +56,8 @@ type Response struct {
 	// for a 2xx, else the provider's error (a terminal answer passed
 	// through, its body buffered). How a 2xx body ended is told by End.
 	Outcome llm.Outcome
+	// Protocol is the upstream's protocol.
+	Protocol llm.Protocol
 
 	body *trackedBody // nil for a passed-through error answer
 }
@@ -70,13 +72,20 @@ type End struct {
 	// Usage is the usage the body or stream reported, valid when HasUsage.
 	Usage    llm.Usage
 	HasUsage bool
+	// Terminal is true for a stream whose last event was its final event
+	// (Anthropic message_stop, OpenAI data: [DONE]) or an error event: its
+	// reader has been told how it ended. A stream that stopped without
+	// either was cut, and a front door adds the error event itself
+	// (frontdoor.PrepareResponse). It is true for a body the engine does
+	// not read (a passed-through error answer): there is nothing to add.
+	Terminal bool
 }
 
 // End returns what the engine read once the Body was read to its end or
 // closed; ok is false before. Callers never parse usage or streams again.
 func (r *Response) End() (End, bool) {
 	if r.body == nil {
-		return End{Outcome: r.Outcome}, true
+		return End{Outcome: r.Outcome, Terminal: true}, true
 	}
 	return r.body.end()
 }

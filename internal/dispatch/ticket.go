@@ -121,6 +121,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 		grant:    make(chan grant, 1),
 		deadline: p.Deadline,
 		waitFrom: now,
+		ticket:   true,
 	}
 	if w.deadline.IsZero() {
 		w.deadline = now.Add(100 * 365 * 24 * time.Hour) // no deadline: until ctx or Stop
@@ -233,7 +234,7 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	out := x.out
 	w.last = &out
 	if x.errResp != nil && DecideFate(FateParams{Sent: true, Outcome: out}).Kind == Terminal {
-		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: 1, Outcome: out}, nil
+		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: 1, Outcome: out, Protocol: t.d.cfg.Protocol}, nil
 	}
 	status := statusForGiveUp(&out)
 	return nil, &Error{Reason: ErrCallFailed, Status: status, Type: errorTypeFor(d.cfg.Protocol, status),

@@ -38,6 +38,10 @@ type Problem struct {
 	Attempts  int
 }
 
+// StoppedRetryAfter is the retry-after of the 503 that answers a request
+// the gateway refused because it is shutting down (dispatch.ErrStopped).
+const StoppedRetryAfter = time.Second
+
 // ProblemFor returns the Problem for a request error (*provider.RequestError)
 // or an engine give-up (*dispatch.Error), and false for any other error.
 func ProblemFor(err error) (Problem, bool) {
@@ -46,8 +50,14 @@ func ProblemFor(err error) (Problem, bool) {
 		if msg == "" && de.Reason != nil {
 			msg = de.Reason.Error()
 		}
-		return Problem{Status: de.Status, Type: de.Type, Message: msg, RetryAfter: de.RetryAfter,
-			QueueWait: de.QueueWait, Attempts: de.Attempts}, true
+		pr := Problem{Status: de.Status, Type: de.Type, Message: msg, RetryAfter: de.RetryAfter,
+			QueueWait: de.QueueWait, Attempts: de.Attempts}
+		if errors.Is(de, dispatch.ErrStopped) {
+			// The gateway is shutting down and nothing was sent: another
+			// instance, or this one restarted, can take it at once.
+			pr.Status, pr.RetryAfter, pr.ShouldRetry = http.StatusServiceUnavailable, StoppedRetryAfter, true
+		}
+		return pr, true
 	}
 	if re, ok := errors.AsType[*provider.RequestError](err); ok {
 		return Problem{Status: re.Status, Type: re.Type, Message: re.Message}, true

@@ -42,9 +42,9 @@ func TestRender(t *testing.T) {
 			header: http.Header{"Content-Type": {"application/json"}, "X-Should-Retry": {"false"},
 				"Request-Id": {"req_1"}, "X-Sluice-Queue-Ms": {"0"}, "X-Sluice-Attempts": {"0"}, "Content-Length": {"115"}},
 			body: `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"},"request_id":"req_1"}`},
-		{name: "status out of range", p: llm.Anthropic, err: &dispatch.Error{Reason: dispatch.ErrStopped, Message: "stopped"},
+		{name: "shutting down: status filled in, retry invited", p: llm.Anthropic, err: &dispatch.Error{Reason: dispatch.ErrStopped, Message: "stopped"},
 			status: 503,
-			header: http.Header{"Content-Type": {"application/json"}, "X-Should-Retry": {"false"},
+			header: http.Header{"Content-Type": {"application/json"}, "X-Should-Retry": {"true"}, "Retry-After": {"1"}, "Retry-After-Ms": {"1000"},
 				"Request-Id": {"req_1"}, "X-Sluice-Queue-Ms": {"0"}, "X-Sluice-Attempts": {"0"}, "Content-Length": {"82"}},
 			body: `{"type":"error","error":{"type":"overloaded_error","message":"stopped"},"request_id":"req_1"}`},
 	} {

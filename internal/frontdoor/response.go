@@ -1,6 +1,7 @@
 package frontdoor
 
 import (
+	"context"
 	"io"
 	"net/http"
 
@@ -14,7 +15,11 @@ import (
 // provider error (Sluice has already done the retrying worth doing), and,
 // when req asked a stream for usage on the caller's behalf, that chunk
 // stripped from a 2xx body (provider.NewUsageStripper; Content-Length
-// removed).
+// removed). A 2xx event stream's body always ends with a terminal event
+// (streamBody): if the upstream breaks it off or the gateway stops
+// (dispatch.ErrStopped as the cause of the context the request was sent
+// with, or as the body's read error), the protocol's error event is added
+// before the end; if the caller went away it ends quietly.
 func PrepareResponse(req *dispatch.Request, resp *dispatch.Response) {
 	h := resp.Header
 	if h == nil {
@@ -33,5 +38,12 @@ func PrepareResponse(req *dispatch.Request, resp *dispatch.Response) {
 		}{provider.NewUsageStripper(resp.Body), resp.Body}
 		h.Del("Content-Length")
 		resp.ContentLength = -1
+	}
+	if resp.StatusCode/100 == 2 && isEventStream(h) {
+		ctx := context.Background()
+		if resp.Request != nil {
+			ctx = resp.Request.Context() // the context the engine sent it with
+		}
+		resp.Body = newStreamBody(ctx, resp.Protocol, resp.Body, resp.End)
 	}
 }

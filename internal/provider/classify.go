@@ -207,3 +207,34 @@ func ClassifyStreamError(p llm.Protocol, data []byte) llm.Outcome {
 	o.Message = e.Message
 	return o
 }
+
+// StreamErrorHealth says what an in-stream error event, as classified by
+// ClassifyStreamError, tells about the upstream's health once content has
+// reached the client. It is the rule the engine's breaker and adaptive
+// concurrency use for a stream that broke after its first content (spec
+// §1.6 and §2.5: "during periods of high usage, you may receive an
+// overloaded_error, which would normally correspond to an HTTP 529"):
+//
+//   - overload is true for an overload report: Anthropic overloaded_error,
+//     an OpenAI error whose type or code names an overload (overloaded,
+//     engine_overloaded, …). It counts as a failure and lowers the
+//     concurrency limit, as a 529 answer would.
+//   - failed is true for an overload or a server-side error: Anthropic
+//     api_error, OpenAI server_error. It counts against the breaker, as a
+//     500 answer would.
+//   - anything else (a rate limit, an invalid request, an unreadable event)
+//     is no evidence that the upstream is unhealthy: neither.
+//
+// A stream that ends without its final event and without an error event (a
+// connection reset or EOF after content, a client that went away) is no
+// evidence either; the engine does not ask StreamErrorHealth about it.
+func StreamErrorHealth(p llm.Protocol, o llm.Outcome) (failed, overload bool) {
+	typ, code := strings.ToLower(o.ErrorType), strings.ToLower(o.Code)
+	if strings.Contains(typ, "overloaded") || strings.Contains(code, "overloaded") {
+		return true, true
+	}
+	if p == llm.OpenAI {
+		return typ == "server_error", false
+	}
+	return typ == "api_error", false
+}

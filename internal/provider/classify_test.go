@@ -204,6 +204,36 @@ func TestClassifyStreamError(t *testing.T) {
 	}
 }
 
+func TestStreamErrorHealth(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name             string
+		p                llm.Protocol
+		data             string
+		failed, overload bool
+	}{
+		{"anthropic overloaded_error", llm.Anthropic, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, true, true},
+		{"anthropic api_error", llm.Anthropic, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`, true, false},
+		{"anthropic rate_limit_error", llm.Anthropic, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, false, false},
+		{"anthropic invalid_request_error", llm.Anthropic, `{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}`, false, false},
+		{"anthropic unreadable", llm.Anthropic, `not json`, false, false},
+		{"openai server_error", llm.OpenAI, `{"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}`, true, false},
+		{"openai overloaded code", llm.OpenAI, `{"error":{"message":"overloaded","type":"server_error","param":null,"code":"overloaded"}}`, true, true},
+		{"openai engine_overloaded type", llm.OpenAI, `{"error":{"message":"That model is currently overloaded","type":"engine_overloaded","param":null,"code":null}}`, true, true},
+		{"openai rate limit", llm.OpenAI, `{"type":"error","code":"rate_limit_exceeded","message":"TPM exceeded","param":null,"sequence_number":3}`, false, false},
+		{"openai invalid_request_error", llm.OpenAI, `{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}`, false, false},
+		{"openai unreadable", llm.OpenAI, `{"error":`, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			failed, overload := provider.StreamErrorHealth(tt.p, provider.ClassifyStreamError(tt.p, []byte(tt.data)))
+			require.Equal(t, tt.failed, failed, "failed")
+			require.Equal(t, tt.overload, overload, "overload")
+		})
+	}
+}
+
 func FuzzClassify(f *testing.F) {
 	seeds := []struct {
 		status int

@@ -5,19 +5,20 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 
-	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 )
 
 // relay copies an upstream response, readied by frontdoor.PrepareResponse,
 // to the client: status, headers, then the body, flushed after every read
-// so streamed events reach the client as they arrive. If
-// the client goes away the copy stops; the caller closes the body, which
-// ends the upstream request. If the upstream breaks off a stream, the
-// client gets the protocol's error event, as the provider itself would send.
-func relay(w http.ResponseWriter, r *http.Request, p llm.Protocol, resp *http.Response, log *slog.Logger) {
+// so streamed events reach the client as they arrive. If the client goes
+// away the copy stops; the caller closes the body, which ends the upstream
+// request. A stream always ends with a terminal event: when the upstream
+// breaks it off or the gateway cuts it at shutdown, the prepared body ends
+// with the protocol's error event (frontdoor.PrepareResponse), which is
+// flushed before the handler returns and the connection closes. It
+// returns the message of that event when Sluice added one.
+func relay(w http.ResponseWriter, r *http.Request, resp *http.Response, log *slog.Logger) (cut string) {
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = append([]string(nil), vs...)
@@ -31,28 +32,24 @@ func relay(w http.ResponseWriter, r *http.Request, p llm.Protocol, resp *http.Re
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return // client gone
+				return "" // client gone
 			}
 			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
-				return
+				return ""
 			}
 		}
 		if err == io.EOF {
-			return
+			cut, _ = frontdoor.StreamCut(body)
+			return cut
 		}
 		if err != nil {
-			if r.Context().Err() != nil {
-				return
+			if r.Context().Err() == nil {
+				// A body that is not a stream simply ends short: with a
+				// Content-Length the server closes the connection, so the
+				// client sees the truncation.
+				log.Warn("relaying upstream body", "path", r.URL.Path, "err", err)
 			}
-			log.Warn("relaying upstream body", "path", r.URL.Path, "err", err)
-			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				_, _ = w.Write(provider.StreamErrorEvent(p, "", "the upstream stream was interrupted"))
-				_ = rc.Flush()
-			}
-			// A non-streamed body simply ends short: with a Content-Length
-			// the server closes the connection, so the client sees the
-			// truncation.
-			return
+			return ""
 		}
 	}
 }

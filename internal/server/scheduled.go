@@ -44,6 +44,8 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 		frontdoor.WriteProblem(w, p, reqID, pr)
 		return
 	}
+	s.active.add()
+	defer s.active.done()
 	resp, err := u.engine.Do(r.Context(), req)
 	if err != nil {
 		s.writeEngineError(w, r, u, req, reqID, err)
@@ -56,7 +58,10 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	defer stopWatch()
 	s.metrics.request(u.cfg.Name, req.Priority.String(), outcomeFor(resp.StatusCode))
 	frontdoor.PrepareResponse(req, resp)
-	relay(w, r, p, resp.Response, s.log)
+	if cut := relay(w, r, resp.Response, s.log); cut != "" {
+		s.log.Warn("stream cut before its end; the client got an error event", "upstream", u.cfg.Name,
+			"request_id", reqID, "priority", req.Priority.String(), "reason", cut)
+	}
 }
 
 // writeEngineError answers a request the engine did not complete.
@@ -69,14 +74,17 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 		frontdoor.WriteProblem(w, p, reqID, pr)
 		return
 	}
+	if errors.Is(context.Cause(r.Context()), dispatch.ErrStopped) || errors.Is(err, dispatch.ErrStopped) {
+		// Cut by the shutdown (errShutdown): answered like a request the
+		// engine refused for the same reason.
+		s.metrics.request(u.cfg.Name, prio, outcomeGaveUp)
+		pr, _ := frontdoor.ProblemFor(&dispatch.Error{Reason: dispatch.ErrStopped, Message: "the gateway is shutting down"})
+		frontdoor.WriteProblem(w, p, reqID, pr)
+		return
+	}
 	if r.Context().Err() != nil {
 		// The client went away; nobody is listening for an answer.
 		s.metrics.request(u.cfg.Name, prio, outcomeCanceled)
-		return
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, dispatch.ErrStopped) {
-		s.metrics.request(u.cfg.Name, prio, outcomeGaveUp)
-		frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusServiceUnavailable, Message: "the gateway is shutting down; retry shortly"})
 		return
 	}
 	s.metrics.request(u.cfg.Name, prio, outcomeError)

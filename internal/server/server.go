@@ -128,6 +128,8 @@ type Server struct {
 	// calls it when the grace period runs out.
 	cancelRequests context.CancelCauseFunc
 	baseCtx        context.Context
+	// active counts the scheduled requests being served.
+	active handlerSet
 
 	// The job queue: store is the injected store (WithStore) or nil;
 	// ownStore is one Start opened from Config.Store and Stop closes.
@@ -137,8 +139,67 @@ type Server struct {
 	cleaner  *jobstore.JobCleaner
 }
 
-// errShutdown is the cause given to in-flight requests cut off by Stop.
-var errShutdown = errors.New("gateway shutting down")
+// errShutdown is the cause given to in-flight requests cut off by Stop. It
+// wraps dispatch.ErrStopped, which tells the front door's stream body that
+// Sluice cut the stream (an error event), not that the client left.
+var errShutdown = fmt.Errorf("gateway shutting down: %w", dispatch.ErrStopped)
+
+// cutWait bounds how long Stop waits, once the grace period is over and
+// the remaining requests are cancelled, for their handlers to write their
+// error events before the connections are closed.
+const cutWait = 5 * time.Second
+
+// drainer is implemented by engines that can refuse their queued live
+// requests at once when a shutdown begins (*dispatch.Dispatcher.Drain).
+type drainer interface {
+	Drain() int
+}
+
+// handlerSet counts the scheduled requests being served, so Stop can wait
+// for the ones it cut to write their answers.
+type handlerSet struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil when nobody waits
+}
+
+func (h *handlerSet) add() {
+	h.mu.Lock()
+	h.n++
+	h.mu.Unlock()
+}
+
+func (h *handlerSet) done() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n--
+	if h.n == 0 && h.idle != nil {
+		close(h.idle)
+		h.idle = nil
+	}
+}
+
+// count returns how many are being served.
+func (h *handlerSet) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// wait returns a channel closed once none is being served.
+func (h *handlerSet) wait() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if h.idle == nil {
+		h.idle = make(chan struct{})
+	}
+	return h.idle
+}
 
 // New builds a Server and one dispatcher per upstream from cfg, which is
 // defaulted and validated first.
@@ -300,12 +361,18 @@ func (s *Server) Addr() string {
 // Stop shuts the gateway down gracefully. It is idempotent and safe before
 // Start. The order matters:
 //
-//  1. stop accepting connections and let in-flight requests finish, for up
-//     to Config.ShutdownGrace (or until ctx ends, if sooner);
-//  2. then cancel the requests still running and close their connections;
-//  3. then stop the job service (running jobs finish or hand their leases
+//  1. stop accepting connections and, at once, answer every request still
+//     queued in the engines with a 503 and retry-after (Dispatcher.Drain;
+//     nothing was sent for them): they do not wait out the grace period;
+//  2. let the requests already sent, streams included, finish for up to
+//     Config.ShutdownGrace (or until ctx ends, if sooner);
+//  3. then cancel the requests still running (cause errShutdown): each
+//     stream ends with the protocol's error event, a request still
+//     between attempts gets the 503; wait for those answers (up to
+//     cutWait), then close the connections;
+//  4. then stop the job service (running jobs finish or hand their leases
 //     back), the retention cleaner, and close the store;
-//  4. then stop the dispatchers, once nothing can hand them work.
+//  5. then stop the dispatchers, once nothing can hand them work.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -318,19 +385,49 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	if s.http != nil {
-		graceCtx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
-		err := s.http.Shutdown(graceCtx)
-		cancel()
+	if s.http == nil { // WithoutListener: no connections to drain
+		if n := s.drainEngines(); n > 0 {
+			s.log.Info("shutting down: answered the queued requests with 503", "requests", n)
+		}
 		s.cancelRequests(errShutdown)
+	} else {
+		// The grace period runs on the server's clock (the requests' own
+		// clock), so it is the same time the engines measure.
+		graceCtx, cancel := context.WithCancelCause(ctx)
+		graceTimer := s.clock.NewTimer(s.cfg.ShutdownGrace)
+		go func() {
+			select {
+			case <-graceTimer.C():
+				cancel(context.DeadlineExceeded)
+			case <-graceCtx.Done():
+			}
+		}()
+		shutdown := make(chan error, 1)
+		go func() { shutdown <- s.http.Shutdown(graceCtx) }()
+		if n := s.drainEngines(); n > 0 {
+			s.log.Info("shutting down: answered the queued requests with 503", "requests", n)
+		}
+		err := <-shutdown
+		graceTimer.Stop()
+		cancel(nil)
 		if err != nil {
-			// The grace period ran out: cut off what is left.
-			s.log.Warn("shutdown grace period over; closing remaining connections", "err", err)
+			// The grace period ran out: cut off what is left, let each handler
+			// write its stream's error event, then close the connections.
+			s.log.Warn("shutdown grace period over; cutting the requests still running",
+				"requests", s.active.count(), "grace", s.cfg.ShutdownGrace, "err", err)
+			s.cancelRequests(errShutdown)
+			t := s.clock.NewTimer(cutWait)
+			select {
+			case <-s.active.wait():
+			case <-t.C():
+				s.log.Warn("requests cut at shutdown did not finish their answers in time", "requests", s.active.count())
+			case <-ctx.Done():
+			}
+			t.Stop()
 			errs = append(errs, s.http.Close())
 		}
+		s.cancelRequests(errShutdown)
 		<-s.serveDone
-	} else {
-		s.cancelRequests(errShutdown) // WithoutListener: nothing to drain
 	}
 	lcs := []lifecycle{jobsLifecycle{s}}
 	for _, name := range s.order {
@@ -343,6 +440,18 @@ func (s *Server) Stop(ctx context.Context) error {
 		return fmt.Errorf("stopping server: %w", err)
 	}
 	return nil
+}
+
+// drainEngines makes every engine refuse its queued live requests at once
+// and returns how many it refused.
+func (s *Server) drainEngines() int {
+	n := 0
+	for _, name := range s.order {
+		if d, ok := s.upstreams[name].engine.(drainer); ok {
+			n += d.Drain()
+		}
+	}
+	return n
 }
 
 // jobsLifecycle stops the job queue as part of stopAll; s.mu is held by

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -444,8 +446,10 @@ func TestDispatchErrorRendering(t *testing.T) {
 			504, "server_error", "", "", "1", "0"},
 		{"openai too large", llm.OpenAI, &dispatch.Error{Reason: dispatch.ErrTooLarge, Status: 413, Type: "invalid_request_error", Message: "too large"},
 			413, "invalid_request_error", "", "", "0", "0"},
-		{"missing status", llm.Anthropic, &dispatch.Error{Reason: dispatch.ErrStopped},
+		{"missing status", llm.Anthropic, &dispatch.Error{Reason: dispatch.ErrUnavailable},
 			503, "overloaded_error", "", "", "0", "0"},
+		{"shutting down", llm.OpenAI, &dispatch.Error{Reason: dispatch.ErrStopped, Message: "the gateway is shutting down"},
+			503, "server_error", "1", "1000", "0", "0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -465,7 +469,9 @@ func TestDispatchErrorRendering(t *testing.T) {
 			}
 			require.Equal(t, tc.wantRetry, resp.Header.Get("Retry-After"))
 			require.Equal(t, tc.wantRetryMS, resp.Header.Get("Retry-After-Ms"))
-			require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+			// Only a shutdown invites a retry: nothing was sent, another
+			// instance can take it.
+			require.Equal(t, strconv.FormatBool(errors.Is(tc.err, dispatch.ErrStopped)), resp.Header.Get("X-Should-Retry"))
 			require.Equal(t, tc.wantAttempts, resp.Header.Get(frontdoor.HeaderAttempts))
 			require.Equal(t, tc.wantQueueMS, resp.Header.Get(frontdoor.HeaderQueueMS))
 		})
