@@ -63,7 +63,10 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 	now := d.clk.Now()
 	if err != nil {
 		if ctx.Err() != nil {
-			d.release(w, g, flow.Neutral, w.cost)
+			// The request may have reached the provider: it keeps its
+			// request token; only the tokens of an answer never read are
+			// refunded.
+			d.release(w, g, flow.Neutral, tokensOnly(w.cost))
 			return exchanged{}, fmt.Errorf("calling upstream %q: %w", d.cfg.Name, context.Cause(ctx))
 		}
 		out := provider.ClassifyTransportError(err)
@@ -85,7 +88,7 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
 	_ = resp.Body.Close()
 	if readErr != nil && ctx.Err() != nil {
-		d.release(w, g, flow.Neutral, w.cost)
+		d.release(w, g, flow.Neutral, tokensOnly(w.cost)) // it reached the provider
 		return exchanged{}, fmt.Errorf("reading upstream %q error: %w", d.cfg.Name, context.Cause(ctx))
 	}
 	out := provider.Classify(d.cfg.Protocol, resp.StatusCode, resp.Header, body, now)
@@ -236,7 +239,13 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	}
 	_ = resp.Body.Close()
 	if ctx.Err() != nil {
-		d.release(w, g, flow.Neutral, w.cost)
+		// The provider answered: the request counts, and so do the
+		// tokens its stream already reported.
+		refund := tokensOnly(w.cost)
+		if u, ok := so.Usage(); ok {
+			refund = tokensOnly(w.cost.Sub(actualAmount(d.cfg.Protocol, u)))
+		}
+		d.release(w, g, flow.Neutral, refund)
 		return exchanged{}, fmt.Errorf("reading upstream %q stream: %w", d.cfg.Name, context.Cause(ctx))
 	}
 	out := se
