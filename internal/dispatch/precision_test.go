@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -93,4 +97,67 @@ func TestCancelAfterSendKeepsTheRequestToken(t *testing.T) {
 			require.InDelta(t, before[flow.InputTokens].Level-tt.inputKept, after.Buckets[flow.InputTokens].Level, 1e-9)
 		})
 	}
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// TestSteadyLoadReusesConnections: with the library's default client, a
+// steady load of N calls in flight at a time (N = max_concurrency) reuses
+// N connections round after round. (http.Transport keeps 2 idle
+// connections per host by default: the old client dialed N−2 new ones in
+// every round.)
+func TestSteadyLoadReusesConnections(t *testing.T) {
+	t.Parallel()
+	const n, rounds = 12, 4
+	var mu sync.Mutex
+	arrived := 0
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		// A barrier: every round's n calls are in flight together.
+		mu.Lock()
+		arrived++
+		if arrived%n == 0 {
+			close(release)
+			release = make(chan struct{})
+			mu.Unlock()
+		} else {
+			ch := release
+			mu.Unlock()
+			<-ch
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, okMessage)
+	}))
+	ln := &countingListener{Listener: srv.Listener}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+
+	d, _, _ := start(t, &upstream{Server: srv}, func(c *dispatch.Config) {
+		c.Limits.MaxConcurrency = n
+		c.HTTPClient = nil // the library's default client
+	})
+	for range rounds {
+		res := make([]<-chan result, n)
+		for i := range res {
+			res[i] = doAsync(context.Background(), d, request())
+		}
+		for _, ch := range res {
+			require.NoError(t, (<-ch).err)
+		}
+	}
+	require.EqualValues(t, n, ln.accepted.Load(), "connections dialed for %d rounds of %d calls", rounds, n)
 }
