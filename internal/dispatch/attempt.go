@@ -59,6 +59,9 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 		d.release(w, g, flow.Neutral, w.cost)
 		return exchanged{}, fmt.Errorf("building request for upstream %q: %w", d.cfg.Name, err)
 	}
+	// The provider's rate-limit headers describe its buckets as of this
+	// request's arrival: Observe compares them with ours as of here.
+	mark := d.lim.Mark(d.clk.Now())
 	resp, err := d.cfg.HTTPClient.Do(hreq)
 	now := d.clk.Now()
 	if err != nil {
@@ -75,7 +78,7 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 		return exchanged{out: out}, nil
 	}
 	rl := provider.ParseRateLimits(d.cfg.Protocol, resp.Header, now)
-	d.lim.Observe(observations(rl), now)
+	d.lim.Observe(observations(rl), mark, now)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if isEventStream(resp.Header) {

@@ -170,7 +170,8 @@ func secs(s float64) time.Duration {
 // Reserve debits the estimate before sending; Reconcile corrects it with the
 // actual usage (the level may go negative); Refund returns what a failed
 // attempt did not consume; Observe clamps every level to what the provider
-// reports as remaining (never assuming more room than it does), learns
+// reports as remaining, brought forward from when the provider made the
+// report (never assuming more room than it has), learns
 // limits that were not configured and deepens a bucket when the provider
 // shows more room; Pause stops the whole upstream until an instant.
 //
@@ -181,6 +182,27 @@ type Limiter struct {
 	b           [NumDims]bucket
 	pausedUntil time.Time
 	throttle    throttle
+	// debited is the running sum, per dimension, of every debit (Reserve)
+	// minus every credit (Refund, Reconcile) since the Limiter was made,
+	// in every dimension whether limited or not: the difference between
+	// two Marks is what was taken from the buckets in between.
+	debited Amount
+}
+
+// Mark is the Limiter's account at one instant, taken when a request is
+// sent (Limiter.Mark) and given back to Observe with that request's
+// rate-limit headers, so the provider's report can be compared with the
+// buckets as they were when it was made. The zero Mark means unknown.
+type Mark struct {
+	at      time.Time
+	debited Amount
+}
+
+// Mark returns the account at now.
+func (l *Limiter) Mark(now time.Time) Mark {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Mark{at: now, debited: l.debited}
 }
 
 // throttle is a refill-rate cut that ramps linearly back to the full rate.
@@ -352,6 +374,7 @@ func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time
 		b.settle(now)
 		b.level = math.Min(b.level, math.Max(b.depth, cost[i])) - cost[i]
 	}
+	l.debited = l.debited.Add(cost)
 	return 0, nil
 }
 
@@ -368,6 +391,7 @@ func (l *Limiter) Refund(amount Amount, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
+	l.debited = l.debited.Sub(amount)
 	for i := range l.b {
 		b := &l.b[i]
 		if b.capacity == 0 {
@@ -386,12 +410,28 @@ type Observation struct {
 	Remaining float64
 }
 
-// Observe applies the provider's rate-limit snapshot. A limit not
-// configured is learned (times the safety margin). Each level is clamped to
-// the reported remaining, so Sluice never assumes more room than the
-// provider has; when the provider shows more room than the bucket's depth,
-// the depth doubles, up to the capacity.
-func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
+// Observe applies the provider's rate-limit snapshot, reported in the
+// answer to a request sent at since (the Mark taken when it was sent; the
+// zero Mark if unknown). A limit not configured is learned (times the
+// safety margin).
+//
+// The provider's remaining R describes its bucket when it charged that
+// request; the buckets have moved since: they refilled for now−since, and
+// every request admitted after since (and every refund or reconciliation
+// since) moved them too, while R knows nothing of those. So R is brought
+// to now like for like before it is compared:
+//
+//	R' = R + rate·(now − since) − (debited now − debited at since)
+//
+// Each level is clamped to R' (Sluice never assumes more room than the
+// provider has), and when R' shows more room than the bucket's depth while
+// the bucket is full, the depth doubles, up to the capacity. Without a
+// Mark, R' = R (no refill credited, nothing taken since: pessimistic when
+// the bucket refilled faster than it was spent, optimistic otherwise).
+// The refill is credited from our own send time, a little before the
+// provider charged the request: that delivery delay is what the jitter
+// allowance keeps in reserve.
+func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
@@ -413,11 +453,16 @@ func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
 			continue
 		}
 		b.settle(now)
+		remaining := o.Remaining
+		if !since.at.IsZero() {
+			dt := math.Max(now.Sub(since.at).Seconds(), 0)
+			remaining += b.rate()*dt - (l.debited[d] - since.debited[d])
+		}
 		lvl := b.at(now, b.depth)
-		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.depth*0.999 {
+		if room := l.lessJitter(b.capacity, remaining); room > b.depth && lvl >= b.depth*0.999 {
 			b.depth = math.Min(math.Min(b.capacity, room), b.depth*2)
 		}
-		b.level = math.Min(b.level, o.Remaining)
+		b.level = math.Min(b.level, remaining)
 	}
 }
 
