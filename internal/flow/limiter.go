@@ -421,16 +421,18 @@ type Observation struct {
 // since) moved them too, while R knows nothing of those. So R is brought
 // to now like for like before it is compared:
 //
-//	R' = R + rate·(now − since) − (debited now − debited at since)
+//	R' = R + rate·(now − since − allowance) − (debited now − debited at since)
 //
 // Each level is clamped to R' (Sluice never assumes more room than the
 // provider has), and when R' shows more room than the bucket's depth while
 // the bucket is full, the depth doubles, up to the capacity. Without a
 // Mark, R' = R (no refill credited, nothing taken since: pessimistic when
 // the bucket refilled faster than it was spent, optimistic otherwise).
-// The refill is credited from our own send time, a little before the
-// provider charged the request: that delivery delay is what the jitter
-// allowance keeps in reserve.
+// The provider charged the request some time after we sent it, at most the
+// jitter allowance if the delivery stayed within it, so the refill is
+// credited from the mark plus the allowance: never more than the provider
+// refilled. (Requests sent between the mark and the provider's charge may
+// be counted on both sides: that errs on the safe side.)
 func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -455,7 +457,9 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 		b.settle(now)
 		remaining := o.Remaining
 		if !since.at.IsZero() {
-			dt := math.Max(now.Sub(since.at).Seconds(), 0)
+			// The provider charged the request up to a jitter allowance
+			// after we sent it: credit the refill from then on only.
+			dt := math.Max(now.Sub(since.at).Seconds()-max(l.cfg.JitterAllowance, 0).Seconds(), 0)
 			remaining += b.rate()*dt - (l.debited[d] - since.debited[d])
 		}
 		lvl := b.at(now, b.depth)
