@@ -182,10 +182,11 @@ type Limiter struct {
 	b           [NumDims]bucket
 	pausedUntil time.Time
 	throttle    throttle
-	// debited is the running sum, per dimension, of every debit (Reserve)
-	// minus every credit (Refund, Reconcile) since the Limiter was made,
-	// in every dimension whether limited or not: the difference between
-	// two Marks is what was taken from the buckets in between.
+	// debited is the running sum, per dimension, of every debit (Reserve,
+	// and a Refund or Reconcile that takes more) since the Limiter was
+	// made, in every dimension whether limited or not: the difference
+	// between two Marks is what was taken from the buckets in between.
+	// Credits are not counted (see Observe).
 	debited Amount
 }
 
@@ -391,7 +392,11 @@ func (l *Limiter) Refund(amount Amount, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
-	l.debited = l.debited.Sub(amount)
+	for i, a := range amount {
+		if a < 0 {
+			l.debited[i] -= a
+		}
+	}
 	for i := range l.b {
 		b := &l.b[i]
 		if b.capacity == 0 {
@@ -417,22 +422,26 @@ type Observation struct {
 //
 // The provider's remaining R describes its bucket when it charged that
 // request; the buckets have moved since: they refilled for now−since, and
-// every request admitted after since (and every refund or reconciliation
-// since) moved them too, while R knows nothing of those. So R is brought
-// to now like for like before it is compared:
+// every request admitted after since took from them, while R knows
+// nothing of those. So R is brought to now like for like before it is
+// compared:
 //
 //	R' = R + rate·(now − since − allowance) − (debited now − debited at since)
 //
 // Each level is clamped to R' (Sluice never assumes more room than the
-// provider has), and when R' shows more room than the bucket's depth while
-// the bucket is full, the depth doubles, up to the capacity. Without a
+// provider has). When R itself shows more room than the bucket's depth
+// while the bucket is full, the depth doubles, up to the capacity: R
+// proves the provider's bucket that deep, R' does not (it ignores the
+// provider's own cap). Without a
 // Mark, R' = R (no refill credited, nothing taken since: pessimistic when
 // the bucket refilled faster than it was spent, optimistic otherwise).
 // The provider charged the request some time after we sent it, at most the
 // jitter allowance if the delivery stayed within it, so the refill is
 // credited from the mark plus the allowance: never more than the provider
-// refilled. (Requests sent between the mark and the provider's charge may
-// be counted on both sides: that errs on the safe side.)
+// refilled. Requests sent between the mark and the provider's charge may
+// be counted on both sides, and refunds since the mark are not credited
+// (one made before the provider's charge is in R already, and the two
+// cannot be told apart): both err on the safe side.
 func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -463,7 +472,11 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 			remaining += b.rate()*dt - (l.debited[d] - since.debited[d])
 		}
 		lvl := b.at(now, b.depth)
-		if room := l.lessJitter(b.capacity, remaining); room > b.depth && lvl >= b.depth*0.999 {
+		// Deepen from R itself: it is what the provider held at one
+		// instant, so its bucket is at least that deep. R' is only an
+		// upper bound on its level now (the refill credited may have
+		// overflowed a bucket we do not know the depth of).
+		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.depth*0.999 {
 			b.depth = math.Min(math.Min(b.capacity, room), b.depth*2)
 		}
 		b.level = math.Min(b.level, remaining)
