@@ -426,7 +426,7 @@ func (w simWorkload) run(t *testing.T) simResult {
 			for range 4 {
 				runtime.Gosched()
 			}
-			if time.Now().After(limit) { //nolint:forbidigo // see above
+			if time.Now().After(limit) {
 				t.Fatalf("seed %d: the dispatcher does not settle: %+v", w.seed, s)
 			}
 		}
@@ -607,7 +607,7 @@ func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
 			}
 		}
 		t.Logf("margin %v: %d workloads, 0 provider 429s; utilisation of the binding dimension over the %d saturated ones: min %.4f (seed %d), mean %.4f; %v",
-			tc.margin, workloads, saturated, low, lowSeed, sum/float64(saturated), time.Since(start).Round(time.Millisecond)) //nolint:forbidigo // see above
+			tc.margin, workloads, saturated, low, lowSeed, sum/float64(saturated), time.Since(start).Round(time.Millisecond))
 		require.GreaterOrEqual(t, low, tc.floor, "margin %v: seed %d", tc.margin, lowSeed)
 	}
 }
