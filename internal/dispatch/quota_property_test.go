@@ -412,7 +412,7 @@ func (w simWorkload) run(t *testing.T) simResult {
 	settle := func() {
 		var prev state
 		stable := 0
-		limit := time.Now().Add(30 * time.Second) //nolint:forbidigo // a real-time guard against a hang, not synchronisation
+		limit := time.Now().Add(30 * time.Second)
 		for {
 			s, ok := observe()
 			if ok && s == prev {
@@ -591,7 +591,7 @@ func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
 		var sum, low float64 = 0, 2
 		var lowSeed uint64
 		saturated := 0
-		start := time.Now() //nolint:forbidigo // reports the test's own runtime
+		start := time.Now()
 		for seed := range uint64(workloads) {
 			w := newSimWorkload(seed, tc.margin)
 			res := w.run(t)
