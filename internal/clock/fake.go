@@ -81,6 +81,18 @@ func (f *Fake) Timers() int {
 	return len(f.timers)
 }
 
+// Next returns when the earliest waiting timer fires, and false when no
+// timer is waiting: a test driving the clock event by event moves it
+// there.
+func (f *Fake) Next() (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.timers) == 0 {
+		return time.Time{}, false
+	}
+	return f.timers[0].when, true
+}
+
 // WaitForTimers blocks until at least n timers are waiting, so a test can
 // advance time only once the code under test is asleep. It gives up and
 // returns false after the real-time limit.

@@ -59,11 +59,17 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 		d.release(w, g, flow.Neutral, w.cost)
 		return exchanged{}, fmt.Errorf("building request for upstream %q: %w", d.cfg.Name, err)
 	}
+	// The provider's rate-limit headers describe its buckets as of this
+	// request's arrival: Observe compares them with ours as of here.
+	mark := d.lim.Mark(d.clk.Now())
 	resp, err := d.cfg.HTTPClient.Do(hreq)
 	now := d.clk.Now()
 	if err != nil {
 		if ctx.Err() != nil {
-			d.release(w, g, flow.Neutral, w.cost)
+			// The request may have reached the provider: it keeps its
+			// request token; only the tokens of an answer never read are
+			// refunded.
+			d.release(w, g, flow.Neutral, tokensOnly(w.cost))
 			return exchanged{}, fmt.Errorf("calling upstream %q: %w", d.cfg.Name, context.Cause(ctx))
 		}
 		out := provider.ClassifyTransportError(err)
@@ -72,7 +78,7 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 		return exchanged{out: out}, nil
 	}
 	rl := provider.ParseRateLimits(d.cfg.Protocol, resp.Header, now)
-	d.lim.Observe(observations(rl), now)
+	d.lim.Observe(observations(rl), mark, now)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if isEventStream(resp.Header) {
@@ -85,7 +91,7 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
 	_ = resp.Body.Close()
 	if readErr != nil && ctx.Err() != nil {
-		d.release(w, g, flow.Neutral, w.cost)
+		d.release(w, g, flow.Neutral, tokensOnly(w.cost)) // it reached the provider
 		return exchanged{}, fmt.Errorf("reading upstream %q error: %w", d.cfg.Name, context.Cause(ctx))
 	}
 	out := provider.Classify(d.cfg.Protocol, resp.StatusCode, resp.Header, body, now)
@@ -236,7 +242,13 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	}
 	_ = resp.Body.Close()
 	if ctx.Err() != nil {
-		d.release(w, g, flow.Neutral, w.cost)
+		// The provider answered: the request counts, and so do the
+		// tokens its stream already reported.
+		refund := tokensOnly(w.cost)
+		if u, ok := so.Usage(); ok {
+			refund = tokensOnly(w.cost.Sub(actualAmount(d.cfg.Protocol, u)))
+		}
+		d.release(w, g, flow.Neutral, refund)
 		return exchanged{}, fmt.Errorf("reading upstream %q stream: %w", d.cfg.Name, context.Cause(ctx))
 	}
 	out := se

@@ -38,8 +38,10 @@ type Config struct {
 	// New applies its WithDefaults and Validate.
 	upstream.Config
 	// HTTPClient sends upstream requests. Defaults to a client with
-	// http.DefaultTransport whose response-header timeout is
-	// RequestTimeout, and no overall timeout (streams may be long).
+	// UpstreamTransport(http.DefaultTransport, Config): response-header
+	// timeout RequestTimeout, an idle connection kept for each of the
+	// MaxConcurrency calls in flight, and no overall timeout (streams may
+	// be long).
 	HTTPClient *http.Client
 	// Clock is the time source. Defaults to clock.Real().
 	Clock clock.Clock
@@ -68,7 +70,7 @@ func (c Config) resolve() (settings, error) {
 	}
 	c.Config = c.WithDefaults()
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: WithHeaderTimeout(http.DefaultTransport, c.RequestTimeout)}
+		c.HTTPClient = &http.Client{Transport: UpstreamTransport(http.DefaultTransport, c.Config)}
 	}
 	c.Clock = clock.Or(c.Clock)
 	if c.Observer == nil {
@@ -86,16 +88,32 @@ func (c Config) resolve() (settings, error) {
 	return s, nil
 }
 
-// WithHeaderTimeout returns rt with d as its response-header timeout when
-// rt is an *http.Transport (a stream may then take as long as it needs);
-// other transports are returned as they are.
-func WithHeaderTimeout(rt http.RoundTripper, d time.Duration) http.RoundTripper {
+// UpstreamTransport returns the transport an engine sends its upstream
+// calls with, built from rt: when rt is an *http.Transport, a clone whose
+// response-header timeout is c.RequestTimeout (a stream may then take as
+// long as it needs) and whose idle pool keeps a connection for each of the
+// up to c.Limits.MaxConcurrency calls in flight (http.Transport keeps 2 per
+// host by default, so a steady load of N calls would dial N−2 fresh
+// connections in every round). The number of connections is not capped
+// (no MaxConnsPerHost): the engine's concurrency limit already bounds the
+// calls in flight, and a second cap would add a queue the engine cannot
+// see. Other transports are returned as they are. c is defaulted first.
+func UpstreamTransport(rt http.RoundTripper, c upstream.Config) http.RoundTripper {
 	t, ok := rt.(*http.Transport)
-	if !ok || d <= 0 {
+	if !ok {
 		return rt
 	}
+	c = c.WithDefaults()
 	t = t.Clone()
-	t.ResponseHeaderTimeout = d
+	if c.RequestTimeout > 0 {
+		t.ResponseHeaderTimeout = c.RequestTimeout
+	}
+	if n := c.Limits.MaxConcurrency; n > 0 {
+		t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, n)
+		if t.MaxIdleConns > 0 {
+			t.MaxIdleConns = max(t.MaxIdleConns, n)
+		}
+	}
 	return t
 }
 

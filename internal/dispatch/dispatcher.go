@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
@@ -59,6 +60,16 @@ type Dispatcher struct {
 	stopping chan struct{}             // closed by Stop
 	done     chan struct{}             // closed when the loop exits
 	cancel   context.CancelFunc
+
+	// park is the admission loop's resting state, for tests that drive a
+	// fake clock event by event (export_test.go).
+	park struct {
+		sync.Mutex
+		parked  bool
+		until   time.Time // its timer's instant; zero: until woken
+		handled uint64    // the kicks the loop had seen when it last looked
+	}
+	kicks atomic.Uint64 // wake-ups asked for
 }
 
 type runState int
@@ -233,6 +244,7 @@ func (d *Dispatcher) waitDone(ctx context.Context, started bool) error {
 
 // kick wakes the admission loop without blocking.
 func (d *Dispatcher) kick() {
+	d.kicks.Add(1)
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -249,6 +261,7 @@ func (d *Dispatcher) loop(ctx context.Context) {
 		}
 	}()
 	for {
+		handled := d.kicks.Load()
 		sleep := d.admit()
 		var fire <-chan time.Time
 		if sleep > 0 {
@@ -259,15 +272,28 @@ func (d *Dispatcher) loop(ctx context.Context) {
 			}
 			fire = timer.C()
 		}
+		d.setParked(true, sleep, handled)
 		select {
 		case <-ctx.Done():
 			return
 		case <-d.wake:
 		case <-fire:
 		}
+		d.setParked(false, 0, handled)
 		if timer != nil {
 			timer.Stop()
 		}
+	}
+}
+
+// setParked records whether the loop is waiting, for how long, and the
+// wake-ups it had seen before its last look at the queue.
+func (d *Dispatcher) setParked(parked bool, sleep time.Duration, handled uint64) {
+	d.park.Lock()
+	defer d.park.Unlock()
+	d.park.parked, d.park.until, d.park.handled = parked, time.Time{}, handled
+	if parked && sleep > 0 {
+		d.park.until = d.clk.Now().Add(sleep)
 	}
 }
 

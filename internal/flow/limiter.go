@@ -170,7 +170,8 @@ func secs(s float64) time.Duration {
 // Reserve debits the estimate before sending; Reconcile corrects it with the
 // actual usage (the level may go negative); Refund returns what a failed
 // attempt did not consume; Observe clamps every level to what the provider
-// reports as remaining (never assuming more room than it does), learns
+// reports as remaining, brought forward from when the provider made the
+// report (never assuming more room than it has), learns
 // limits that were not configured and deepens a bucket when the provider
 // shows more room; Pause stops the whole upstream until an instant.
 //
@@ -181,6 +182,28 @@ type Limiter struct {
 	b           [NumDims]bucket
 	pausedUntil time.Time
 	throttle    throttle
+	// debited is the running sum, per dimension, of every debit (Reserve,
+	// and a Refund or Reconcile that takes more) since the Limiter was
+	// made, in every dimension whether limited or not: the difference
+	// between two Marks is what was taken from the buckets in between.
+	// Credits are not counted (see Observe).
+	debited Amount
+}
+
+// Mark is the Limiter's account at one instant, taken when a request is
+// sent (Limiter.Mark) and given back to Observe with that request's
+// rate-limit headers, so the provider's report can be compared with the
+// buckets as they were when it was made. The zero Mark means unknown.
+type Mark struct {
+	at      time.Time
+	debited Amount
+}
+
+// Mark returns the account at now.
+func (l *Limiter) Mark(now time.Time) Mark {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Mark{at: now, debited: l.debited}
 }
 
 // throttle is a refill-rate cut that ramps linearly back to the full rate.
@@ -352,6 +375,7 @@ func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time
 		b.settle(now)
 		b.level = math.Min(b.level, math.Max(b.depth, cost[i])) - cost[i]
 	}
+	l.debited = l.debited.Add(cost)
 	return 0, nil
 }
 
@@ -368,6 +392,11 @@ func (l *Limiter) Refund(amount Amount, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
+	for i, a := range amount {
+		if a < 0 {
+			l.debited[i] -= a
+		}
+	}
 	for i := range l.b {
 		b := &l.b[i]
 		if b.capacity == 0 {
@@ -386,12 +415,34 @@ type Observation struct {
 	Remaining float64
 }
 
-// Observe applies the provider's rate-limit snapshot. A limit not
-// configured is learned (times the safety margin). Each level is clamped to
-// the reported remaining, so Sluice never assumes more room than the
-// provider has; when the provider shows more room than the bucket's depth,
-// the depth doubles, up to the capacity.
-func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
+// Observe applies the provider's rate-limit snapshot, reported in the
+// answer to a request sent at since (the Mark taken when it was sent; the
+// zero Mark if unknown). A limit not configured is learned (times the
+// safety margin).
+//
+// The provider's remaining R describes its bucket when it charged that
+// request; the buckets have moved since: they refilled for now−since, and
+// every request admitted after since took from them, while R knows
+// nothing of those. So R is brought to now like for like before it is
+// compared:
+//
+//	R' = R + rate·(now − since − allowance) − (debited now − debited at since)
+//
+// Each level is clamped to R' (Sluice never assumes more room than the
+// provider has). When R itself shows more room than the bucket's depth
+// while the bucket is full, the depth doubles, up to the capacity: R
+// proves the provider's bucket that deep, R' does not (it ignores the
+// provider's own cap). Without a
+// Mark, R' = R (no refill credited, nothing taken since: pessimistic when
+// the bucket refilled faster than it was spent, optimistic otherwise).
+// The provider charged the request some time after we sent it, at most the
+// jitter allowance if the delivery stayed within it, so the refill is
+// credited from the mark plus the allowance: never more than the provider
+// refilled. Requests sent between the mark and the provider's charge may
+// be counted on both sides, and refunds since the mark are not credited
+// (one made before the provider's charge is in R already, and the two
+// cannot be told apart): both err on the safe side.
+func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
@@ -413,11 +464,22 @@ func (l *Limiter) Observe(obs map[Dim]Observation, now time.Time) {
 			continue
 		}
 		b.settle(now)
+		remaining := o.Remaining
+		if !since.at.IsZero() {
+			// The provider charged the request up to a jitter allowance
+			// after we sent it: credit the refill from then on only.
+			dt := math.Max(now.Sub(since.at).Seconds()-max(l.cfg.JitterAllowance, 0).Seconds(), 0)
+			remaining += b.rate()*dt - (l.debited[d] - since.debited[d])
+		}
 		lvl := b.at(now, b.depth)
+		// Deepen from R itself: it is what the provider held at one
+		// instant, so its bucket is at least that deep. R' is only an
+		// upper bound on its level now (the refill credited may have
+		// overflowed a bucket we do not know the depth of).
 		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.depth*0.999 {
 			b.depth = math.Min(math.Min(b.capacity, room), b.depth*2)
 		}
-		b.level = math.Min(b.level, o.Remaining)
+		b.level = math.Min(b.level, remaining)
 	}
 }
 

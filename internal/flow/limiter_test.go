@@ -100,19 +100,19 @@ func TestLimiterObserve(t *testing.T) {
 	// Nothing configured: limits are learned, times the margin.
 	l, err := flow.NewLimiter(flow.LimiterConfig{SafetyMargin: 0.9, BurstSeconds: 6, JitterAllowance: -1}, t0)
 	require.NoError(t, err)
-	l.Observe(map[flow.Dim]flow.Observation{flow.InputTokens: {Limit: 10000, Remaining: 200}}, t0)
+	l.Observe(map[flow.Dim]flow.Observation{flow.InputTokens: {Limit: 10000, Remaining: 200}}, flow.Mark{}, t0)
 	s := l.State(t0)[flow.InputTokens]
 	require.InDelta(t, 9000, s.Capacity, 1e-9)
 	require.InDelta(t, 200, s.Level, 1e-9, "never more room than the provider reports")
 
 	// Configured higher than the provider says: the provider wins.
 	l = newLimiter(t, [flow.NumDims]float64{flow.Requests: 1000}, 6)
-	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 50, Remaining: -1}}, t0)
+	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 50, Remaining: -1}}, flow.Mark{}, t0)
 	require.InDelta(t, 50, l.State(t0)[flow.Requests].Capacity, 1e-9)
 
 	// More room reported than the depth while the bucket is full: deepen.
 	l = newLimiter(t, [flow.NumDims]float64{flow.Tokens: 60000}, 1) // depth 1000
-	l.Observe(map[flow.Dim]flow.Observation{flow.Tokens: {Limit: 60000, Remaining: 50000}}, t0)
+	l.Observe(map[flow.Dim]flow.Observation{flow.Tokens: {Limit: 60000, Remaining: 50000}}, flow.Mark{}, t0)
 	require.InDelta(t, 2000, l.State(t0)[flow.Tokens].Depth, 1e-9, "doubles, bounded by what is reported")
 	l.Pause(t0.Add(time.Second), t0)
 	require.InDelta(t, 1000, l.State(t0)[flow.Tokens].Depth, 1e-9, "a RATE pause makes it shallow again")
@@ -325,9 +325,9 @@ func TestLimiterJitterAllowance(t *testing.T) {
 	require.InDelta(t, 18, l.State(t0)[flow.Requests].Depth, 1e-9, "20 a second deep, less 100 ms of refill")
 
 	// Deepening from the provider's remaining keeps the same allowance.
-	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 1200, Remaining: 20}}, t0)
+	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 1200, Remaining: 20}}, flow.Mark{}, t0)
 	require.InDelta(t, 18, l.State(t0)[flow.Requests].Depth, 1e-9, "20 remaining leave no room to deepen")
-	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 1200, Remaining: 30}}, t0)
+	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 1200, Remaining: 30}}, flow.Mark{}, t0)
 	require.InDelta(t, 28, l.State(t0)[flow.Requests].Depth, 1e-9)
 
 	// Never below half: a 50 ms burst keeps 0.5 request, not a negative one.

@@ -11,11 +11,12 @@ import (
 // used for every upstream of every Server (sluice serve, and sluice batch
 // run --store, which runs a Server in-process): the upstream config goes
 // to the dispatcher whole, with the server's transport (bounded by the
-// upstream's request_timeout), clock and metrics.
+// upstream's request_timeout, its idle pool sized from max_concurrency),
+// clock and metrics.
 func newEngine(uc upcfg.Config, o options, obs dispatch.Observer) (*dispatch.Dispatcher, error) {
 	return dispatch.New(dispatch.Config{
 		Config:     uc,
-		HTTPClient: &http.Client{Transport: dispatch.WithHeaderTimeout(o.transport, uc.RequestTimeout)},
+		HTTPClient: &http.Client{Transport: dispatch.UpstreamTransport(o.transport, uc)},
 		Clock:      o.clock,
 		Observer:   obs,
 	})

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -132,23 +131,25 @@ func TestSDKsThroughGatewayAllShapes(t *testing.T) {
 	require.Equal(t, before, f.mock.Stats().Overall.ByStatus["400"])
 }
 
-// TestSDKBurstAboveQuotaSeesNo429 sends a burst several times the bucket's
-// depth: sent straight to the mock most of it would be rejected with 429;
-// through the gateway every call succeeds, without SDK retries.
+// TestSDKBurstAboveQuotaSeesNo429 is the user-facing promise: a burst
+// several times the gateway's bucket sees no 429 through the official SDKs
+// (their retries off): the gateway queues what does not fit and sends it
+// as the quota refills. 80 calls per protocol; the mock's bucket is 3 s of
+// refill deep (60 calls, so a burst sent to it directly sees 20 rejected),
+// the gateway's 1 s (20 calls, then 20 a second).
 //
-// Not parallel: it measures timing (how evenly admitted requests reach the
-// provider), so it runs before the package's parallel tests start rather
-// than beside a dozen other gateways under the race detector.
-func TestSDKBurstAboveQuotaSeesNo429(t *testing.T) { //nolint:paralleltest // timing-sensitive; see above
-	// 1,200 RPM = 20 requests/s, one second deep: a burst of 60 needs ~2 s.
-	// The buckets stay 500 ms of refill (10 requests) below the provider's
-	// burst instead of the default 100 ms: under the race detector, with
-	// other packages' tests on the same 2 cores, requests admitted in order
-	// reached the mock bunched by up to ~0.5 s, and the provider saw 3 to 9
-	// 429s (a real provider's 60-second bucket hides such jitter).
+// That the gateway never outruns the provider's bucket, to the request, is
+// proved deterministically by internal/dispatch's
+// TestDispatcherNeverExceedsProviderQuota on a fake clock. Here the
+// provider keeps 2 s of refill more than the gateway uses, so how evenly
+// a loaded machine delivers the admitted requests cannot matter (the old
+// version of this test gave the provider 0.5 s and saw up to 9 provider
+// 429s under -race on a loaded machine).
+func TestSDKBurstAboveQuotaSeesNo429(t *testing.T) {
+	t.Parallel()
 	limits := mock.Limits{RPM: 1200, ITPM: 400_000, OTPM: 80_000, TPM: 400_000}
-	f := startGateway(t, limits, 1, mock.Faults{}, func(u *upcfg.Config) { u.JitterAllowance = 500 * time.Millisecond })
-	const burst = 60
+	f := startGateway(t, limits, 3, mock.Faults{}, func(u *upcfg.Config) { u.BurstSeconds = 1 })
+	const burst = 80
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*burst)
 	for i := range burst {
@@ -169,17 +170,12 @@ func TestSDKBurstAboveQuotaSeesNo429(t *testing.T) { //nolint:paralleltest // ti
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		require.NoError(t, err)
+		require.NoError(t, err, "the SDK saw an error")
 	}
 	st := f.mock.Stats()
 	t.Logf("provider saw %v; first..last admission %v..%v", st.Overall.ByStatus, st.Overall.FirstAdmission, st.Overall.LastAdmission)
 	require.Equal(t, int64(2*burst), st.Overall.ByStatus["200"])
-	// The gateway admits against its own buckets, so the provider should
-	// see (almost) no 429s; every one it did see was absorbed.
-	require.LessOrEqual(t, st.Overall.ByStatus["429"], int64(2), "provider-side 429s: %v", st.Overall.ByStatus)
-	for key, ks := range st.Keys {
-		require.LessOrEqual(t, ks.Max60s.Requests, limits.RPM+limits.RPM/60, "key %s exceeded RPM + burst", key)
-	}
+	require.Zero(t, st.Overall.ByStatus["429"], "provider-side 429s: %v", st.Overall.ByStatus)
 }
 
 // TestSDKOverloadIsAbsorbed: a fifth of the provider's answers are 529 (or

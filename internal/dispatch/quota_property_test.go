@@ -1,0 +1,620 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// The simulated provider's dimensions. Its accounting is its own: it shares
+// nothing with internal/flow, whose buckets it checks.
+const (
+	simReq = iota
+	simIn
+	simOut
+	simTok
+	simDims
+)
+
+var simHeader = [simDims]string{"requests", "input-tokens", "output-tokens", "tokens"}
+
+// simCall is one request inside the simulated provider.
+type simCall struct {
+	seq      int
+	arrive   time.Time // our send + its delivery delay: when it is charged
+	respond  time.Time // set on arrival
+	arrived  bool
+	in, out  float64 // the request's real input and output tokens
+	maxOut   float64 // its max_tokens
+	latency  time.Duration
+	status   int
+	header   http.Header
+	resp     chan *http.Response // buffered(1)
+	hangsUp  <-chan struct{}
+	canceled bool
+}
+
+// simProvider is an Anthropic-like provider on the fake clock: one token
+// bucket per limited dimension, depth limit/60 × burst seconds, refilled
+// continuously at limit/60 per second, full at the start. A request is
+// charged when it arrives (our send plus its delivery delay): one request,
+// its real input tokens, its max_tokens as output (refunded down to the
+// real output when it answers) and both as tokens. When a bucket lacks the
+// room it answers 429 with retry-after. Every answer carries the
+// anthropic-ratelimit-* headers as of the charge (remaining exact, never
+// rounded up).
+type simProvider struct {
+	clk *clock.Fake
+
+	mu      sync.Mutex
+	limit   [simDims]float64 // per minute; 0 = not limited
+	depth   [simDims]float64
+	level   [simDims]float64
+	last    time.Time
+	pending []*simCall
+	waiting int // calls inside RoundTrip, not answered yet
+
+	// Accounting for utilisation: net charge (charges − refunds) as of the
+	// last successful charge, and when that was.
+	charged, refunded [simDims]float64
+	netAtLast         [simDims]float64
+	lastCharge        time.Time
+	ok, rejected      int
+	maxDelay          time.Duration
+	rejects           []string
+}
+
+func newSimProvider(clk *clock.Fake, limit [simDims]float64, burstSeconds float64) *simProvider {
+	p := &simProvider{clk: clk, limit: limit, last: clk.Now()}
+	for d, l := range limit {
+		p.depth[d] = l / 60 * burstSeconds
+		p.level[d] = p.depth[d]
+	}
+	return p
+}
+
+// refill brings the buckets to now; p.mu held.
+func (p *simProvider) refill(now time.Time) {
+	dt := now.Sub(p.last).Seconds()
+	if dt <= 0 {
+		return
+	}
+	for d, l := range p.limit {
+		if l > 0 {
+			p.level[d] = math.Min(p.depth[d], p.level[d]+l/60*dt)
+		}
+	}
+	p.last = now
+}
+
+func simInt(r *http.Request, name string) int64 {
+	n, _ := strconv.ParseInt(r.Header.Get(name), 10, 64)
+	return n
+}
+
+// RoundTrip registers the call; the driver answers it at its virtual time.
+func (p *simProvider) RoundTrip(r *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	now := p.clk.Now()
+	c := &simCall{
+		in: float64(simInt(r, "X-Sim-In")), out: float64(simInt(r, "X-Sim-Out")), maxOut: float64(simInt(r, "X-Sim-Max")),
+		latency: time.Duration(simInt(r, "X-Sim-Latency")),
+		resp:    make(chan *http.Response, 1),
+		hangsUp: r.Context().Done(),
+	}
+	delay := time.Duration(simInt(r, "X-Sim-Delay"))
+	p.mu.Lock()
+	// Events at the same instant are taken in request order, whatever
+	// order the goroutines got here in.
+	c.seq = int(simInt(r, "X-Sim-Id"))
+	c.arrive = now.Add(delay)
+	p.maxDelay = max(p.maxDelay, delay)
+	p.pending = append(p.pending, c)
+	p.waiting++
+	p.mu.Unlock()
+	select {
+	case resp := <-c.resp:
+		resp.Request = r
+		return resp, nil
+	case <-c.hangsUp:
+		p.mu.Lock()
+		c.canceled = true
+		p.mu.Unlock()
+		return nil, r.Context().Err()
+	}
+}
+
+// eventAt is when c next needs the driver.
+func (c *simCall) eventAt() time.Time {
+	if c.arrived {
+		return c.respond
+	}
+	return c.arrive
+}
+
+// next returns the earliest pending event.
+func (p *simProvider) next() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var t time.Time
+	for _, c := range p.pending {
+		if at := c.eventAt(); t.IsZero() || at.Before(t) {
+			t = at
+		}
+	}
+	return t, !t.IsZero()
+}
+
+// fire runs every event due at now, in time then arrival order.
+func (p *simProvider) fire(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		var due *simCall
+		for _, c := range p.pending {
+			if at := c.eventAt(); !at.After(now) && (due == nil || at.Before(due.eventAt()) || (at.Equal(due.eventAt()) && c.seq < due.seq)) {
+				due = c
+			}
+		}
+		if due == nil {
+			return
+		}
+		at := due.eventAt()
+		p.refill(at)
+		if !due.arrived {
+			p.arrive(due, at)
+			continue
+		}
+		p.pending = slices.DeleteFunc(p.pending, func(c *simCall) bool { return c == due })
+		if due.canceled {
+			continue
+		}
+		if due.status == http.StatusOK {
+			back := due.maxOut - due.out
+			p.level[simOut] = math.Min(p.depth[simOut], p.level[simOut]+back)
+			p.level[simTok] = math.Min(p.depth[simTok], p.level[simTok]+back)
+			p.refunded[simOut] += back
+			p.refunded[simTok] += back
+		}
+		p.waiting--
+		due.resp <- p.answer(due)
+	}
+}
+
+// arrive charges c or rejects it; p.mu held, buckets at at.
+func (p *simProvider) arrive(c *simCall, at time.Time) {
+	c.arrived = true
+	need := [simDims]float64{1, c.in, c.maxOut, c.in + c.maxOut}
+	var wait float64
+	for d, l := range p.limit {
+		if l > 0 && p.level[d] < need[d] {
+			wait = math.Max(wait, (need[d]-p.level[d])/(l/60))
+		}
+	}
+	c.status = http.StatusOK
+	c.respond = at.Add(c.latency)
+	if wait > 0 {
+		c.status = http.StatusTooManyRequests
+		c.respond = at
+		p.rejected++
+		p.rejects = append(p.rejects, fmt.Sprintf("at %v: need %v level %v depth %v (sent %v)", at.Sub(t0), need, p.level, p.depth, c.arrive.Sub(t0)))
+	} else {
+		for d, l := range p.limit {
+			if l > 0 {
+				p.level[d] -= need[d]
+			}
+			p.charged[d] += need[d]
+			p.netAtLast[d] = p.charged[d] - p.refunded[d]
+		}
+		p.lastCharge = at
+		p.ok++
+	}
+	c.header = http.Header{"Content-Type": {"application/json"}}
+	for d, l := range p.limit {
+		if l == 0 {
+			continue
+		}
+		pre := "anthropic-ratelimit-" + simHeader[d]
+		c.header.Set(pre+"-limit", strconv.FormatFloat(l, 'f', 0, 64))
+		c.header.Set(pre+"-remaining", strconv.FormatFloat(math.Floor(math.Max(p.level[d], 0)), 'f', 0, 64))
+		full := at.Add(time.Duration((p.depth[d] - p.level[d]) / (l / 60) * float64(time.Second)))
+		c.header.Set(pre+"-reset", full.UTC().Format(time.RFC3339))
+	}
+	if wait > 0 {
+		c.header.Set("Retry-After", strconv.Itoa(int(math.Ceil(wait))))
+	}
+}
+
+func (p *simProvider) answer(c *simCall) *http.Response {
+	body := fmt.Sprintf(`{"id":"msg_%d","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"x"}],"stop_reason":"end_turn","usage":{"input_tokens":%d,"output_tokens":%d}}`,
+		c.seq, int64(c.in), int64(c.out))
+	if c.status != http.StatusOK {
+		body = `{"type":"error","error":{"type":"rate_limit_error","message":"rate limited"}}`
+	}
+	return &http.Response{StatusCode: c.status, Status: http.StatusText(c.status), Header: c.header,
+		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), ProtoMajor: 1, ProtoMinor: 1}
+}
+
+// simRequest is one request of a workload, its randomness drawn up front
+// so that the outcome does not depend on goroutine order.
+type simRequest struct {
+	at       time.Duration // arrival after the start
+	class    llm.Priority
+	ticket   bool // through Acquire + Ticket.Call instead of Do
+	estimate int64
+	in, out  int64
+	maxOut   int64
+	delay    time.Duration
+	latency  time.Duration
+}
+
+// simWorkload is one random case.
+type simWorkload struct {
+	seed         uint64
+	limit        [simDims]float64
+	burstSeconds float64
+	margin       float64
+	allowance    time.Duration
+	binding      int
+	pattern      string
+	mixed        bool
+	reqs         []simRequest
+}
+
+// newSimWorkload draws a workload: a binding dimension whose limit the
+// demand exceeds, other dimensions limited loosely or not at all, request
+// sizes well within the depth, an arrival pattern (all at once, a few
+// bursts, or a Poisson stream faster than the limit), one class or all
+// four, a fifth of them through tickets.
+func newSimWorkload(seed uint64, margin float64) simWorkload {
+	rnd := rand.New(rand.NewPCG(seed, 0x5eed))
+	w := simWorkload{seed: seed, margin: margin, burstSeconds: []float64{1, 2, 5, 10}[rnd.IntN(4)],
+		allowance: upcfg.JitterAllowanceDefault, binding: rnd.IntN(simDims)}
+	// Requests a second the binding limit allows, at least 3 requests per
+	// burst: a request bigger than the provider's depth could never be
+	// admitted there (the engine lets it accumulate up to its capacity).
+	perSec := max(1+rnd.Float64()*7, 3/w.burstSeconds)
+	meanIn := float64(100 + rnd.IntN(3000))
+	maxOut := int64(50 + rnd.IntN(1000))
+	outShare := 0.2 + rnd.Float64()*0.8
+	mean := [simDims]float64{1, meanIn, float64(maxOut), meanIn + float64(maxOut)}
+	for d := range simDims {
+		switch {
+		case d == w.binding:
+			w.limit[d] = math.Round(perSec * 60 * mean[d])
+		case rnd.IntN(3) == 0:
+			// not limited
+		default:
+			w.limit[d] = math.Round(perSec * 60 * mean[d] * (1.5 + rnd.Float64()*2))
+		}
+	}
+	// Enough demand for 10 to 40 s of the binding limit after its burst.
+	n := int(perSec * (w.burstSeconds + 10 + rnd.Float64()*30))
+	w.mixed = rnd.IntN(2) == 0
+	w.pattern = []string{"burst", "bursts", "poisson"}[rnd.IntN(3)]
+	var at time.Duration
+	for i := range n {
+		r := simRequest{class: llm.Normal, ticket: rnd.IntN(5) == 0, maxOut: maxOut}
+		if w.mixed {
+			r.class = llm.Priority(rnd.IntN(llm.NumPriorities))
+		}
+		switch w.pattern {
+		case "bursts":
+			if i > 0 && rnd.IntN(int(perSec*3)+1) == 0 {
+				at += time.Duration(rnd.Float64() * float64(2*time.Second))
+			}
+		case "poisson":
+			if i > 0 {
+				at += time.Duration(rnd.ExpFloat64() / (perSec * 4) * float64(time.Second))
+			}
+		}
+		r.at = at
+		r.estimate = max(1, int64(meanIn*(0.5+rnd.Float64())))
+		// The real input is the estimate −5 % … +2 %: within the 2 %
+		// safety margin (with no margin, never above the estimate).
+		hi := 0.02
+		if margin == 1 {
+			hi = 0
+		}
+		r.in = max(1, int64(math.Floor(float64(r.estimate)*(1-0.05+rnd.Float64()*(0.05+hi)))))
+		r.out = int64(math.Floor(float64(maxOut) * outShare * rnd.Float64()))
+		r.delay = time.Duration(rnd.Float64() * float64(w.allowance))
+		r.latency = time.Duration((0.1 + rnd.Float64()*2.9) * float64(time.Second))
+		w.reqs = append(w.reqs, r)
+	}
+	return w
+}
+
+// simResult is what one workload did.
+type simResult struct {
+	rejected    int
+	rejects     []string // what each 429 lacked
+	utilisation float64  // of the binding dimension
+	binding     int      // the dimension used the most
+	elapsed     time.Duration
+}
+
+// run drives a real Dispatcher through the workload on a fake clock,
+// event by event: it moves time only once every request is accounted for
+// (finished, queued in the scheduler, or inside the provider) and the
+// dispatcher's state has stopped changing, and then only to the next
+// timer, provider event or arrival.
+func (w simWorkload) run(t *testing.T) simResult {
+	t.Helper()
+	fc := clock.NewFake(t0)
+	p := newSimProvider(fc, w.limit, w.burstSeconds)
+	d, err := dispatch.New(dispatch.Config{
+		Config: upcfg.Config{
+			Name: "sim", Protocol: llm.Anthropic, BaseURL: "http://sim.invalid", APIKey: "k",
+			Limits: upcfg.Limits{RequestsPerMinute: int64(w.limit[simReq]), InputTokensPerMinute: int64(w.limit[simIn]),
+				OutputTokensPerMinute: int64(w.limit[simOut]), TokensPerMinute: int64(w.limit[simTok])},
+			BurstSeconds: w.burstSeconds, SafetyMargin: w.margin, JitterAllowance: w.allowance,
+		},
+		HTTPClient: &http.Client{Transport: p},
+		Clock:      fc,
+		Rand:       rand.New(rand.NewPCG(w.seed, 1)),
+	})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	defer func() { require.NoError(t, d.Stop(context.Background())) }()
+
+	var started, done atomic.Int32
+	errs := make(chan error, len(w.reqs))
+	launch := func(id int, r simRequest) {
+		started.Add(1)
+		go func() {
+			defer done.Add(1)
+			errs <- w.call(d, id, r)
+		}()
+	}
+	type state struct {
+		snap          dispatch.Snapshot
+		timers        int
+		waiting, done int32
+	}
+	observe := func() (state, bool) {
+		p.mu.Lock()
+		waiting := int32(p.waiting)
+		p.mu.Unlock()
+		s := state{snap: d.Snapshot(), timers: fc.Timers(), waiting: waiting, done: done.Load()}
+		queued := 0
+		for _, q := range s.snap.Queued {
+			queued += q
+		}
+		consistent := s.done+int32(queued)+s.waiting == started.Load() && int32(s.snap.InFlight) == s.waiting
+		return s, consistent && dispatch.LoopIdle(d)
+	}
+	// settle returns once the system is quiet: every request accounted
+	// for (finished, queued, or waiting inside the provider, so every
+	// admitted request has reached the provider at the instant it was
+	// admitted), the admission loop idle with nothing left to act on, and
+	// nothing changing over a few scheduling rounds.
+	settle := func() {
+		var prev state
+		stable := 0
+		limit := time.Now().Add(30 * time.Second)
+		for {
+			s, ok := observe()
+			if ok && s == prev {
+				if stable++; stable >= 2 {
+					return
+				}
+			} else {
+				stable = 0
+			}
+			prev = s
+			for range 4 {
+				runtime.Gosched()
+			}
+			if time.Now().After(limit) {
+				t.Fatalf("seed %d: the dispatcher does not settle: %+v", w.seed, s)
+			}
+		}
+	}
+	far := t0.Add(100 * time.Hour)
+	i := 0
+	for {
+		// One at a time, so requests arriving at the same instant queue
+		// in a known order.
+		for i < len(w.reqs) && !t0.Add(w.reqs[i].at).After(fc.Now()) {
+			launch(i, w.reqs[i])
+			i++
+			settle()
+		}
+		settle()
+		if int(done.Load()) == len(w.reqs) {
+			break
+		}
+		next := far
+		if i < len(w.reqs) {
+			next = t0.Add(w.reqs[i].at)
+		}
+		if at, ok := p.next(); ok && at.Before(next) {
+			next = at
+		}
+		if at, ok := fc.Next(); ok && at.Before(next) {
+			next = at
+		}
+		require.True(t, next.Before(far), "seed %d: nothing left to wait for with %d of %d done", w.seed, done.Load(), len(w.reqs))
+		if next.Sub(fc.Now()) > time.Hour {
+			s, _ := observe()
+			fn, _ := fc.Next()
+			t.Fatalf("seed %d: jump at %v to %v (next timer %v, idle %v): %+v", w.seed, fc.Now().Sub(t0), next.Sub(t0), fn.Sub(t0), dispatch.LoopIdle(d), s)
+		}
+		fc.Set(next)
+		p.fire(next)
+	}
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err, "seed %d", w.seed)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res := simResult{rejected: p.rejected, elapsed: p.lastCharge.Sub(t0), rejects: p.rejects}
+	// Utilisation of the binding dimension (the limited one used the
+	// most): what the provider admitted (net of refunds) by its last
+	// charge, over what its bucket could admit from t0 (full) to then:
+	// depth + rate × elapsed.
+	for b, l := range w.limit {
+		if l > 0 {
+			allowed := p.depth[b] + l/60*res.elapsed.Seconds()
+			if u := p.netAtLast[b] / allowed; u > res.utilisation {
+				res.utilisation, res.binding = u, b
+			}
+		}
+	}
+	require.Equal(t, len(w.reqs), p.ok, "seed %d: every request served once", w.seed)
+	return res
+}
+
+// call sends one request, through Do or a ticket, and reads its answer.
+func (w simWorkload) call(d *dispatch.Dispatcher, id int, r simRequest) error {
+	req := &dispatch.Request{
+		Method:   http.MethodPost,
+		Path:     "/v1/messages",
+		Body:     []byte(fmt.Sprintf(`{"model":"m","max_tokens":%d,"messages":[{"role":"user","content":"x"}]}`, r.maxOut)),
+		Cost:     provider.Cost{Model: "m", InputTokens: r.estimate, OutputTokens: r.maxOut},
+		Priority: r.class,
+		Deadline: t0.Add(50 * time.Hour),
+		Header: http.Header{
+			"X-Sim-In": {strconv.FormatInt(r.in, 10)}, "X-Sim-Out": {strconv.FormatInt(r.out, 10)},
+			"X-Sim-Max": {strconv.FormatInt(r.maxOut, 10)}, "X-Sim-Delay": {strconv.FormatInt(int64(r.delay), 10)},
+			"X-Sim-Latency": {strconv.FormatInt(int64(r.latency), 10)}, "X-Sim-Id": {strconv.Itoa(id)},
+		},
+	}
+	ctx := context.Background()
+	var resp *dispatch.Response
+	var err error
+	if r.ticket {
+		// As a job worker does: a failed call goes back for a new ticket.
+		for range 4 {
+			tk, aerr := d.Acquire(ctx, dispatch.AcquireParams{Priority: r.class, Cost: req.Cost, Deadline: req.Deadline})
+			if aerr != nil {
+				return aerr
+			}
+			if resp, err = tk.Call(ctx, req); !errors.Is(err, dispatch.ErrCallFailed) {
+				break
+			}
+		}
+	} else {
+		resp, err = d.Do(ctx, req)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return err
+}
+
+// TestDispatcherNeverExceedsProviderQuota is the quota proof: the real
+// Dispatcher (Do, and Acquire + Ticket.Call for a fifth of the requests)
+// against simProvider, an independent simulation of the provider's token
+// buckets, on the fake clock, for many random workloads (seeded: a failure
+// names its seed, and newSimWorkload(seed, margin).run(t) replays it; the
+// driver makes each run deterministic).
+//
+// Each request reaches the provider a random delivery delay after we send
+// it (up to the configured jitter_allowance, 100 ms), is charged there and
+// answers after a random 0.1–3 s with random usage (input within −5 %/+2 %
+// of the estimate, output up to max_tokens). Limits, burst depth (1–10 s),
+// arrival pattern (all at once, bursts, a stream faster than the limit),
+// classes (one, or all four) and sizes are drawn per workload.
+//
+// Properties:
+//
+//   - Never exceeded: the provider answers no request with 429 (its
+//     buckets always had room when our requests arrived), and every request
+//     is served exactly once.
+//   - Utilisation of the binding dimension: for each limited dimension, the
+//     provider's net charge (charges at arrival minus output refunds at
+//     completion) by its last charge T, divided by what its bucket could
+//     have admitted from t0 (when it was full) to T: depth + rate × (T−t0);
+//     the binding dimension is the one with the highest figure. 1 is the
+//     best any client could do. It is asserted over the saturated
+//     workloads only (everything queued at t0), where demand never limits
+//     it.
+//
+// Measured on the 2-core development machine: 1,000 workloads at the
+// default margin and 500 with no margin (an eighth of each under -race or
+// -short), 0 provider 429s, about 22 s (-race: about 18 s). Utilisation over
+// the saturated workloads: default margin min 0.305, mean 0.80; no margin
+// min 0.296, mean 0.81. That is far below the 98 % of issue #11, and the
+// floors below assert what the engine meets today, not the goal. The cause
+// is Observe's correction being conservative (it cannot credit refunds or
+// the first jitter allowance of refill since a request was sent, and the
+// provider's integer remaining loses up to one unit), on top of reserving
+// max_tokens in full: with Observe switched off utilisation rises to
+// 0.94–0.99 on the same seeds, but then the provider answers 429 (seed 121),
+// and with the old Observe (raw remaining, no mark) it answers 429 too (seed
+// 387): only the like-for-like Observe holds the first property. Raising the
+// utilisation without losing it is the calibration work of issue #11 item 1.
+func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		margin    float64
+		workloads int
+		floor     float64
+	}{
+		{upcfg.SafetyMarginDefault, 1000, simMinUtilisation},
+		{1, 500, simMinUtilisationNoMargin},
+	} {
+		workloads := tc.workloads
+		if raceEnabled || testing.Short() {
+			workloads /= 8
+		}
+		var sum, low float64 = 0, 2
+		var lowSeed uint64
+		saturated := 0
+		start := time.Now()
+		for seed := range uint64(workloads) {
+			w := newSimWorkload(seed, tc.margin)
+			res := w.run(t)
+			require.Zero(t, res.rejected, "seed %d (margin %v): the provider answered 429: %v\nworkload: limits %v burst %v %s mixed %v, %d requests",
+				seed, tc.margin, res.rejects, w.limit, w.burstSeconds, w.pattern, w.mixed, len(w.reqs))
+			if w.pattern != "burst" {
+				continue // demand may be what limits it
+			}
+			saturated++
+			sum += res.utilisation
+			if res.utilisation < low {
+				low, lowSeed = res.utilisation, seed
+			}
+		}
+		t.Logf("margin %v: %d workloads, 0 provider 429s; utilisation of the binding dimension over the %d saturated ones: min %.4f (seed %d), mean %.4f; %v",
+			tc.margin, workloads, saturated, low, lowSeed, sum/float64(saturated), time.Since(start).Round(time.Millisecond))
+		require.GreaterOrEqual(t, low, tc.floor, "margin %v: seed %d", tc.margin, lowSeed)
+	}
+}
+
+// The utilisation floors the engine meets today (measured minima 0.305
+// and 0.296, see the test's comment), not the 0.98 goal.
+const (
+	simMinUtilisation         = 0.30
+	simMinUtilisationNoMargin = 0.29
+)
