@@ -212,7 +212,13 @@ func (br *budgetReader) Read(p []byte) (int, error) {
 		return br.ReadCloser.Read(p)
 	}
 	if br.read >= br.res.held {
-		if err := br.res.grow(chunkedStep); err != nil {
+		// The first SmallRequestBytes come free, so that a small chunked
+		// body is never refused either.
+		step := int64(chunkedStep)
+		if br.res.held < SmallRequestBytes {
+			step = SmallRequestBytes - br.res.held
+		}
+		if err := br.res.grow(step); err != nil {
 			if errors.Is(err, errBudgetFull) {
 				return 0, budgetError{limit: br.res.b.limit}
 			}
