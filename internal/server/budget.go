@@ -53,6 +53,8 @@ func budgetProblem(limit int64) frontdoor.Problem {
 		Status:     http.StatusServiceUnavailable,
 		Message:    fmt.Sprintf("the gateway is holding its limit of %d bytes of request bodies in flight (max_request_bytes_in_flight); retry shortly", limit),
 		RetryAfter: budgetRetryAfter,
+		// Nothing was sent upstream: the SDK's own retry is what we want.
+		ShouldRetry: true,
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 func TestByteBudget(t *testing.T) {
@@ -233,4 +234,48 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 		return d.Gauge.GetValue()
 	}
 	return d.Counter.GetValue()
+}
+
+// TestJobSubmissionsUseTheBudget: POST /v1/jobs reserves its body until the
+// job is stored, and is answered 503 with retry-after in the jobs API's
+// envelope when the budget has no room, whether its length is declared or
+// it comes chunked.
+func TestJobSubmissionsUseTheBudget(t *testing.T) {
+	t.Parallel()
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+		Upstreams:               []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
+		MaxRequestBytesInFlight: 128 << 10,
+		RequestBytesWait:        time.Millisecond},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	body := `{"upstream":"claude","request":{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"` +
+		strings.Repeat("x", 100<<10) + `"}]}}`
+
+	// Another request holds most of the budget.
+	require.NoError(t, g.budget.take(t.Context(), 100<<10, false))
+	for _, length := range []int64{int64(len(body)), -1} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/jobs", chunked{strings.NewReader(body)})
+		require.NoError(t, err)
+		req.ContentLength = length
+		if length >= 0 {
+			req.Body = io.NopCloser(strings.NewReader(body))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		got, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "length %d: %s", length, got)
+		require.Equal(t, "1", resp.Header.Get("Retry-After"))
+		require.Contains(t, string(got), "max_request_bytes_in_flight")
+	}
+	require.EqualValues(t, 100<<10, g.budget.inUse(), "refused requests give their bytes back")
+
+	g.budget.release(100 << 10)
+	code, got := call(t, http.MethodPost, base+"/v1/jobs", "", body)
+	require.Equal(t, http.StatusAccepted, code, string(got))
+	require.Zero(t, g.budget.inUse(), "released once the job is stored")
+	require.EqualValues(t, 2, metricValue(t, g.budget.refused))
 }
