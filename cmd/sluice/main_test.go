@@ -5,13 +5,19 @@ import (
 	"context"
 	"flag"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(memServeEnv) == "1" {
+		runServeChild() // the gateway of TestLargeBodiesStayWithinTheMemoryBudget
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestHelpListsEveryCommand(t *testing.T) {
 	t.Parallel()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -37,6 +38,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *grace < 0 {
 		return fmt.Errorf("%w: --grace must be >= 0", errUsage)
 	}
+	// Before the config: the request-bytes budget's default is sized from
+	// the runtime's memory limit.
+	memNote := setMemoryLimit(os.LookupEnv)
 	cfg, err := loadServeConfig(*configPath)
 	if err != nil {
 		return err
@@ -60,6 +64,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		return err
 	}
 	fmt.Fprintf(out, "sluice listening on http://%s\n", srv.Addr())
+	fmt.Fprintf(out, "  memory: %s; request bodies in flight up to %s (max_request_bytes_in_flight)\n",
+		memNote, formatBytes(srv.Config().MaxRequestBytesInFlight))
 	for _, u := range srv.Config().Upstreams {
 		fmt.Fprintf(out, "  /%s/ -> %s (%s)\n", u.Name, u.BaseURL, u.Protocol)
 	}
@@ -88,4 +94,29 @@ func describeUpstreams(cfg server.Config) string {
 		parts = append(parts, fmt.Sprintf("/%s/ -> %s (%s, profile %s)", u.Name, u.BaseURL, u.Protocol, u.Profile))
 	}
 	return fmt.Sprintf("listen %s, %d client(s), upstreams %s", cfg.Listen, len(cfg.Clients), strings.Join(parts, ", "))
+}
+
+// setMemoryLimit gives the Go runtime a soft memory limit of
+// server.DefaultMemoryLimitPercent of the machine's (or cgroup's) memory
+// when the environment sets no GOMEMLIMIT, so that garbage from large
+// bodies is collected before the process outgrows its memory. It returns
+// what it did, for the start-up output.
+func setMemoryLimit(lookup server.LookupEnv) string {
+	if v, ok := lookup("GOMEMLIMIT"); ok && v != "" {
+		return "GOMEMLIMIT=" + v + " (from the environment)"
+	}
+	limit, ok := server.DefaultMemoryLimit()
+	if !ok {
+		return "no GOMEMLIMIT (the machine's memory could not be read)"
+	}
+	debug.SetMemoryLimit(limit)
+	return fmt.Sprintf("GOMEMLIMIT set to %s (%d%% of memory; set GOMEMLIMIT to override)", formatBytes(limit), server.DefaultMemoryLimitPercent)
+}
+
+// formatBytes writes n in MiB (or bytes below 1 MiB).
+func formatBytes(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%d MiB", n>>20)
 }

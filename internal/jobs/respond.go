@@ -89,8 +89,23 @@ func WriteAPIError(w http.ResponseWriter, pr frontdoor.Problem, lines []LineErro
 	frontdoor.WriteEnvelope(w, pr, append(b, '\n'))
 }
 
-// readBody reads at most limit bytes; a larger body is errTooLarge.
+// readBody reads at most limit bytes; a larger body is errTooLarge. A body
+// of known length is read into a buffer of exactly that size (no growth
+// copies).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, errTooLarge
+	}
+	if r.ContentLength >= 0 {
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("reading request body: %w", err)
+		}
+		return b, nil
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
@@ -106,6 +121,15 @@ var errTooLarge = errors.New("request body too large")
 
 // bodyError answers a readBody failure.
 func bodyError(w http.ResponseWriter, err error, limit int64) {
+	// The gateway's body readers refuse with their own answer (a 503 when
+	// its request-bytes budget has no room).
+	if pe, ok := errors.AsType[interface {
+		error
+		Problem() frontdoor.Problem
+	}](err); ok {
+		WriteAPIError(w, pe.Problem(), nil)
+		return
+	}
 	if errors.Is(err, errTooLarge) {
 		writeError(w, http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", limit)
 		return

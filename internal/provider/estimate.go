@@ -76,6 +76,18 @@ func EstimateWith(p llm.Protocol, body []byte, tc TokenCounter) (Cost, error) {
 	if tc == nil {
 		tc = ByteCounter{}
 	}
+	if c, ok := scanEstimate(p, body, tc); ok {
+		return c, nil
+	}
+	return estimateReference(p, body, tc)
+}
+
+// estimateReference prices a body by decoding it with encoding/json: the
+// definition of the estimate's answers, which scanEstimate reproduces in
+// one pass without a tree. EstimateWith uses it for what the scanner
+// leaves to it: every invalid body (to name the error exactly as before)
+// and the rare valid shapes listed at scanEstimate.
+func estimateReference(p llm.Protocol, body []byte, tc TokenCounter) (Cost, error) {
 	e := estimator{p: p, tc: tc}
 	return e.run(body)
 }

@@ -27,6 +27,12 @@ const (
 	// MaxBodyBytesDefault is the largest request body accepted on a
 	// scheduled route: Anthropic's own Messages limit (32 MB).
 	MaxBodyBytesDefault = 32 << 20
+	// MaxRequestBytesInFlightDefault is the request-bytes budget when the
+	// memory available cannot be read (see DefaultMaxRequestBytesInFlight).
+	MaxRequestBytesInFlightDefault = 1 << 30
+	// RequestBytesWaitDefault is how long a large request waits for room
+	// in the request-bytes budget before it is refused with a 503.
+	RequestBytesWaitDefault = 2 * time.Second
 	// ShutdownGraceDefault is how long Stop lets in-flight requests finish.
 	ShutdownGraceDefault = 30 * time.Second
 	// DefaultPriorityDefault and MaxPriorityDefault bound a client's classes.
@@ -51,6 +57,18 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted on a scheduled
 	// route; larger bodies get 413. Defaults to 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxRequestBytesInFlight bounds the bytes of request bodies held at
+	// once (scheduled routes, POST /v1/jobs and /v1/batches): a request
+	// reserves its body's size before the body is read and gives it back
+	// when it is finished; when the budget is full a large request waits up
+	// to RequestBytesWait and is then answered 503 with retry-after.
+	// Requests under 64 KiB are never refused. Defaults to half of
+	// GOMEMLIMIT when it is set, else a quarter of the machine's (or
+	// cgroup's) memory, else 1 GiB (DefaultMaxRequestBytesInFlight).
+	MaxRequestBytesInFlight int64 `yaml:"max_request_bytes_in_flight"`
+	// RequestBytesWait is how long a large request waits for room in
+	// MaxRequestBytesInFlight before it is refused. Defaults to 2s.
+	RequestBytesWait time.Duration `yaml:"request_bytes_wait"`
 	// ShutdownGrace is how long Stop waits for in-flight requests before
 	// cutting them off. Defaults to 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
@@ -155,6 +173,10 @@ func (c Config) WithDefaults() Config {
 	c.Store = cmp.Or(c.Store, StoreDefault)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	if c.MaxRequestBytesInFlight == 0 {
+		c.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight()
+	}
+	c.RequestBytesWait = cmp.Or(c.RequestBytesWait, RequestBytesWaitDefault)
 	c.Upstreams = append([]upcfg.Config(nil), c.Upstreams...)
 	for i, u := range c.Upstreams {
 		c.Upstreams[i] = u.WithDefaults()
@@ -184,6 +206,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return errors.New("max_body_bytes: must be >= 0")
+	}
+	if c.MaxRequestBytesInFlight < SmallRequestBytes {
+		return fmt.Errorf("max_request_bytes_in_flight: must be at least %d (64 KiB)", SmallRequestBytes)
+	}
+	if c.RequestBytesWait < 0 {
+		return errors.New("request_bytes_wait: must be >= 0")
 	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("shutdown_grace: must be >= 0")

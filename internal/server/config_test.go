@@ -24,6 +24,8 @@ const fullConfig = `
 listen: 127.0.0.1:9090
 store: postgres://postgres@127.0.0.1:5432/test
 max_body_bytes: 1048576
+max_request_bytes_in_flight: 268435456
+request_bytes_wait: 500ms
 shutdown_grace: 5s
 upstreams:
   - name: anthropic
@@ -56,6 +58,8 @@ func TestParseConfigFull(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:9090", cfg.Listen)
 	require.Equal(t, int64(1<<20), cfg.MaxBodyBytes)
+	require.Equal(t, int64(256<<20), cfg.MaxRequestBytesInFlight)
+	require.Equal(t, 500*time.Millisecond, cfg.RequestBytesWait)
 	require.Equal(t, 5*time.Second, cfg.ShutdownGrace)
 	require.Len(t, cfg.Upstreams, 2)
 	a := cfg.Upstreams[0]
@@ -86,6 +90,8 @@ func TestParseConfigDefaults(t *testing.T) {
 	require.Equal(t, StoreDefault, cfg.Store)
 	require.Equal(t, int64(MaxBodyBytesDefault), cfg.MaxBodyBytes)
 	require.Equal(t, ShutdownGraceDefault, cfg.ShutdownGrace)
+	require.Equal(t, DefaultMaxRequestBytesInFlight(), cfg.MaxRequestBytesInFlight)
+	require.Equal(t, RequestBytesWaitDefault, cfg.RequestBytesWait)
 	require.Equal(t, upcfg.OpenAIBaseURLDefault, cfg.Upstreams[0].BaseURL)
 	require.Equal(t, "normal", cfg.Clients[0].DefaultPriority)
 	require.Equal(t, "critical", cfg.Clients[0].MaxPriority)
@@ -145,6 +151,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"store sqlite empty", "store: 'sqlite:'\nupstreams:\n" + up0, "store: sqlite: needs a path"},
 		{"max_body_bytes", "max_body_bytes: -1\nupstreams:\n" + up0, "max_body_bytes: must be >= 0"},
 		{"shutdown_grace", "shutdown_grace: -1s\nupstreams:\n" + up0, "shutdown_grace: must be >= 0"},
+		{"max_request_bytes_in_flight", "max_request_bytes_in_flight: 1000\nupstreams:\n" + up0, "max_request_bytes_in_flight: must be at least 65536"},
+		{"request_bytes_wait", "request_bytes_wait: -1s\nupstreams:\n" + up0, "request_bytes_wait: must be >= 0"},
 		{"name", "upstreams:\n  - {name: A B, protocol: anthropic, api_key: k}\n", "upstreams[0].name:"},
 		{"reserved name", "upstreams:\n  - {name: v1, protocol: anthropic, api_key: k}\n", "upstreams[0].name: \"v1\" is reserved"},
 		{"duplicate name", "upstreams:\n" + up0 + up0, "upstreams[1].name: duplicate"},

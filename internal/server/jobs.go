@@ -49,6 +49,19 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Set(headerClient, cl.name)
+	if r.Method == http.MethodPost && (r.URL.Path == "/v1/jobs" || r.URL.Path == "/v1/batches") {
+		// Submissions hold their body until it is stored: reserve it first,
+		// give it back once the handler (and so the store write) is done.
+		res, err := s.budget.reserve(r)
+		if err != nil {
+			if errors.Is(err, errBudgetFull) {
+				jobs.WriteAPIError(w, budgetProblem(s.budget.limit), nil)
+			}
+			return
+		}
+		defer res.release()
+		r.Body = res.body(r)
+	}
 	svc.Handler().ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)))
 }
 

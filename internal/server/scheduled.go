@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -16,8 +15,20 @@ import (
 // deadline, hands the request to the engine and relays the answer.
 func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstream, cl client, reqID, rest string) {
 	p := u.cfg.Protocol
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	// Reserve the body's bytes before reading it; they are given back
+	// when the answer has been relayed and the body is garbage.
+	res, err := s.budget.reserve(r)
 	if err != nil {
+		s.refuseForMemory(w, r, u, reqID, err)
+		return
+	}
+	defer res.release()
+	body, err := readRequestBody(w, r, res.body(r), s.cfg.MaxBodyBytes)
+	if err != nil {
+		if errors.Is(err, errBudgetFull) {
+			s.refuseForMemory(w, r, u, reqID, err)
+			return
+		}
 		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
 			s.metrics.request(u.cfg.Name, "", outcomeBadRequest)
 			frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusRequestEntityTooLarge,
@@ -91,4 +102,16 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	s.log.Error("upstream request failed", "upstream", u.cfg.Name, "request_id", reqID, "err", err)
 	frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusBadGateway,
 		Message: "the gateway could not complete the upstream request (request id " + reqID + ")"})
+}
+
+// refuseForMemory answers a request the byte budget had no room for (or
+// whose client left while it waited).
+func (s *Server) refuseForMemory(w http.ResponseWriter, r *http.Request, u *upstream, reqID string, err error) {
+	if !errors.Is(err, errBudgetFull) {
+		// The client went away while waiting for room.
+		s.metrics.request(u.cfg.Name, "", outcomeCanceled)
+		return
+	}
+	s.metrics.request(u.cfg.Name, "", outcomeGaveUp)
+	frontdoor.WriteProblem(w, u.cfg.Protocol, reqID, budgetProblem(s.budget.limit))
 }

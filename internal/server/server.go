@@ -115,6 +115,7 @@ type Server struct {
 	clients   *clientSet
 	registry  *prometheus.Registry
 	metrics   *metrics
+	budget    *byteBudget // request bytes in flight (budget.go)
 	handler   http.Handler
 	noListen  bool
 
@@ -233,6 +234,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		noListen:       o.noListen,
 	}
 	s.metrics = newMetrics(s.registry, s)
+	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	for _, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.BaseURL)
 		if err != nil { // validated above; kept for safety

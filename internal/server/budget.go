@@ -1,0 +1,259 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/frontdoor"
+)
+
+// The request-bytes budget bounds the memory held by request bodies: a
+// request reserves its body's size before the body is read and gives it
+// back when the request is finished (its answer relayed, or its job
+// stored). When the budget is full a large request waits up to
+// Config.RequestBytesWait for room and is then refused with a 503 and
+// retry-after; requests below SmallRequestBytes are never refused, so the
+// gateway keeps serving them while large bodies queue.
+
+// SmallRequestBytes is the size below which a request is never refused by
+// the budget (its bytes are still counted).
+const SmallRequestBytes = 64 << 10
+
+// budgetRetryAfter is the retry-after hint of a request refused by the
+// budget.
+const budgetRetryAfter = time.Second
+
+// chunkedStep is how much a body without Content-Length reserves at a time
+// as it is read.
+const chunkedStep = 256 << 10
+
+// errBudgetFull is returned when a reservation found no room in time.
+var errBudgetFull = errors.New("the gateway's budget for request bytes in flight is full")
+
+// budgetError is errBudgetFull as seen by the jobs API's body reader: it
+// carries the Problem to answer (see jobs.bodyError).
+type budgetError struct{ limit int64 }
+
+func (e budgetError) Error() string { return errBudgetFull.Error() }
+func (e budgetError) Unwrap() error { return errBudgetFull }
+
+// Problem is the 503 answered for a refused request.
+func (e budgetError) Problem() frontdoor.Problem { return budgetProblem(e.limit) }
+
+func budgetProblem(limit int64) frontdoor.Problem {
+	return frontdoor.Problem{
+		Status:     http.StatusServiceUnavailable,
+		Message:    fmt.Sprintf("the gateway is holding its limit of %d bytes of request bodies in flight (max_request_bytes_in_flight); retry shortly", limit),
+		RetryAfter: budgetRetryAfter,
+		// Nothing was sent upstream: the SDK's own retry is what we want.
+		ShouldRetry: true,
+	}
+}
+
+// byteBudget counts the bytes of request bodies in flight.
+type byteBudget struct {
+	limit int64
+	wait  time.Duration
+	clock clock.Clock
+
+	mu   sync.Mutex
+	used int64
+	// freed is closed (and replaced) whenever bytes are released, waking
+	// the reservations waiting for room.
+	freed chan struct{}
+
+	inFlight prometheus.Gauge
+	refused  prometheus.Counter
+}
+
+func newByteBudget(limit int64, wait time.Duration, c clock.Clock, reg prometheus.Registerer) *byteBudget {
+	b := &byteBudget{
+		limit: limit, wait: wait, clock: clock.Or(c), freed: make(chan struct{}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_request_bytes_in_flight",
+			Help: "Bytes of request bodies reserved by requests in flight (max_request_bytes_in_flight bounds them).",
+		}),
+	}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_requests_refused_total",
+		Help: "Requests refused by the gateway before scheduling, by reason.",
+	}, []string{"reason"})
+	b.refused = refused.WithLabelValues("memory")
+	if reg != nil {
+		reg.MustRegister(b.inFlight, refused)
+	}
+	return b
+}
+
+// fits reports whether n more bytes fit. A body larger than the whole
+// budget fits only when nothing else is in flight. b.mu must be held.
+func (b *byteBudget) fits(n int64) bool {
+	return b.used+n <= b.limit || b.used == 0
+}
+
+// take reserves n bytes. force skips the check (small requests). It waits
+// up to b.wait for room, then fails with errBudgetFull; it returns ctx's
+// error if ctx ends first.
+func (b *byteBudget) take(ctx context.Context, n int64, force bool) error {
+	var timer clock.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		b.mu.Lock()
+		if force || b.fits(n) {
+			b.used += n
+			b.mu.Unlock()
+			b.inFlight.Add(float64(n))
+			return nil
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		if timer == nil {
+			timer = b.clock.NewTimer(b.wait)
+		}
+		select {
+		case <-freed:
+		case <-timer.C():
+			b.refused.Inc()
+			return errBudgetFull
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func (b *byteBudget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+	b.inFlight.Sub(float64(n))
+}
+
+// inUse returns the bytes reserved now.
+func (b *byteBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// reservation is one request's share of the budget. Release it once, when
+// the request is finished.
+type reservation struct {
+	b    *byteBudget
+	ctx  context.Context
+	held int64
+}
+
+// reserve takes a request's bytes before its body is read: its
+// Content-Length when known (a request below SmallRequestBytes is never
+// refused), else nothing yet (a chunked body reserves as it is read, see
+// body). It fails with errBudgetFull when there was no room in time.
+func (b *byteBudget) reserve(r *http.Request) (*reservation, error) {
+	res := &reservation{b: b, ctx: r.Context()}
+	if r.ContentLength > 0 {
+		if err := res.grow(r.ContentLength); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// grow adds n bytes to the reservation: free up to SmallRequestBytes in
+// all, checked against the budget beyond.
+func (res *reservation) grow(n int64) error {
+	if err := res.b.take(res.ctx, n, res.held+n <= SmallRequestBytes); err != nil {
+		return err
+	}
+	res.held += n
+	return nil
+}
+
+// release gives the reservation's bytes back.
+func (res *reservation) release() {
+	if res == nil {
+		return
+	}
+	res.b.release(res.held)
+	res.held = 0
+}
+
+// body wraps r.Body so that a body read past its reservation (no
+// Content-Length) reserves more as it goes; a read that finds no room
+// fails with a budgetError.
+func (res *reservation) body(r *http.Request) io.ReadCloser {
+	if r.ContentLength >= 0 {
+		return r.Body
+	}
+	return &budgetReader{ReadCloser: r.Body, res: res}
+}
+
+type budgetReader struct {
+	io.ReadCloser
+	res  *reservation
+	read int64
+}
+
+func (br *budgetReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return br.ReadCloser.Read(p)
+	}
+	if br.read >= br.res.held {
+		// The first SmallRequestBytes come free, so that a small chunked
+		// body is never refused either.
+		step := int64(chunkedStep)
+		if br.res.held < SmallRequestBytes {
+			step = SmallRequestBytes - br.res.held
+		}
+		if err := br.res.grow(step); err != nil {
+			if errors.Is(err, errBudgetFull) {
+				return 0, budgetError{limit: br.res.b.limit}
+			}
+			return 0, err
+		}
+	}
+	if room := br.res.held - br.read; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := br.ReadCloser.Read(p)
+	br.read += int64(n)
+	return n, err
+}
+
+// readRequestBody reads r's body once, at most limit bytes: into a buffer
+// of exactly Content-Length bytes when the length is known (no growth
+// copies), else through io.ReadAll. A body over limit is a
+// *http.MaxBytesError.
+func readRequestBody(w http.ResponseWriter, r *http.Request, body io.Reader, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &http.MaxBytesError{Limit: limit}
+	}
+	if r.ContentLength >= 0 {
+		buf := make([]byte, r.ContentLength)
+		// The server's body reader stops at Content-Length; a shorter
+		// body is io.ErrUnexpectedEOF.
+		if _, err := io.ReadFull(body, buf); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(http.MaxBytesReader(w, io.NopCloser(body), limit))
+}
