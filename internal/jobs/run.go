@@ -330,7 +330,7 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 			err = cerr // the store went away again: keep holding
 		}
 		now := cfg.Clock.Now()
-		stopping := w.jobCtx.Err() != nil
+		stopping := w.jobCtx.Err() != nil || s.stopping.Err() != nil
 		// Trust the lease only while one more heartbeat could renew it
 		// before it runs out (the rescuer goes by the store's copy).
 		trusted := now.Add(wait).Before(l.trustedUntil().Add(-cfg.HeartbeatEvery))
@@ -364,6 +364,7 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 		select {
 		case <-t.C():
 		case <-w.jobCtx.Done():
+		case <-s.stopping.Done(): // one last try, then the spool
 		}
 		t.Stop()
 		wait = min(2*wait, writeRetryMax)

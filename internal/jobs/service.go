@@ -66,9 +66,13 @@ type Service struct {
 	rmu sync.Mutex
 	rnd *rand.Rand
 
-	mu          sync.Mutex
-	state       runState
-	stopClaims  context.CancelCauseFunc
+	mu         sync.Mutex
+	state      runState
+	stopClaims context.CancelCauseFunc
+	// stopping is done once Stop begins: a worker holding an answer the
+	// store cannot take then spools it (or gives it up) instead of
+	// retrying, so Stop never waits on a store that stays away.
+	stopping    context.Context
 	abortJobs   context.CancelCauseFunc
 	loops       sync.WaitGroup // worker loops
 	jobs        sync.WaitGroup // running jobs
@@ -89,6 +93,7 @@ func New(cfg Config) (*Service, error) {
 		backoff:     flow.Backoff{Base: cfg.RetryBaseDelay, Max: cfg.RetryMaxDelay}.WithDefaults(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		runningJobs: map[int64]context.CancelCauseFunc{},
+		stopping:    context.Background(), // until Start
 		finished:    make(chan struct{}),
 	}
 	for name := range cfg.Dispatchers {
@@ -156,6 +161,7 @@ func (s *Service) Start(ctx context.Context) error {
 	claimCtx, stopClaims := context.WithCancelCause(base)
 	jobCtx, abortJobs := context.WithCancelCause(base)
 	s.stopClaims, s.abortJobs = stopClaims, abortJobs
+	s.stopping = claimCtx
 	if s.rescuer != nil {
 		if err := s.rescuer.Start(base); err != nil {
 			stopClaims(errShutdown)
