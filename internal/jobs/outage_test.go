@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -102,16 +101,7 @@ func TestStoreOutageNeverPaysTwice(t *testing.T) {
 		spools bool
 	}{
 		{"postgres cut", func(t *testing.T) (jobstore.Store, func(), func()) {
-			u, err := url.Parse(postgresDSN(t))
-			require.NoError(t, err)
-			p := jobstoretest.NewProxy(t, u.Host)
-			u.Host = p.Addr()
-			q := u.Query()
-			q.Set("connect_timeout", "2")
-			u.RawQuery = q.Encode()
-			st, err := jobstore.Open(context.Background(), u.String(), jobstore.Options{MaxConns: 8})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, st.Close()) })
+			st, p := jobstoretest.OpenBehindProxy(t, postgresDSN(t), 8)
 			return st, p.Cut, p.Restore
 		}, true},
 		{"sqlite full", func(t *testing.T) (jobstore.Store, func(), func()) {

@@ -3,7 +3,6 @@ package jobstore_test
 import (
 	"bytes"
 	"context"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,17 +39,7 @@ func TestStoreOutageIsErrUnavailable(t *testing.T) {
 				}
 		}},
 		{"postgres cut", func(t *testing.T) (jobstore.Store, func(), func()) {
-			dsn := postgresDSN(t)
-			u, err := url.Parse(dsn)
-			require.NoError(t, err)
-			p := jobstoretest.NewProxy(t, u.Host)
-			u.Host = p.Addr()
-			q := u.Query()
-			q.Set("connect_timeout", "2")
-			u.RawQuery = q.Encode()
-			st, err := jobstore.Open(context.Background(), u.String(), jobstore.Options{MaxConns: 4})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, st.Close()) })
+			st, p := jobstoretest.OpenBehindProxy(t, postgresDSN(t), 4)
 			return st, p.Cut, p.Restore
 		}},
 	}

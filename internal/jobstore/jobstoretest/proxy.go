@@ -1,10 +1,14 @@
 package jobstoretest
 
 import (
+	"context"
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // Proxy is a TCP proxy a test puts between a store and its database
@@ -130,4 +134,30 @@ func (p *Proxy) serve(c net.Conn) {
 	go pipe(c, up)
 	<-done
 	<-done
+}
+
+// OpenBehindProxy opens the PostgreSQL store at dsn through a new Proxy
+// (with a 2 s connect timeout, so a cut answers fast), closed at the end of
+// the test, and returns both.
+func OpenBehindProxy(t *testing.T, dsn string, maxConns int) (jobstore.Store, *Proxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("proxy: parsing the DSN: %v", err)
+	}
+	p := NewProxy(t, u.Host)
+	u.Host = p.Addr()
+	q := u.Query()
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	st, err := jobstore.Open(context.Background(), u.String(), jobstore.Options{MaxConns: maxConns})
+	if err != nil {
+		t.Fatalf("proxy: opening the store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("closing the store: %v", err)
+		}
+	})
+	return st, p
 }
