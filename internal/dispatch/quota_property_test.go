@@ -197,7 +197,7 @@ func (p *simProvider) fire(now time.Time) {
 			p.refunded[simTok] += back
 		}
 		p.waiting--
-		due.resp <- p.answer(due)
+		due.resp <- p.answer(due) //nolint:bodyclose // RoundTrip hands it to the dispatcher, which closes it
 	}
 }
 
