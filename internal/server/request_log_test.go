@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 // logBuffer is a concurrency-safe buffer for a captured JSON log.
@@ -157,4 +161,53 @@ func TestRequestLogPassthroughAtDebug(t *testing.T) {
 			require.NotContains(t, buf.String(), upstreamKey, fmt.Sprint(lines))
 		})
 	}
+}
+
+// TestLogsThroughRealEngine runs a proxied request and a job through the
+// real engine on the mock provider: the request line and the job attempt
+// line carry the tokens the provider reported, and no key.
+func TestLogsThroughRealEngine(t *testing.T) {
+	t.Parallel()
+	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", OutputTokens: mock.OutputRange{Min: 3, Max: 3}, Seed: 3})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	log, buf := capturedLogger(slog.LevelInfo)
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: upstreamKey}},
+		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch-SECRET"}}},
+		WithLogger(log))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	const req = `{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
+
+	code, body := call(t, "POST", base+"/claude/v1/messages", "ck-batch-SECRET", req)
+	require.Equal(t, http.StatusOK, code, string(body))
+	line := buf.waitLines(t, "request", 1)[0]
+	require.Equal(t, "success", line["outcome"])
+	require.Equal(t, "batch", line["client"])
+	require.Equal(t, 200.0, line["status"])
+	require.Equal(t, 1.0, line["attempts"])
+	require.Equal(t, 3.0, line["tokens_out"])
+	require.Greater(t, line["tokens_in"], 0.0)
+
+	code, body = call(t, "POST", base+"/v1/jobs", "ck-batch-SECRET", `{"upstream":"claude","request":`+req+`}`)
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	var job struct {
+		ID json.Number `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal(body, &job))
+	att := buf.waitLines(t, "job attempt", 1)[0]
+	require.Equal(t, job.ID.String(), fmt.Sprint(att["job_id"]))
+	require.Equal(t, "claude", att["upstream"])
+	require.Equal(t, "batch", att["client"])
+	require.Equal(t, "low", att["priority"]) // the jobs API's default class
+	require.Equal(t, "success", att["outcome"])
+	require.Equal(t, 200.0, att["status"])
+	require.Equal(t, 1.0, att["attempt"])
+	require.Equal(t, 3.0, att["tokens_out"])
+	require.Contains(t, att, "duration_ms")
+	require.NotContains(t, buf.String(), "SECRET")
 }
