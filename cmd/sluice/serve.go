@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ func init() {
 	register(command{
 		name:    "serve",
 		summary: "run the gateway: a drop-in proxy for the Anthropic and OpenAI APIs",
-		usage:   "[--config FILE] [--listen ADDR] [--grace 30s] [--check]",
+		usage:   "[--config FILE] [--listen ADDR] [--grace 30s] [--log-format text|json] [--log-level info] [--check]",
 		run:     runServe,
 	})
 }
@@ -29,11 +30,17 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	listen := fs.String("listen", "", "listen `address`, overriding the config (default "+server.ListenDefault+")")
 	grace := fs.Duration("grace", 0, "how long shutdown waits for in-flight requests, overriding the config (default "+server.ShutdownGraceDefault.String()+")")
 	check := fs.Bool("check", false, "validate the configuration and exit")
+	logFormat := fs.String("log-format", "", "log `format` on stderr: text or json (default text on a terminal, json otherwise)")
+	logLevel := fs.String("log-level", "info", "least `level` logged: debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	logger, err := newLogger(os.Stderr, *logFormat, *logLevel, isTerminal(os.Stderr))
+	if err != nil {
+		return err
 	}
 	if *grace < 0 {
 		return fmt.Errorf("%w: --grace must be >= 0", errUsage)
@@ -51,7 +58,6 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *grace > 0 {
 		cfg.ShutdownGrace = *grace
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	srv, err := server.New(cfg, server.WithLogger(logger))
 	if err != nil {
 		return err
@@ -79,6 +85,37 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		return err
 	}
 	return nil
+}
+
+// newLogger returns the gateway's logger on w: format "text" or "json"
+// ("" picks text when w is a terminal, JSON otherwise, for a log
+// collector), level debug, info, warn or error. A bad value is a usage
+// error.
+func newLogger(w io.Writer, format, level string, terminal bool) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil || !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(level)) {
+		return nil, fmt.Errorf("%w: --log-level must be debug, info, warn or error, not %q", errUsage, level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "" {
+		format = "json"
+		if terminal {
+			format = "text"
+		}
+	}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: --log-format must be text or json, not %q", errUsage, format)
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func loadServeConfig(path string) (server.Config, error) {

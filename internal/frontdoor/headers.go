@@ -34,6 +34,11 @@ const (
 	// HeaderAttempts is how many upstream attempts Sluice made (0 when it
 	// gave up before sending anything).
 	HeaderAttempts = "X-Sluice-Attempts"
+	// HeaderRequestID is the gateway's id for one request: returned on
+	// every proxied answer (success or error) and sent upstream, set by
+	// Build after the client's headers are cleaned, so that a line in
+	// Sluice's log can be matched with the provider's.
+	HeaderRequestID = "X-Sluice-Request-Id"
 	// HeaderShouldRetry tells the official SDKs whether to retry (true or
 	// false); it overrides their own status rules.
 	HeaderShouldRetry = "X-Should-Retry"

@@ -84,8 +84,8 @@ func NewRequestID() string {
 // Render returns pr as protocol p's own error (provider.ErrorBody), so SDKs
 // raise their usual exception: the status, the headers (content-type,
 // content-length, retry-after and retry-after-ms when there is a hint,
-// x-should-retry, the protocol's request id header, x-sluice-queue-ms and
-// x-sluice-attempts) and the body.
+// x-should-retry, the protocol's request id header, x-sluice-request-id,
+// x-sluice-queue-ms and x-sluice-attempts) and the body.
 func Render(p llm.Protocol, reqID string, pr Problem) (int, http.Header, []byte) {
 	status := pr.status()
 	typ := pr.Type
@@ -94,6 +94,7 @@ func Render(p llm.Protocol, reqID string, pr Problem) (int, http.Header, []byte)
 	}
 	h := pr.header()
 	h.Set(RequestIDHeader(p), reqID)
+	h.Set(HeaderRequestID, reqID)
 	SetSluiceHeaders(h, pr.QueueWait, pr.Attempts)
 	body := provider.ErrorBody(p, status, typ, pr.Message, reqID)
 	h.Set("Content-Length", strconv.Itoa(len(body)))

@@ -68,6 +68,9 @@ type Input struct {
 	Override Override
 	// Now is the time relative deadlines count from.
 	Now time.Time
+	// RequestID, when not empty, is sent upstream as X-Sluice-Request-Id
+	// (the client's own X-Sluice-* headers are dropped first).
+	RequestID string
 }
 
 // Build turns in into the request the engine runs, or a provider-shaped
@@ -81,7 +84,8 @@ type Input struct {
 //     invalid X-Priority is an error even when overridden;
 //  4. the deadline is Override.Deadline, else X-Sluice-Deadline, else
 //     X-Stainless-Timeout (ignored when malformed), else none;
-//  5. an OpenAI stream that did not ask for usage is asked for it
+//  5. Input.RequestID, when set, is sent as X-Sluice-Request-Id;
+//  6. an OpenAI stream that did not ask for usage is asked for it
 //     (provider.EnsureStreamUsage) so the quota is reconciled, and the
 //     request is marked so PrepareResponse strips that chunk again.
 func Build(in Input) (*dispatch.Request, *provider.RequestError) {
@@ -118,6 +122,9 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 	}
 	if req.Method == "" {
 		req.Method = http.MethodPost
+	}
+	if in.RequestID != "" {
+		req.Header.Set(HeaderRequestID, in.RequestID)
 	}
 	if cost.Stream {
 		req.Body, req.UsageInjected = provider.EnsureStreamUsage(in.Protocol, req.Body)

@@ -48,19 +48,20 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	caller := InProcess
 	caller.Name = r.Header.Get(HeaderClient)
+	reqID := NewRequestID()
 	req, rerr := Build(Input{
 		Protocol: p, Method: r.Method, Path: path, Header: r.Header, Body: body,
-		Caller: caller, Override: overrideFrom(r.Context()), Now: t.d.Clock().Now(),
+		Caller: caller, Override: overrideFrom(r.Context()), Now: t.d.Clock().Now(), RequestID: reqID,
 	})
 	if rerr != nil {
 		pr, _ := ProblemFor(rerr)
-		return ProblemResponse(r, p, NewRequestID(), pr), nil
+		return ProblemResponse(r, p, reqID, pr), nil
 	}
 	resp, err := t.d.Do(r.Context(), req)
 	if err != nil {
 		if _, ok := errors.AsType[*dispatch.Error](err); ok {
 			pr, _ := ProblemFor(err)
-			return ProblemResponse(r, p, NewRequestID(), pr), nil
+			return ProblemResponse(r, p, reqID, pr), nil
 		}
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -21,7 +22,7 @@ func jobRequest(p llm.Protocol, j *jobstore.Job, now time.Time) (*dispatch.Reque
 	return frontdoor.Build(frontdoor.Input{
 		Protocol: p, Method: http.MethodPost, Path: j.Path, Body: j.Body, Caller: caller,
 		Override: frontdoor.Override{Priority: &prio, Client: j.Client, Deadline: j.Deadline},
-		Now:      now,
+		Now:      now, RequestID: "job_" + strconv.FormatInt(j.ID, 10),
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -42,7 +43,12 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	start := s.cfg.Clock.Now()
 	obs.Started(w.upstream, queueWait(j, start))
 	outcome := AttemptStoreError
-	defer func() { obs.Attempted(w.upstream, outcome, s.cfg.Clock.Now().Sub(start)) }()
+	var v verdict
+	defer func() {
+		d := s.cfg.Clock.Now().Sub(start)
+		obs.Attempted(w.upstream, outcome, d)
+		w.logAttempt(j, outcome, v, d)
+	}()
 	ctx, cancel := context.WithCancelCause(w.jobCtx)
 	defer cancel(nil)
 	s.track(j.ID, cancel)
@@ -63,7 +69,8 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	// An answer this process still holds for the job (its first lease
 	// ran out while the store was away and the spool could not take it)
 	// is written with this lease instead of calling again.
-	v, held, answered := s.answers.claimed(j.ID)
+	claimed, held, answered := s.answers.claimed(j.ID)
+	v = claimed
 	switch {
 	case answered:
 		// Written after its lease was lost, while this claim was made.
@@ -100,6 +107,37 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 		// write because the job is canceled, not because a rescuer took it.
 		outcome = AttemptCanceled
 	}
+}
+
+// logAttempt writes the one line of a finished attempt (msg "job
+// attempt"; the fields are listed in docs/http-api.md, "Logs"). It runs
+// after the verdict is written and holds no lock: O(1), off the hot path.
+func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, d time.Duration) {
+	log := w.s.cfg.Logger
+	ctx := context.Background()
+	if !log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	var status int
+	var usage llm.Usage
+	switch {
+	case v.complete != nil:
+		status, usage = v.complete.Status, v.complete.Usage
+	case v.fail != nil:
+		status = v.fail.Error.Status
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "job attempt",
+		slog.Int64("job_id", j.ID),
+		slog.String("upstream", w.upstream),
+		slog.String("client", j.Client),
+		slog.String("priority", j.Priority.String()),
+		slog.String("outcome", string(outcome)),
+		slog.Int("status", status),
+		slog.Int("attempt", j.Attempts+1),
+		slog.Int64("duration_ms", d.Milliseconds()),
+		slog.Int64("tokens_in", usage.InputTokens),
+		slog.Int64("tokens_out", usage.OutputTokens),
+	)
 }
 
 // lease is what a running job's worker knows of its lease: until when the

@@ -60,7 +60,13 @@ func newWire(t *testing.T, p llm.Protocol, status int) *wire {
 	wr := &wire{calls: make(chan wireCall, 16)}
 	wr.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		wr.calls <- wireCall{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: string(b)}
+		h := r.Header.Clone()
+		// The request id differs per request by design; its presence is
+		// what the doors must agree on.
+		if h.Get(frontdoor.HeaderRequestID) != "" {
+			h.Set(frontdoor.HeaderRequestID, "req_x")
+		}
+		wr.calls <- wireCall{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: h, Body: string(b)}
 		switch {
 		case status != http.StatusOK:
 			w.Header().Set("Content-Type", "application/json")
@@ -217,6 +223,7 @@ func TestFrontDoorsSendIdenticalUpstreamRequests(t *testing.T) {
 
 			require.Equal(t, viaProxy, viaTransport, "the proxy and the Transport send the same request")
 			require.Equal(t, "sk-up", keyOf(tc.p, viaProxy.Header))
+			require.Equal(t, "req_x", viaProxy.Header.Get(frontdoor.HeaderRequestID), "the request id is sent upstream")
 			for _, k := range []string{"Api-Key", "Proxy-Authorization", "X-Priority", "X-Sluice-Deadline", "X-Sluice-Client", "X-Sluice-Trace", "X-Hop"} {
 				require.Empty(t, viaProxy.Header.Values(k), k)
 			}
@@ -322,8 +329,10 @@ func withoutRequestID(t *testing.T, p llm.Protocol, a answer) answer {
 	key := frontdoor.RequestIDHeader(p)
 	id := a.header.Get(key)
 	require.True(t, strings.HasPrefix(id, "req_sluice_"), "answer has a request id: %q", id)
+	require.Equal(t, id, a.header.Get(frontdoor.HeaderRequestID), "x-sluice-request-id is the same id")
 	h := a.header.Clone()
 	h.Set(key, "req_x")
+	h.Set(frontdoor.HeaderRequestID, "req_x")
 	body := strings.ReplaceAll(a.body, id, "req_x")
 	require.True(t, json.Valid([]byte(body)), body)
 	return answer{status: a.status, header: h, body: body}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -16,18 +17,25 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.serveNotFound(w, r)
 		return
 	}
-	reqID := frontdoor.NewRequestID()
+	rl := &requestLine{id: frontdoor.NewRequestID(), upstream: name, priority: priorityUnknown, start: s.clock.Now()}
+	sw := &statusWriter{ResponseWriter: w}
 	cl, ok := s.clients.authenticate(r.Header)
 	if !ok {
-		s.metrics.request(name, "", outcomeUnauthorized)
-		frontdoor.WriteProblem(w, u.cfg.Protocol, reqID, frontdoor.Problem{Status: http.StatusUnauthorized,
+		s.outcome(rl, "", outcomeUnauthorized)
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusUnauthorized,
 			Message: "invalid or missing Sluice client key: send a configured client key as x-api-key or Authorization: Bearer"})
+		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}
+	rl.client = cl.name
 	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
-		s.serveScheduled(w, r, u, cl, reqID, rest)
+		s.serveScheduled(sw, r, u, cl, rl, rest)
+		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}
-	s.servePassthrough(w, r, u)
+	s.servePassthrough(sw, r, u)
+	// Not counted in sluice_requests_total; logged at debug only.
+	rl.outcome = outcomeFor(sw.status)
+	s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)
 }

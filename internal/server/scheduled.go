@@ -13,31 +13,32 @@ import (
 // serveScheduled handles POST /{upstream}/v1/messages or
 // /v1/chat/completions: it reads and prices the body, works out class and
 // deadline, hands the request to the engine and relays the answer.
-func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstream, cl client, reqID, rest string) {
+func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstream, cl client, rl *requestLine, rest string) {
 	p := u.cfg.Protocol
+	reqID := rl.id
 	// Reserve the body's bytes before reading it; they are given back
 	// when the answer has been relayed and the body is garbage.
 	res, err := s.budget.reserve(r)
 	if err != nil {
-		s.refuseForMemory(w, r, u, reqID, err)
+		s.refuseForMemory(w, r, u, rl, err)
 		return
 	}
 	defer res.release()
 	body, err := readRequestBody(w, r, res.body(r), s.cfg.MaxBodyBytes)
 	if err != nil {
 		if errors.Is(err, errBudgetFull) {
-			s.refuseForMemory(w, r, u, reqID, err)
+			s.refuseForMemory(w, r, u, rl, err)
 			return
 		}
 		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
-			s.metrics.request(u.cfg.Name, "", outcomeBadRequest)
+			s.outcome(rl, "", outcomeBadRequest)
 			frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusRequestEntityTooLarge,
 				Message: fmt.Sprintf("request body exceeds the gateway's limit of %d bytes (max_body_bytes)", s.cfg.MaxBodyBytes)})
 			return
 		}
 		// The client went away or sent a broken body; nothing useful to
 		// send upstream.
-		s.metrics.request(u.cfg.Name, "", outcomeBadRequest)
+		s.outcome(rl, "", outcomeBadRequest)
 		frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusBadRequest, Message: "reading request body: " + err.Error()})
 		return
 	}
@@ -47,10 +48,10 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	}
 	req, rerr := frontdoor.Build(frontdoor.Input{
 		Protocol: p, Method: r.Method, Path: path, Header: r.Header, Body: body,
-		Caller: cl.caller(), Now: s.clock.Now(),
+		Caller: cl.caller(), Now: s.clock.Now(), RequestID: reqID,
 	})
 	if rerr != nil {
-		s.metrics.request(u.cfg.Name, "", outcomeBadRequest)
+		s.outcome(rl, "", outcomeBadRequest)
 		pr, _ := frontdoor.ProblemFor(rerr)
 		frontdoor.WriteProblem(w, p, reqID, pr)
 		return
@@ -59,7 +60,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	defer s.active.done()
 	resp, err := u.engine.Do(r.Context(), req)
 	if err != nil {
-		s.writeEngineError(w, r, u, req, reqID, err)
+		s.writeEngineError(w, r, u, req, rl, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -67,38 +68,42 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	// (a Read blocked on the upstream returns), which ends the attempt.
 	stopWatch := context.AfterFunc(r.Context(), func() { _ = resp.Body.Close() })
 	defer stopWatch()
-	s.metrics.request(u.cfg.Name, req.Priority.String(), outcomeFor(resp.StatusCode))
+	s.outcome(rl, req.Priority.String(), outcomeFor(resp.StatusCode))
 	frontdoor.PrepareResponse(req, resp)
-	if cut := relay(w, r, resp.Response, s.log); cut != "" {
+	cut := relay(w, r, resp.Response, s.log)
+	rl.fromResponse(resp)
+	if cut != "" {
 		s.log.Warn("stream cut before its end; the client got an error event", "upstream", u.cfg.Name,
 			"request_id", reqID, "priority", req.Priority.String(), "reason", cut)
 	}
 }
 
 // writeEngineError answers a request the engine did not complete.
-func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *upstream, req *dispatch.Request, reqID string, err error) {
+func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *upstream, req *dispatch.Request, rl *requestLine, err error) {
 	p := u.cfg.Protocol
+	reqID := rl.id
 	prio := req.Priority.String()
 	if _, ok := errors.AsType[*dispatch.Error](err); ok {
-		s.metrics.request(u.cfg.Name, prio, outcomeGaveUp)
+		s.outcome(rl, prio, outcomeGaveUp)
 		pr, _ := frontdoor.ProblemFor(err)
+		rl.queue, rl.attempts = pr.QueueWait, pr.Attempts
 		frontdoor.WriteProblem(w, p, reqID, pr)
 		return
 	}
 	if errors.Is(context.Cause(r.Context()), dispatch.ErrStopped) || errors.Is(err, dispatch.ErrStopped) {
 		// Cut by the shutdown (errShutdown): answered like a request the
 		// engine refused for the same reason.
-		s.metrics.request(u.cfg.Name, prio, outcomeGaveUp)
+		s.outcome(rl, prio, outcomeGaveUp)
 		pr, _ := frontdoor.ProblemFor(&dispatch.Error{Reason: dispatch.ErrStopped, Message: "the gateway is shutting down"})
 		frontdoor.WriteProblem(w, p, reqID, pr)
 		return
 	}
 	if r.Context().Err() != nil {
 		// The client went away; nobody is listening for an answer.
-		s.metrics.request(u.cfg.Name, prio, outcomeCanceled)
+		s.outcome(rl, prio, outcomeCanceled)
 		return
 	}
-	s.metrics.request(u.cfg.Name, prio, outcomeError)
+	s.outcome(rl, prio, outcomeError)
 	s.log.Error("upstream request failed", "upstream", u.cfg.Name, "request_id", reqID, "err", err)
 	frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusBadGateway,
 		Message: "the gateway could not complete the upstream request (request id " + reqID + ")"})
@@ -106,12 +111,12 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 
 // refuseForMemory answers a request the byte budget had no room for (or
 // whose client left while it waited).
-func (s *Server) refuseForMemory(w http.ResponseWriter, r *http.Request, u *upstream, reqID string, err error) {
+func (s *Server) refuseForMemory(w http.ResponseWriter, r *http.Request, u *upstream, rl *requestLine, err error) {
 	if !errors.Is(err, errBudgetFull) {
 		// The client went away while waiting for room.
-		s.metrics.request(u.cfg.Name, "", outcomeCanceled)
+		s.outcome(rl, "", outcomeCanceled)
 		return
 	}
-	s.metrics.request(u.cfg.Name, "", outcomeGaveUp)
-	frontdoor.WriteProblem(w, u.cfg.Protocol, reqID, budgetProblem(s.budget.limit))
+	s.outcome(rl, "", outcomeGaveUp)
+	frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, budgetProblem(s.budget.limit))
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -120,6 +121,12 @@ func newRecordingUpstream(t *testing.T) *recordingUpstream {
 
 func newTestServer(t *testing.T, clients []ClientConfig, mutate ...func(*Config)) *testServer {
 	t.Helper()
+	return newLoggedTestServer(t, clients, discardLogger(), mutate...)
+}
+
+// newLoggedTestServer is newTestServer writing its logs to log.
+func newLoggedTestServer(t *testing.T, clients []ClientConfig, log *slog.Logger, mutate ...func(*Config)) *testServer {
+	t.Helper()
 	ts := &testServer{a: &fakeEngine{}, o: &fakeEngine{}, upstream: newRecordingUpstream(t),
 		clock: clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	cfg := Config{
@@ -134,7 +141,7 @@ func newTestServer(t *testing.T, clients []ClientConfig, mutate ...func(*Config)
 		m(&cfg)
 	}
 	srv, err := New(cfg, withEngine("a", ts.a), withEngine("o", ts.o), WithClock(ts.clock),
-		WithLogger(discardLogger()))
+		WithLogger(log))
 	require.NoError(t, err)
 	ts.srv = srv
 	ts.http = httptest.NewServer(srv.Handler())

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+)
+
+// requestLine is what the one log line of a proxied request says (msg
+// "request"; the fields are listed in docs/http-api.md, "Logs"). It is
+// filled in as the request goes and written once, when it is answered.
+// It never holds a key: the client is its configured name.
+type requestLine struct {
+	id       string
+	upstream string
+	client   string
+	priority string
+	outcome  string
+	status   int
+	queue    time.Duration
+	attempts int
+	start    time.Time
+	tokensIn int64
+	tokensOu int64
+}
+
+// outcome records the request's outcome in sluice_requests_total and in
+// its log line: one place, so the two always agree.
+func (s *Server) outcome(rl *requestLine, priority, outcome string) {
+	s.metrics.request(rl.upstream, priority, outcome)
+	if priority == "" {
+		priority = priorityUnknown
+	}
+	rl.priority, rl.outcome = priority, outcome
+}
+
+// fromResponse records what the engine says about a relayed answer:
+// queue wait, attempts and, when its body was read to its end, the usage.
+func (rl *requestLine) fromResponse(resp *dispatch.Response) {
+	rl.queue, rl.attempts = resp.QueueWait, resp.Attempts
+	if end, ok := resp.End(); ok && end.HasUsage {
+		rl.tokensIn, rl.tokensOu = end.Usage.InputTokens, end.Usage.OutputTokens
+	}
+}
+
+// logRequest writes rl at level, with status the one the client got.
+func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLine, status int) {
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	s.log.LogAttrs(ctx, level, "request",
+		slog.String("request_id", rl.id),
+		slog.String("upstream", rl.upstream),
+		slog.String("client", rl.client),
+		slog.String("priority", rl.priority),
+		slog.Int("status", status),
+		slog.String("outcome", rl.outcome),
+		slog.Int64("queue_ms", rl.queue.Milliseconds()),
+		slog.Int("attempts", rl.attempts),
+		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
+		slog.Int64("tokens_in", rl.tokensIn),
+		slog.Int64("tokens_out", rl.tokensOu),
+	)
+}
+
+// statusWriter remembers the status written through it, for the log
+// line. Unwrap lets http.ResponseController reach the real writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
