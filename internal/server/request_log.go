@@ -14,17 +14,16 @@ import (
 // filled in as the request goes and written once, when it is answered.
 // It never holds a key: the client is its configured name.
 type requestLine struct {
-	id       string
-	upstream string
-	client   string
-	priority string
-	outcome  string
-	status   int
-	queue    time.Duration
-	attempts int
-	start    time.Time
-	tokensIn int64
-	tokensOu int64
+	id        string
+	upstream  string
+	client    string
+	priority  string
+	outcome   string
+	queue     time.Duration
+	attempts  int
+	start     time.Time
+	tokensIn  int64
+	tokensOut int64
 }
 
 // outcome records the request's outcome in sluice_requests_total and in
@@ -42,7 +41,7 @@ func (s *Server) outcome(rl *requestLine, priority, outcome string) {
 func (rl *requestLine) fromResponse(resp *dispatch.Response) {
 	rl.queue, rl.attempts = resp.QueueWait, resp.Attempts
 	if end, ok := resp.End(); ok && end.HasUsage {
-		rl.tokensIn, rl.tokensOu = end.Usage.InputTokens, end.Usage.OutputTokens
+		rl.tokensIn, rl.tokensOut = end.Usage.InputTokens, end.Usage.OutputTokens
 	}
 }
 
@@ -62,7 +61,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int("attempts", rl.attempts),
 		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
 		slog.Int64("tokens_in", rl.tokensIn),
-		slog.Int64("tokens_out", rl.tokensOu),
+		slog.Int64("tokens_out", rl.tokensOut),
 	)
 }
 
