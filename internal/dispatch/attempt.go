@@ -24,7 +24,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 	if err != nil || x.resp != nil {
 		return x.resp, false, err
 	}
-	return d.retryOrFail(ctx, w, x)
+	return d.retryOrFail(ctx, w, x, g.probe)
 }
 
 // exchanged is what one upstream call returned.
@@ -143,9 +143,15 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 
 // retryOrFail acts on a failed call's fate (the slot is already released):
 // the provider's answer passed through, a give-up, or a retry (w back in
-// the queue). Every call that reached the provider burns an attempt, a
-// breaker probe and a rate limit included.
-func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged) (*Response, bool, error) {
+// the queue). Every call that reached the provider burns an attempt, a rate
+// limit included, except a failed half-open breaker probe: it tested the
+// upstream, not the request, which goes back to its place in line for the
+// next probe, bounded by its deadline (the breaker already allows only a
+// few probes per open period). Without that, the head of the line is the
+// probe again and again through a long outage and runs out of attempts
+// although its deadline outlasts the outage (sluice bench outage: 2 of 100
+// failed). A job's probe does burn: jobs wait in the store, not in line.
+func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, probe bool) (*Response, bool, error) {
 	now := d.clk.Now()
 	out := x.out
 	w.last = &out
@@ -153,6 +159,13 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged) (*
 		Backoff: d.backoff, Now: now, U: d.uniform()})
 	if out.Kind == llm.Rate && !out.HasRetryAfter {
 		w.hintlessRate++
+	}
+	if probe && fate.Kind == Retry && outageKind(&out) {
+		d.obs.Retried(out.Kind)
+		if err := d.requeue(w); err != nil {
+			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
+		}
+		return nil, true, nil
 	}
 	w.burnt++
 	if fate.Kind == Terminal {
