@@ -81,7 +81,7 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 	d.lim.Observe(observations(rl), mark, now)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		if isEventStream(resp.Header) {
+		if provider.IsEventStream(resp.Header) {
 			return d.stream(ctx, w, g, resp, start)
 		}
 		d.obs.Attempted(llm.Success, resp.StatusCode, since(start, now))
@@ -275,10 +275,6 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	d.obs.Attempted(llm.StreamFail, resp.StatusCode, since(start, now))
 	d.settle(w, g, out)
 	return exchanged{out: out}, nil
-}
-
-func isEventStream(h http.Header) bool {
-	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
 }
 
 func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request) (*http.Request, error) {

@@ -20,7 +20,7 @@ const messageBody = `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{
 // BenchmarkDispatcherOverhead compares a request admitted at once through
 // Do with a direct call to the same upstream.
 func BenchmarkDispatcherOverhead(b *testing.B) {
-	u := newUpstream(&testing.T{}, ok())
+	u := newUpstream(b, ok())
 	defer u.Close()
 	body := []byte(messageBody)
 	client := &http.Client{}

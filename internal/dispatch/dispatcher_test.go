@@ -58,7 +58,7 @@ type upstream struct {
 	headers []http.Header
 }
 
-func newUpstream(t *testing.T, script ...reply) *upstream {
+func newUpstream(t testing.TB, script ...reply) *upstream {
 	t.Helper()
 	u := &upstream{script: script}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

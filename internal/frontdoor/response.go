@@ -42,7 +42,7 @@ func PrepareResponse(req *dispatch.Request, resp *dispatch.Response) {
 		h.Del("Content-Length")
 		resp.ContentLength = -1
 	}
-	if resp.StatusCode/100 == 2 && isEventStream(h) {
+	if resp.StatusCode/100 == 2 && provider.IsEventStream(h) {
 		ctx := context.Background()
 		if resp.Request != nil {
 			ctx = resp.Request.Context() // the context the engine sent it with

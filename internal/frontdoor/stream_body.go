@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -164,9 +163,4 @@ func StreamCut(body io.Reader) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cut, s.cut != ""
-}
-
-// isEventStream reports whether h announces an SSE body.
-func isEventStream(h http.Header) bool {
-	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
 }

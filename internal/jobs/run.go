@@ -461,7 +461,7 @@ func (w *worker) recorded(j *jobstore.Job, v verdict, st jobstore.State) Attempt
 	if !st.Finished() {
 		return v.outcome
 	}
-	w.s.finishedHere(w.upstream, j.ID, j.WebhookURL, st)
+	w.s.finishedHere(w.upstream, j.WebhookURL, st)
 	if st == jobstore.StateDead {
 		return AttemptDead // a retry or reschedule past the job's attempts or deadline
 	}
@@ -470,7 +470,7 @@ func (w *worker) recorded(j *jobstore.Job, v verdict, st jobstore.State) Attempt
 
 // finishedHere announces a job this process finished: metrics, long
 // polls, its webhook.
-func (s *Service) finishedHere(upstream string, id int64, webhookURL string, st jobstore.State) {
+func (s *Service) finishedHere(upstream, webhookURL string, st jobstore.State) {
 	s.cfg.Observer.Finished(upstream, st, 1)
 	s.announce()
 	if webhookURL != "" {

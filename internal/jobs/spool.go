@@ -245,7 +245,7 @@ func syncDir(dir string) error {
 // applied before its job could be claimed again: at start-up, and as soon
 // as the store answers after an outage.
 func (s *Service) replaySpool(ctx context.Context) bool {
-	if s.spool == nil || s.spool.len() == 0 {
+	if s.spoolEmpty() {
 		return true
 	}
 	s.replayMu.Lock()
@@ -264,7 +264,7 @@ func (s *Service) replaySpool(ctx context.Context) bool {
 			return false
 		}
 	}
-	return s.spool.len() == 0
+	return s.spoolEmpty()
 }
 
 // applySpooled writes one spooled result back: a success through
@@ -302,7 +302,7 @@ func (s *Service) applySpooled(ctx context.Context, name string, e spoolEntry) b
 	switch {
 	case err == nil:
 		s.cfg.Logger.Info("wrote a spooled job result back to the store", "job", e.JobID, "state", st)
-		s.finishedHere(e.Upstream, e.JobID, e.WebhookURL, st)
+		s.finishedHere(e.Upstream, e.WebhookURL, st)
 	case errors.Is(err, jobstore.ErrConflict), errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
 		// Finished meanwhile (or, for a failure, taken back by the
 		// rescuer): the store's state stands; an earlier replay may have

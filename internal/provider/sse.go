@@ -1,6 +1,10 @@
 package provider
 
-import "bytes"
+import (
+	"bytes"
+	"net/http"
+	"strings"
+)
 
 // SSEEvent is one dispatched server-sent event.
 type SSEEvent struct {
@@ -163,4 +167,10 @@ func (p *SSEParser) processLine(line []byte, fn func(event, data []byte)) {
 			p.id = string(value)
 		}
 	}
+}
+
+// IsEventStream reports whether a response's Content-Type is an SSE stream
+// (text/event-stream, any case, any parameters).
+func IsEventStream(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
 }

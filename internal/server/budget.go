@@ -23,7 +23,7 @@ import (
 // retry-after; requests below SmallRequestBytes are never refused, so the
 // gateway keeps serving them while large bodies queue.
 
-// SmallRequestBytes is the size below which a request is never refused by
+// SmallRequestBytes is the size up to which a request is never refused by
 // the budget (its bytes are still counted).
 const SmallRequestBytes = 64 << 10
 

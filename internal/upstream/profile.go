@@ -52,7 +52,7 @@ var profiles = map[Profile]preset{
 		// Keep more of each bucket for urgent arrivals, so a critical request
 		// is admitted at once even right after a burst of lower traffic.
 		headroom: [llm.NumPriorities]float64{0, 0.20, 0.30, 0.30},
-		// Retry quickly and give up after about 3 s of backoff, so the caller
+		// Retry quickly and give up after under 1 s of backoff (200 ms and 400 ms ceilings), so the caller
 		// can fall back while its user still waits.
 		retry: Retry{BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second, MaxAttempts: 3},
 	},
