@@ -10,6 +10,9 @@ import (
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
+// requestIDKey carries a pass-through request's id to the proxy's ErrorHandler.
+type requestIDKey struct{}
+
 // newPassthrough builds the reverse proxy for the paths of u that Sluice
 // does not schedule (models, count_tokens, batches, files, ...): forwarded
 // as they are, with the client's credentials swapped for the upstream key,
@@ -31,7 +34,11 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			reqID := frontdoor.NewRequestID()
+			// The id of the request's log line, so the two can be matched.
+			reqID, _ := r.Context().Value(requestIDKey{}).(string)
+			if reqID == "" {
+				reqID = frontdoor.NewRequestID()
+			}
 			if r.Context().Err() != nil {
 				return // client gone
 			}
