@@ -24,7 +24,7 @@ func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response
 	if err != nil || x.resp != nil {
 		return x.resp, false, err
 	}
-	return d.retryOrFail(ctx, w, x, g.probe)
+	return d.retryOrFail(ctx, w, x, g)
 }
 
 // exchanged is what one upstream call returned.
@@ -37,6 +37,10 @@ type exchanged struct {
 	// errResp is the provider's error answer (body buffered), when the
 	// failure had one.
 	errResp *http.Response
+	// keyOut is set when the answer took its key out of the pool (or
+	// came from a key already out) and another key can take the request:
+	// it is placed again without burning an attempt.
+	keyOut bool
 }
 
 // exchange makes exactly one upstream call for an admitted waiter and
@@ -54,14 +58,20 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 		d.budget.RecordRequest(start)
 	}
 	w.attempts++
-	hreq, err := d.newUpstreamRequest(ctx, w.req)
+	hreq, err := d.newUpstreamRequest(ctx, w.req, g.key)
 	if err != nil {
 		d.release(w, g, flow.Neutral, w.cost)
 		return exchanged{}, fmt.Errorf("building request for upstream %q: %w", d.cfg.Name, err)
 	}
 	// The provider's rate-limit headers describe its buckets as of this
 	// request's arrival: Observe compares them with ours as of here.
-	mark := d.lim.Mark(d.clk.Now())
+	k := g.key
+	k.requests.Add(1)
+	mark := k.lim.Mark(d.clk.Now())
+	var orgMark flow.Mark
+	if k.org != nil {
+		orgMark = k.org.lim.Mark(d.clk.Now())
+	}
 	resp, err := d.cfg.HTTPClient.Do(hreq)
 	now := d.clk.Now()
 	if err != nil {
@@ -73,14 +83,20 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 			return exchanged{}, fmt.Errorf("calling upstream %q: %w", d.cfg.Name, context.Cause(ctx))
 		}
 		out := provider.ClassifyTransportError(err)
+		d.noteAnswer(k, out, false, now)
 		d.obs.Attempted(out.Kind, 0, since(start, now))
 		d.settle(w, g, out)
 		return exchanged{out: out}, nil
 	}
 	rl := provider.ParseRateLimits(d.cfg.Protocol, resp.Header, now)
-	d.lim.Observe(observations(rl), mark, now)
+	obs := observations(rl)
+	k.lim.Observe(obs, mark, now)
+	if k.org != nil {
+		k.org.lim.Observe(obs, orgMark, now)
+	}
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		d.noteAnswer(k, llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, true, now)
 		if provider.IsEventStream(resp.Header) {
 			return d.stream(ctx, w, g, resp, start)
 		}
@@ -101,8 +117,15 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 			out.RetryAfter, out.HasRetryAfter = max(t.Sub(now), 0), true
 		}
 	}
+	keyOut := d.noteAnswer(k, out, true, now)
 	d.obs.Attempted(out.Kind, resp.StatusCode, since(start, now))
 	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if keyOut {
+		// Not the request's fault nor the upstream's health: it goes to
+		// another key.
+		d.release(w, g, flow.Neutral, tokensOnly(w.cost))
+		return exchanged{out: out, errResp: resp, keyOut: true}, nil
+	}
 	d.settle(w, g, out)
 	return exchanged{out: out, errResp: resp}, nil
 }
@@ -123,13 +146,13 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 	case llm.Rate:
 		if out.SlowDown {
 			// OpenAI's 503 "Slow Down": back to a lower rate, then ramp up.
-			d.lim.Throttle(SlowDownFactor, SlowDownRamp, now)
+			g.key.lim.Throttle(SlowDownFactor, SlowDownRamp, now)
 		}
 		hint := out.RetryAfter
 		if !out.HasRetryAfter {
 			hint = d.backoff.Ceiling(w.burnt)
 		}
-		d.lim.Pause(now.Add(hint), now)
+		g.key.pause(now.Add(hint), now)
 	case llm.Overload, llm.Transient, llm.StreamFail:
 		if out.Kind == llm.Overload || out.ErrorType == "timeout" {
 			d.aimd.OnOverload()
@@ -151,10 +174,20 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 // probe again and again through a long outage and runs out of attempts
 // although its deadline outlasts the outage (sluice bench outage: 2 of 100
 // failed). A job's probe does burn: jobs wait in the store, not in line.
-func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, probe bool) (*Response, bool, error) {
+func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g grant) (*Response, bool, error) {
 	now := d.clk.Now()
 	out := x.out
 	w.last = &out
+	probe := g.probe
+	if x.keyOut {
+		// The key was taken out of the pool: the request goes back to its
+		// place in line for another key, without burning an attempt.
+		d.obs.Retried(out.Kind)
+		if err := d.requeue(w); err != nil {
+			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
+		}
+		return nil, true, nil
+	}
 	fate := DecideFate(FateParams{Sent: true, Outcome: out, Burnt: w.burnt, HintlessRates: w.hintlessRate,
 		Backoff: d.backoff, Now: now, U: d.uniform()})
 	if out.Kind == llm.Rate && !out.HasRetryAfter {
@@ -173,20 +206,22 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, pr
 		if x.errResp == nil {
 			return nil, false, d.giveUp(w, ErrRetriesExhausted, "upstream refused: "+cmp.Or(out.Message, out.Kind.String()))
 		}
-		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: w.attempts, Outcome: out, Protocol: d.cfg.Protocol}, false, nil
+		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: w.attempts, Outcome: out, Protocol: d.cfg.Protocol,
+			Upstream: d.cfg.Name, Key: g.key.fp}, false, nil
 	}
 	if w.burnt >= d.cfg.Retry.MaxAttempts {
 		return nil, false, d.giveUp(w, ErrRetriesExhausted, fmt.Sprintf("%d attempts failed, last: %s", w.burnt, describe(out)))
 	}
 	wait := fate.At.Sub(now)
 	if out.Kind == llm.Rate {
-		if fate.At.After(w.deadline) {
+		if fate.At.After(w.deadline) && len(d.keys) == 1 {
 			e := d.giveUp(w, ErrDeadline, fmt.Sprintf("upstream rate limited for %v, past the request's deadline", wait.Round(time.Millisecond)))
 			e.RetryAfter = clientRetryAfter(wait)
 			return nil, false, e
 		}
-		// The upstream is paused until the hint: wait in line.
-		d.lim.Pause(fate.At, now)
+		// The key is paused until the hint: wait in line (for another key
+		// of the pool, or this one's hint).
+		g.key.pause(fate.At, now)
 		d.obs.Retried(out.Kind)
 		if err := d.requeue(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
@@ -277,7 +312,7 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	return exchanged{out: out}, nil
 }
 
-func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request) (*http.Request, error) {
+func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *poolKey) (*http.Request, error) {
 	path := r.Path
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
@@ -292,6 +327,6 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request) (*http.
 	if req.Header == nil {
 		req.Header = http.Header{}
 	}
-	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, d.cfg.APIKey, true)
+	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.secret, true)
 	return req, nil
 }

@@ -30,7 +30,8 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 		d.trackLive(b)
 	}
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
-		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b}
+		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b,
+		Upstream: d.cfg.Name, Key: g.key.fp}
 }
 
 // trackedBody is a Response's Body.

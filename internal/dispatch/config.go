@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -47,6 +48,9 @@ type Config struct {
 	Clock clock.Clock
 	// Observer receives engine events. Defaults to NopObserver.
 	Observer Observer
+	// Logger receives the key pool's state changes (a key taken out or
+	// back in). Defaults to discarding them.
+	Logger *slog.Logger
 	// Rand jitters backoff and breaker periods; it is used under a lock.
 	// Defaults to a randomly seeded source.
 	Rand *rand.Rand
@@ -75,6 +79,9 @@ func (c Config) resolve() (settings, error) {
 	c.Clock = clock.Or(c.Clock)
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Rand == nil {
 		c.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))

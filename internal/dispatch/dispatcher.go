@@ -31,7 +31,7 @@ type Dispatcher struct {
 	cfg     settings
 	clk     clock.Clock
 	obs     Observer
-	lim     *flow.Limiter
+	keys    []*poolKey // the key pool; one key for api_key alone
 	brk     *flow.Breaker
 	aimd    *flow.AIMD
 	budget  *flow.RetryBudget
@@ -99,13 +99,17 @@ func New(c Config) (*Dispatcher, error) {
 		drained:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	if d.lim, err = flow.NewLimiter(cfg.limiterConfig(), now); err != nil {
+	if d.keys, err = newPool(cfg, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	slots := 0
+	for _, k := range d.keys {
+		slots += k.maxConc
 	}
 	if d.sched, err = flow.NewScheduler(cfg.weights(), cfg.MaxWait); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
-	if d.aimd, err = flow.NewAIMD(cfg.MinConcurrency, cfg.Limits.MaxConcurrency, 0); err != nil {
+	if d.aimd, err = flow.NewAIMD(min(cfg.MinConcurrency, slots), slots, 0); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
 	if d.budget, err = flow.NewRetryBudget(cfg.Retry.BudgetRatio, cfg.Retry.BudgetMin, 0); err != nil {
@@ -321,29 +325,30 @@ func (d *Dispatcher) admit() time.Duration {
 		if d.inflight >= d.aimd.Limit() {
 			return 0 // a completion wakes us
 		}
-		wait, err := d.lim.ReserveKeeping(w.cost, d.headroom(w.req.Priority, now), now)
+		key, wait, err := d.pick(w.cost, d.headroom(w.req.Priority, now), now)
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
 			d.sched.Remove(it)
 			w.grant <- grant{err: err}
 			continue
 		}
-		if wait > 0 {
-			urgent := d.urgentFit(it, now)
+		if key == nil {
+			urgent, ukey := d.urgentFit(it, now)
 			if urgent == nil {
 				return wait
 			}
-			it, w = urgent, urgent.Value.(*waiter)
+			it, w, key = urgent, urgent.Value.(*waiter), ukey
 		}
 		state, _ := d.brk.State(now)
 		gen, err := d.brk.Allow(now)
 		if err != nil {
-			d.lim.Refund(w.cost, now)
+			d.unpick(key, w.cost, now)
 			continue // the state moved under us; Ready will say what to wait for
 		}
 		d.sched.Take(it)
 		d.inflight++
-		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen}
+		key.inflight++
+		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}
 	}
 	return 0
 }
@@ -402,9 +407,9 @@ func (d *Dispatcher) headroom(c llm.Priority, now time.Time) float64 {
 // headroom, goes first and its cost is reserved: this is what the headroom
 // is for. The head keeps its turn otherwise, and an overdue head (past its
 // class's max wait) is never overtaken. d.mu must be held.
-func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) *flow.Item {
+func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) (*flow.Item, *poolKey) {
 	if d.sched.Overdue(head, now) {
-		return nil
+		return nil, nil
 	}
 	for c := llm.Critical; c < head.Class; c++ {
 		it := d.sched.PeekClass(c)
@@ -412,11 +417,11 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) *flow.Item {
 			continue
 		}
 		w := it.Value.(*waiter)
-		if wait, err := d.lim.ReserveKeeping(w.cost, d.headroom(c, now), now); err == nil && wait == 0 {
-			return it
+		if k, _, err := d.pick(w.cost, d.headroom(c, now), now); err == nil && k != nil {
+			return it, k
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 type grant struct {
@@ -426,6 +431,9 @@ type grant struct {
 	// probe marks an attempt the half-open breaker let through to test
 	// the upstream's health.
 	probe bool
+	// key is the pool's key the attempt is sent with; its cost is
+	// reserved in that key's buckets (and its org's).
+	key *poolKey
 }
 
 // Do sends req upstream through the queue and returns the upstream's
@@ -465,7 +473,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		Arrival: now,
 		Value:   w,
 	}
-	if _, err := d.lim.TimeUntil(w.cost, now); errors.Is(err, flow.ErrTooLarge) {
+	if err := d.tooLarge(w.cost, now); err != nil {
 		return nil, d.giveUp(w, ErrTooLarge, err.Error())
 	}
 
@@ -479,7 +487,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrUnavailable, "")
 	}
-	predicted := d.lim.WaitFor(d.sched.Demand(class).Add(w.cost), now)
+	predicted := d.predictWait(d.sched.Demand(class).Add(w.cost), now)
 	if now.Add(predicted).After(w.deadline) {
 		d.mu.Unlock()
 		e := d.giveUp(w, ErrShed, fmt.Sprintf("predicted queue wait %v exceeds the deadline", predicted.Round(time.Millisecond)))
@@ -566,10 +574,16 @@ func (d *Dispatcher) grantError(w *waiter, err error) error {
 func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amount) {
 	now := d.clk.Now()
 	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
-	d.lim.Refund(refund, now)
+	if g.key != nil {
+		g.key.refund(refund, now)
+	}
 	d.brk.Done(g.gen, r, now)
 	d.mu.Lock()
 	d.inflight--
+	if g.key != nil {
+		g.key.inflight--
+		g.key.probing = false
+	}
 	d.mu.Unlock()
 	d.kick()
 }

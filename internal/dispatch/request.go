@@ -58,6 +58,10 @@ type Response struct {
 	Outcome llm.Outcome
 	// Protocol is the upstream's protocol.
 	Protocol llm.Protocol
+	// Upstream names the upstream that answered, and Key the pool's key
+	// it was sent with (Fingerprint: never the key itself), for the
+	// x-sluice-upstream and x-sluice-key headers.
+	Upstream, Key string
 
 	body *trackedBody // nil for a passed-through error answer
 }

@@ -30,20 +30,50 @@ type Snapshot struct {
 	// RateScale is the share of its limits the upstream refills at: below
 	// 1 after a "Slow Down", ramping back to 1.
 	RateScale float64
+	// KeysIn and KeysOut count the key pool's keys in and taken out
+	// (Dispatcher.Keys lists them). Buckets are the sums over the keys,
+	// PausedUntil the earliest key's pause end and RateScale the lowest:
+	// for a pool of one, its key's.
+	KeysIn, KeysOut int
 }
 
 // Snapshot returns the dispatcher's current state. It is cheap enough to
 // call on every metrics scrape.
 func (d *Dispatcher) Snapshot() Snapshot {
 	now := d.clk.Now()
-	s := Snapshot{Name: d.cfg.Name, ConcurrencyLimit: d.aimd.Limit(), Buckets: d.lim.State(now),
-		PausedUntil: d.lim.PausedUntil(), RateScale: d.lim.Scale(now)}
+	s := Snapshot{Name: d.cfg.Name, ConcurrencyLimit: d.aimd.Limit(), RateScale: 1}
 	s.Breaker, s.BreakerReadyAt = d.brk.State(now)
 	d.mu.Lock()
+	keys := d.keyStates(now)
+	for i, k := range keys {
+		if k.Out {
+			s.KeysOut++
+		} else {
+			s.KeysIn++
+		}
+		for dim := range s.Buckets {
+			s.Buckets[dim].Capacity += k.Buckets[dim].Capacity
+			s.Buckets[dim].Depth += k.Buckets[dim].Depth
+			s.Buckets[dim].Level += k.Buckets[dim].Level
+		}
+		if i == 0 || k.PausedUntil.Before(s.PausedUntil) {
+			s.PausedUntil = k.PausedUntil
+		}
+		s.RateScale = min(s.RateScale, d.keys[i].lim.Scale(now))
+	}
 	for c := range s.Queued {
 		s.Queued[c] = d.sched.LenClass(llm.Priority(c))
 	}
 	s.InFlight = d.inflight
 	d.mu.Unlock()
 	return s
+}
+
+// Keys returns the state of every key of the pool, in configuration
+// order.
+func (d *Dispatcher) Keys() []KeyState {
+	now := d.clk.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.keyStates(now)
 }

@@ -60,7 +60,7 @@ type Ticket struct {
 func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, error) {
 	now := d.clk.Now()
 	w := d.ticketWaiter(p, now)
-	if _, err := d.lim.TimeUntil(w.cost, now); errors.Is(err, flow.ErrTooLarge) {
+	if err := d.tooLarge(w.cost, now); err != nil {
 		return nil, d.giveUp(w, ErrTooLarge, err.Error())
 	}
 	d.mu.Lock()
@@ -94,18 +94,20 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	if ok, _ := d.brk.Ready(now); !ok {
 		return nil, false
 	}
-	if wait, err := d.lim.ReserveKeeping(w.cost, d.headroom(w.item.Class, now), now); err != nil || wait > 0 {
+	key, _, err := d.pick(w.cost, d.headroom(w.item.Class, now), now)
+	if err != nil || key == nil {
 		return nil, false
 	}
 	state, _ := d.brk.State(now)
 	gen, err := d.brk.Allow(now)
 	if err != nil {
-		d.lim.Refund(w.cost, now)
+		d.unpick(key, w.cost, now)
 		return nil, false
 	}
 	d.seen[w.item.Class] = now
 	d.inflight++
-	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen}}, true
+	key.inflight++
+	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}}, true
 }
 
 // ticketWaiter is the waiter of a ticket: a placeholder request of the
@@ -210,10 +212,14 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 			surplus[i] = -v
 		}
 	}
-	d.lim.Refund(surplus, now)
+	k := t.g.key
+	k.refund(surplus, now)
 	w.cost = w.cost.Sub(surplus)
 	if extra != (flow.Amount{}) {
-		wait, err := d.lim.ReserveKeeping(extra, 0, now)
+		wait, _, err := k.room(extra, 0, now)
+		if err == nil && wait == 0 && !k.reserve(extra, 0, now) {
+			wait = time.Millisecond // taken under us: soon
+		}
 		if err != nil || wait > 0 {
 			d.release(w, t.g, flow.Neutral, w.cost)
 			reason, msg := ErrNotAdmitted, fmt.Sprintf("the request's cost exceeds the ticket's by %v and fits in %v", extra, wait.Round(time.Millisecond))
@@ -232,9 +238,16 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 		return x.resp, err
 	}
 	out := x.out
+	if x.keyOut {
+		// The key was taken out of the pool: nothing the job did, so it is
+		// handed back as not sent (no attempt burnt) for another key.
+		return nil, &Error{Reason: ErrNotAdmitted, Status: statusForNotSent(ErrNotAdmitted), Type: errorTypeFor(d.cfg.Protocol, 429),
+			Message: "the pool's key was taken out (" + describe(out) + "); placed on another key", Attempts: 1, QueueWait: w.queueWait}
+	}
 	w.last = &out
 	if x.errResp != nil && DecideFate(FateParams{Sent: true, Outcome: out}).Kind == Terminal {
-		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: 1, Outcome: out, Protocol: t.d.cfg.Protocol}, nil
+		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: 1, Outcome: out, Protocol: t.d.cfg.Protocol,
+			Upstream: d.cfg.Name, Key: t.g.key.fp}, nil
 	}
 	status := statusForGiveUp(&out)
 	return nil, &Error{Reason: ErrCallFailed, Status: status, Type: errorTypeFor(d.cfg.Protocol, status),

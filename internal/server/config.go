@@ -259,8 +259,8 @@ func validateUpstream(u upcfg.Config) error {
 	if reservedNames[u.Name] {
 		return fmt.Errorf("name: %q is reserved for the gateway's own routes", u.Name)
 	}
-	if u.APIKey == "" {
-		return errors.New("api_key: required (e.g. api_key: ${ANTHROPIC_API_KEY})")
+	if !u.HasKey() {
+		return errors.New("api_key: required (e.g. api_key: ${ANTHROPIC_API_KEY}, or api_keys: [...])")
 	}
 	return nil
 }

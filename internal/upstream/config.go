@@ -101,6 +101,20 @@ type Config struct {
 	// Authorization: Bearer (OpenAI). The gateway requires it. Defaults to
 	// none: no credential is sent.
 	APIKey string `yaml:"api_key"`
+	// APIKeys is a pool of provider keys used instead of APIKey: strings,
+	// or {key, limits, org} objects (Key). Each key has its own quota
+	// buckets, 429 pause and concurrency; requests go to the key with the
+	// most room (docs/pools.md). Defaults to none: APIKey alone is a pool
+	// of one.
+	APIKeys []Key `yaml:"api_keys"`
+	// Orgs are account-level quotas shared by the keys naming the org
+	// (Key.Org). Defaults to none: an org named by keys but not listed
+	// here learns its limits from the provider's headers.
+	Orgs map[string]Org `yaml:"orgs"`
+	// KeyProbeInterval is how long a key taken out of the pool (revoked,
+	// out of credit) waits before one request probes it again. Defaults to
+	// 60s (KeyProbeIntervalDefault).
+	KeyProbeInterval time.Duration `yaml:"key_probe_interval"`
 	// Profile presets the class, retry and quota settings left zero:
 	// latency, throughput or balanced. Defaults to balanced
 	// (ProfileDefault).
@@ -272,6 +286,7 @@ func (c Config) WithDefaults() Config {
 	c.JitterAllowance = cmp.Or(c.JitterAllowance, JitterAllowanceDefault)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.HeadroomWindow = cmp.Or(c.HeadroomWindow, HeadroomWindowDefault)
+	c.KeyProbeInterval = cmp.Or(c.KeyProbeInterval, KeyProbeIntervalDefault)
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, BaseDelayDefault)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, max(MaxDelayDefault, c.Retry.BaseDelay))
 	c.Retry.MaxAttempts = cmp.Or(c.Retry.MaxAttempts, MaxAttemptsDefault)

@@ -31,6 +31,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("protocol: %w", err)
 	}
 	d := c.WithDefaults()
+	if err := d.validatePool(); err != nil {
+		return err
+	}
 	if err := validateBaseURL(d.BaseURL); err != nil {
 		return fmt.Errorf("base_url: %w", err)
 	}

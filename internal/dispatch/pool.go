@@ -1,0 +1,420 @@
+package dispatch
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/upstream"
+)
+
+// poolKey is one provider key of the upstream's pool: its own quota
+// buckets (one flow.Limiter), its 429 pause (the Limiter's), its slots
+// and its place in or out of the pool. An upstream with api_key alone is a
+// pool of one, which is never taken out.
+type poolKey struct {
+	secret  string
+	fp      string // Fingerprint of secret
+	lim     *flow.Limiter
+	org     *orgBucket // nil: the key is its own account
+	maxConc int
+
+	// Guarded by Dispatcher.mu.
+	inflight  int
+	out       bool      // taken out of the pool
+	outSince  time.Time // when it was taken out
+	outReason string
+	probeAt   time.Time // when an out key may be probed again
+	probing   bool      // a probe request is in flight on it
+
+	requests atomic.Uint64 // attempts sent with the key
+	rates    atomic.Uint64 // rate-limit (429) answers it got
+	revokes  atomic.Uint64 // times it was taken out
+}
+
+// orgBucket is an account-level bucket shared by the keys of one org.
+type orgBucket struct {
+	name string
+	lim  *flow.Limiter
+}
+
+// Fingerprint is how a key is named in headers, logs, metrics and status:
+// the first 8 hex digits of its SHA-256, never the key itself.
+func Fingerprint(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:4])
+}
+
+// newPool builds the key pool of cfg.
+func newPool(cfg settings, now time.Time) ([]*poolKey, error) {
+	orgs := map[string]*orgBucket{}
+	var keys []*poolKey
+	for i, k := range cfg.Keys() {
+		lc := cfg.limiterConfig()
+		lc.Limits = limitsOf(k.Limits)
+		lim, err := flow.NewLimiter(lc, now)
+		if err != nil {
+			return nil, fmt.Errorf("api_keys[%d]: %w", i, err)
+		}
+		pk := &poolKey{secret: k.Key, fp: Fingerprint(k.Key), lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1)}
+		if k.Org != "" {
+			ob := orgs[k.Org]
+			if ob == nil {
+				oc := cfg.limiterConfig()
+				oc.Limits = limitsOf(cfg.Orgs[k.Org].Limits)
+				ol, err := flow.NewLimiter(oc, now)
+				if err != nil {
+					return nil, fmt.Errorf("orgs.%s: %w", k.Org, err)
+				}
+				ob = &orgBucket{name: k.Org, lim: ol}
+				orgs[k.Org] = ob
+			}
+			pk.org = ob
+		}
+		keys = append(keys, pk)
+	}
+	return keys, nil
+}
+
+func limitsOf(l upstream.Limits) [flow.NumDims]float64 {
+	return [flow.NumDims]float64{
+		flow.Requests:     float64(l.RequestsPerMinute),
+		flow.InputTokens:  float64(l.InputTokensPerMinute),
+		flow.OutputTokens: float64(l.OutputTokensPerMinute),
+		flow.Tokens:       float64(l.TokensPerMinute),
+	}
+}
+
+// usable reports whether k may take a request now: in the pool with a
+// free slot, or out with its probe due and none in flight. d.mu held.
+func (k *poolKey) usable(now time.Time) bool {
+	if k.out {
+		return !k.probing && !now.Before(k.probeAt)
+	}
+	return k.inflight < k.maxConc
+}
+
+// room is how long until cost fits k and its org while leaving keep, and
+// the room left after it when it fits now.
+func (k *poolKey) room(cost flow.Amount, keep float64, now time.Time) (time.Duration, float64, error) {
+	w, r, err := k.lim.Room(cost, keep, now)
+	if err != nil || k.org == nil {
+		return w, r, err
+	}
+	ow, or, err := k.org.lim.Room(cost, keep, now)
+	if err != nil {
+		return 0, 0, err
+	}
+	return max(w, ow), math.Min(r, or), nil
+}
+
+// reserve debits cost from k and its org; false (nothing debited) when it
+// does not fit now.
+func (k *poolKey) reserve(cost flow.Amount, keep float64, now time.Time) bool {
+	if w, err := k.lim.ReserveKeeping(cost, keep, now); err != nil || w > 0 {
+		return false
+	}
+	if k.org != nil {
+		if w, err := k.org.lim.ReserveKeeping(cost, keep, now); err != nil || w > 0 {
+			k.lim.Refund(cost, now)
+			return false
+		}
+	}
+	return true
+}
+
+// refund gives amount back to k and its org.
+func (k *poolKey) refund(amount flow.Amount, now time.Time) {
+	k.lim.Refund(amount, now)
+	if k.org != nil {
+		k.org.lim.Refund(amount, now)
+	}
+}
+
+// pick chooses the key for a request of cost leaving keep: among the
+// usable keys, the one whose buckets (its own and its org's) leave the
+// most room for it now, and reserves cost there. When none fits now it
+// returns nil and how long until the earliest could (0: until woken, by
+// a completion). ErrTooLarge when no key can ever take it. d.mu held.
+func (d *Dispatcher) pick(cost flow.Amount, keep float64, now time.Time) (*poolKey, time.Duration, error) {
+	var best *poolKey
+	bestRoom := math.Inf(-1)
+	wait := time.Duration(math.MaxInt64)
+	var tooLarge error
+	for _, k := range d.keys {
+		if !k.usable(now) {
+			if k.out && !k.probing {
+				wait = min(wait, max(k.probeAt.Sub(now), time.Nanosecond))
+			}
+			continue
+		}
+		w, r, err := k.room(cost, keep, now)
+		switch {
+		case err != nil:
+			tooLarge = err
+		case w > 0:
+			wait = min(wait, w)
+		case best == nil || r > bestRoom:
+			best, bestRoom = k, r
+		}
+	}
+	if best != nil && best.reserve(cost, keep, now) {
+		if best.out {
+			best.probing = true
+		}
+		return best, 0, nil
+	}
+	if best != nil {
+		return nil, time.Nanosecond, nil // moved under us (a ticket's extra): look again
+	}
+	if wait == time.Duration(math.MaxInt64) {
+		if tooLarge != nil && d.allTooLarge(cost, now) {
+			return nil, 0, tooLarge
+		}
+		return nil, 0, nil
+	}
+	return nil, wait, nil
+}
+
+// allTooLarge reports whether cost exceeds a bucket's capacity on every
+// key.
+func (d *Dispatcher) allTooLarge(cost flow.Amount, now time.Time) bool {
+	return d.tooLarge(cost, now) != nil
+}
+
+// tooLarge returns ErrTooLarge's error when no key of the pool can ever
+// take cost.
+func (d *Dispatcher) tooLarge(cost flow.Amount, now time.Time) error {
+	var last error
+	for _, k := range d.keys {
+		_, err := k.lim.TimeUntil(cost, now)
+		if err == nil && k.org != nil {
+			_, err = k.org.lim.TimeUntil(cost, now)
+		}
+		if !errors.Is(err, flow.ErrTooLarge) {
+			return nil
+		}
+		last = err
+	}
+	return last
+}
+
+// predictWait predicts how long until demand has been refilled across the
+// pool: the keys in the pool pooled, each org giving at most its own
+// bucket's supply. For a pool of one it is its Limiter's WaitFor.
+func (d *Dispatcher) predictWait(demand flow.Amount, now time.Time) time.Duration {
+	if len(d.keys) == 1 && d.keys[0].org == nil {
+		return d.keys[0].lim.WaitFor(demand, now)
+	}
+	var level, rate flow.Amount
+	var unlimited [flow.NumDims]bool
+	paused := time.Duration(math.MaxInt64)
+	orgSum := map[*orgBucket]*flow.Supply{}
+	add := func(s flow.Supply) {
+		for i := range level {
+			if s.Rate[i] == 0 {
+				unlimited[i] = true
+				continue
+			}
+			level[i] += s.Level[i]
+			rate[i] += s.Rate[i]
+		}
+	}
+	for _, k := range d.keys {
+		if k.out {
+			continue
+		}
+		s := k.lim.Supply(now)
+		until := s.PausedUntil
+		if k.org != nil {
+			until = maxTime(until, k.org.lim.PausedUntil())
+		}
+		paused = min(paused, max(until.Sub(now), 0))
+		if k.org == nil {
+			add(s)
+			continue
+		}
+		sum := orgSum[k.org]
+		if sum == nil {
+			sum = &flow.Supply{}
+			orgSum[k.org] = sum
+		}
+		for i := range sum.Level {
+			if s.Rate[i] == 0 || sum.Rate[i] < 0 {
+				sum.Rate[i] = -1 // unlimited
+				continue
+			}
+			sum.Level[i] += s.Level[i]
+			sum.Rate[i] += s.Rate[i]
+		}
+	}
+	for o, sum := range orgSum {
+		os := o.lim.Supply(now)
+		var g flow.Supply
+		for i := range g.Level {
+			switch {
+			case sum.Rate[i] < 0:
+				g.Level[i], g.Rate[i] = os.Level[i], os.Rate[i]
+			case os.Rate[i] == 0:
+				g.Level[i], g.Rate[i] = sum.Level[i], sum.Rate[i]
+			default:
+				g.Level[i], g.Rate[i] = math.Min(sum.Level[i], os.Level[i]), math.Min(sum.Rate[i], os.Rate[i])
+			}
+		}
+		add(g)
+	}
+	if paused == time.Duration(math.MaxInt64) {
+		paused = 0
+	}
+	var w time.Duration
+	for i := range level {
+		if unlimited[i] || rate[i] <= 0 || demand[i] <= 0 || level[i] >= demand[i] {
+			continue
+		}
+		w = max(w, time.Duration(math.Ceil((demand[i]-level[i])/rate[i]*float64(time.Second))))
+	}
+	return max(w, paused)
+}
+
+// keyRevoked reports whether an answer says the key itself cannot be used
+// (provider.KeyRevoked: 401, 403, out of credit, over its spend cap,
+// access terminated).
+func keyRevoked(o llm.Outcome) bool { return provider.KeyRevoked(o) }
+
+// noteAnswer records what an answer says about its key: a revoked key is
+// taken out of the pool (unless it is the last one in: its answer then
+// goes to the client), any other answer brings a probed key back in. It
+// returns true when the request should be placed on another key without
+// burning an attempt. A transport error (answered false) says nothing.
+func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now time.Time) bool {
+	if k == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	wasProbe := k.probing
+	k.probing = false
+	if !answered {
+		return false
+	}
+	if o.Kind == llm.Rate {
+		k.rates.Add(1)
+	}
+	if !keyRevoked(o) {
+		if k.out {
+			k.out = false
+			d.cfg.Logger.Info("key back in the pool", "upstream", d.cfg.Name, "key", k.fp, "out_for", now.Sub(k.outSince).Round(time.Second).String())
+			d.kickLocked()
+		}
+		return false
+	}
+	if k.out {
+		// A failed probe, or an answer to a request admitted before it
+		// was taken out: stays out, probed again later.
+		if wasProbe {
+			k.probeAt = now.Add(d.cfg.KeyProbeInterval)
+		}
+		return d.othersIn(k)
+	}
+	if !d.othersIn(k) {
+		return false // the last key in: its answer is the pool's answer
+	}
+	k.out, k.outSince, k.probeAt = true, now, now.Add(d.cfg.KeyProbeInterval)
+	k.outReason = describe(o)
+	k.revokes.Add(1)
+	d.cfg.Logger.Warn("key taken out of the pool", "upstream", d.cfg.Name, "key", k.fp, "reason", k.outReason,
+		"probe_in", d.cfg.KeyProbeInterval.String())
+	return true
+}
+
+// othersIn reports whether a key other than k is in the pool. d.mu held.
+func (d *Dispatcher) othersIn(k *poolKey) bool {
+	for _, o := range d.keys {
+		if o != k && !o.out {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *Dispatcher) kickLocked() {
+	d.kicks.Add(1)
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// KeyState is one key of the pool for operators and metrics.
+type KeyState struct {
+	// Fingerprint names the key (Fingerprint).
+	Fingerprint string
+	// Org is the key's org ("" for none).
+	Org string
+	// InFlight is how many requests use the key now; MaxConcurrency its
+	// slots.
+	InFlight, MaxConcurrency int
+	// Buckets are the key's own quota buckets.
+	Buckets [flow.NumDims]flow.BucketState
+	// OrgBuckets are its org's (zero without an org).
+	OrgBuckets [flow.NumDims]flow.BucketState
+	// PausedUntil is the end of the key's 429 pause (zero or past: none).
+	PausedUntil time.Time
+	// Out is set while the key is taken out of the pool; OutSince,
+	// OutReason and ProbeAt say since when, why and when it is probed.
+	Out       bool
+	OutSince  time.Time
+	OutReason string
+	ProbeAt   time.Time
+	// Requests, RateLimited and Revoked count attempts sent with the key,
+	// 429 answers and times it was taken out.
+	Requests, RateLimited, Revoked uint64
+}
+
+// keyStates returns the pool's state. d.mu held.
+func (d *Dispatcher) keyStates(now time.Time) []KeyState {
+	out := make([]KeyState, len(d.keys))
+	for i, k := range d.keys {
+		s := KeyState{Fingerprint: k.fp, InFlight: k.inflight, MaxConcurrency: k.maxConc,
+			Buckets: k.lim.State(now), PausedUntil: k.lim.PausedUntil(),
+			Out: k.out, OutSince: k.outSince, OutReason: k.outReason, ProbeAt: k.probeAt,
+			Requests: k.requests.Load(), RateLimited: k.rates.Load(), Revoked: k.revokes.Load()}
+		if k.org != nil {
+			s.Org, s.OrgBuckets = k.org.name, k.org.lim.State(now)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// unpick gives back a reservation pick made for a request that is not
+// sent after all. d.mu held.
+func (d *Dispatcher) unpick(k *poolKey, cost flow.Amount, now time.Time) {
+	k.refund(cost, now)
+	if k.out {
+		k.probing = false
+	}
+}
+
+// pause stops k until until after a 429; a key of an org pauses the org
+// too (the 429 may be the account's, and its other keys would meet it).
+func (k *poolKey) pause(until, now time.Time) {
+	k.lim.Pause(until, now)
+	if k.org != nil {
+		k.org.lim.Pause(until, now)
+	}
+}
