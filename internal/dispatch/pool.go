@@ -418,3 +418,17 @@ func (k *poolKey) pause(until, now time.Time) {
 		k.org.lim.Pause(until, now)
 	}
 }
+
+// PassKey returns the key requests the engine does not schedule (models,
+// count_tokens, files) are sent with: the first key in the pool, else the
+// first key.
+func (d *Dispatcher) PassKey() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, k := range d.keys {
+		if !k.out {
+			return k.secret
+		}
+	}
+	return d.keys[0].secret
+}

@@ -34,6 +34,12 @@ const (
 	// HeaderAttempts is how many upstream attempts Sluice made (0 when it
 	// gave up before sending anything).
 	HeaderAttempts = "X-Sluice-Attempts"
+	// HeaderUpstream names the upstream that answered (the primary or a
+	// fallback).
+	HeaderUpstream = "X-Sluice-Upstream"
+	// HeaderKey is the fingerprint of the pool's key the answer came from
+	// (first 8 hex digits of its SHA-256), never the key.
+	HeaderKey = "X-Sluice-Key"
 	// HeaderRequestID is the gateway's id for one request: returned on
 	// every proxied answer (success or error) and sent upstream, set by
 	// Build after the client's headers are cleaned, so that a line in

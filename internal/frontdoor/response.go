@@ -11,7 +11,7 @@ import (
 
 // PrepareResponse readies an engine response for the caller, the same way
 // on every front door: hop-by-hop headers removed, x-sluice-queue-ms,
-// x-sluice-attempts and x-sluice-request-id (the id Build sent upstream) set, x-should-retry: false on a passed-through
+// x-sluice-attempts, x-sluice-upstream, x-sluice-key and x-sluice-request-id (the id Build sent upstream) set, x-should-retry: false on a passed-through
 // provider error (Sluice has already done the retrying worth doing), and,
 // when req asked a stream for usage on the caller's behalf, that chunk
 // stripped from a 2xx body (provider.NewUsageStripper; Content-Length
@@ -28,6 +28,12 @@ func PrepareResponse(req *dispatch.Request, resp *dispatch.Response) {
 	}
 	RemoveHopByHop(h)
 	SetSluiceHeaders(h, resp.QueueWait, resp.Attempts)
+	if resp.Upstream != "" {
+		h.Set(HeaderUpstream, resp.Upstream)
+	}
+	if resp.Key != "" {
+		h.Set(HeaderKey, resp.Key)
+	}
 	if id := req.Header.Get(HeaderRequestID); id != "" {
 		h.Set(HeaderRequestID, id)
 	}

@@ -104,7 +104,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	x := s.exchange(w, r, protoAnthropic)
-	if !x.auth() {
+	if !x.auth() || x.refused() {
 		return
 	}
 	body := x.body()

@@ -86,6 +86,9 @@ type Config struct {
 	// Faults are the injected failures at start; SetFaults changes them at
 	// run time. Defaults to none.
 	Faults Faults `yaml:"faults"`
+	// Accounts are account-level buckets shared by listed keys, on top of
+	// each key's own (Limits). Defaults to none.
+	Accounts map[string]Account `yaml:"accounts"`
 	// Clock is the time source for buckets, latency and outages. Defaults to
 	// the wall clock.
 	Clock clock.Clock `yaml:"-"`
@@ -253,6 +256,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("ttft and per_token must be >= 0, got %v and %v", c.TTFT, c.PerToken))
 	}
 	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := validateAccounts(c.Accounts); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

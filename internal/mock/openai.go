@@ -124,7 +124,7 @@ func finishReason(n, maxTokens int64) string {
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	x := s.exchange(w, r, protoOpenAI)
-	if !x.auth() {
+	if !x.auth() || x.refused() {
 		return
 	}
 	body := x.body()

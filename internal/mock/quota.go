@@ -17,6 +17,10 @@ type quotas struct {
 	realtime      bool
 	countRejected bool
 	keys          sync.Map // protocol + "\x00" + key → *keyState
+	// accountOf maps a key to its account (keys.go); accountLimits are
+	// the accounts' limits. Read-only after New.
+	accountOf     map[string]string
+	accountLimits map[string]Limits
 }
 
 // keyState is one API key's buckets on one protocol. Anthropic uses req, in
@@ -127,6 +131,16 @@ func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission 
 		{&ks.in, float64(a.inCharged), "input tokens", ""},
 		{&ks.out, outNeed, "output tokens", ""},
 	}
+	acct := q.account("anthropic", key, now)
+	if acct != nil {
+		acct.mu.Lock()
+		defer acct.mu.Unlock()
+		acct.req.refill(now)
+		acct.in.refill(now)
+		acct.out.refill(now)
+		checks = append(checks, dimCheck{&acct.req, 1, "requests", ""}, dimCheck{&acct.in, float64(a.inCharged), "input tokens", ""},
+			dimCheck{&acct.out, outNeed, "output tokens", ""})
+	}
 	if i, _ := worst(checks); i >= 0 {
 		if q.countRejected {
 			ks.req.chargeRejected()
@@ -141,9 +155,16 @@ func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission 
 	a.ok = true
 	ks.req.charge(1)
 	ks.in.charge(float64(a.inCharged))
+	if acct != nil {
+		acct.req.charge(1)
+		acct.in.charge(float64(a.inCharged))
+	}
 	if !q.realtime {
 		a.reserved = r.maxTokens
 		ks.out.charge(float64(r.maxTokens))
+		if acct != nil {
+			acct.out.charge(float64(r.maxTokens))
+		}
 	}
 	if r.cacheTokens > 0 {
 		if ks.cache == nil || len(ks.cache) >= maxCacheEntries {
@@ -169,6 +190,16 @@ func (q *quotas) chargeOutput(protocol, key string, delta int64, now time.Time) 
 	}
 	b.refill(now)
 	b.charge(float64(delta))
+	if acct := q.account(protocol, key, now); acct != nil {
+		acct.mu.Lock()
+		defer acct.mu.Unlock()
+		ab := &acct.out
+		if protocol == "openai" {
+			ab = &acct.tok
+		}
+		ab.refill(now)
+		ab.charge(float64(delta))
+	}
 }
 
 func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
@@ -188,6 +219,14 @@ func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
 		return a
 	}
 	checks := []dimCheck{{&ks.req, 1, "requests", "RPM"}, {&ks.tok, float64(need), "tokens", "TPM"}}
+	acct := q.account("openai", key, now)
+	if acct != nil {
+		acct.mu.Lock()
+		defer acct.mu.Unlock()
+		acct.req.refill(now)
+		acct.tok.refill(now)
+		checks = append(checks, dimCheck{&acct.req, 1, "requests", "RPM"}, dimCheck{&acct.tok, float64(need), "tokens", "TPM"})
+	}
 	if i, _ := worst(checks); i >= 0 {
 		if q.countRejected {
 			ks.req.chargeRejected()
@@ -204,6 +243,10 @@ func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
 	a.reserved = need - r.inputTokens
 	ks.req.charge(1)
 	ks.tok.charge(float64(need))
+	if acct != nil {
+		acct.req.charge(1)
+		acct.tok.charge(float64(need))
+	}
 	a.header = ks.openAIHeaders()
 	return a
 }

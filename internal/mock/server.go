@@ -24,6 +24,8 @@ type Server struct {
 	quotas *quotas
 	faults *faultEngine
 	stats  *statsBook
+	// revoked are the keys revoked at run time (keys.go).
+	revoked revocations
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -50,11 +52,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mock config: %w", err)
 	}
 	c := cfg.Clock
+	q := &quotas{limits: cfg.limits(), burstSeconds: cfg.BurstSeconds,
+		realtime: cfg.OTPMMode == OTPMRealtime, countRejected: *cfg.CountRejected,
+		accountOf: map[string]string{}, accountLimits: map[string]Limits{}}
+	for name, a := range cfg.Accounts {
+		q.accountLimits[name] = a.Limits
+		for _, k := range a.Keys {
+			q.accountOf[k] = name
+		}
+	}
 	return &Server{
-		cfg:   cfg,
-		clock: c,
-		quotas: &quotas{limits: cfg.limits(), burstSeconds: cfg.BurstSeconds,
-			realtime: cfg.OTPMMode == OTPMRealtime, countRejected: *cfg.CountRejected},
+		cfg:    cfg,
+		clock:  c,
+		quotas: q,
 		faults: newFaultEngine(cfg.Faults, cfg.Seed, c.Now()),
 		stats:  newStatsBook(),
 	}, nil
@@ -198,7 +208,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
 		})
 	default:
-		s.notFound(w, r, http.StatusNotFound)
+		if !s.handleKeys(w, r) {
+			s.notFound(w, r, http.StatusNotFound)
+		}
 	}
 }
 

@@ -25,7 +25,7 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 			pr.Out.URL.RawPath = ""
 			pr.SetURL(u.target)
 			pr.Out.Header = frontdoor.CleanHeader(pr.Out.Header)
-			provider.SetUpstreamHeaders(pr.Out.Header, u.cfg.Protocol, u.cfg.APIKey, false)
+			provider.SetUpstreamHeaders(pr.Out.Header, u.cfg.Protocol, u.passKey(), false)
 		},
 		Transport:     transport,
 		FlushInterval: -1,
@@ -56,4 +56,13 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request, u *upstream) {
 	s.metrics.passthroughRequest(u.cfg.Name)
 	u.proxy.ServeHTTP(w, r)
+}
+
+// passKey is the key a pass-through request is sent with: a key of the
+// pool that is in (the engine knows), else the first configured.
+func (u *upstream) passKey() string {
+	if e, ok := u.engine.(interface{ PassKey() string }); ok {
+		return e.PassKey()
+	}
+	return u.cfg.Keys()[0].Key
 }
