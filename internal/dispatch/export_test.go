@@ -1,5 +1,7 @@
 package dispatch
 
+import "github.com/sluicehq/sluice/internal/flow"
+
 // LoopIdle reports whether d's admission loop has acted on everything it
 // was told: it is waiting, with no wake-up pending and its timer (if any)
 // not yet due on the clock. With every caller blocked where a test can see
@@ -9,4 +11,18 @@ func LoopIdle(d *Dispatcher) bool {
 	defer d.park.Unlock()
 	return d.park.parked && d.park.handled == d.kicks.Load() &&
 		(d.park.until.IsZero() || d.clk.Now().Before(d.park.until))
+}
+
+// PickAndGiveBack places a request of cost on a key of d's pool and gives
+// the reservation back: the key selection, for its benchmark.
+func PickAndGiveBack(d *Dispatcher, cost flow.Amount) bool {
+	now := d.clk.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	k, _, _ := d.pick(cost, 0, now)
+	if k == nil {
+		return false
+	}
+	d.unpick(k, cost, now)
+	return true
 }

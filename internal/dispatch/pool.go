@@ -148,6 +148,14 @@ func (d *Dispatcher) pick(cost flow.Amount, keep float64, now time.Time) (*poolK
 	bestRoom := math.Inf(-1)
 	wait := time.Duration(math.MaxInt64)
 	var tooLarge error
+	// An org's room is the same for each of its keys: asked once.
+	var orgs [4]struct {
+		o   *orgBucket
+		w   time.Duration
+		r   float64
+		err error
+	}
+	nOrgs := 0
 	for _, k := range d.keys {
 		if !k.usable(now) {
 			if k.out && !k.probing {
@@ -155,7 +163,23 @@ func (d *Dispatcher) pick(cost flow.Amount, keep float64, now time.Time) (*poolK
 			}
 			continue
 		}
-		w, r, err := k.room(cost, keep, now)
+		w, r, err := k.lim.Room(cost, keep, now)
+		if o := k.org; o != nil && err == nil {
+			i := 0
+			for i < nOrgs && orgs[i].o != o {
+				i++
+			}
+			if i == nOrgs {
+				if i == len(orgs) {
+					i = 0 // more orgs than the cache holds: ask again
+				} else {
+					nOrgs++
+				}
+				orgs[i].o = o
+				orgs[i].w, orgs[i].r, orgs[i].err = o.lim.Room(cost, keep, now)
+			}
+			w, r, err = max(w, orgs[i].w), math.Min(r, orgs[i].r), orgs[i].err
+		}
 		switch {
 		case err != nil:
 			tooLarge = err

@@ -15,18 +15,32 @@ func (l *Limiter) Room(cost Amount, keep float64, now time.Time) (time.Duration,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
-	w, err := l.timeUntil(cost, keep, now)
-	if err != nil || w > 0 {
-		return w, 0, err
-	}
+	// One pass: timeUntil's checks and waits, and the room left.
+	var w time.Duration
 	room := math.Inf(1)
 	for i := range l.b {
 		b := &l.b[i]
-		if b.capacity == 0 {
+		if b.capacity == 0 || cost[i] <= 0 {
 			continue
 		}
-		lvl := b.at(now, math.Max(b.depth, cost[i]))
+		if cost[i] > b.capacity {
+			_, err := l.timeUntil(cost, keep, now)
+			return 0, 0, err
+		}
+		c := math.Max(b.depth, cost[i])
+		need := math.Min(cost[i]+keep*b.depth, c)
+		lvl := b.at(now, c)
+		if lvl < need {
+			w = max(w, secs((need-lvl)/b.rate()))
+			continue
+		}
 		room = math.Min(room, (lvl-cost[i])/b.capacity)
+	}
+	if p := l.pausedUntil.Sub(now); p > w {
+		w = p
+	}
+	if w > 0 {
+		return w, 0, nil
 	}
 	return 0, room, nil
 }
