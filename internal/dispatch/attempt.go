@@ -193,6 +193,9 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 	if out.Kind == llm.Rate && !out.HasRetryAfter {
 		w.hintlessRate++
 	}
+	if probe && fate.Kind == Retry && outageKind(&out) && w.req.FailFast {
+		return nil, false, d.giveUp(w, ErrUnavailable, "the breaker's probe failed: "+describe(out))
+	}
 	if probe && fate.Kind == Retry && outageKind(&out) {
 		d.obs.Retried(out.Kind)
 		if err := d.requeue(w); err != nil {

@@ -482,7 +482,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrStopped, "the gateway is shutting down")
 	}
-	if ok, readyAt := d.brk.Ready(now); !ok && readyAt.After(w.deadline) {
+	if ok, readyAt := d.brk.Ready(now); !ok && (readyAt.After(w.deadline) || req.FailFast) {
 		// An outage it cannot outlast: say so now, not at its deadline.
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrUnavailable, "")

@@ -32,6 +32,12 @@ type Request struct {
 	Deadline time.Time
 	// Cost is the estimate charged against the quota before sending.
 	Cost provider.Cost
+	// FailFast is set by a caller that has somewhere else to go (a
+	// fallback upstream): while the breaker is open or half-open without a
+	// probe free, the request is refused at once with ErrUnavailable
+	// instead of waiting for the next probe, and a failed probe it carried
+	// ends it with ErrUnavailable instead of putting it back in line.
+	FailFast bool
 	// UsageInjected is set by the front door when it asked an OpenAI stream
 	// for a usage chunk the caller did not ask for; the front door strips
 	// that chunk from the answer (frontdoor.PrepareResponse). The

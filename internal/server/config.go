@@ -229,6 +229,17 @@ func (c Config) validate() error {
 		}
 		names[u.Name] = true
 	}
+	for i, u := range c.Upstreams {
+		for j, f := range u.Fallbacks {
+			to, ok := upstreamNamed(c.Upstreams, f.Upstream)
+			if !ok {
+				return fmt.Errorf("upstreams[%d].fallbacks[%d].upstream: no upstream is named %q", i, j, f.Upstream)
+			}
+			if to.Protocol != u.Protocol {
+				return fmt.Errorf("upstreams[%d].fallbacks[%d].upstream: %q speaks %s, not %s (same protocol only)", i, j, f.Upstream, to.Protocol, u.Protocol)
+			}
+		}
+	}
 	clientNames, keys := map[string]bool{}, map[string]bool{}
 	for i, cl := range c.Clients {
 		if err := cl.validate(); err != nil {
@@ -348,4 +359,13 @@ func redact(s string) string {
 		return s[:i+1] + "..."
 	}
 	return "..."
+}
+
+func upstreamNamed(us []upcfg.Config, name string) (upcfg.Config, bool) {
+	for _, u := range us {
+		if u.Name == name {
+			return u, true
+		}
+	}
+	return upcfg.Config{}, false
 }

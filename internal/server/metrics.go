@@ -54,6 +54,7 @@ type metrics struct {
 	latency     *prometheus.HistogramVec
 	// jobs are the job queue's metrics; nil when the queue is disabled.
 	jobs *jobMetrics
+	pool *poolMetrics // metrics_pool.go
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -101,6 +102,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.breaker, m.tokens, m.queueWait, m.latency,
 		&snapshotCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.pool = newPoolMetrics(reg, s)
 	// Pre-create the per-upstream series so dashboards see zeros.
 	names := make([]string, 0, len(s.cfg.Upstreams))
 	for _, u := range s.cfg.Upstreams {

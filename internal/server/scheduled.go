@@ -58,7 +58,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	}
 	s.active.add()
 	defer s.active.done()
-	resp, err := u.engine.Do(r.Context(), req)
+	resp, err := s.doRouted(r.Context(), u, req, r.Header)
 	if err != nil {
 		s.writeEngineError(w, r, u, req, rl, err)
 		return

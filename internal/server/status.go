@@ -43,8 +43,9 @@ type UpstreamStatus struct {
 	RateScale float64 `json:"rate_scale"`
 	// Breaker is closed, open or half-open; BreakerReadyAt is when an open
 	// breaker will let probes through.
-	Breaker        string     `json:"breaker"`
-	BreakerReadyAt *time.Time `json:"breaker_ready_at,omitempty"`
+	Breaker        string      `json:"breaker"`
+	BreakerReadyAt *time.Time  `json:"breaker_ready_at,omitempty"`
+	Keys           []KeyStatus `json:"keys,omitempty"` // the key pool (status_pool.go)
 }
 
 // BucketStatus is one quota bucket.
@@ -85,6 +86,7 @@ func (s *Server) status() StatusResponse {
 				st.BreakerReadyAt = &t
 			}
 		}
+		st.Keys = poolStatus(u, now)
 		out.Upstreams = append(out.Upstreams, st)
 	}
 	return out

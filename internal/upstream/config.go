@@ -115,6 +115,13 @@ type Config struct {
 	// out of credit) waits before one request probes it again. Defaults to
 	// 60s (KeyProbeIntervalDefault).
 	KeyProbeInterval time.Duration `yaml:"key_probe_interval"`
+	// Fallbacks are upstreams of the same protocol tried, in order, when
+	// this one is unavailable (breaker open, outage) or would make a
+	// request miss its deadline. Defaults to none.
+	Fallbacks []Fallback `yaml:"fallbacks"`
+	// FallbackClasses are the priority classes that may fall back.
+	// Defaults to every class.
+	FallbackClasses []string `yaml:"fallback_classes"`
 	// Profile presets the class, retry and quota settings left zero:
 	// latency, throughput or balanced. Defaults to balanced
 	// (ProfileDefault).

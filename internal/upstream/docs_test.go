@@ -116,7 +116,7 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"classes.<class>.max_wait":        classValues(d.Classes, func(c upstream.Class) time.Duration { return c.MaxWait }),
 		"classes.<class>.headroom":        classValues(d.Classes, func(c upstream.Class) float64 { return c.Headroom }),
 		// Required or protocol-dependent: the text says so.
-		"name": nil, "protocol": nil, "base_url": nil, "api_key": nil, "api_keys": nil, "orgs": nil,
+		"name": nil, "protocol": nil, "base_url": nil, "api_key": nil, "api_keys": nil, "orgs": nil, "fallbacks": nil, "fallback_classes": nil,
 	}
 	fields := map[string]bool{}
 	for _, p := range leafPaths(reflect.TypeFor[upstream.Config](), "") {

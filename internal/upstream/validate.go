@@ -34,6 +34,9 @@ func (c Config) Validate() error {
 	if err := d.validatePool(); err != nil {
 		return err
 	}
+	if err := d.validateFallbacks(); err != nil {
+		return err
+	}
 	if err := validateBaseURL(d.BaseURL); err != nil {
 		return fmt.Errorf("base_url: %w", err)
 	}
