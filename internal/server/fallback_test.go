@@ -1,0 +1,205 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/provider"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+var fbT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+type fbRig struct {
+	s      *Server
+	fc     *clock.Fake
+	mocks  map[string]*mock.Server
+	engine map[string]*dispatch.Dispatcher
+}
+
+// newFallbackRig builds a Server holding real dispatchers over in-process
+// mocks, all on one fake clock: "primary" (falling back to "fallback").
+func newFallbackRig(t *testing.T, primary, fallback mock.Config, mod func(p, f *upcfg.Config)) *fbRig {
+	t.Helper()
+	fc := clock.NewFake(fbT0)
+	r := &fbRig{s: &Server{clock: fc, upstreams: map[string]*upstream{}}, fc: fc, mocks: map[string]*mock.Server{}, engine: map[string]*dispatch.Dispatcher{}}
+	pc := upcfg.Config{Name: "primary", Protocol: llm.Anthropic, BaseURL: "http://primary.invalid", APIKey: "sk-p",
+		Fallbacks: []upcfg.Fallback{{Upstream: "fallback", Models: map[string]string{"claude-sonnet-4-5": "claude-haiku-4-5"}}}}
+	fcfg := upcfg.Config{Name: "fallback", Protocol: llm.Anthropic, BaseURL: "http://fallback.invalid", APIKey: "sk-f"}
+	if mod != nil {
+		mod(&pc, &fcfg)
+	}
+	for _, x := range []struct {
+		uc upcfg.Config
+		mc mock.Config
+	}{{pc, primary}, {fcfg, fallback}} {
+		x.mc.Clock, x.mc.Seed = fc, 1
+		m, err := mock.New(x.mc)
+		require.NoError(t, err)
+		h := m.Handler()
+		rt := roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			resp := rec.Result()
+			resp.Request = req
+			return resp, nil
+		})
+		d, err := dispatch.New(dispatch.Config{Config: x.uc, Clock: fc, HTTPClient: &http.Client{Transport: rt}})
+		require.NoError(t, err)
+		require.NoError(t, d.Start(context.Background()))
+		t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
+		r.s.upstreams[x.uc.Name] = &upstream{cfg: x.uc, engine: d}
+		r.mocks[x.uc.Name], r.engine[x.uc.Name] = m, d
+	}
+	return r
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+type fbResult struct {
+	resp *dispatch.Response
+	err  error
+}
+
+// send routes one request and moves the fake clock in small steps until
+// it is answered; it returns the answer and the fake time it took.
+func (r *fbRig) send(t *testing.T, class llm.Priority, deadline time.Duration, h http.Header) (fbResult, time.Duration) {
+	t.Helper()
+	ch := r.sendAsync(class, deadline, h)
+	start := r.fc.Now()
+	limit := time.Now().Add(20 * time.Second)
+	for {
+		for range 4 {
+			runtime.Gosched()
+		}
+		select {
+		case res := <-ch:
+			return res, r.fc.Now().Sub(start)
+		case <-time.After(200 * time.Microsecond):
+		}
+		r.fc.Advance(50 * time.Millisecond)
+		require.True(t, time.Now().Before(limit), "no answer")
+	}
+}
+
+func (r *fbRig) sendAsync(class llm.Priority, deadline time.Duration, h http.Header) <-chan fbResult {
+	req := &dispatch.Request{Method: http.MethodPost, Path: "/v1/messages", Header: http.Header{},
+		Body:     []byte(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`),
+		Cost:     provider.Cost{Model: "claude-sonnet-4-5", InputTokens: 50, OutputTokens: 100},
+		Priority: class}
+	if deadline > 0 {
+		req.Deadline = r.fc.Now().Add(deadline)
+	}
+	if h == nil {
+		h = http.Header{}
+	}
+	ch := make(chan fbResult, 1)
+	go func() {
+		resp, err := r.s.doRouted(context.Background(), r.s.upstreams["primary"], req, h)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		ch <- fbResult{resp, err}
+	}()
+	return ch
+}
+
+// TestFallbackDuringOutage: the primary is in a 30 s outage; every request
+// is served (by the fallback while the primary is down, its model
+// rewritten), the primary sees only its breaker's probes, and traffic is
+// back on the primary within 5 s of its recovery.
+func TestFallbackDuringOutage(t *testing.T) {
+	t.Parallel()
+	r := newFallbackRig(t, mock.Config{Faults: mock.Faults{Outages: []mock.Outage{{Start: 5 * time.Second, Duration: 30 * time.Second}}}}, mock.Config{}, nil)
+	var firstBack time.Duration
+	for r.fc.Now().Sub(fbT0) < 50*time.Second {
+		sent := r.fc.Now().Sub(fbT0)
+		res, _ := r.send(t, llm.Normal, 0, nil)
+		require.NoError(t, res.err, "at %v", sent)
+		require.Equal(t, 200, res.resp.StatusCode)
+		switch {
+		case sent < 5*time.Second:
+			require.Equal(t, "primary", res.resp.Upstream, "at %v", sent)
+		case sent >= 8*time.Second && sent < 35*time.Second:
+			require.Equal(t, "fallback", res.resp.Upstream, "at %v", sent)
+		case sent >= 35*time.Second && res.resp.Upstream == "primary" && firstBack == 0:
+			firstBack = sent
+		case firstBack > 0:
+			require.Equal(t, "primary", res.resp.Upstream, "at %v: back for good", sent)
+		}
+		r.fc.Advance(250 * time.Millisecond)
+	}
+	require.NotZero(t, firstBack)
+	require.LessOrEqual(t, firstBack, 40*time.Second, "traffic back within 5 s of the recovery")
+	pst := r.mocks["primary"].Stats().Overall.ByStatus
+	t.Logf("back on the primary at %v; primary answers %v, fallback answers %v", firstBack, pst, r.mocks["fallback"].Stats().Overall.ByStatus)
+	// The first requests of the outage make their attempts until the
+	// breaker opens; then one probe per open period (~3 s).
+	require.LessOrEqual(t, pst["529"], int64(8+30/2), "the primary gets only probes: %v", pst)
+	require.Positive(t, r.mocks["fallback"].Stats().Overall.ByStatus["200"])
+}
+
+// TestFallbackForACriticalDeadline: the primary is saturated by low work;
+// a critical request with a 2 s deadline is served by the fallback, a low
+// one waits on the primary, and X-Sluice-Fallback: off keeps a request on
+// the primary.
+func TestFallbackForACriticalDeadline(t *testing.T) {
+	t.Parallel()
+	r := newFallbackRig(t, mock.Config{Limits: mock.Limits{RPM: 6}}, mock.Config{}, func(p, _ *upcfg.Config) {
+		p.Limits.RequestsPerMinute = 6
+		p.FallbackClasses = []string{"critical", "high"}
+	})
+	var lows []<-chan fbResult
+	for range 4 {
+		lows = append(lows, r.sendAsync(llm.Low, time.Hour, nil))
+	}
+	// One low request takes the bucket's only room; the others queue.
+	require.Eventually(t, func() bool { return r.engine["primary"].Snapshot().Queued[llm.Low] == 3 }, 10*time.Second, time.Millisecond)
+	res, took := r.send(t, llm.Critical, 2*time.Second, nil)
+	require.NoError(t, res.err)
+	require.Equal(t, "fallback", res.resp.Upstream)
+	require.Less(t, took, 2*time.Second)
+
+	res, _ = r.send(t, llm.Critical, 2*time.Second, http.Header{HeaderFallback: {"off"}})
+	require.Error(t, res.err, "fallback off: shed on the primary")
+
+	low, _ := r.send(t, llm.Low, time.Hour, nil)
+	require.NoError(t, low.err)
+	require.Equal(t, "primary", low.resp.Upstream, "a low request waits on the primary")
+	for _, ch := range lows {
+		for {
+			select {
+			case x := <-ch:
+				require.NoError(t, x.err)
+				require.Equal(t, "primary", x.resp.Upstream)
+			default:
+				r.fc.Advance(time.Second)
+				time.Sleep(100 * time.Microsecond)
+				continue
+			}
+			break
+		}
+	}
+}
+
+func TestRewriteModel(t *testing.T) {
+	t.Parallel()
+	m := map[string]string{"a": "b"}
+	require.JSONEq(t, `{"model":"b","x":1}`, string(rewriteModel([]byte(`{"model":"a","x":1}`), m)))
+	require.Equal(t, `{"model":"c"}`, string(rewriteModel([]byte(`{"model":"c"}`), m)))
+	require.Equal(t, `not json`, string(rewriteModel([]byte(`not json`), m)))
+}
