@@ -38,7 +38,7 @@ type poolRig struct {
 	mock *mock.Server
 }
 
-func newPoolRig(t *testing.T, mc mock.Config, uc upcfg.Config) *poolRig {
+func newPoolRig(t testing.TB, mc mock.Config, uc upcfg.Config) *poolRig {
 	t.Helper()
 	fc := clock.NewFake(t0)
 	mc.Clock = fc
@@ -57,7 +57,7 @@ func newPoolRig(t *testing.T, mc mock.Config, uc upcfg.Config) *poolRig {
 // drain sends n requests at once and drives the fake clock event by event
 // until every one has ended; it returns the fake time the drain took, the
 // results and, per step, a hook (called while the system is quiet).
-func (p *poolRig) drain(t *testing.T, n int, quiet func(now time.Time)) (time.Duration, []result) {
+func (p *poolRig) drain(t testing.TB, n int, quiet func(now time.Time)) (time.Duration, []result) {
 	t.Helper()
 	var done atomic.Int32
 	chans := make([]<-chan result, n)
@@ -94,7 +94,7 @@ func (p *poolRig) drain(t *testing.T, n int, quiet func(now time.Time)) (time.Du
 
 // settle returns once every request is done, queued or in flight and the
 // admission loop has nothing to act on, twice in a row.
-func (p *poolRig) settle(t *testing.T, n int, done *atomic.Int32) {
+func (p *poolRig) settle(t testing.TB, n int, done *atomic.Int32) {
 	t.Helper()
 	stable := 0
 	limit := time.Now().Add(20 * time.Second)
