@@ -19,6 +19,8 @@ type AIMD struct {
 	min, max int
 	ratio    float64
 	limit    float64
+	share    int // a cluster's slot share (SetShare), when capped
+	capped   bool
 }
 
 // NewAIMD returns an AIMD limit starting at max. ratio in [0.5, 1) is the
@@ -42,7 +44,19 @@ func NewAIMD(minLimit, maxLimit int, ratio float64) (*AIMD, error) {
 func (a *AIMD) Limit() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.capped && a.share < int(a.limit) {
+		return a.share
+	}
 	return int(a.limit)
+}
+
+// SetShare caps Limit at n slots: this node's share of a cluster-wide
+// max_concurrency (internal/cluster); 0 admits nothing new. n < 0
+// removes the cap. The adaptive limit goes on moving underneath.
+func (a *AIMD) SetShare(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.share, a.capped = n, n >= 0
 }
 
 // OnSuccess records a success seen with inflight requests in flight

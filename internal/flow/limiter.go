@@ -115,13 +115,27 @@ type bucket struct {
 	level    float64
 	last     time.Time
 	scale    float64 // refill-rate multiplier from Throttle; 0 means 1
+	share    float64 // this node's share of the capacity (SetShare); 0 means 1
 }
+
+// part is the node's share of the bucket: 1 unless SetShare said less.
+func (b *bucket) part() float64 {
+	if b.share > 0 {
+		return b.share
+	}
+	return 1
+}
+
+// dep and cp are the depth and capacity this node may use: its share of
+// the bucket's.
+func (b *bucket) dep() float64 { return b.depth * b.part() }
+func (b *bucket) cp() float64  { return b.capacity * b.part() }
 
 func (b *bucket) rate() float64 {
 	if b.scale > 0 {
-		return b.capacity / 60 * b.scale
+		return b.capacity / 60 * b.scale * b.part()
 	}
-	return b.capacity / 60
+	return b.capacity / 60 * b.part()
 }
 
 // at returns the level at now for a request capped at c.
@@ -136,7 +150,7 @@ func (b *bucket) at(now time.Time, c float64) float64 {
 // settle moves the stored level to now, keeping everything up to capacity.
 func (b *bucket) settle(now time.Time) {
 	if now.After(b.last) {
-		b.level = b.at(now, math.Max(b.capacity, b.level))
+		b.level = b.at(now, math.Max(b.cp(), b.level))
 		b.last = now
 	}
 }
@@ -148,8 +162,8 @@ func (b *bucket) wait(cost, keep float64, now time.Time) time.Duration {
 	if b.capacity == 0 || cost <= 0 {
 		return 0
 	}
-	c := math.Max(b.depth, cost)
-	need := math.Min(cost+keep*b.depth, c)
+	c := math.Max(b.dep(), cost)
+	need := math.Min(cost+keep*b.dep(), c)
 	lvl := b.at(now, c)
 	if lvl >= need {
 		return 0
@@ -188,6 +202,8 @@ type Limiter struct {
 	// between two Marks is what was taken from the buckets in between.
 	// Credits are not counted (see Observe).
 	debited Amount
+	// share is this node's share of every bucket (SetShare), in (0, 1].
+	share float64
 }
 
 // Mark is the Limiter's account at one instant, taken when a request is
@@ -277,7 +293,7 @@ func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: cfg}
+	l := &Limiter{cfg: cfg, share: 1}
 	for i, lim := range cfg.Limits {
 		if lim > 0 {
 			l.setCapacity(Dim(i), l.withMargin(lim), now)
@@ -309,6 +325,7 @@ func (l *Limiter) lessJitter(capacity, depth float64) float64 {
 func (l *Limiter) setCapacity(d Dim, capacity float64, now time.Time) {
 	b := &l.b[d]
 	b.settle(now)
+	b.share = l.share
 	if b.capacity == 0 {
 		// A new bucket starts full, like the provider's; reads are capped
 		// at the depth, so only a big request can use more than that.
@@ -318,7 +335,7 @@ func (l *Limiter) setCapacity(d Dim, capacity float64, now time.Time) {
 		b.depth = math.Min(capacity, math.Max(b.depth, l.initialDepth(capacity)))
 	}
 	b.capacity = capacity
-	b.level = math.Min(b.level, capacity)
+	b.level = math.Min(b.level, b.cp())
 	b.last = now
 }
 
@@ -373,7 +390,7 @@ func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time
 			continue
 		}
 		b.settle(now)
-		b.level = math.Min(b.level, math.Max(b.depth, cost[i])) - cost[i]
+		b.level = math.Min(b.level, math.Max(b.dep(), cost[i])) - cost[i]
 	}
 	l.debited = l.debited.Add(cost)
 	return 0, nil
@@ -403,7 +420,7 @@ func (l *Limiter) Refund(amount Amount, now time.Time) {
 			continue
 		}
 		b.settle(now)
-		b.level = math.Min(b.level+amount[i], b.capacity)
+		b.level = math.Min(b.level+amount[i], b.cp())
 	}
 }
 
@@ -471,12 +488,12 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 			dt := math.Max(now.Sub(since.at).Seconds()-max(l.cfg.JitterAllowance, 0).Seconds(), 0)
 			remaining += b.rate()*dt - (l.debited[d] - since.debited[d])
 		}
-		lvl := b.at(now, b.depth)
+		lvl := b.at(now, b.dep())
 		// Deepen from R itself: it is what the provider held at one
 		// instant, so its bucket is at least that deep. R' is only an
 		// upper bound on its level now (the refill credited may have
 		// overflowed a bucket we do not know the depth of).
-		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.depth*0.999 {
+		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.dep()*0.999 {
 			b.depth = math.Min(math.Min(b.capacity, room), b.depth*2)
 		}
 		b.level = math.Min(b.level, remaining)
@@ -523,9 +540,13 @@ func (l *Limiter) WaitFor(demand Amount, now time.Time) time.Duration {
 		if b.capacity == 0 || demand[i] <= 0 {
 			continue
 		}
-		lvl := b.at(now, b.capacity)
+		// A cluster node's share follows its demand (internal/cluster), so
+		// the prediction counts on the whole bucket's rate, not the share
+		// held now: a node that has just joined must not shed what its
+		// share will soon serve.
+		lvl := b.at(now, b.cp())
 		if lvl < demand[i] {
-			w = max(w, secs((demand[i]-lvl)/b.rate()))
+			w = max(w, secs((demand[i]-lvl)/(b.rate()/b.part())))
 		}
 	}
 	if p := l.pausedUntil.Sub(now); p > w {
@@ -552,9 +573,9 @@ func (l *Limiter) State(now time.Time) [NumDims]BucketState {
 	var s [NumDims]BucketState
 	for i := range l.b {
 		b := &l.b[i]
-		s[i] = BucketState{Capacity: b.capacity, Depth: b.depth}
+		s[i] = BucketState{Capacity: b.cp(), Depth: b.dep()}
 		if b.capacity > 0 {
-			s[i].Level = b.at(now, b.depth)
+			s[i].Level = b.at(now, b.dep())
 		}
 	}
 	return s

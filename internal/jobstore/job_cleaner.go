@@ -40,6 +40,10 @@ type JobCleanerConfig struct {
 	// OnPass, when set, is called after every pass with the number of
 	// jobs deleted and the error. Defaults to nil.
 	OnPass func(deleted int, err error)
+	// Leading, when set, makes a scheduled pass run only while it returns
+	// true: on a cluster, only the leader node cleans (internal/cluster).
+	// RunOnce always runs. Defaults to nil (always).
+	Leading func() bool
 }
 
 // WithDefaults returns c with unset fields filled in.
@@ -83,7 +87,12 @@ func NewJobCleaner(store Store, cfg JobCleanerConfig) (*JobCleaner, error) {
 
 // Start runs passes every Interval until Stop or ctx ends.
 func (c *JobCleaner) Start(ctx context.Context) error {
-	if err := c.loop.start(ctx, c.cfg.Clock, c.cfg.Interval, func(ctx context.Context) { _, _ = c.RunOnce(ctx) }); err != nil {
+	if err := c.loop.start(ctx, c.cfg.Clock, c.cfg.Interval, func(ctx context.Context) {
+		if c.cfg.Leading != nil && !c.cfg.Leading() {
+			return
+		}
+		_, _ = c.RunOnce(ctx)
+	}); err != nil {
 		return fmt.Errorf("starting job cleaner: %w", err)
 	}
 	return nil

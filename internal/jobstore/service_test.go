@@ -2,6 +2,7 @@ package jobstore_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +82,27 @@ func TestJobCleanerOnFakeClock(t *testing.T) {
 	require.ErrorIs(t, err, jobstore.ErrNotFound)
 	_, err = s.Get(ctx, canceled.ID)
 	require.NoError(t, err)
+}
+
+func TestJobCleanerRunsOnlyWhileLeading(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openSQLite(t)
+	fc := clock.NewFake(jobstoretest.T0)
+	var leading atomic.Bool
+	passes := make(chan int, 4)
+	cl, err := jobstore.NewJobCleaner(s, jobstore.JobCleanerConfig{Interval: time.Hour, Clock: fc, Leading: leading.Load,
+		OnPass: func(n int, err error) { require.NoError(t, err); passes <- n }})
+	require.NoError(t, err)
+	require.NoError(t, cl.Start(ctx))
+	require.True(t, fc.WaitForTimers(1, 5*time.Second))
+	fc.Advance(time.Hour) // not the leader: no pass
+	require.True(t, fc.WaitForTimers(1, 5*time.Second))
+	require.Empty(t, passes)
+	leading.Store(true)
+	fc.Advance(time.Hour)
+	require.Equal(t, 0, <-passes)
+	require.NoError(t, cl.Stop(ctx))
 }
 
 func TestServiceConfigValidation(t *testing.T) {

@@ -54,6 +54,8 @@ type Config struct {
 	// Jobs tunes the durable job queue. Defaults to the jobs package's
 	// defaults.
 	Jobs JobsConfig `yaml:"jobs"`
+	// Cluster shares quotas with other nodes (docs/cluster.md).
+	Cluster ClusterConfig `yaml:"cluster"`
 	// MaxBodyBytes is the largest request body accepted on a scheduled
 	// route; larger bodies get 413. Defaults to 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
@@ -203,6 +205,9 @@ func (c Config) validate() error {
 	}
 	if err := c.Jobs.validate(); err != nil {
 		return fmt.Errorf("jobs.%w", err)
+	}
+	if err := c.Cluster.validate(); err != nil {
+		return err
 	}
 	if c.MaxBodyBytes < 0 {
 		return errors.New("max_body_bytes: must be >= 0")

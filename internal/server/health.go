@@ -64,6 +64,9 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		resp.Checks = append(resp.Checks, c)
 	}
 	resp.Ready = resp.Ready && anyUp
+	if c, ok := s.clusterCheck(); ok { // status_cluster.go
+		resp.Checks = append(resp.Checks, c)
+	}
 	status := http.StatusOK
 	if !resp.Ready {
 		status = http.StatusServiceUnavailable

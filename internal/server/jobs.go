@@ -120,7 +120,8 @@ func (s *Server) startJobs(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
 	}
 	cleaner, err := jobstore.NewJobCleaner(st, jobstore.JobCleanerConfig{Clock: s.clock,
-		SucceededRetention: jc.Retention.Succeeded, DeadRetention: jc.Retention.Dead, CanceledRetention: jc.Retention.Canceled})
+		SucceededRetention: jc.Retention.Succeeded, DeadRetention: jc.Retention.Dead, CanceledRetention: jc.Retention.Canceled,
+		Leading: s.clusterLeading()}) // cluster.go
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())
 	}

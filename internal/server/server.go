@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -138,6 +139,10 @@ type Server struct {
 	ownStore jobstore.Store
 	jobs     atomic.Pointer[jobs.Service] // read by handlers without s.mu
 	cleaner  *jobstore.JobCleaner
+
+	// cluster shares the quotas with other nodes (cluster.go); nil when off.
+	cluster        atomic.Pointer[cluster.Node] // read by handlers without s.mu
+	clusterBackend cluster.Backend
 }
 
 // errShutdown is the cause given to in-flight requests cut off by Stop. It
@@ -316,6 +321,12 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		started = append(started, lc)
 	}
+	// The cluster's shares, before any work arrives (cluster.go).
+	if err := s.startCluster(ctx); err != nil {
+		s.undoStart(ctx, started)
+		return err
+	}
+	started = append(started, clusterLifecycle{s})
 	// Then the job queue, which hands work to the dispatchers.
 	if err := s.startJobs(ctx); err != nil {
 		s.undoStart(ctx, started)
@@ -437,6 +448,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			lcs = append(lcs, lc)
 		}
 	}
+	lcs = append(lcs, clusterLifecycle{s})
 	errs = append(errs, stopAll(ctx, lcs))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping server: %w", err)

@@ -22,6 +22,7 @@ type snapshotter interface {
 type StatusResponse struct {
 	Time      time.Time        `json:"time"`
 	Upstreams []UpstreamStatus `json:"upstreams"`
+	Cluster   *ClusterStatus   `json:"cluster,omitempty"` // status_cluster.go
 }
 
 // UpstreamStatus is one upstream's scheduling state.
@@ -89,6 +90,7 @@ func (s *Server) status() StatusResponse {
 		st.Keys = poolStatus(u, now)
 		out.Upstreams = append(out.Upstreams, st)
 	}
+	out.Cluster = s.clusterStatus()
 	return out
 }
 

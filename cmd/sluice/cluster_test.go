@@ -1,0 +1,376 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/mock"
+)
+
+// clusterDSN makes a fresh schema for one test and returns a DSN whose
+// search_path points at it; skipped without SLUICE_TEST_POSTGRES_URL,
+// failed when it is set but unreachable.
+func clusterDSN(t *testing.T) string {
+	base := os.Getenv("SLUICE_TEST_POSTGRES_URL")
+	if base == "" {
+		t.Skip("SLUICE_TEST_POSTGRES_URL is not set; skipping the multi-process cluster test")
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, base)
+	require.NoError(t, err, "SLUICE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable")
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "sluice_test_" + hex.EncodeToString(b[:])
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), base)
+		require.NoError(t, err)
+		_, err = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		require.NoError(t, err)
+		require.NoError(t, c.Close(context.Background()))
+	})
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// buildSluice builds the sluice binary (without -race) once per test.
+func buildSluice(t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "sluice")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+// recorder wraps the mock: it logs when every request reached it and
+// can answer one request with an injected 429.
+type recorder struct {
+	next    http.Handler
+	mu      sync.Mutex
+	arrived []time.Time
+	rated   time.Time // when the injected 429 was answered
+	inject  atomic.Bool
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	now := time.Now()
+	if r.inject.CompareAndSwap(true, false) {
+		r.mu.Lock()
+		r.rated = now
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("retry-after", "5")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"type":"error","error":{"type":"rate_limit_error","message":"injected"}}`)
+		return
+	}
+	r.mu.Lock()
+	r.arrived = append(r.arrived, now)
+	r.mu.Unlock()
+	r.next.ServeHTTP(w, req)
+}
+
+type node struct {
+	cmd  *exec.Cmd
+	base string
+	done chan error
+}
+
+func startNode(t *testing.T, bin, dir, name, dsn, upstream string, rpm int, shared bool, maxConc int) *node {
+	cfg := filepath.Join(dir, name+".yaml")
+	clusterStore := "" // the job store's PostgreSQL
+	if !shared {
+		clusterStore = "store: off"
+	}
+	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `listen: 127.0.0.1:0
+store: %q
+cluster:
+  %s
+  node_id: %s
+  sync_interval: 100ms
+  lease_ttl: 1s
+upstreams:
+  - name: anthropic
+    protocol: anthropic
+    base_url: %s
+    api_key: test-key
+    burst_seconds: 1
+    safety_margin: 1
+    limits:
+      requests_per_minute: %d
+      max_concurrency: %d
+`, dsn, clusterStore, name, upstream, rpm, maxConc), 0o600))
+	cmd := exec.Command(bin, "serve", "--config", cfg)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	n := &node{cmd: cmd, done: make(chan error, 1)}
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		if rest, ok := strings.CutPrefix(lines.Text(), "sluice listening on "); ok {
+			n.base = strings.TrimSpace(rest)
+			break
+		}
+	}
+	require.NotEmpty(t, n.base, "node %s did not start", name)
+	go func() {
+		for lines.Scan() {
+		}
+		n.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-n.done
+		}
+	})
+	return n
+}
+
+// TestClusterThreeNodesShareOneQuota runs three sluice serve processes on
+// one PostgreSQL schema in front of the mock with one quota, spreads the
+// requests over them, kills one mid-run and injects a RATE 429 with
+// retry-after: 5 at one node.
+func TestClusterThreeNodesShareOneQuota(t *testing.T) {
+	t.Parallel()
+	dsn := clusterDSN(t)
+	bin := buildSluice(t)
+	const rpm, total = 2400, 420 // 40/s, depth 40
+	m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: rpm}, BurstSeconds: 1, TTFT: 20 * time.Millisecond})
+	require.NoError(t, err)
+	rec := &recorder{next: m.Handler()}
+	up := httptest.NewServer(rec)
+	t.Cleanup(up.Close)
+	dir := t.TempDir()
+	var nodes []*node
+	for _, name := range []string{"a", "b", "c"} {
+		nodes = append(nodes, startNode(t, bin, dir, name, dsn, up.URL, rpm, true, 4))
+	}
+
+	body := `{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	var alive [3]atomic.Bool
+	for i := range alive {
+		alive[i].Store(true)
+	}
+	var next, ok, failed atomic.Int64
+	var gw429, firstBad atomic.Int64
+	send := func(i int) bool {
+		req, _ := http.NewRequest(http.MethodPost, nodes[i].base+"/anthropic/v1/messages", strings.NewReader(body))
+		req.Header.Set("content-type", "application/json")
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false // the node died: another one takes the request
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			gw429.Add(1)
+			return false
+		}
+		if resp.StatusCode != http.StatusOK && firstBad.CompareAndSwap(0, int64(resp.StatusCode)) {
+			t.Logf("first failure: %d", resp.StatusCode)
+		}
+		return resp.StatusCode == http.StatusOK
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := next.Add(1)
+				if k > total {
+					return
+				}
+				done := false
+				for try := 0; try < 20 && !done; try++ {
+					i := int(k+int64(try)) % 3
+					if !alive[i].Load() {
+						continue
+					}
+					done = send(i)
+				}
+				if done {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	// Mid-run: kill c (SIGKILL), then a RATE 429 with retry-after: 5.
+	time.Sleep(3 * time.Second)
+	alive[2].Store(false)
+	require.NoError(t, nodes[2].cmd.Process.Signal(syscall.SIGKILL))
+	time.Sleep(time.Second)
+	rec.inject.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	require.EqualValues(t, total, ok.Load(), "every request answered (failed %d)", failed.Load())
+
+	st := m.Stats().Overall
+	t.Logf("mock: by status %v, admitted %d requests, peak in flight %d, gateway 429/503 answers %d, %v",
+		st.ByStatus, st.Admitted.Requests, st.PeakInFlight, gw429.Load(), elapsed)
+	provider429 := st.ByStatus["429"]
+	require.LessOrEqual(t, float64(provider429), 0.01*float64(total), "the provider's 429s")
+	require.LessOrEqual(t, st.PeakInFlight, int64(4), "max_concurrency is cluster-wide")
+
+	// The injected pause: after it, nothing reached the upstream for 5 s,
+	// give or take the pause poll (50 ms) and a NOTIFY round trip.
+	rec.mu.Lock()
+	rated, arrived := rec.rated, slices.Clone(rec.arrived)
+	rec.mu.Unlock()
+	require.False(t, rated.IsZero(), "the 429 was injected")
+	const slack = 200 * time.Millisecond
+	var during int
+	for _, a := range arrived {
+		if a.After(rated.Add(slack)) && a.Before(rated.Add(5*time.Second-100*time.Millisecond)) {
+			during++
+		}
+	}
+	require.Zero(t, during, "requests sent during the shared pause")
+
+	// Utilisation of the binding dimension (RPM) outside the pause: the
+	// ideal is (total − depth)/rate.
+	first, last := arrived[0], arrived[len(arrived)-1]
+	busy := last.Sub(first) - 5*time.Second
+	ideal := time.Duration(float64(total-rpm/60) / (rpm / 60.0) * float64(time.Second))
+	util := ideal.Seconds() / busy.Seconds()
+	t.Logf("utilisation %.1f%% (ideal %v, busy %v outside the 5 s pause)", 100*util, ideal, busy)
+	require.GreaterOrEqual(t, util, 0.85)
+
+	// The survivors hold the whole quota again: c's lease is gone.
+	var status struct {
+		Cluster struct {
+			Upstreams []struct {
+				Nodes []struct {
+					Node  string  `json:"node"`
+					Share float64 `json:"share"`
+				} `json:"nodes"`
+			} `json:"upstreams"`
+		} `json:"cluster"`
+	}
+	resp, err := http.Get(nodes[0].base + "/v1/status")
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&status))
+	require.NoError(t, resp.Body.Close())
+	require.Len(t, status.Cluster.Upstreams, 1)
+	for _, n := range status.Cluster.Upstreams[0].Nodes {
+		require.NotEqual(t, "c", n.Node, "the killed node's lease expired")
+	}
+}
+
+// TestClusterFigures measures, for BENCHMARKS.md, the provider's 429s and
+// the RPM utilisation of n sluice serve processes sharing (or not) one
+// quota on the mock. It runs only with SLUICE_CLUSTER_FIGURES=1.
+func TestClusterFigures(t *testing.T) {
+	if os.Getenv("SLUICE_CLUSTER_FIGURES") == "" {
+		t.Skip("set SLUICE_CLUSTER_FIGURES=1 to measure")
+	}
+	bin := buildSluice(t)
+	for _, c := range []struct {
+		n      int
+		shared bool
+	}{{1, true}, {3, false}, {3, true}, {2, true}, {5, true}} {
+		if only := os.Getenv("SLUICE_CLUSTER_FIGURES_NODES"); only != "" && only != fmt.Sprint(c.n) {
+			continue
+		}
+		t.Run(fmt.Sprintf("nodes=%d/shared=%v", c.n, c.shared), func(t *testing.T) {
+			dsn := clusterDSN(t)
+			const rpm, total = 3000, 600 // 50/s, as issue 14's RPM
+			m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: rpm}, BurstSeconds: 1, TTFT: 20 * time.Millisecond})
+			require.NoError(t, err)
+			rec := &recorder{next: m.Handler()}
+			up := httptest.NewServer(rec)
+			defer up.Close()
+			dir := t.TempDir()
+			var nodes []*node
+			for i := range c.n {
+				nodes = append(nodes, startNode(t, bin, dir, fmt.Sprintf("n%d", i), dsn, up.URL, rpm, c.shared, 16))
+			}
+			body := `{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+			var next, okN atomic.Int64
+			var wg sync.WaitGroup
+			for range 48 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for k := next.Add(1); k <= total; k = next.Add(1) {
+						for try := range 50 {
+							req, _ := http.NewRequest(http.MethodPost, nodes[int(k+int64(try))%c.n].base+"/anthropic/v1/messages", strings.NewReader(body))
+							req.Header.Set("content-type", "application/json")
+							req.Header.Set("anthropic-version", "2023-06-01")
+							resp, err := http.DefaultClient.Do(req)
+							if err != nil {
+								continue
+							}
+							_, _ = io.Copy(io.Discard, resp.Body)
+							_ = resp.Body.Close()
+							if resp.StatusCode == http.StatusOK {
+								okN.Add(1)
+								break
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			st := m.Stats().Overall
+			rec.mu.Lock()
+			arrived := slices.Clone(rec.arrived)
+			rec.mu.Unlock()
+			busy := arrived[len(arrived)-1].Sub(arrived[0])
+			var syncs float64 // store transactions, from each node's histogram count
+			for _, n := range nodes {
+				resp, err := http.Get(n.base + "/metrics")
+				require.NoError(t, err)
+				b, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				for _, line := range strings.Split(string(b), "\n") {
+					if rest, ok := strings.CutPrefix(line, `sluice_cluster_sync_seconds_count{upstream="anthropic"} `); ok {
+						var v float64
+						_, _ = fmt.Sscan(rest, &v)
+						syncs += v
+					}
+				}
+			}
+			ideal := float64(total-rpm/60) / (rpm / 60.0)
+			t.Logf("FIGURES nodes=%d shared=%v: ok %d/%d, provider 429s %d (%.1f%%), upstream attempts %d, utilisation %.1f%% (ideal %.1fs with the provider's initial burst, took %.2fs; %.1f%% without it), peak in flight %d, store syncs %.0f (%.3f per admitted request)",
+				c.n, c.shared, okN.Load(), total, st.ByStatus["429"], 100*float64(st.ByStatus["429"])/float64(total),
+				len(arrived), 100*ideal/busy.Seconds(), ideal, busy.Seconds(), 100*float64(total)/(rpm/60.0)/busy.Seconds(), st.PeakInFlight,
+				syncs, syncs/float64(total))
+		})
+	}
+}

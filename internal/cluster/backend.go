@@ -1,0 +1,116 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Backend is the shared state behind a cluster. Every method is one atomic
+// step on the store (a transaction, a Lua script): no read-here,
+// write-there split.
+type Backend interface {
+	// Sync renews node's lease on key, reports its demand and the share it
+	// has applied, drops every expired lease of key, and grants the node a
+	// new share (Allocate) out of what the others do not hold. It also
+	// publishes r.PausedUntil (the latest pause wins) and returns the
+	// key's current pause and every live lease.
+	Sync(ctx context.Context, r Report) (Grant, error)
+	// Leave drops node's lease on key (a clean shutdown gives its share
+	// back at once rather than after its TTL).
+	Leave(ctx context.Context, key, node string) error
+	// Lead takes or renews the lease on the leadership named name for ttl
+	// and reports whether node holds it.
+	Lead(ctx context.Context, name, node string, ttl time.Duration) (bool, error)
+	// Close releases the backend's connections.
+	Close() error
+}
+
+// Listener is implemented by a Backend that can announce a published
+// pause at once (PostgreSQL LISTEN/NOTIFY): Listen calls changed with the
+// key until ctx ends, and the node syncs that key without waiting for its
+// interval.
+type Listener interface {
+	Listen(ctx context.Context, changed func(key string))
+}
+
+// ErrBadReport means a Report's fields are out of range.
+var ErrBadReport = errors.New("cluster: invalid report")
+
+// Report is one node's sync for one key.
+type Report struct {
+	// Key names the shared quota: the upstream's name and its API key's
+	// fingerprint (Key).
+	Key string
+	// Node is the reporting node's id.
+	Node string
+	// Demand is the node's class-weighted demand on the quota (Demand).
+	Demand float64
+	// Share is the share of the quota the node applies now, in [0, 1].
+	Share float64
+	// SlotDemand is the node's class-weighted demand for concurrency slots.
+	SlotDemand float64
+	// Slots is how many slots the node holds now: its cap, or more while
+	// requests admitted under an older, larger cap are still in flight.
+	Slots int
+	// MaxSlots is the cluster-wide max_concurrency.
+	MaxSlots int
+	// PausedUntil is the node's own pause to publish (zero: none).
+	PausedUntil time.Time
+	// TTL is how long the lease lives without a renewal.
+	TTL time.Duration
+}
+
+func (r Report) validate() error {
+	switch {
+	case r.Key == "" || r.Node == "":
+		return errors.Join(ErrBadReport, errors.New("key and node are required"))
+	case !(r.Share >= 0 && r.Share <= 1) || !(r.Demand >= 0) || !(r.SlotDemand >= 0):
+		return errors.Join(ErrBadReport, errors.New("share must be in [0, 1], demands >= 0"))
+	case r.Slots < 0 || r.MaxSlots < 0 || r.TTL <= 0:
+		return errors.Join(ErrBadReport, errors.New("slots must be >= 0 and ttl > 0"))
+	}
+	return nil
+}
+
+// Grant is a Sync's answer.
+type Grant struct {
+	// Share is the share the node may apply now. When it is below the
+	// Report's, the node lowers first and the lease keeps the old share
+	// until the next Sync reports the lower one: the capacity is released
+	// only once it is no longer used.
+	Share float64
+	// Slots is the node's concurrency slots.
+	Slots int
+	// PausedUntil is the key's pause, from any node (zero: none).
+	PausedUntil time.Time
+	// Leases are the key's live leases after this sync, this node's
+	// included.
+	Leases []Lease
+}
+
+// Lease is one node's lease on a key, as stored.
+type Lease struct {
+	Node       string
+	Share      float64
+	Demand     float64
+	Slots      int
+	SlotDemand float64
+	ExpiresAt  time.Time
+}
+
+// Fingerprint is the first 16 hex digits of the SHA-256 of an API key:
+// enough to tell two keys apart in shared state, never the key.
+func Fingerprint(apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Key is the shared-state key of an upstream's quota: its name and the
+// fingerprint of its API key, so two upstreams with the same key under
+// different names do not share, and a key rotation starts a fresh quota.
+func Key(upstream, apiKey string) string {
+	return upstream + "/" + Fingerprint(apiKey)
+}

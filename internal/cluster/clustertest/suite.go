@@ -1,0 +1,255 @@
+// Package clustertest is the conformance suite every cluster.Backend
+// passes: the same cases run against PostgreSQL and Redis.
+package clustertest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/cluster"
+)
+
+// Open returns a fresh Backend for one test (closed by the caller's
+// cleanup).
+type Open func(t *testing.T) cluster.Backend
+
+func uniqueKey(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "test-" + hex.EncodeToString(b[:]) + "/" + cluster.Fingerprint("k")
+}
+
+func report(key, node string, share, demand float64) cluster.Report {
+	return cluster.Report{Key: key, Node: node, Share: share, Demand: demand, SlotDemand: demand, MaxSlots: 12, TTL: time.Minute}
+}
+
+// Run runs every conformance case.
+func Run(t *testing.T, open Open) {
+	t.Run("LoneNodeGetsAll", func(t *testing.T) { t.Parallel(); loneNode(t, open(t)) })
+	t.Run("BadReport", func(t *testing.T) { t.Parallel(); badReport(t, open(t)) })
+	t.Run("SharesNeverSumAboveOne", func(t *testing.T) { t.Parallel(); neverAboveOne(t, open(t)) })
+	t.Run("LowerFirstThenRelease", func(t *testing.T) { t.Parallel(); lowerFirst(t, open(t)) })
+	t.Run("ConcurrentSyncs", func(t *testing.T) { t.Parallel(); concurrent(t, open(t)) })
+	t.Run("ExpiryReturnsShare", func(t *testing.T) { t.Parallel(); expiry(t, open(t)) })
+	t.Run("Leave", func(t *testing.T) { t.Parallel(); leave(t, open(t)) })
+	t.Run("PauseLatestWins", func(t *testing.T) { t.Parallel(); pause(t, open(t)) })
+	t.Run("Leadership", func(t *testing.T) { t.Parallel(); leadership(t, open(t)) })
+}
+
+func loneNode(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	g, err := b.Sync(ctx, report(key, "a", 0, 0))
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Share, 1e-9)
+	require.Equal(t, 12, g.Slots)
+	require.Len(t, g.Leases, 1)
+	require.Equal(t, "a", g.Leases[0].Node)
+	require.InDelta(t, 1, g.Leases[0].Share, 1e-9, "the lease holds the grant")
+	require.True(t, g.PausedUntil.IsZero())
+}
+
+func badReport(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	for _, r := range []cluster.Report{
+		{Key: "", Node: "a", TTL: time.Second},
+		{Key: "k", Node: "a", Share: 2, TTL: time.Second},
+		{Key: "k", Node: "a", Demand: -1, TTL: time.Second},
+		{Key: "k", Node: "a"},
+	} {
+		_, err := b.Sync(ctx, r)
+		require.ErrorIs(t, err, cluster.ErrBadReport)
+	}
+}
+
+// sumHeld checks the invariant on a grant's leases.
+func sumHeld(t *testing.T, g cluster.Grant, maxSlots int) {
+	t.Helper()
+	var s float64
+	n := 0
+	for _, l := range g.Leases {
+		s += l.Share
+		n += l.Slots
+	}
+	require.LessOrEqual(t, s, 1+1e-9, "shares held: %+v", g.Leases)
+	require.LessOrEqual(t, n, maxSlots, "slots held: %+v", g.Leases)
+}
+
+func neverAboveOne(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	nodes := []string{"a", "b", "c"}
+	held := map[string]float64{}
+	slots := map[string]int{}
+	demands := [][]float64{{0, 0, 0}, {10, 1, 1}, {10, 1, 1}, {1, 1, 10}, {1, 1, 10}, {1, 1, 10}, {5, 5, 5}, {5, 5, 5}, {5, 5, 5}}
+	var last cluster.Grant
+	for _, ds := range demands {
+		for i, n := range nodes {
+			r := report(key, n, held[n], ds[i])
+			r.Slots = slots[n]
+			g, err := b.Sync(ctx, r)
+			require.NoError(t, err)
+			sumHeld(t, g, 12)
+			held[n], slots[n] = g.Share, g.Slots // the node applies its grant
+			last = g
+		}
+	}
+	// Equal demand converges to equal shares (within the rounds run).
+	for _, l := range last.Leases {
+		require.InDelta(t, 1.0/3, l.Share, 0.02, "%+v", last.Leases)
+		require.Equal(t, 4, l.Slots)
+	}
+	// Demand-weighted: after a few rounds of {10, 1, 1}, a gets most.
+	for range 3 {
+		for i, n := range nodes {
+			g, err := b.Sync(ctx, report(key, n, held[n], []float64{10, 1, 1}[i]))
+			require.NoError(t, err)
+			sumHeld(t, g, 12)
+			held[n] = g.Share
+		}
+	}
+	require.Greater(t, held["a"], 0.7)
+	require.GreaterOrEqual(t, held["b"], cluster.FloorShareMax-1e-9)
+}
+
+func lowerFirst(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	g, err := b.Sync(ctx, report(key, "a", 0, 1))
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Share, 1e-9)
+	// b arrives: nothing is free, so it gets nothing yet.
+	g, err = b.Sync(ctx, report(key, "b", 0, 1))
+	require.NoError(t, err)
+	require.InDelta(t, 0, g.Share, 1e-9)
+	// a is told to lower to half, but its lease keeps the whole until a
+	// reports the lower share.
+	g, err = b.Sync(ctx, report(key, "a", 1, 1))
+	require.NoError(t, err)
+	require.InDelta(t, 0.5, g.Share, 1e-9)
+	g, err = b.Sync(ctx, report(key, "b", 0, 1))
+	require.NoError(t, err)
+	require.InDelta(t, 0, g.Share, 1e-9, "a has not released yet")
+	_, err = b.Sync(ctx, report(key, "a", 0.5, 1))
+	require.NoError(t, err)
+	g, err = b.Sync(ctx, report(key, "b", 0, 1))
+	require.NoError(t, err)
+	require.InDelta(t, 0.5, g.Share, 1e-9)
+}
+
+func concurrent(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := fmt.Sprintf("n%d", i)
+			var share float64
+			slots := 0
+			for k := range 15 {
+				r := report(key, node, share, float64((i+k)%4))
+				r.Slots = slots
+				g, err := b.Sync(ctx, r)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var s float64
+				n := 0
+				for _, l := range g.Leases {
+					s += l.Share
+					n += l.Slots
+				}
+				if s > 1+1e-9 || n > 12 {
+					errs <- fmt.Errorf("held %v shares, %d slots: %+v", s, n, g.Leases)
+					return
+				}
+				share, slots = g.Share, g.Slots
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func expiry(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	r := report(key, "a", 0, 1)
+	r.TTL = 200 * time.Millisecond
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Share, 1e-9)
+	// a dies; b gets nothing until a's lease expires, then everything.
+	require.Eventually(t, func() bool {
+		g, err := b.Sync(ctx, report(key, "b", 0, 1))
+		require.NoError(t, err)
+		return g.Share > 0.99 && len(g.Leases) == 1
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+func leave(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	_, err := b.Sync(ctx, report(key, "a", 0, 1))
+	require.NoError(t, err)
+	require.NoError(t, b.Leave(ctx, key, "a"))
+	g, err := b.Sync(ctx, report(key, "b", 0, 1))
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Share, 1e-9)
+	require.Len(t, g.Leases, 1)
+}
+
+func pause(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	until := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
+	r := report(key, "a", 0, 1)
+	r.PausedUntil = until
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.PausedUntil.Equal(until), "%v", g.PausedUntil)
+	g, err = b.Sync(ctx, report(key, "b", 0, 1))
+	require.NoError(t, err)
+	require.True(t, g.PausedUntil.Equal(until), "another node sees it")
+	r = report(key, "b", 0, 1)
+	r.PausedUntil = until.Add(-time.Second)
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.PausedUntil.Equal(until), "an earlier pause does not shorten it")
+}
+
+func leadership(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	name := uniqueKey(t)
+	ok, err := b.Lead(ctx, name, "a", 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = b.Lead(ctx, name, "b", time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "a holds it")
+	ok, err = b.Lead(ctx, name, "a", 200*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, ok, "a renews")
+	require.Eventually(t, func() bool {
+		ok, err := b.Lead(ctx, name, "b", time.Minute)
+		require.NoError(t, err)
+		return ok
+	}, 5*time.Second, 50*time.Millisecond, "b takes over once a's lease expires")
+	ok, err = b.Lead(ctx, name, "a", time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok)
+}

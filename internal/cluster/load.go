@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
+)
+
+// BacklogHorizon is how soon a node would like to send what it has
+// queued: a backlog counts as the rate that would drain it in this time.
+const BacklogHorizon = 10 * time.Second
+
+// Load is what a member reports of its upstream (dispatch.ClusterLoad).
+type Load struct {
+	Queued         [llm.NumPriorities]flow.Amount
+	QueuedCount    [llm.NumPriorities]int
+	Weights        [llm.NumPriorities]float64
+	InFlight       int
+	Debited        flow.Amount
+	Capacity       [flow.NumDims]float64
+	MaxConcurrency int
+	PausedUntil    time.Time
+}
+
+// classFactor is how much a class's backlog weighs against the least
+// urgent's: the square of its weight ratio (8/4/2/1 gives 64/16/4/1), so
+// a little critical work at one node outweighs a flood of low-priority
+// work at another.
+func classFactor(w [llm.NumPriorities]float64, c int) float64 {
+	lo := math.Inf(1)
+	for _, x := range w {
+		if x > 0 {
+			lo = math.Min(lo, x)
+		}
+	}
+	if math.IsInf(lo, 1) || w[c] <= 0 {
+		return 1
+	}
+	r := w[c] / lo
+	return r * r
+}
+
+// Demand is a member's demand on its quota, in shares of it: the share it
+// used over the last dt (the busiest dimension), plus its class-weighted
+// backlog as the share that would drain it within BacklogHorizon.
+func Demand(cur Load, prevDebited flow.Amount, dt time.Duration) float64 {
+	var used float64
+	if dt > 0 {
+		for d, c := range cur.Capacity {
+			if c > 0 {
+				used = math.Max(used, (cur.Debited[d]-prevDebited[d])/(c/60*dt.Seconds()))
+			}
+		}
+	}
+	var backlog float64
+	for c := range cur.Queued {
+		var b float64
+		for d, capa := range cur.Capacity {
+			if capa > 0 {
+				b = math.Max(b, cur.Queued[c][d]/(capa/60*BacklogHorizon.Seconds()))
+			}
+		}
+		if b == 0 && cur.QueuedCount[c] > 0 {
+			b = 1e-3 * float64(cur.QueuedCount[c]) // limits unknown: count requests
+		}
+		backlog += classFactor(cur.Weights, c) * b
+	}
+	d := math.Max(used, 0) + backlog
+	if math.IsNaN(d) || math.IsInf(d, 0) {
+		return 0
+	}
+	return d
+}
+
+// SlotDemand is a member's demand for concurrency slots: its requests in
+// flight plus its class-weighted queue.
+func SlotDemand(cur Load) float64 {
+	d := float64(cur.InFlight)
+	for c, n := range cur.QueuedCount {
+		d += classFactor(cur.Weights, c) * float64(n)
+	}
+	return d
+}

@@ -1,0 +1,375 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// Defaults of Config.
+const (
+	// SyncIntervalDefault is how often a node syncs each upstream's lease.
+	SyncIntervalDefault = 500 * time.Millisecond
+	// LeaseTTLDefault is how long a lease lives without a renewal: a dead
+	// node's share comes back within it.
+	LeaseTTLDefault = 3 * time.Second
+	// PausePollDefault is how often a node looks for a new local pause to
+	// publish at once, between syncs (no store round trip unless one).
+	PausePollDefault = 50 * time.Millisecond
+	// LeaderName is the leadership the store's maintenance runs under.
+	LeaderName = "maintenance"
+)
+
+// Config configures a Node.
+type Config struct {
+	// NodeID names this node in the shared state. Defaults to
+	// hostname-pid.
+	NodeID string
+	// SyncInterval defaults to SyncIntervalDefault.
+	SyncInterval time.Duration
+	// LeaseTTL defaults to LeaseTTLDefault; it must exceed two sync
+	// intervals.
+	LeaseTTL time.Duration
+}
+
+// WithDefaults fills the zero fields.
+func (c Config) WithDefaults() Config {
+	if c.NodeID == "" {
+		h, _ := os.Hostname()
+		c.NodeID = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = SyncIntervalDefault
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = LeaseTTLDefault
+	}
+	return c
+}
+
+// Validate returns an error naming the cluster's YAML field at fault.
+func (c Config) Validate() error {
+	switch {
+	case c.SyncInterval < 10*time.Millisecond:
+		return fmt.Errorf("cluster.sync_interval must be at least 10ms, got %v", c.SyncInterval)
+	case c.LeaseTTL < 2*c.SyncInterval:
+		return fmt.Errorf("cluster.lease_ttl must be at least twice cluster.sync_interval (%v), got %v", c.SyncInterval, c.LeaseTTL)
+	case len(c.NodeID) > 200:
+		return errors.New("cluster.node_id must be at most 200 characters")
+	}
+	return nil
+}
+
+// Member is one upstream's engine as the cluster sees it.
+type Member interface {
+	// Key is the shared quota's key (Key).
+	Key() string
+	// Load returns its current load.
+	Load() Load
+	// Apply sets its share of the quota and its slots (< 0: uncapped).
+	Apply(share float64, slots int)
+	// Pause pauses it until until (a pause another node published).
+	Pause(until time.Time)
+}
+
+// memberState is the node's view of one member.
+type memberState struct {
+	m           Member
+	share       float64 // applied
+	slots       int     // applied cap; -1 uncapped
+	prevDebited flow.Amount
+	prevAt      time.Time
+	published   time.Time // the latest pause published
+	lastOK      time.Time // when the last successful sync started
+	leases      []Lease
+	pausedUntil time.Time
+	fallback    bool
+}
+
+// Node runs a cluster node: a sync per member every interval, the leader
+// lease, and the local fallback when the store cannot be reached.
+type Node struct {
+	cfg     Config
+	backend Backend
+	clk     clock.Clock
+	log     *slog.Logger
+	obs     Observer
+
+	mu      sync.Mutex
+	members []*memberState
+	leader  bool
+	lastErr error
+
+	syncMu sync.Mutex // one sync of a member at a time
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Observer receives a node's measurements, for metrics. Methods must not
+// block.
+type Observer interface {
+	Synced(key string, share float64, took time.Duration, err error)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Synced(string, float64, time.Duration, error) {}
+
+// NewNode returns a Node syncing members through backend. Members start at
+// no share until the first sync (Start runs one before returning).
+func NewNode(cfg Config, backend Backend, members []Member, clk clock.Clock, log *slog.Logger, obs Observer) (*Node, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	n := &Node{cfg: cfg, backend: backend, clk: clock.Or(clk), log: log, obs: obs}
+	if n.log == nil {
+		n.log = slog.Default()
+	}
+	for _, m := range members {
+		n.members = append(n.members, &memberState{m: m, slots: -1, share: 1})
+	}
+	return n, nil
+}
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// Start syncs every member once (so the node starts with its share) and
+// then keeps syncing in the background until Stop.
+func (n *Node) Start(ctx context.Context) error {
+	now := n.clk.Now()
+	for _, ms := range n.members {
+		// Until the first grant, nothing is ours.
+		ms.share, ms.prevAt, ms.prevDebited = 0, now, ms.m.Load().Debited
+		ms.m.Apply(0, 0)
+	}
+	n.syncAll(ctx)
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel = cancel
+	n.done = make(chan struct{})
+	listening := make(chan struct{})
+	if l, ok := n.backend.(Listener); ok {
+		go func() {
+			defer close(listening)
+			l.Listen(loopCtx, func(key string) {
+				for _, ms := range n.members {
+					if ms.m.Key() == key {
+						n.syncOne(loopCtx, ms)
+					}
+				}
+			})
+		}()
+	} else {
+		close(listening)
+	}
+	go func() {
+		n.loop(loopCtx)
+		<-listening
+		close(n.done)
+	}()
+	return nil
+}
+
+// Stop ends the syncs and gives this node's leases back.
+func (n *Node) Stop(ctx context.Context) error {
+	if n.cancel == nil {
+		return nil
+	}
+	n.cancel()
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		return fmt.Errorf("stopping cluster node: %w", context.Cause(ctx))
+	}
+	lctx, cancel := context.WithTimeout(ctx, n.timeout())
+	defer cancel()
+	var errs []error
+	for _, ms := range n.members {
+		errs = append(errs, n.backend.Leave(lctx, ms.m.Key(), n.cfg.NodeID))
+	}
+	return errors.Join(errs...)
+}
+
+// timeout bounds one store call: a third of the lease's life, at least a
+// sync interval, so a slow store is waited for a while before the
+// fallback, and a lease is renewed at least twice before it could expire.
+func (n *Node) timeout() time.Duration {
+	return max(n.cfg.SyncInterval, n.cfg.LeaseTTL/3)
+}
+
+func (n *Node) loop(ctx context.Context) {
+	poll := n.clk.NewTimer(PausePollDefault)
+	defer poll.Stop()
+	next := n.clk.Now().Add(n.cfg.SyncInterval)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C():
+		}
+		poll.Reset(PausePollDefault)
+		if !n.clk.Now().Before(next) {
+			next = n.clk.Now().Add(n.cfg.SyncInterval)
+			n.syncAll(ctx)
+			continue
+		}
+		// Between syncs: publish a new local pause at once.
+		for _, ms := range n.members {
+			if p := ms.m.Load().PausedUntil; p.After(n.publishedOf(ms)) {
+				n.syncOne(ctx, ms)
+			}
+		}
+	}
+}
+
+func (n *Node) publishedOf(ms *memberState) time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return ms.published
+}
+
+func (n *Node) syncAll(ctx context.Context) {
+	for _, ms := range n.members {
+		n.syncOne(ctx, ms)
+	}
+	lctx, cancel := context.WithTimeout(ctx, n.timeout())
+	lead, err := n.backend.Lead(lctx, LeaderName, n.cfg.NodeID, n.cfg.LeaseTTL)
+	cancel()
+	n.mu.Lock()
+	if err != nil {
+		lead = false // unsure: let nobody here run maintenance
+	}
+	changed := lead != n.leader
+	n.leader = lead
+	n.mu.Unlock()
+	if changed {
+		n.log.Info("cluster leadership changed", "node", n.cfg.NodeID, "leader", lead)
+	}
+}
+
+// syncOne syncs one member and applies its grant; on failure past the
+// lease's life it falls back to 1/N.
+func (n *Node) syncOne(ctx context.Context, ms *memberState) {
+	n.syncMu.Lock()
+	defer n.syncMu.Unlock()
+	start := n.clk.Now()
+	load := ms.m.Load()
+	n.mu.Lock()
+	held := ms.slots
+	if held < 0 {
+		held = 0
+	}
+	r := Report{
+		Key:        ms.m.Key(),
+		Node:       n.cfg.NodeID,
+		Demand:     Demand(load, ms.prevDebited, start.Sub(ms.prevAt)),
+		Share:      ms.share,
+		SlotDemand: SlotDemand(load),
+		Slots:      max(held, load.InFlight),
+		MaxSlots:   load.MaxConcurrency,
+		TTL:        n.cfg.LeaseTTL,
+	}
+	if load.PausedUntil.After(ms.published) {
+		r.PausedUntil = load.PausedUntil
+	}
+	if ms.fallback {
+		// Whatever was held in fallback is not a grant: claim afresh.
+		r.Share, r.Slots = 0, load.InFlight
+	}
+	n.mu.Unlock()
+	ms.prevDebited, ms.prevAt = load.Debited, start
+	sctx, cancel := context.WithTimeout(ctx, n.timeout())
+	g, err := n.backend.Sync(sctx, r)
+	cancel()
+	took := n.clk.Now().Sub(start)
+	n.obs.Synced(r.Key, g.Share, took, err)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		n.lastErr = err
+		if !ms.fallback && start.Sub(ms.lastOK) >= n.cfg.LeaseTTL-n.cfg.SyncInterval {
+			// Our lease may be gone by now: fall back to 1/N of the quota.
+			nodes := max(len(ms.leases), 1)
+			ms.fallback = true
+			ms.share = 1 / float64(nodes)
+			ms.slots = max(load.MaxConcurrency/nodes, 1)
+			ms.m.Apply(ms.share, ms.slots)
+			n.log.Warn("cluster store unreachable: falling back to a local share", "key", r.Key, "share", ms.share, "err", err)
+		}
+		return
+	}
+	if ms.fallback {
+		n.log.Info("cluster store reachable again: sharing resumes", "key", r.Key)
+	}
+	n.lastErr = nil
+	ms.fallback = false
+	ms.lastOK = start
+	ms.leases = g.Leases
+	if !r.PausedUntil.IsZero() {
+		ms.published = r.PausedUntil
+	}
+	ms.share, ms.slots = g.Share, g.Slots
+	if load.MaxConcurrency == 0 {
+		ms.slots = -1
+	}
+	ms.m.Apply(ms.share, ms.slots)
+	if g.PausedUntil.After(load.PausedUntil) && g.PausedUntil.After(start) {
+		ms.pausedUntil = g.PausedUntil
+		if g.PausedUntil.After(ms.published) {
+			ms.published = g.PausedUntil
+		}
+		ms.m.Pause(g.PausedUntil)
+	}
+}
+
+// IsLeader reports whether this node holds the maintenance leadership.
+func (n *Node) IsLeader() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leader
+}
+
+// Status is the node's cluster view, for /v1/status and /readyz.
+type Status struct {
+	Node     string
+	Leader   bool
+	Degraded bool // some member runs on its fallback share
+	LastErr  string
+	Members  []MemberStatus
+}
+
+// MemberStatus is one upstream's shared quota.
+type MemberStatus struct {
+	Key      string
+	Share    float64
+	Slots    int
+	Fallback bool
+	Leases   []Lease
+}
+
+// Status returns the node's current view.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := Status{Node: n.cfg.NodeID, Leader: n.leader}
+	if n.lastErr != nil {
+		s.LastErr = n.lastErr.Error()
+	}
+	for _, ms := range n.members {
+		s.Degraded = s.Degraded || ms.fallback
+		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
+			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...)})
+	}
+	return s
+}

@@ -1,0 +1,114 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
+)
+
+// ClusterLoad is what a cluster node reports of this upstream to share its
+// quota with the other nodes (internal/cluster).
+type ClusterLoad struct {
+	// Queued is the estimated cost queued per class (critical first).
+	Queued [llm.NumPriorities]flow.Amount
+	// QueuedCount is the number of requests queued per class.
+	QueuedCount [llm.NumPriorities]int
+	// Weights are the classes' scheduling weights.
+	Weights [llm.NumPriorities]float64
+	// InFlight is how many requests are being sent.
+	InFlight int
+	// Debited is the limiter's running sum of debits (Limiter.Debited).
+	Debited flow.Amount
+	// Capacity is each dimension's whole per-minute capacity (after the
+	// safety margin, before this node's share); 0 unknown.
+	Capacity [flow.NumDims]float64
+	// MaxConcurrency is the configured max_concurrency.
+	MaxConcurrency int
+	// PausedUntil is the end of this node's pause of the upstream.
+	PausedUntil time.Time
+}
+
+// ClusterLoad returns the upstream's load for a cluster sync. With a key
+// pool the figures are the pool's: debits and capacity summed over its keys
+// (the cluster grants one share, applied to every key alike), and the
+// pause is the pool's as a whole: the earliest end among its keys' pauses,
+// zero while any key is not paused (one key's 429 pauses that key alone on
+// this node; the others' own 429s pause it there).
+func (d *Dispatcher) ClusterLoad() ClusterLoad {
+	now := d.clk.Now()
+	l := ClusterLoad{
+		Weights:        d.cfg.weights(),
+		MaxConcurrency: d.cfg.Limits.MaxConcurrency,
+	}
+	for i, k := range d.keys {
+		l.Debited = l.Debited.Add(k.lim.Debited())
+		share := k.lim.Share()
+		for dim, b := range k.lim.State(now) {
+			l.Capacity[dim] += b.Capacity / share
+		}
+		p := k.lim.PausedUntil()
+		if i == 0 || p.Before(l.PausedUntil) {
+			l.PausedUntil = p
+		}
+	}
+	d.mu.Lock()
+	var prev flow.Amount
+	for c := range llm.NumPriorities {
+		cum := d.sched.Demand(llm.Priority(c))
+		l.Queued[c] = cum.Sub(prev)
+		prev = cum
+		l.QueuedCount[c] = d.sched.LenClass(llm.Priority(c))
+	}
+	l.InFlight = d.inflight
+	d.mu.Unlock()
+	return l
+}
+
+// SetClusterShare makes the dispatcher use share (in (0, 1]) of its
+// upstream's quota and at most slots requests in flight (slots < 0: no
+// cluster cap), as granted by the cluster (flow.Limiter.SetShare,
+// flow.AIMD.SetShare), and wakes the admission loop.
+func (d *Dispatcher) SetClusterShare(share float64, slots int) {
+	now := d.clk.Now()
+	for _, lim := range d.limiters() {
+		lim.SetShare(share, now)
+	}
+	d.aimd.SetShare(slots)
+	d.kick()
+}
+
+// ApplyPause pauses the upstream (every key of its pool) until until, as
+// another node of the cluster was told by RATE 429s. An earlier instant
+// than a key's current pause is ignored for that key.
+func (d *Dispatcher) ApplyPause(until time.Time) {
+	now := d.clk.Now()
+	if !until.After(now) {
+		return
+	}
+	changed := false
+	for _, k := range d.keys {
+		if until.After(k.lim.PausedUntil()) {
+			k.lim.Pause(until, now)
+			changed = true
+		}
+	}
+	if changed {
+		d.kick()
+	}
+}
+
+// limiters returns every bucket set of the pool: each key's and each
+// org's (once).
+func (d *Dispatcher) limiters() []*flow.Limiter {
+	out := make([]*flow.Limiter, 0, len(d.keys))
+	seen := map[*orgBucket]bool{}
+	for _, k := range d.keys {
+		out = append(out, k.lim)
+		if k.org != nil && !seen[k.org] {
+			seen[k.org] = true
+			out = append(out, k.org.lim)
+		}
+	}
+	return out
+}

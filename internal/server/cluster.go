@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// ClusterStoreOff turns quota sharing off even on a PostgreSQL store.
+const ClusterStoreOff = "off"
+
+// ClusterConfig shares each upstream's quota, concurrency and pauses with
+// the other nodes using the same shared store (docs/cluster.md). When
+// Store is empty and the job store is PostgreSQL, sharing is on through
+// the job store's database; on SQLite (or store: none) it is off.
+type ClusterConfig struct {
+	// Store is where the shared state lives: postgres://… (or "off").
+	// Defaults to the job store when that is PostgreSQL.
+	Store string `yaml:"store"`
+	// NodeID names this node. Defaults to hostname-pid.
+	NodeID string `yaml:"node_id"`
+	// SyncInterval is how often each upstream's lease is renewed and its
+	// share recomputed. Defaults to 500ms (cluster.SyncIntervalDefault).
+	SyncInterval time.Duration `yaml:"sync_interval"`
+	// LeaseTTL is how long a node's share outlives its last sync: a dead
+	// node's share comes back within it. Defaults to 3s
+	// (cluster.LeaseTTLDefault).
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+}
+
+// clusterStore is the shared store in use ("" when sharing is off).
+func (c Config) clusterStore() string {
+	switch {
+	case c.Cluster.Store == ClusterStoreOff:
+		return ""
+	case c.Cluster.Store != "":
+		return c.Cluster.Store
+	case isPostgres(c.Store):
+		return c.Store
+	}
+	return ""
+}
+
+func isPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+func (c ClusterConfig) node() cluster.Config {
+	return cluster.Config{NodeID: c.NodeID, SyncInterval: c.SyncInterval, LeaseTTL: c.LeaseTTL}
+}
+
+func (c ClusterConfig) validate() error {
+	switch {
+	case c.Store == "", c.Store == ClusterStoreOff, isPostgres(c.Store):
+	case strings.HasPrefix(c.Store, "redis://"):
+		return errors.New("cluster.store: the Redis backend is not in this build yet; use postgres://…")
+	default:
+		return fmt.Errorf("cluster.store: want postgres://… or %q", ClusterStoreOff)
+	}
+	if err := c.node().WithDefaults().Validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// clusterMember adapts a dispatcher to cluster.Member.
+type clusterMember struct {
+	d   *dispatch.Dispatcher
+	key string
+}
+
+func (m clusterMember) Key() string { return m.key }
+
+func (m clusterMember) Load() cluster.Load {
+	l := m.d.ClusterLoad()
+	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
+		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil}
+}
+
+func (m clusterMember) Apply(share float64, slots int) { m.d.SetClusterShare(share, slots) }
+func (m clusterMember) Pause(until time.Time)          { m.d.ApplyPause(until) }
+
+// startCluster opens the shared store and starts this node's syncs, when
+// sharing is on. s.mu is held.
+func (s *Server) startCluster(ctx context.Context) error {
+	dsn := s.cfg.clusterStore()
+	if dsn == "" {
+		return nil
+	}
+	var members []cluster.Member
+	for _, name := range s.order {
+		d, ok := s.upstreams[name].engine.(*dispatch.Dispatcher)
+		if !ok {
+			continue
+		}
+		members = append(members, clusterMember{d: d, key: cluster.Key(name, poolSecret(s.upstreams[name].cfg))})
+	}
+	b, err := cluster.OpenPostgres(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("starting the cluster node: %w", err)
+	}
+	n, err := cluster.NewNode(s.cfg.Cluster.node(), b, members, s.clock, s.log, s.metrics.clusterObserver())
+	if err != nil {
+		return errors.Join(fmt.Errorf("starting the cluster node: %w", err), b.Close())
+	}
+	if err := n.Start(ctx); err != nil {
+		return errors.Join(fmt.Errorf("starting the cluster node: %w", err), b.Close())
+	}
+	s.cluster.Store(n)
+	s.clusterBackend = b
+	s.log.Info("sharing quotas with the cluster", "node", n.ID(), "upstreams", len(members))
+	return nil
+}
+
+// clusterLifecycle stops the node (giving its shares back) and closes the
+// shared store, after the dispatchers.
+type clusterLifecycle struct{ s *Server }
+
+func (c clusterLifecycle) Start(context.Context) error { return nil }
+
+func (c clusterLifecycle) Stop(ctx context.Context) error {
+	n := c.s.cluster.Load()
+	if n == nil {
+		return nil
+	}
+	err := n.Stop(ctx)
+	return errors.Join(err, c.s.clusterBackend.Close())
+}
+
+// clusterLeading is the job cleaner's gate: on a cluster only the leader
+// cleans; nil (always) when sharing is off.
+func (s *Server) clusterLeading() func() bool {
+	n := s.cluster.Load()
+	if n == nil {
+		return nil
+	}
+	return n.IsLeader
+}
+
+// poolSecret is what names an upstream's quota in the cluster's shared
+// state: its API key, or all its pool's keys (in configured order), so
+// nodes share a quota only when they use the same keys.
+func poolSecret(c upcfg.Config) string {
+	keys := c.Keys()
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k.Key
+	}
+	return strings.Join(parts, "\n")
+}

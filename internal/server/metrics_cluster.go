@@ -1,0 +1,64 @@
+package server
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/cluster"
+)
+
+// clusterMetrics are the cluster node's metrics, registered on first use
+// (only a node that shares its quotas has them).
+type clusterMetrics struct {
+	share  *prometheus.GaugeVec
+	syncs  *prometheus.HistogramVec
+	errors *prometheus.CounterVec
+}
+
+var clusterMetricsOnce sync.Map // *prometheus.Registry → *clusterMetrics
+
+// clusterObserver returns the node's observer, registering its metrics.
+func (m *metrics) clusterObserver() cluster.Observer {
+	if cm, ok := clusterMetricsOnce.Load(m.registry); ok {
+		return cm.(*clusterMetrics)
+	}
+	cm := &clusterMetrics{
+		share: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_cluster_share",
+			Help: "This node's granted share of the upstream's quota (0..1).",
+		}, []string{"upstream"}),
+		syncs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_cluster_sync_seconds",
+			Help:    "Duration of a cluster lease sync with the shared store.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"upstream"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cluster_sync_errors_total",
+			Help: "Cluster lease syncs that failed (the store did not answer in time).",
+		}, []string{"upstream"}),
+	}
+	m.registry.MustRegister(cm.share, cm.syncs, cm.errors)
+	clusterMetricsOnce.Store(m.registry, cm)
+	return cm
+}
+
+// upstreamOf is the upstream name of a cluster key (name/fingerprint).
+func upstreamOf(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+func (cm *clusterMetrics) Synced(key string, share float64, took time.Duration, err error) {
+	u := upstreamOf(key)
+	cm.syncs.WithLabelValues(u).Observe(took.Seconds())
+	if err != nil {
+		cm.errors.WithLabelValues(u).Inc()
+		return
+	}
+	cm.share.WithLabelValues(u).Set(share)
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"time"
+)
+
+// ClusterStatus is /v1/status's cluster section: this node, the leader,
+// and every upstream's shares (omitted when sharing is off).
+type ClusterStatus struct {
+	Node   string `json:"node"`
+	Leader bool   `json:"leader"`
+	// Degraded: the shared store did not answer in time and some upstream
+	// runs on its fallback share (1/N of its quota).
+	Degraded  bool                    `json:"degraded"`
+	LastError string                  `json:"last_error,omitempty"`
+	Upstreams []ClusterUpstreamStatus `json:"upstreams"`
+}
+
+// ClusterUpstreamStatus is one upstream's shared quota.
+type ClusterUpstreamStatus struct {
+	Name     string             `json:"name"`
+	Share    float64            `json:"share"`
+	Slots    int                `json:"slots"`
+	Fallback bool               `json:"fallback"`
+	Nodes    []ClusterNodeShare `json:"nodes"`
+}
+
+// ClusterNodeShare is one node's lease.
+type ClusterNodeShare struct {
+	Node      string    `json:"node"`
+	Share     float64   `json:"share"`
+	Slots     int       `json:"slots"`
+	Demand    float64   `json:"demand"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// clusterStatus is the section, nil when sharing is off.
+func (s *Server) clusterStatus() *ClusterStatus {
+	n := s.cluster.Load()
+	if n == nil {
+		return nil
+	}
+	st := n.Status()
+	out := &ClusterStatus{Node: st.Node, Leader: st.Leader, Degraded: st.Degraded, LastError: st.LastErr,
+		Upstreams: []ClusterUpstreamStatus{}}
+	for _, m := range st.Members {
+		u := ClusterUpstreamStatus{Name: upstreamOf(m.Key), Share: m.Share, Slots: m.Slots, Fallback: m.Fallback,
+			Nodes: []ClusterNodeShare{}}
+		for _, l := range m.Leases {
+			u.Nodes = append(u.Nodes, ClusterNodeShare{Node: l.Node, Share: l.Share, Slots: l.Slots, Demand: l.Demand,
+				ExpiresAt: l.ExpiresAt.UTC()})
+		}
+		out.Upstreams = append(out.Upstreams, u)
+	}
+	return out
+}
+
+// clusterCheck is /readyz's cluster check: a node on its fallback share
+// still serves (within its conservative share), so it stays ready, and
+// says so.
+func (s *Server) clusterCheck() (ReadyCheck, bool) {
+	cs := s.clusterStatus()
+	if cs == nil {
+		return ReadyCheck{}, false
+	}
+	c := ReadyCheck{Name: "cluster", OK: true, Detail: "sharing quotas as node " + cs.Node}
+	if cs.Degraded {
+		c.Detail = "shared store unreachable: running on a conservative local share (1/N of each quota)"
+	}
+	return c, true
+}
