@@ -40,8 +40,12 @@ type Dispatcher struct {
 
 	rmu sync.Mutex // guards cfg.Rand
 
-	fmu      sync.Mutex // guards lastFail
+	fmu      sync.Mutex // guards lastFail and the fields of why.go below
 	lastFail failure    // the latest attempt that failed for the upstream's health
+	// breakerLog is the breaker's recent history; lastRate and
+	// lastOverload the last 429 and 529 (why.go).
+	breakerLog             []BreakerEvent
+	lastRate, lastOverload Throttle
 
 	mu    sync.Mutex // guards everything below
 	sched *flow.Scheduler
@@ -130,6 +134,7 @@ func trimSlash(s string) string {
 }
 
 func (d *Dispatcher) breakerChanged(from, to flow.BreakerState) {
+	d.noteBreaker(from, to, "automatic")
 	d.obs.BreakerStateChanged(from, to)
 	d.kick()
 }
@@ -482,8 +487,9 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrStopped, "the gateway is shutting down")
 	}
-	if ok, readyAt := d.brk.Ready(now); !ok && (readyAt.After(w.deadline) || req.FailFast) {
-		// An outage it cannot outlast: say so now, not at its deadline.
+	if ok, readyAt := d.brk.Ready(now); !ok && (readyAt.After(w.deadline) || req.FailFast || d.brk.Held()) {
+		// An outage it cannot outlast (or one an operator holds open): say
+		// so now, not at its deadline.
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrUnavailable, "")
 	}

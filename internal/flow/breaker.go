@@ -120,6 +120,9 @@ type Breaker struct {
 	// outage it is in (kept across open → half-open → open); zero while
 	// Closed.
 	outageSince time.Time
+	// held keeps an Open breaker open until Force(Closed): an operator
+	// holding it open during a known incident.
+	held bool
 }
 
 // NewBreaker returns a closed Breaker. rnd jitters the open period (nil: a
@@ -141,7 +144,7 @@ func (b *Breaker) State(now time.Time) (BreakerState, time.Time) {
 	b.mu.Lock()
 	from, to := b.tick(now)
 	s, at := b.state, time.Time{}
-	if s == Open {
+	if s == Open && !b.held {
 		at = b.expiry
 	}
 	b.mu.Unlock()
@@ -167,7 +170,9 @@ func (b *Breaker) Ready(now time.Time) (ok bool, readyAt time.Time) {
 	case Closed:
 		ok = true
 	case Open:
-		readyAt = b.expiry
+		if !b.held {
+			readyAt = b.expiry
+		}
 	case HalfOpen:
 		ok = b.probes < b.cfg.HalfOpenProbes
 	}
@@ -263,7 +268,7 @@ func (b *Breaker) tick(now time.Time) (from, to BreakerState) {
 	switch {
 	case b.state == Closed && !now.Before(b.expiry):
 		b.newGeneration(now)
-	case b.state == Open && !now.Before(b.expiry):
+	case b.state == Open && !b.held && !now.Before(b.expiry):
 		b.set(HalfOpen, now)
 	}
 	b.changed = false
@@ -308,4 +313,26 @@ func (b *Breaker) notify(from, to BreakerState) {
 	if from != to && b.onChange != nil {
 		b.onChange(from, to)
 	}
+}
+
+// Force moves the breaker by hand and returns the state it left: Closed
+// resets it (a fresh window, any hold released); Open opens it and holds
+// it open until the next Force(Closed), with no probe meanwhile. Unlike
+// the automatic transitions it does not call onChange: the caller reports
+// the change (with its cause) itself.
+func (b *Breaker) Force(s BreakerState, now time.Time) BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from := b.state
+	b.held = s == Open
+	b.set(s, now)
+	b.changed = false
+	return from
+}
+
+// Held reports whether an operator holds the breaker open (Force(Open)).
+func (b *Breaker) Held() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
 }

@@ -204,6 +204,10 @@ type Limiter struct {
 	debited Amount
 	// share is this node's share of every bucket (SetShare), in (0, 1].
 	share float64
+	// reported is the provider's last report per dimension (Observe),
+	// reportedAt when it came: the provider's view beside ours.
+	reported   [NumDims]Observation
+	reportedAt [NumDims]time.Time
 }
 
 // Mark is the Limiter's account at one instant, taken when a request is
@@ -468,6 +472,9 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 			continue
 		}
 		b := &l.b[d]
+		if o.Limit > 0 || o.Remaining >= 0 {
+			l.reported[d], l.reportedAt[d] = o, now
+		}
 		if o.Limit > 0 {
 			want := l.withMargin(o.Limit)
 			if configured := l.withMargin(l.cfg.Limits[d]); configured > 0 {
@@ -563,6 +570,11 @@ type BucketState struct {
 	Depth float64
 	// Level is the room available now (may be negative).
 	Level float64
+	// Reported is the provider's last report of this dimension (its limit
+	// and remaining; Remaining < 0 when it reported none) and ReportedAt
+	// when it came (zero: never reported).
+	Reported   Observation
+	ReportedAt time.Time
 }
 
 // State returns every bucket's state at now.
@@ -573,7 +585,10 @@ func (l *Limiter) State(now time.Time) [NumDims]BucketState {
 	var s [NumDims]BucketState
 	for i := range l.b {
 		b := &l.b[i]
-		s[i] = BucketState{Capacity: b.cp(), Depth: b.dep()}
+		s[i] = BucketState{Capacity: b.cp(), Depth: b.dep(), Reported: l.reported[i], ReportedAt: l.reportedAt[i]}
+		if l.reportedAt[i].IsZero() {
+			s[i].Reported.Remaining = -1
+		}
 		if b.capacity > 0 {
 			s[i].Level = b.at(now, b.dep())
 		}
