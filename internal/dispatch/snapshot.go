@@ -55,6 +55,16 @@ func (d *Dispatcher) Snapshot() Snapshot {
 			s.Buckets[dim].Capacity += k.Buckets[dim].Capacity
 			s.Buckets[dim].Depth += k.Buckets[dim].Depth
 			s.Buckets[dim].Level += k.Buckets[dim].Level
+			if kb := k.Buckets[dim]; !kb.ReportedAt.IsZero() {
+				// The provider's view, summed over the keys that reported.
+				sb := &s.Buckets[dim]
+				if sb.ReportedAt.IsZero() {
+					sb.Reported = flow.Observation{Remaining: 0}
+				}
+				sb.Reported.Limit += max(kb.Reported.Limit, 0)
+				sb.Reported.Remaining += max(kb.Reported.Remaining, 0)
+				sb.ReportedAt = maxTime(sb.ReportedAt, kb.ReportedAt)
+			}
 		}
 		if i == 0 || k.PausedUntil.Before(s.PausedUntil) {
 			s.PausedUntil = k.PausedUntil

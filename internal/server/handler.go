@@ -33,6 +33,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
 		s.serveScheduled(sw, r, u, cl, rl, rest)
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
+		s.finished(rl) // live.go
 		return
 	}
 	s.servePassthrough(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rl.id)), u)

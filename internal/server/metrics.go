@@ -52,6 +52,7 @@ type metrics struct {
 	tokens      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	latency     *prometheus.HistogramVec
+	live *live // the dashboard's counts, fed by the observers
 	// jobs are the job queue's metrics; nil when the queue is disabled.
 	jobs *jobMetrics
 	pool *poolMetrics // metrics_pool.go
@@ -60,10 +61,11 @@ type metrics struct {
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	m := &metrics{
 		registry: reg,
+		live:     s.live,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total",
-			Help: "Scheduled proxy requests by upstream, priority class and outcome.",
-		}, []string{"upstream", "priority", "outcome"}),
+			Help: "Scheduled proxy requests by upstream, priority class, outcome and client (a configured client's name, default for a keyless caller of an open gateway, other, unknown).",
+		}, []string{"upstream", "priority", "outcome", "client"}),
 		passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_passthrough_requests_total",
 			Help: "Requests forwarded unscheduled (paths other than messages/chat completions).",
@@ -120,11 +122,11 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
 }
 
-func (m *metrics) request(upstream, priority, outcome string) {
+func (m *metrics) request(upstream, priority, outcome, client string) {
 	if priority == "" {
 		priority = priorityUnknown
 	}
-	m.requests.WithLabelValues(upstream, priority, outcome).Inc()
+	m.requests.WithLabelValues(upstream, priority, outcome, client).Inc()
 }
 
 func (m *metrics) passthroughRequest(upstream string) {
@@ -133,7 +135,7 @@ func (m *metrics) passthroughRequest(upstream string) {
 
 // observer returns the dispatch.Observer for one upstream.
 func (m *metrics) observer(upstream string) dispatch.Observer {
-	return &upstreamObserver{m: m, upstream: upstream}
+	return &upstreamObserver{m: m, upstream: upstream, live: m.live.upstream(upstream)}
 }
 
 // upstreamObserver records one dispatcher's events. Each method is a few
@@ -141,6 +143,7 @@ func (m *metrics) observer(upstream string) dispatch.Observer {
 type upstreamObserver struct {
 	m        *metrics
 	upstream string
+	live     *liveUpstream // the dashboard's counts (live.go)
 }
 
 var _ dispatch.Observer = (*upstreamObserver)(nil)
@@ -153,6 +156,14 @@ func (o *upstreamObserver) Admitted(class llm.Priority, queueWait time.Duration)
 
 func (o *upstreamObserver) Attempted(outcome llm.OutcomeKind, status int, latency time.Duration) {
 	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
+	if o.live != nil {
+		switch {
+		case outcome == llm.Rate:
+			o.live.rate429.Add(1)
+		case outcome == llm.Overload:
+			o.live.over529.Add(1)
+		}
+	}
 	o.m.latency.WithLabelValues(o.upstream).Observe(latency.Seconds())
 }
 
@@ -162,6 +173,9 @@ func (o *upstreamObserver) Retried(outcome llm.OutcomeKind) {
 
 func (o *upstreamObserver) Shed(_ llm.Priority, reason error) {
 	o.m.shed.WithLabelValues(o.upstream, shedReason(reason)).Inc()
+	if o.live != nil {
+		o.live.shed.Add(1)
+	}
 }
 
 func (o *upstreamObserver) BreakerStateChanged(_, to flow.BreakerState) {

@@ -29,7 +29,7 @@ type requestLine struct {
 // outcome records the request's outcome in sluice_requests_total and in
 // its log line: one place, so the two always agree.
 func (s *Server) outcome(rl *requestLine, priority, outcome string) {
-	s.metrics.request(rl.upstream, priority, outcome)
+	s.metrics.request(rl.upstream, priority, outcome, clientLabel(s.live.clients.configured, rl.client))
 	if priority == "" {
 		priority = priorityUnknown
 	}

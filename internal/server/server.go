@@ -117,6 +117,8 @@ type Server struct {
 	registry  *prometheus.Registry
 	metrics   *metrics
 	budget    *byteBudget // request bytes in flight (budget.go)
+	live      *live            // outcomes, latencies and client usage (live.go)
+	history   *historySampler  // the last minutes, for the dashboard (history.go)
 	handler   http.Handler
 	noListen  bool
 
@@ -238,6 +240,12 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		store:          o.store,
 		noListen:       o.noListen,
 	}
+	names := make([]string, 0, len(cfg.Upstreams))
+	for _, uc := range cfg.Upstreams {
+		names = append(names, uc.Name)
+	}
+	s.live = newLive(names, cfg.Clients)
+	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	for _, uc := range cfg.Upstreams {
@@ -281,6 +289,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", s.serveReadyz)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
+	mux.HandleFunc("GET /v1/status/history", s.serveHistory)
+	mux.HandleFunc("POST /v1/upstreams/{name}/breaker", s.requireAdmin(s.serveBreaker))
+	mux.HandleFunc("GET /ui", s.serveUI)
+	mux.Handle("GET /ui/", s.uiAssets())
 	for _, p := range jobRoutes {
 		mux.HandleFunc(p, s.serveJobs)
 	}
@@ -327,6 +339,12 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	started = append(started, clusterLifecycle{s})
+	// The history sampler reads the engines only.
+	if err := s.history.Start(ctx); err != nil {
+		s.undoStart(ctx, started)
+		return fmt.Errorf("starting the history sampler: %w", err)
+	}
+	started = append(started, s.history)
 	// Then the job queue, which hands work to the dispatchers.
 	if err := s.startJobs(ctx); err != nil {
 		s.undoStart(ctx, started)
@@ -448,7 +466,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			lcs = append(lcs, lc)
 		}
 	}
-	lcs = append(lcs, clusterLifecycle{s})
+	lcs = append(lcs, clusterLifecycle{s}, s.history)
 	errs = append(errs, stopAll(ctx, lcs))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping server: %w", err)
