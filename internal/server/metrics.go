@@ -52,7 +52,7 @@ type metrics struct {
 	tokens      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	latency     *prometheus.HistogramVec
-	live *live // the dashboard's counts, fed by the observers
+	live        *live // the dashboard's counts, fed by the observers
 	// jobs are the job queue's metrics; nil when the queue is disabled.
 	jobs *jobMetrics
 	pool *poolMetrics // metrics_pool.go

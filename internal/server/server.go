@@ -116,9 +116,9 @@ type Server struct {
 	clients   *clientSet
 	registry  *prometheus.Registry
 	metrics   *metrics
-	budget    *byteBudget // request bytes in flight (budget.go)
-	live      *live            // outcomes, latencies and client usage (live.go)
-	history   *historySampler  // the last minutes, for the dashboard (history.go)
+	budget    *byteBudget     // request bytes in flight (budget.go)
+	live      *live           // outcomes, latencies and client usage (live.go)
+	history   *historySampler // the last minutes, for the dashboard (history.go)
 	handler   http.Handler
 	noListen  bool
 
