@@ -24,6 +24,8 @@ type live struct {
 const latencyReservoirMax = 512
 
 type liveUpstream struct {
+	// Upstream attempts answered 2xx, 429 (or Slow Down) and overloaded,
+	// and requests shed.
 	success, rate429, over529, shed atomic.Uint64
 
 	mu        sync.Mutex
@@ -177,13 +179,11 @@ func (c *clientUsage) list() []ClientUsage {
 }
 
 // finished records a scheduled request once it is answered: its latency
-// per class, its success, its client's usage.
+// per class and its client's usage. (Outcomes per second count upstream
+// attempts, jobs' included: the observer records them.)
 func (s *Server) finished(rl *requestLine) {
 	now := s.clock.Now()
 	u := s.live.upstream(rl.upstream)
-	if u != nil && rl.outcome == outcomeSuccess {
-		u.success.Add(1)
-	}
 	if p, err := llm.ParsePriority(rl.priority); err == nil {
 		u.latency(p, now.Sub(rl.start))
 	}

@@ -158,6 +158,8 @@ func (o *upstreamObserver) Attempted(outcome llm.OutcomeKind, status int, latenc
 	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
 	if o.live != nil {
 		switch {
+		case outcome == llm.Success:
+			o.live.success.Add(1)
 		case outcome == llm.Rate:
 			o.live.rate429.Add(1)
 		case outcome == llm.Overload:
