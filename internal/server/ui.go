@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // The dashboard: plain HTML, CSS and JavaScript embedded in the binary (no
@@ -37,7 +38,20 @@ func (s *Server) serveUI(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// uiAssets serves the dashboard's files under /ui/.
+// uiAssets serves the dashboard's files under /ui/; a missing one gets the
+// gateway's JSON 404 like any unknown path.
 func (s *Server) uiAssets() http.Handler {
-	return http.StripPrefix("/ui/", http.FileServerFS(uiFS()))
+	files := http.StripPrefix("/ui/", http.FileServerFS(uiFS()))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/ui/")
+		if name == "" {
+			s.serveUI(w, r)
+			return
+		}
+		if st, err := fs.Stat(uiFS(), name); err != nil || st.IsDir() {
+			s.serveNotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 }
