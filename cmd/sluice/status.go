@@ -131,6 +131,9 @@ func printStatus(w io.Writer, base string, st server.StatusResponse) {
 		for _, d := range dims {
 			b := u.Buckets[d]
 			line := fmt.Sprintf("  %s\tused %s of %s, headroom %s, limit %s/min", d, amount(b.Used), amount(b.Depth), amount(b.Level), amount(b.LimitPerMinute))
+			if b.Reserved > 0 {
+				line += ", in flight " + amount(b.Reserved)
+			}
 			if b.ProviderRemaining != nil {
 				line += ", provider: " + amount(*b.ProviderRemaining) + " left"
 				if b.ProviderLimit != nil {

@@ -54,7 +54,10 @@ type Dispatcher struct {
 	unreachableScan time.Time
 	seen            [llm.NumPriorities]time.Time // last arrival per class, for headroom
 	inflight        int
-	state           runState
+	// reserved sums the estimated cost of the requests in flight, for
+	// operators (Snapshot.Reserved).
+	reserved flow.Amount
+	state    runState
 	// draining is set by Drain: Do refuses and fails at once; tickets
 	// are not affected.
 	draining bool
@@ -353,7 +356,8 @@ func (d *Dispatcher) admit() time.Duration {
 		d.sched.Take(it)
 		d.inflight++
 		key.inflight++
-		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}
+		d.reserved = d.reserved.Add(w.cost)
+		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}
 	}
 	return 0
 }
@@ -439,6 +443,9 @@ type grant struct {
 	// key is the pool's key the attempt is sent with; its cost is
 	// reserved in that key's buckets (and its org's).
 	key *poolKey
+	// reserved is the estimate counted in Dispatcher.reserved while the
+	// attempt is in flight.
+	reserved flow.Amount
 }
 
 // Do sends req upstream through the queue and returns the upstream's
@@ -586,6 +593,7 @@ func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amou
 	d.brk.Done(g.gen, r, now)
 	d.mu.Lock()
 	d.inflight--
+	d.reserved = d.reserved.Sub(g.reserved)
 	if g.key != nil {
 		g.key.inflight--
 		g.key.probing = false

@@ -35,6 +35,9 @@ type Snapshot struct {
 	// PausedUntil the earliest key's pause end and RateScale the lowest:
 	// for a pool of one, its key's.
 	KeysIn, KeysOut int
+	// Reserved is the estimated cost of the requests in flight, per
+	// dimension: the part of the buckets' use not yet settled.
+	Reserved flow.Amount
 }
 
 // Snapshot returns the dispatcher's current state. It is cheap enough to
@@ -75,6 +78,7 @@ func (d *Dispatcher) Snapshot() Snapshot {
 		s.Queued[c] = d.sched.LenClass(llm.Priority(c))
 	}
 	s.InFlight = d.inflight
+	s.Reserved = d.reserved
 	d.mu.Unlock()
 	return s
 }

@@ -107,7 +107,8 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	d.seen[w.item.Class] = now
 	d.inflight++
 	key.inflight++
-	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}}, true
+	d.reserved = d.reserved.Add(w.cost)
+	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}}, true
 }
 
 // ticketWaiter is the waiter of a ticket: a placeholder request of the

@@ -31,6 +31,8 @@ func TestExplainNamesTheShortDimension(t *testing.T) {
 	require.Equal(t, dispatch.Fingerprint("sk-upstream"), x.Waiting.Key)
 	require.Equal(t, t0, x.OldestArrival[llm.Normal], "queued since the start (the clock has not moved)")
 	require.True(t, x.OldestArrival[llm.High].IsZero())
+	require.Eventually(t, func() bool { return d.Snapshot().InFlight == 0 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, flow.Amount{}, d.Snapshot().Reserved, "the finished request's reservation is no longer in flight")
 }
 
 func TestExplainPausedAndLastRateLimit(t *testing.T) {

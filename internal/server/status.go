@@ -80,6 +80,9 @@ type BucketStatus struct {
 	// in-flight reservations included.
 	Level float64 `json:"level"`
 	Used  float64 `json:"used"`
+	// Reserved is the part of Used held by requests in flight (their
+	// estimate, not yet settled); upstream-level buckets only.
+	Reserved float64 `json:"reserved,omitempty"`
 	// ProviderLimit and ProviderRemaining are the provider's own view, as
 	// its rate-limit headers last reported it at ProviderAt (absent until
 	// it reports).
@@ -104,7 +107,9 @@ func (s *Server) status(ctx context.Context) StatusResponse {
 			st.InFlight, st.ConcurrencyLimit, st.RateScale = snap.InFlight, snap.ConcurrencyLimit, snap.RateScale
 			for d, b := range snap.Buckets {
 				if b.Capacity > 0 {
-					st.Buckets[flow.Dim(d).String()] = bucketStatus(flow.Dim(d), b)
+					bs := bucketStatus(flow.Dim(d), b)
+					bs.Reserved = roundIn(flow.Dim(d), max(snap.Reserved[d], 0))
+					st.Buckets[flow.Dim(d).String()] = bs
 				}
 			}
 			if snap.PausedUntil.After(now) {

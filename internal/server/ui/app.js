@@ -91,6 +91,7 @@ function lineChart(series, opts) {
 function gauge(dim, b) {
   const depth = Math.max(b.depth, 1);
   const used = Math.min(Math.max(b.used / depth, 0), 1) * 100;
+  const reserved = Math.min(Math.max((b.reserved || 0) / depth, 0), 1) * 100;
   let prov = "";
   let provText = "";
   if (b.provider_remaining !== undefined && b.provider_remaining !== null) {
@@ -99,7 +100,7 @@ function gauge(dim, b) {
     prov = `<div class="prov" style="left:${p.toFixed(1)}%" title="provider-reported used"></div>`;
     provText = `, provider: ${num(b.provider_remaining)} of ${num(pl)} left`;
   }
-  return `<div class="gauge" data-k="gauge-${esc(dim)}"><div class="t"><b>${esc(dim)}</b>: used ${num(b.used)} of ${num(b.depth)} ${UNITS[dim] || ""}, headroom <span data-k="level-${esc(dim)}">${num(b.level)}</span>, limit <span data-k="limit-${esc(dim)}">${num(b.limit_per_minute)}</span>/min${provText}</div><div class="bar"><div class="used" style="width:${used.toFixed(1)}%"></div>${prov}</div></div>`;
+  return `<div class="gauge" data-k="gauge-${esc(dim)}"><div class="t"><b>${esc(dim)}</b>: used ${num(b.used)} (reserved ${num(b.reserved || 0)}) of ${num(b.depth)} ${UNITS[dim] || ""}, headroom <span data-k="level-${esc(dim)}">${num(b.level)}</span>, limit <span data-k="limit-${esc(dim)}">${num(b.limit_per_minute)}</span>/min${provText}</div><div class="bar"><div class="used" style="width:${used.toFixed(1)}%"></div><div class="reserved" style="width:${Math.min(reserved, used).toFixed(1)}%"></div>${prov}</div></div>`;
 }
 
 function waitingText(w, now) {
