@@ -114,6 +114,10 @@ func printStatus(w io.Writer, base string, st server.StatusResponse) {
 		fmt.Fprintf(w, "%s (%s)  breaker %s  %s\n", u.Name, u.Protocol, breaker, waitingLine(u.WaitingOn, now))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  in flight\t%d of %d\n", u.InFlight, u.ConcurrencyLimit)
+		if len(u.Oldest) > 0 {
+			o := u.Oldest[0]
+			fmt.Fprintf(tw, "  open requests\t%d, oldest %s (%s, %s, %s)\n", u.OpenRequests, seconds(o.AgeSeconds), o.ID, o.Client, o.Priority)
+		}
 		var q []string
 		for _, c := range statusClasses {
 			s := fmt.Sprintf("%s %d", c, u.Queued[c])

@@ -31,9 +31,12 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	rl.client = cl.name
 	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
+		lu := s.live.upstream(name) // live.go
+		lu.opened(rl, askedPriority(r, cl))
 		s.serveScheduled(sw, r, u, cl, rl, rest)
+		lu.closed(rl)
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
-		s.finished(rl) // live.go
+		s.finished(rl)
 		return
 	}
 	s.servePassthrough(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rl.id)), u)

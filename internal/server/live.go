@@ -1,11 +1,15 @@
 package server
 
 import (
+	"cmp"
+	"math"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -31,6 +35,58 @@ type liveUpstream struct {
 	mu        sync.Mutex
 	latencies [llm.NumPriorities][]float64 // seconds, since the last take
 	next      [llm.NumPriorities]int
+	open      map[*requestLine]string // scheduled requests being served → their class as asked
+}
+
+// openRequestsShown bounds the open requests /v1/status lists (the
+// oldest).
+const openRequestsShown = 10
+
+// OpenRequest is a scheduled request the gateway is serving (queued, in
+// flight or streaming), in /v1/status.
+type OpenRequest struct {
+	ID         string  `json:"id"`
+	Client     string  `json:"client"`
+	Priority   string  `json:"priority"`
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// opened and closed track a scheduled request while it is served.
+func (u *liveUpstream) opened(rl *requestLine, priority string) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.open == nil {
+		u.open = map[*requestLine]string{}
+	}
+	u.open[rl] = priority
+}
+
+func (u *liveUpstream) closed(rl *requestLine) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.open, rl)
+}
+
+// openRequests returns how many requests are open and the oldest ones.
+func (u *liveUpstream) openRequests(now time.Time, configured []string) (int, []OpenRequest) {
+	if u == nil {
+		return 0, nil
+	}
+	u.mu.Lock()
+	out := make([]OpenRequest, 0, len(u.open))
+	for rl, p := range u.open {
+		out = append(out, OpenRequest{ID: rl.id, Client: clientLabel(configured, rl.client), Priority: p,
+			AgeSeconds: math.Round(max(now.Sub(rl.start).Seconds(), 0)*1000) / 1000})
+	}
+	u.mu.Unlock()
+	slices.SortFunc(out, func(a, b OpenRequest) int { return cmp.Compare(b.AgeSeconds, a.AgeSeconds) })
+	return len(out), out[:min(len(out), openRequestsShown)]
 }
 
 func newLive(upstreams []string, clients []ClientConfig) *live {
@@ -188,4 +244,11 @@ func (s *Server) finished(rl *requestLine) {
 		u.latency(p, now.Sub(rl.start))
 	}
 	s.live.clients.record(rl, now)
+}
+
+// askedPriority is the class r will be queued in, for the open requests'
+// list (the body is not read yet; a priority set by the body's metadata is
+// not seen).
+func askedPriority(r *http.Request, cl client) string {
+	return frontdoor.RequestedPriority(r.Header, cl.caller()).String()
 }

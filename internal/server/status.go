@@ -43,6 +43,11 @@ type UpstreamStatus struct {
 	// the adaptive limit they are held to.
 	InFlight         int `json:"in_flight"`
 	ConcurrencyLimit int `json:"concurrency_limit"`
+	// OpenRequests counts the live requests the gateway is serving for
+	// the upstream (queued, in flight or streaming); Oldest lists the
+	// oldest of them with their age.
+	OpenRequests int           `json:"open_requests"`
+	Oldest       []OpenRequest `json:"oldest_open_requests"`
 	// Buckets are the quota buckets that have a known limit, by dimension.
 	Buckets map[string]BucketStatus `json:"buckets"`
 	// PausedUntil is set while the upstream is paused after a rate limit.
@@ -123,6 +128,7 @@ func (s *Server) status(ctx context.Context) StatusResponse {
 			}
 		}
 		explain(&st, u.engine, now) // status_why.go
+		st.OpenRequests, st.Oldest = s.live.upstream(name).openRequests(now, s.live.clients.configured)
 		st.Keys = poolStatus(u, now)
 		out.Upstreams = append(out.Upstreams, st)
 	}

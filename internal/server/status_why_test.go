@@ -94,6 +94,10 @@ func TestStatusSaysWhyRequestsWait(t *testing.T) {
 	require.NotNil(t, u.WaitingOn.Until)
 	require.True(t, u.WaitingOn.Until.After(st.Time), "the bucket refills later")
 	require.NotNil(t, u.Jobs, "the job queue's counts")
+	require.GreaterOrEqual(t, u.OpenRequests, u.Queued["low"], "every queued request is open")
+	require.Equal(t, "web", u.Oldest[0].Client)
+	require.Equal(t, "low", u.Oldest[0].Priority)
+	require.Positive(t, u.Oldest[0].AgeSeconds)
 	b := u.Buckets["requests"]
 	require.Equal(t, b.Level, float64(int(b.Level*10))/10, "rounded to a tenth of a request")
 	require.Equal(t, "closed", u.Breaker)
