@@ -1,11 +1,6 @@
 package server
 
-import (
-	"encoding/json"
-	"net/http"
-
-	"github.com/sluicehq/sluice/internal/frontdoor"
-)
+import "net/http"
 
 // TEMPORARY (track ui): the tenant track's auth.go brings the real gate,
 // with client roles; the lead deletes this file at merge. Until roles
@@ -17,18 +12,9 @@ import (
 func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := s.clients.authenticate(r.Header); !ok {
-			writeGateError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
+			writeControlError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
 			return
 		}
 		next(w, r)
 	}
-}
-
-// writeGateError writes an error in the JSON shape both SDK families read.
-func writeGateError(w http.ResponseWriter, status int, typ, msg string) {
-	body, _ := json.Marshal(map[string]any{
-		"type":  "error",
-		"error": map[string]any{"type": typ, "message": msg, "param": nil, "code": nil},
-	})
-	frontdoor.WriteEnvelope(w, frontdoor.Problem{Status: status}, body)
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/frontdoor"
 )
 
 // BreakerRequest is the body of POST /v1/upstreams/{name}/breaker.
@@ -32,18 +34,18 @@ func (s *Server) serveBreaker(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	u, ok := s.upstreams[name]
 	if !ok {
-		writeGateError(w, http.StatusNotFound, "not_found_error",
+		writeControlError(w, http.StatusNotFound, "not_found_error",
 			"unknown upstream "+name+" (configured: "+strings.Join(s.order, ", ")+")")
 		return
 	}
 	var req BreakerRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		writeGateError(w, http.StatusBadRequest, "invalid_request_error", "reading the body: "+err.Error())
+		writeControlError(w, http.StatusBadRequest, "invalid_request_error", "reading the body: "+err.Error())
 		return
 	}
 	f, ok := u.engine.(breakerForcer)
 	if !ok {
-		writeGateError(w, http.StatusNotImplemented, "api_error", "upstream "+name+" has no breaker to control")
+		writeControlError(w, http.StatusNotImplemented, "api_error", "upstream "+name+" has no breaker to control")
 		return
 	}
 	by := "unknown"
@@ -52,10 +54,20 @@ func (s *Server) serveBreaker(w http.ResponseWriter, r *http.Request) {
 	}
 	from, to, err := f.ForceBreaker(req.Action, by)
 	if err != nil {
-		writeGateError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		writeControlError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(BreakerResponse{Upstream: name, Action: req.Action, From: from.String(), Breaker: to.String(),
 		Held: req.Action == "open"})
+}
+
+// writeControlError writes an error of the control routes in the JSON
+// shape both SDK families read.
+func writeControlError(w http.ResponseWriter, status int, typ, msg string) {
+	body, _ := json.Marshal(map[string]any{
+		"type":  "error",
+		"error": map[string]any{"type": typ, "message": msg, "param": nil, "code": nil},
+	})
+	frontdoor.WriteEnvelope(w, frontdoor.Problem{Status: status}, body)
 }
