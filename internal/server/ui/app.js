@@ -142,8 +142,8 @@ function renderUpstream(u, hist, counts, now) {
   const history = (u.breaker_history || []).slice(-8).reverse().map((e) => `<li>${esc(clock(e.at))}: ${esc(e.from)} → ${esc(e.to)} (${esc(e.cause)})</li>`).join("") || `<li class="muted">no change since start</li>`;
   const keys = (u.keys || []).length > 1 ? `<table><thead><tr><th>key</th><th>in flight</th><th>requests</th><th>429s</th><th>state</th></tr></thead><tbody>` +
     u.keys.map((k) => `<tr><td>${esc(k.key)}</td><td class="num">${k.in_flight}/${k.max_concurrency}</td><td class="num">${k.requests}</td><td class="num">${k.rate_limited}</td><td>${k.out ? "out: " + esc(k.out_reason) : k.paused_until ? "paused until " + esc(clock(k.paused_until)) : "in"}</td></tr>`).join("") + `</tbody></table>` : "";
-  const open = (u.oldest_open_requests || []).length ? `<h3 style="font-size:13px;margin:8px 0 4px">Open requests (oldest of ${u.open_requests})</h3><table><thead><tr><th>request</th><th>client</th><th>class</th><th>age</th></tr></thead><tbody>` +
-    u.oldest_open_requests.map((o) => `<tr><td>${esc(o.id)}</td><td>${esc(o.client)}</td><td>${esc(o.priority)}</td><td class="num">${esc(secs(o.age_seconds))}</td></tr>`).join("") + `</tbody></table>` : "";
+  const open = (u.oldest_open_requests || []).length ? `<h3 style="font-size:13px;margin:10px 0 4px">Open requests: the oldest of ${u.open_requests}</h3><table class="open"><thead><tr><th>request</th><th>client</th><th>class</th><th>age</th></tr></thead><tbody>` +
+    u.oldest_open_requests.slice(0, 5).map((o) => `<tr><td>${esc(o.id)}</td><td>${esc(o.client)}</td><td>${esc(o.priority)}</td><td class="num">${esc(secs(o.age_seconds))}</td></tr>`).join("") + `</tbody></table>` : "";
   return `<div class="card" data-upstream="${esc(u.name)}">
   <h2>${esc(u.name)} <span class="muted">${esc(u.protocol)}</span>
     <span class="badge ${esc(u.breaker)}" data-k="breaker">${esc(u.breaker)}${u.breaker_held ? " (held)" : ""}</span>
@@ -163,11 +163,12 @@ function renderUpstream(u, hist, counts, now) {
   <div class="grid">
     <div><h3 style="font-size:13px;margin:4px 0">Quota</h3>${gauges}
       ${throttleText("last 429", u.last_429, now)}${throttleText("last 529", u.last_529, now)}
-      <h3 style="font-size:13px;margin:8px 0 4px">Breaker history</h3><ul class="history">${history}</ul>${open}${keys}</div>
+      <h3 style="font-size:13px;margin:8px 0 4px">Breaker history</h3><ul class="history">${history}</ul>${keys}</div>
     ${lineChart(queueSeries, { title: "Queue depth per class", min: 1 })}
     ${lineChart(rateSeries, { title: "Outcomes per second", min: 1, unit: "/s" })}
     ${lineChart(latSeries, { title: "Latency per class (p95)", min: 0.1, unit: " s" })}
   </div>
+  ${open}
 </div>`;
 }
 
