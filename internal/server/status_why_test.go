@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
@@ -232,4 +233,33 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		}
 	}
 	require.Greater(t, seen, 20, "the source scan found the metrics")
+}
+
+// TestHistorySamplerLifecycle drives the sampler's own loop on a fake
+// clock: Stop before Start is safe, Start samples at once and then every
+// interval, Stop ends the loop and is idempotent.
+func TestHistorySamplerLifecycle(t *testing.T) {
+	t.Parallel()
+	g, err := New(Config{Store: StoreNone,
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}}},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	fc := clock.NewFake(time.Unix(1000, 0))
+	h := newHistorySampler(g, fc, time.Second, 10)
+	require.NoError(t, h.Stop(t.Context()), "safe before Start")
+
+	h = newHistorySampler(g, fc, time.Second, 10)
+	require.NoError(t, h.Start(t.Context()))
+	require.Len(t, h.history().Upstreams["claude"], 1, "a first sample at once")
+	for i := 2; i <= 4; i++ {
+		require.True(t, fc.WaitForTimers(1, 5*time.Second))
+		fc.Advance(time.Second)
+		require.Eventually(t, func() bool { return len(h.history().Upstreams["claude"]) == i }, 5*time.Second, time.Millisecond)
+	}
+	require.NoError(t, h.Stop(t.Context()))
+	require.NoError(t, h.Stop(t.Context()), "idempotent")
+	require.NoError(t, h.Start(t.Context()), "no restart after Stop")
+	fc.Advance(time.Minute)
+	require.Len(t, h.history().Upstreams["claude"], 4)
+	require.Equal(t, time.Unix(1003, 0).UTC(), h.history().Upstreams["claude"][3].Time)
 }
