@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -62,13 +63,14 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writ
 	}
 	f, isFile := out.(*os.File)
 	tty := isFile && isTerminal(f)
+	clk := clock.Real()
 	for {
 		var st server.StatusResponse
 		if _, err := c.call(ctx, "GET", "/v1/status", nil, nil, &st); err != nil {
 			if !*watch || ctx.Err() != nil {
 				return err
 			}
-			fmt.Fprintf(out, "%s: %v\n", time.Now().Format(time.TimeOnly), err)
+			fmt.Fprintf(out, "%s: %v\n", clk.Now().Format(time.TimeOnly), err)
 		} else {
 			if *watch && tty {
 				fmt.Fprint(out, "\x1b[H\x1b[2J") // home and clear: redraw in place
@@ -86,12 +88,8 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writ
 		if !*watch {
 			return nil
 		}
-		t := time.NewTimer(*interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
+		if clock.Sleep(ctx, clk, *interval) != nil {
+			return nil // interrupted
 		}
 		if !tty {
 			fmt.Fprintln(out)
