@@ -119,8 +119,10 @@ type Server struct {
 	budget    *byteBudget     // request bytes in flight (budget.go)
 	live      *live           // outcomes, latencies and client usage (live.go)
 	history   *historySampler // the last minutes, for the dashboard (history.go)
-	handler   http.Handler
-	noListen  bool
+	// statusJobs caches /v1/status's job counts (status_why.go).
+	statusJobs statusJobs
+	handler    http.Handler
+	noListen   bool
 
 	mu        sync.Mutex
 	started   bool

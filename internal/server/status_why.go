@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -139,9 +140,32 @@ func throttleStatus(t dispatch.Throttle) *ThrottleStatus {
 	return ts
 }
 
-// jobCountsFor reads the durable queue's counts per upstream (nil when the
-// queue is not running or the store does not answer in time).
+// statusJobs caches the job counts of /v1/status for JobCountMaxAge, so
+// that dashboards polling every few seconds do not each read the store
+// (the dead count lists up to jobstore.ListLimitMax jobs).
+type statusJobs struct {
+	mu     sync.Mutex
+	at     time.Time
+	counts map[string]*JobCounts
+}
+
+// jobCountsFor returns the durable queue's counts per upstream (nil when
+// the queue is not running or the store does not answer in time), read at
+// most once per JobCountMaxAge.
 func (s *Server) jobCountsFor(ctx context.Context) map[string]*JobCounts {
+	if s.jobs.Load() == nil {
+		return nil
+	}
+	c := &s.statusJobs
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := s.clock.Now(); c.at.IsZero() || now.Sub(c.at) >= JobCountMaxAge {
+		c.counts, c.at = s.readJobCounts(ctx), now
+	}
+	return c.counts
+}
+
+func (s *Server) readJobCounts(ctx context.Context) map[string]*JobCounts {
 	svc := s.jobs.Load()
 	if svc == nil {
 		return nil
