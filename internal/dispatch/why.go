@@ -69,11 +69,13 @@ const (
 // d.fmu held.
 func (d *Dispatcher) noteThrottle(out llm.Outcome, now time.Time) {
 	t := Throttle{At: now, Status: out.Status, ErrorType: out.ErrorType, Message: out.Message, Hint: out.RetryAfter, HasHint: out.HasRetryAfter}
-	switch {
-	case out.Kind == llm.Rate:
+	switch out.Kind {
+	case llm.Rate:
 		d.lastRate = t
-	case out.Kind == llm.Overload:
+	case llm.Overload:
 		d.lastOverload = t
+	default:
+		// Other outcomes do not throttle.
 	}
 }
 

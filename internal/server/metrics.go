@@ -157,13 +157,15 @@ func (o *upstreamObserver) Admitted(class llm.Priority, queueWait time.Duration)
 func (o *upstreamObserver) Attempted(outcome llm.OutcomeKind, status int, latency time.Duration) {
 	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
 	if o.live != nil {
-		switch {
-		case outcome == llm.Success:
+		switch outcome {
+		case llm.Success:
 			o.live.success.Add(1)
-		case outcome == llm.Rate:
+		case llm.Rate:
 			o.live.rate429.Add(1)
-		case outcome == llm.Overload:
+		case llm.Overload:
 			o.live.over529.Add(1)
+		default:
+			// The dashboard's outcome rates show these three and sheds.
 		}
 	}
 	o.m.latency.WithLabelValues(o.upstream).Observe(latency.Seconds())
