@@ -68,7 +68,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fs := newFlagSet(c, stderr)
-	err := c.run(ctx, fs, args[1:], stdout)
+	err := c.run(context.WithValue(ctx, stderrKey{}, stderr), fs, args[1:], stdout)
 	switch {
 	case err == nil:
 		return 0
@@ -81,6 +81,24 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, oneLine(err))
 		return 1
 	}
+}
+
+// stderrKey carries runMain's stderr to the commands that log (serve):
+// the command signature has only stdout.
+type stderrKey struct{}
+
+// stderrOf returns the stderr runMain was given, else os.Stderr.
+func stderrOf(ctx context.Context) io.Writer {
+	if w, ok := ctx.Value(stderrKey{}).(io.Writer); ok {
+		return w
+	}
+	return os.Stderr
+}
+
+// writerIsTerminal reports whether w is a terminal.
+func writerIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(f)
 }
 
 func newFlagSet(c command, w io.Writer) *flag.FlagSet {

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 func init() {
@@ -38,7 +41,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	logger, err := newLogger(os.Stderr, *logFormat, *logLevel, isTerminal(os.Stderr))
+	logw := stderrOf(ctx)
+	logger, err := newLogger(logw, *logFormat, *logLevel, writerIsTerminal(logw))
 	if err != nil {
 		return err
 	}
@@ -69,12 +73,17 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
+	c := srv.Config()
 	fmt.Fprintf(out, "sluice listening on http://%s\n", srv.Addr())
+	fmt.Fprintf(out, "  store: %s\n", describeStore(c.Store, *configPath == ""))
+	fmt.Fprintf(out, "  clients: %s\n", describeClients(c))
 	fmt.Fprintf(out, "  memory: %s; request bodies in flight up to %s (max_request_bytes_in_flight)\n",
-		memNote, formatBytes(srv.Config().MaxRequestBytesInFlight))
-	for _, u := range srv.Config().Upstreams {
-		fmt.Fprintf(out, "  /%s/ -> %s (%s)\n", u.Name, u.BaseURL, u.Protocol)
+		memNote, formatBytes(c.MaxRequestBytesInFlight))
+	for _, u := range c.Upstreams {
+		fmt.Fprintf(out, "  /%s/ -> %s (%s, profile %s): %s\n", u.Name, u.BaseURL, u.Protocol, u.Profile, describeLimits(u))
 	}
+	logger.Info("sluice started", "listen", srv.Addr(), "store", describeStore(c.Store, false),
+		"clients", len(c.Clients), "upstreams", len(c.Upstreams))
 	<-ctx.Done()
 	fmt.Fprintf(out, "shutting down (waiting up to %s for in-flight requests)\n", srv.Config().ShutdownGrace)
 	// ctx is already done; shutdown gets its own bound (grace plus a
@@ -123,6 +132,65 @@ func loadServeConfig(path string) (server.Config, error) {
 		return server.EnvConfig(os.LookupEnv)
 	}
 	return server.LoadConfig(path, os.LookupEnv)
+}
+
+// describeStore names the job store for the banner: an SQLite file by its
+// absolute path, a PostgreSQL URL without its password.
+func describeStore(dsn string, fromEnv bool) string {
+	var d string
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		d = "sqlite:" + path
+	default:
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "(unparsable store URL)"
+		}
+		d = u.Redacted()
+	}
+	if fromEnv && dsn == server.StoreDefault {
+		d += " (the default; set store: in a config file)"
+	}
+	return d
+}
+
+// describeClients says how callers authenticate.
+func describeClients(c server.Config) string {
+	if len(c.Clients) == 0 {
+		return "none configured: every caller is admitted without a key (single tenant; keep the gateway on loopback)"
+	}
+	names := make([]string, 0, len(c.Clients))
+	for _, cl := range c.Clients {
+		names = append(names, cl.Name)
+	}
+	return fmt.Sprintf("%d (%s), a key is required", len(c.Clients), strings.Join(names, ", "))
+}
+
+// describeLimits lists an upstream's configured quotas (the rest are
+// learned from the provider's headers), concurrency and key count.
+func describeLimits(u upstream.Config) string {
+	var parts []string
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{
+		{"rpm", u.Limits.RequestsPerMinute}, {"itpm", u.Limits.InputTokensPerMinute},
+		{"otpm", u.Limits.OutputTokensPerMinute}, {"tpm", u.Limits.TokensPerMinute},
+	} {
+		if l.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", l.name, l.v))
+		}
+	}
+	quota := "quotas learned from the provider's headers"
+	if len(parts) > 0 {
+		quota = "limits " + strings.Join(parts, ", ") + " (others learned)"
+	}
+	keys := max(len(u.APIKeys), 1)
+	return fmt.Sprintf("%s; max_concurrency %d; %d key(s)", quota, u.Limits.MaxConcurrency, keys)
 }
 
 func describeUpstreams(cfg server.Config) string {

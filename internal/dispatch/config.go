@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -48,9 +47,10 @@ type Config struct {
 	Clock clock.Clock
 	// Observer receives engine events. Defaults to NopObserver.
 	Observer Observer
-	// Logger receives the key pool's state changes (a key taken out or
-	// back in). Defaults to discarding them.
-	Logger *slog.Logger
+	// States receives the upstream's state changes (breaker, 429 pauses,
+	// limits learned, keys taken out or back in), once each. Defaults to
+	// NopStateObserver.
+	States StateObserver
 	// Rand jitters backoff and breaker periods; it is used under a lock.
 	// Defaults to a randomly seeded source.
 	Rand *rand.Rand
@@ -80,8 +80,8 @@ func (c Config) resolve() (settings, error) {
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if c.States == nil {
+		c.States = NopStateObserver{}
 	}
 	if c.Rand == nil {
 		c.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))

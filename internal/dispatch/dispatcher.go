@@ -131,6 +131,7 @@ func trimSlash(s string) string {
 
 func (d *Dispatcher) breakerChanged(from, to flow.BreakerState) {
 	d.obs.BreakerStateChanged(from, to)
+	d.cfg.States.BreakerChanged(from, to)
 	d.kick()
 }
 

@@ -47,7 +47,7 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	defer func() {
 		d := s.cfg.Clock.Now().Sub(start)
 		obs.Attempted(w.upstream, outcome, d)
-		w.logAttempt(j, outcome, v, d)
+		w.logAttempt(j, outcome, v, queueWait(j, start), d)
 	}()
 	ctx, cancel := context.WithCancelCause(w.jobCtx)
 	defer cancel(nil)
@@ -112,7 +112,7 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 // logAttempt writes the one line of a finished attempt (msg "job
 // attempt"; the fields are listed in docs/http-api.md, "Logs"). It runs
 // after the verdict is written and holds no lock: O(1), off the hot path.
-func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, d time.Duration) {
+func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, queued, d time.Duration) {
 	log := w.s.cfg.Logger
 	ctx := context.Background()
 	if !log.Enabled(ctx, slog.LevelInfo) {
@@ -127,13 +127,16 @@ func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, 
 		status = v.fail.Error.Status
 	}
 	log.LogAttrs(ctx, slog.LevelInfo, "job attempt",
+		slog.String("request_id", jobRequestID(j.ID)),
 		slog.Int64("job_id", j.ID),
+		slog.String("batch_id", j.BatchID),
 		slog.String("upstream", w.upstream),
 		slog.String("client", j.Client),
 		slog.String("priority", j.Priority.String()),
 		slog.String("outcome", string(outcome)),
 		slog.Int("status", status),
 		slog.Int("attempt", j.Attempts+1),
+		slog.Int64("queue_ms", queued.Milliseconds()),
 		slog.Int64("duration_ms", d.Milliseconds()),
 		slog.Int64("tokens_in", usage.InputTokens),
 		slog.Int64("tokens_out", usage.OutputTokens),
