@@ -62,7 +62,22 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *grace > 0 {
 		cfg.ShutdownGrace = *grace
 	}
-	srv, err := server.New(cfg, server.WithLogger(logger))
+	tp, traceNote, stopTracing, err := tracingFromEnv(ctx, os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			logger.Warn("flushing traces", "err", err)
+		}
+	}()
+	opts := []server.Option{server.WithLogger(logger)}
+	if tp != nil {
+		opts = append(opts, server.WithTracerProvider(tp))
+	}
+	srv, err := server.New(cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -77,6 +92,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	fmt.Fprintf(out, "sluice listening on http://%s\n", srv.Addr())
 	fmt.Fprintf(out, "  store: %s\n", describeStore(c.Store, *configPath == ""))
 	fmt.Fprintf(out, "  clients: %s\n", describeClients(c))
+	fmt.Fprintf(out, "  traces: %s\n", traceNote)
 	fmt.Fprintf(out, "  memory: %s; request bodies in flight up to %s (max_request_bytes_in_flight)\n",
 		memNote, formatBytes(c.MaxRequestBytesInFlight))
 	for _, u := range c.Upstreams {

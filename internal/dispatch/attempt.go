@@ -50,6 +50,15 @@ type exchanged struct {
 // the slot as neutral.
 func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchanged, error) {
 	start := d.clk.Now()
+	d.traceQueueWait(w, start, nil)
+	ctx, span := d.startAttempt(ctx, w, g, start)
+	x, err := d.exchangeTraced(ctx, w, g, start)
+	d.endAttempt(span, x, err, d.clk.Now())
+	return x, err
+}
+
+// exchangeTraced is exchange inside its attempt's span (ctx carries it).
+func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, start time.Time) (exchanged, error) {
 	w.queueWait += since(w.waitFrom, start)
 	w.waitFrom = time.Time{}
 	if !w.admittedOnce {
@@ -332,5 +341,6 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *pool
 		req.Header = http.Header{}
 	}
 	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.secret, true)
+	injectTrace(ctx, req.Header)
 	return req, nil
 }

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -51,6 +54,9 @@ type Config struct {
 	// limits learned, keys taken out or back in), once each. Defaults to
 	// NopStateObserver.
 	States StateObserver
+	// Tracer makes the engine's spans (queue wait, attempts, streams)
+	// under the caller's span. Defaults to a no-op tracer.
+	Tracer trace.Tracer
 	// Rand jitters backoff and breaker periods; it is used under a lock.
 	// Defaults to a randomly seeded source.
 	Rand *rand.Rand
@@ -82,6 +88,9 @@ func (c Config) resolve() (settings, error) {
 	}
 	if c.States == nil {
 		c.States = NopStateObserver{}
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	if c.Rand == nil {
 		c.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))

@@ -12,6 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -44,12 +48,23 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	obs.Started(w.upstream, queueWait(j, start))
 	outcome := AttemptStoreError
 	var v verdict
+	spanCtx, span := s.cfg.Tracer.Start(w.jobCtx, "sluice.job_attempt", trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.Int64("sluice.job_id", j.ID), attribute.String("sluice.request_id", jobRequestID(j.ID)),
+			attribute.String("sluice.upstream", w.upstream), attribute.String("sluice.client", j.Client),
+			attribute.String("sluice.priority", j.Priority.String()), attribute.Int("sluice.attempt", j.Attempts+1),
+			attribute.String("sluice.batch_id", j.BatchID)))
 	defer func() {
-		d := s.cfg.Clock.Now().Sub(start)
+		now := s.cfg.Clock.Now()
+		d := now.Sub(start)
 		obs.Attempted(w.upstream, outcome, d)
 		w.logAttempt(j, outcome, v, queueWait(j, start), d)
+		span.SetAttributes(attribute.String("sluice.outcome", string(outcome)))
+		if outcome != AttemptSuccess {
+			span.SetStatus(codes.Error, string(outcome))
+		}
+		span.End(trace.WithTimestamp(now))
 	}()
-	ctx, cancel := context.WithCancelCause(w.jobCtx)
+	ctx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
 	s.track(j.ID, cancel)
 	defer s.untrack(j.ID)

@@ -20,5 +20,6 @@ func newEngine(uc upcfg.Config, o options, obs dispatch.Observer) (*dispatch.Dis
 		Clock:      o.clock,
 		Observer:   obs,
 		States:     stateLog{log: o.logger, upstream: uc.Name},
+		Tracer:     o.tracerOrNoop(),
 	})
 }
