@@ -30,6 +30,7 @@ func init() {
 		summary: "run a JSONL batch file through the gateway's job queue, resumably",
 		usage:   "run input.jsonl -o results.jsonl [--server URL] [--key KEY] [--store DSN --config FILE] [--upstream NAME] [--priority low] [--cancel-on-interrupt] | status ID | cancel ID",
 		run:     runBatch,
+		subs:    []string{"run", "status", "cancel"},
 	})
 }
 

@@ -32,6 +32,7 @@ func init() {
 		summary: "list, inspect, cancel and retry durable jobs on a running gateway",
 		usage:   "ls [--state S] [--upstream U] [--limit N] [--cursor C] | get ID [--wait 30s] | cancel ID | retry ID|--all [--server URL] [--key KEY]",
 		run:     runJobs,
+		subs:    []string{"ls", "list", "get", "cancel", "retry"},
 	})
 }
 

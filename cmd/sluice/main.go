@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -24,6 +25,10 @@ type command struct {
 	// run executes the command. It gets a fresh FlagSet named after the
 	// command; a returned error is printed as one line and exits non-zero.
 	run func(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error
+	// subs, when set, are the words the first positional argument may be
+	// (subcommands, scenarios): the docs test checks documented command
+	// lines against them.
+	subs []string
 }
 
 var commands = map[string]command{}
@@ -140,8 +145,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	// Leave the positional arguments in fs.Args(): parsing "--" first stops
 	// at once and keeps the flags already set.
 	_ = fs.Parse(append([]string{"--"}, pos...))
+	if _, ok := parseOnly.Load(fs); ok {
+		return errParsedOnly
+	}
 	return nil
 }
+
+// parseOnly holds the flag sets of parse-only runs (the docs test checks
+// every documented command line against the real flags without running
+// it): parseFlags returns errParsedOnly for them once parsing succeeded.
+var parseOnly sync.Map // *flag.FlagSet -> struct{}
+
+var errParsedOnly = errors.New("parsed only")
 
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "Sluice keeps LLM traffic flowing: a priority queue, quota admission, retries and a durable job queue in front of provider APIs.")
