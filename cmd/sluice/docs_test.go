@@ -23,7 +23,7 @@ type docCommand struct {
 }
 
 // docCommands returns the command lines of the fenced code blocks of the
-// README and docs/*.md (a "$ " prompt stripped, "\" continuations joined,
+// README and docs/*.md (but not ```text blocks, which show output) (a "$ " prompt stripped, "\" continuations joined,
 // comments and what follows a pipe, redirection or && dropped).
 func docCommands(t *testing.T) []docCommand {
 	t.Helper()
@@ -36,14 +36,16 @@ func docCommands(t *testing.T) []docCommand {
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)
 		lines := strings.Split(string(data), "\n")
-		in := false
+		in, output := false, false
 		for i := 0; i < len(lines); i++ {
 			l := strings.TrimSpace(lines[i])
 			if strings.HasPrefix(l, "```") {
 				in = !in
+				// A ```text block shows output, not commands.
+				output = in && strings.TrimPrefix(l, "```") == "text"
 				continue
 			}
-			if !in {
+			if !in || output {
 				continue
 			}
 			start := i

@@ -125,7 +125,7 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 }
 
 // logAttempt writes the one line of a finished attempt (msg "job
-// attempt"; the fields are listed in docs/http-api.md, "Logs"). It runs
+// attempt"; the fields are listed in docs/observability.md, "Logs"). It runs
 // after the verdict is written and holds no lock: O(1), off the hot path.
 func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, queued, d time.Duration) {
 	log := w.s.cfg.Logger

@@ -12,7 +12,7 @@ import (
 )
 
 // requestLine is what the one log line of a proxied request says (msg
-// "request"; the fields are listed in docs/http-api.md, "Logs"). It is
+// "request"; the fields are listed in docs/observability.md, "Logs"). It is
 // filled in as the request goes and written once, when it is answered.
 // It never holds a key: the client is its configured name.
 type requestLine struct {
