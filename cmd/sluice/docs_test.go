@@ -135,7 +135,7 @@ func checkCommandLine(args []string) error {
 	if !ok {
 		return errors.New("unknown command " + args[0])
 	}
-	fs := newFlagSet(c, io.Discard)
+	fs := newFlagSet(c)
 	parseOnly.Store(fs, struct{}{})
 	defer parseOnly.Delete(fs)
 	err := c.run(context.Background(), fs, args[1:], io.Discard)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -59,8 +60,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
-				fs := newFlagSet(c, stdout)
+				fs := newFlagSet(c)
 				_ = c.run(ctx, fs, []string{"-h"}, stdout)
+				writeHelp(fs, stdout)
 				return 0
 			}
 		}
@@ -72,12 +74,13 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: unknown command %q (run 'sluice help')\n", args[0])
 		return 2
 	}
-	fs := newFlagSet(c, stderr)
+	fs := newFlagSet(c)
 	err := c.run(context.WithValue(ctx, stderrKey{}, stderr), fs, args[1:], stdout)
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
+		writeHelp(fs, stdout)
 		return 0
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, oneLine(err))
@@ -106,14 +109,28 @@ func writerIsTerminal(w io.Writer) bool {
 	return ok && isTerminal(f)
 }
 
-func newFlagSet(c command, w io.Writer) *flag.FlagSet {
+// newFlagSet returns the command's flag set. What the flag package prints
+// (the usage, its own error message) goes to a buffer: -h copies it to
+// stdout (writeHelp), a bad flag discards it, so that the error is one
+// line (runMain's).
+func newFlagSet(c command) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice "+c.name, flag.ContinueOnError)
-	fs.SetOutput(w)
+	fs.SetOutput(&bytes.Buffer{})
 	fs.Usage = func() {
-		fmt.Fprintf(w, "Usage: sluice %s %s\n\n%s\n\nFlags:\n", c.name, c.usage, c.summary)
+		if b, ok := fs.Output().(*bytes.Buffer); ok {
+			b.Reset() // drop flag's error line; the usage alone
+		}
+		fmt.Fprintf(fs.Output(), "Usage: sluice %s %s\n\n%s\n\nFlags:\n", c.name, c.usage, c.summary)
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// writeHelp copies the usage a -h printed into fs's buffer to w.
+func writeHelp(fs *flag.FlagSet, w io.Writer) {
+	if b, ok := fs.Output().(*bytes.Buffer); ok {
+		_, _ = w.Write(b.Bytes())
+	}
 }
 
 // parseFlags parses args into fs, flags before or after the positional
