@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 func init() {
@@ -96,7 +95,10 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	fmt.Fprintf(out, "  memory: %s; request bodies in flight up to %s (max_request_bytes_in_flight)\n",
 		memNote, formatBytes(c.MaxRequestBytesInFlight))
 	for _, u := range c.Upstreams {
-		fmt.Fprintf(out, "  /%s/ -> %s (%s, profile %s): %s\n", u.Name, u.BaseURL, u.Protocol, u.Profile, describeLimits(u))
+		l := u.Limits
+		fmt.Fprintf(out, "  /%s/ -> %s (%s, profile %s): %s\n", u.Name, u.BaseURL, u.Protocol, u.Profile,
+			describeLimits([4]int64{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute, l.TokensPerMinute},
+				l.MaxConcurrency, max(len(u.APIKeys), 1)))
 	}
 	logger.Info("sluice started", "listen", srv.Addr(), "store", describeStore(c.Store, false),
 		"clients", len(c.Clients), "upstreams", len(c.Upstreams))
@@ -186,27 +188,21 @@ func describeClients(c server.Config) string {
 	return fmt.Sprintf("%d (%s), a key is required", len(c.Clients), strings.Join(names, ", "))
 }
 
-// describeLimits lists an upstream's configured quotas (the rest are
-// learned from the provider's headers), concurrency and key count.
-func describeLimits(u upstream.Config) string {
+// describeLimits lists an upstream's configured quotas (rpm, itpm, otpm,
+// tpm; the rest are learned from the provider's headers), concurrency
+// and key count.
+func describeLimits(quotas [4]int64, maxConcurrency, keys int) string {
 	var parts []string
-	for _, l := range []struct {
-		name string
-		v    int64
-	}{
-		{"rpm", u.Limits.RequestsPerMinute}, {"itpm", u.Limits.InputTokensPerMinute},
-		{"otpm", u.Limits.OutputTokensPerMinute}, {"tpm", u.Limits.TokensPerMinute},
-	} {
-		if l.v > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", l.name, l.v))
+	for i, name := range []string{"rpm", "itpm", "otpm", "tpm"} {
+		if quotas[i] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", name, quotas[i]))
 		}
 	}
 	quota := "quotas learned from the provider's headers"
 	if len(parts) > 0 {
 		quota = "limits " + strings.Join(parts, ", ") + " (others learned)"
 	}
-	keys := max(len(u.APIKeys), 1)
-	return fmt.Sprintf("%s; max_concurrency %d; %d key(s)", quota, u.Limits.MaxConcurrency, keys)
+	return fmt.Sprintf("%s; max_concurrency %d; %d key(s)", quota, maxConcurrency, keys)
 }
 
 func describeUpstreams(cfg server.Config) string {
