@@ -2,13 +2,16 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
@@ -81,5 +84,25 @@ func TestStateChangesLoggedOnce(t *testing.T) {
 	out := buf.String()
 	for _, secret := range []string{upstreamKey, "sk-ant-OTHER-SECRET", clientKey, secondKey} {
 		require.NotContains(t, out, secret)
+	}
+}
+
+// TestStateLogLevels: a breaker opening is a warning, its other moves
+// info; each line names the upstream.
+func TestStateLogLevels(t *testing.T) {
+	t.Parallel()
+	log, buf := capturedLogger(slog.LevelDebug)
+	s := stateLog{log: log, upstream: "claude"}
+	s.BreakerChanged(flow.Closed, flow.Open)
+	s.BreakerChanged(flow.Open, flow.HalfOpen)
+	s.BreakerChanged(flow.HalfOpen, flow.Closed)
+	s.KeyOut("fp_1", "401 authentication_error", time.Minute)
+	s.KeyBack("fp_1", 90*time.Second)
+	for msg, level := range map[string]string{"breaker open": "WARN", "breaker half_open": "INFO", "breaker closed": "INFO",
+		"key taken out of the pool": "WARN", "key back in the pool": "INFO"} {
+		lines := buf.lines(t, msg)
+		require.Len(t, lines, 1, msg)
+		require.Equal(t, level, lines[0]["level"], msg)
+		require.Equal(t, "claude", lines[0]["upstream"], msg)
 	}
 }
