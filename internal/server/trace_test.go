@@ -90,6 +90,19 @@ func TestTraces(t *testing.T) {
 	}
 	require.Equal(t, int64(4), attrs["gen_ai.usage.output_tokens"])
 
+	// A pass-through request carries its span upstream too.
+	preq, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/claude/v1/models", nil)
+	require.NoError(t, err)
+	preq.Header.Set("traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01")
+	presp, err := http.DefaultClient.Do(preq)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, presp.Body)
+	presp.Body.Close()
+	require.Eventually(t, func() bool { return len(byName("GET /claude/*")) == 1 }, 5*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	require.Equal(t, "00-"+clientTrace+"-"+byName("GET /claude/*")[0].SpanContext.SpanID().String()+"-01", sent[len(sent)-1])
+	mu.Unlock()
+
 	code, body := call(t, "POST", base+"/v1/jobs", "", `{"upstream":"claude","request":{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`)
 	require.Equal(t, http.StatusAccepted, code, string(body))
 	var job struct {
