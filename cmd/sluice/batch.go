@@ -43,6 +43,7 @@ type batchRun struct {
 	priority string
 	stderr   io.Writer
 	terminal bool // stderr is a terminal: a redrawn bar, else periodic lines
+	local    bool // --store: the gateway runs in this process and stops with it
 	clk      clock.Clock
 
 	mu        sync.Mutex
@@ -111,7 +112,7 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 			return err
 		}
 		defer stop()
-		r.c = c
+		r.c, r.local = c, true
 	} else {
 		if r.c, err = gw.client(); err != nil {
 			return err

@@ -115,6 +115,11 @@ func (r *batchRun) afterInterrupt(ctx context.Context, cancel func(n int) bool) 
 		return
 	}
 	if !cancel(len(ids)) {
+		if r.local {
+			fmt.Fprintf(r.stderr, "batch: %d submitted job(s) stay queued in the store: a gateway serving the same store will run them (and they will be paid for); "+
+				"rerun the same command to finish, or rerun with --cancel-on-interrupt and Ctrl-C to cancel them (ids %s)\n", len(ids), joinIDs(ids))
+			return
+		}
 		fmt.Fprintf(r.stderr, "batch: %d submitted job(s) keep running on the gateway and will be paid for: rerun the same command to collect their results, "+
 			"or cancel them with `sluice jobs cancel ID` (ids %s); lines not yet submitted were not sent\n", len(ids), joinIDs(ids))
 		return
