@@ -124,3 +124,21 @@ func TestFlagsBeforeOrAfterArguments(t *testing.T) {
 		require.Equal(t, tt.n, *n, "%v", tt.args)
 	}
 }
+
+// TestHelpNeverShowsTheKey: the key from the environment is not printed as
+// a flag default by -h.
+func TestHelpNeverShowsTheKey(t *testing.T) {
+	t.Setenv("SLUICE_KEY", "ck-ENV-SECRET")
+	for _, name := range []string{"jobs", "batch"} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 0, runMain(context.Background(), []string{name, "-h"}, &out, &errOut))
+		require.Contains(t, out.String(), "-key key")
+		require.NotContains(t, out.String()+errOut.String(), "ck-ENV-SECRET")
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	g := addGatewayFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	require.Equal(t, "ck-ENV-SECRET", g.Key(), "the environment's key is used")
+	require.NoError(t, fs.Parse([]string{"--key", "ck-flag"}))
+	require.Equal(t, "ck-flag", g.Key(), "the flag wins")
+}
