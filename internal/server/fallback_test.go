@@ -80,6 +80,15 @@ func (r *fbRig) send(t *testing.T, class llm.Priority, deadline time.Duration, h
 	t.Helper()
 	ch := r.sendAsync(class, deadline, h)
 	start := r.fc.Now()
+	// Let the routing decision happen before fake time moves: a request
+	// that can be answered (or shed, or sent to a fallback) at once must
+	// not see the buckets refilled by a clock running ahead of a slow
+	// scheduler.
+	select {
+	case res := <-ch:
+		return res, 0
+	case <-time.After(settleWait):
+	}
 	limit := time.Now().Add(20 * time.Second)
 	for {
 		for range 4 {
@@ -94,6 +103,10 @@ func (r *fbRig) send(t *testing.T, class llm.Priority, deadline time.Duration, h
 		require.True(t, time.Now().Before(limit), "no answer")
 	}
 }
+
+// settleWait is how long send waits, in real time, for an answer that
+// needs no fake time before it starts moving the clock.
+const settleWait = 500 * time.Millisecond
 
 func (r *fbRig) sendAsync(class llm.Priority, deadline time.Duration, h http.Header) <-chan fbResult {
 	req := &dispatch.Request{Method: http.MethodPost, Path: "/v1/messages", Header: http.Header{},
