@@ -58,7 +58,10 @@ type batchRun struct {
 	tokensOut int64
 	start     time.Time
 	pending   map[string]int64 // custom_id -> job id submitted and not finished
-	lastLine  time.Time        // last periodic line (not a terminal)
+	// submitting holds the submit bodies in flight: cut by Ctrl-C, they
+	// may or may not have reached the gateway.
+	submitting map[string][]byte
+	lastLine   time.Time // last periodic line (not a terminal)
 }
 
 func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
@@ -101,7 +104,7 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	sum := sha256.Sum256(data)
 	stderr := stderrOf(ctx)
 	r := &batchRun{file: f, hash: hex.EncodeToString(sum[:8]), upstream: cmp.Or(*upstream, string(f.Format)), priority: *priority,
-		stderr: stderr, terminal: writerIsTerminal(stderr), clk: clock.Real(), pending: map[string]int64{}}
+		stderr: stderr, terminal: writerIsTerminal(stderr), clk: clock.Real(), pending: map[string]int64{}, submitting: map[string][]byte{}}
 
 	if *store != "" {
 		if *config == "" {
@@ -118,7 +121,7 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 			return err
 		}
 	}
-	interrupt := askOnInterrupt(os.Stdin, stderr)
+	interrupt := askOnInterrupt(stdinOf(ctx), stderr)
 	if *cancelOnInterrupt {
 		interrupt = func(int) bool { return true }
 	}
@@ -237,15 +240,24 @@ func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
 		return fmt.Errorf("encoding line %d: %w", l.Line, err)
 	}
 	var j jobs.JobView
-	if _, err := r.c.call(ctx, "POST", "/v1/jobs", body, nil, &j); err != nil {
+	r.mu.Lock()
+	r.submitting[l.CustomID] = body
+	r.mu.Unlock()
+	_, err = r.c.call(ctx, "POST", "/v1/jobs", body, nil, &j)
+	r.mu.Lock()
+	if err == nil {
+		// A failed submit stays in submitting: it may have reached the
+		// gateway (afterInterrupt finds it again by its idempotency key).
+		delete(r.submitting, l.CustomID)
+		r.pending[l.CustomID] = j.ID
+	}
+	r.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("line %d: %w", l.Line, err)
 	}
 	// Finished already: a rerun collecting what the gateway did while
 	// this command was away; it says nothing of the rate.
 	collected := j.State.Finished()
-	r.mu.Lock()
-	r.pending[l.CustomID] = j.ID
-	r.mu.Unlock()
 	for !j.State.Finished() {
 		if _, err := r.c.call(ctx, "GET", fmt.Sprintf("/v1/jobs/%d?wait=30s", j.ID), nil, nil, &j); err != nil {
 			return fmt.Errorf("waiting for line %d: %w", l.Line, err)

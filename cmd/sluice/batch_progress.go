@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/jobs"
 )
 
 // Progress output of `sluice batch run` on stderr: on a terminal a bar
@@ -101,31 +102,48 @@ func (r *batchRun) printSummary() {
 // finished when it stops early: they keep running on the gateway (and
 // cost tokens) unless canceled. cancel(n) decides (a question on a
 // terminal, --cancel-on-interrupt); either way the user is told what
-// keeps running.
+// keeps running. A submit cut by the interrupt may or may not have
+// reached the gateway: to cancel, it is sent again with its idempotency
+// key, which returns the job if it exists (and creates it otherwise, to
+// be canceled at once).
 func (r *batchRun) afterInterrupt(ctx context.Context, cancel func(n int) bool) {
 	r.mu.Lock()
 	ids := make([]int64, 0, len(r.pending))
 	for _, id := range r.pending {
 		ids = append(ids, id)
 	}
+	cut := make([][]byte, 0, len(r.submitting))
+	for _, b := range r.submitting {
+		cut = append(cut, b)
+	}
 	r.mu.Unlock()
 	slices.Sort(ids)
-	if len(ids) == 0 {
+	if len(ids)+len(cut) == 0 {
 		fmt.Fprintln(r.stderr, "batch: nothing of this run is left on the gateway; lines not yet submitted were not sent")
 		return
 	}
-	if !cancel(len(ids)) {
+	if !cancel(len(ids) + len(cut)) {
+		maybe := ""
+		if len(cut) > 0 {
+			maybe = fmt.Sprintf(" (and %d more whose submission was cut may be there)", len(cut))
+		}
 		if r.local {
-			fmt.Fprintf(r.stderr, "batch: %d submitted job(s) stay queued in the store: a gateway serving the same store will run them (and they will be paid for); "+
-				"rerun the same command to finish, or rerun with --cancel-on-interrupt and Ctrl-C to cancel them (ids %s)\n", len(ids), joinIDs(ids))
+			fmt.Fprintf(r.stderr, "batch: %d submitted job(s)%s stay queued in the store: a gateway serving the same store will run them (and they will be paid for); "+
+				"rerun the same command to finish, or with --cancel-on-interrupt to cancel what it left (ids %s)\n", len(ids), maybe, joinIDs(ids))
 			return
 		}
-		fmt.Fprintf(r.stderr, "batch: %d submitted job(s) keep running on the gateway and will be paid for: rerun the same command to collect their results, "+
-			"or cancel them with `sluice jobs cancel ID` (ids %s); lines not yet submitted were not sent\n", len(ids), joinIDs(ids))
+		fmt.Fprintf(r.stderr, "batch: %d submitted job(s)%s keep running on the gateway and will be paid for: rerun the same command to collect their results, "+
+			"or cancel them with `sluice jobs cancel ID` (ids %s); lines not yet submitted were not sent\n", len(ids), maybe, joinIDs(ids))
 		return
 	}
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer stop()
+	for _, body := range cut {
+		var j jobs.JobView
+		if _, err := r.c.call(cctx, "POST", "/v1/jobs", body, nil, &j); err == nil && !j.State.Finished() {
+			ids = append(ids, j.ID)
+		}
+	}
 	var failed []int64
 	for _, id := range ids {
 		var v json.RawMessage
@@ -133,18 +151,30 @@ func (r *batchRun) afterInterrupt(ctx context.Context, cancel func(n int) bool) 
 			failed = append(failed, id)
 		}
 	}
-	fmt.Fprintf(r.stderr, "batch: canceled %d of %d job(s) still queued or running on the gateway", len(ids)-len(failed), len(ids))
+	fmt.Fprintf(r.stderr, "batch: canceled %d job(s) still queued or running on the gateway", len(ids)-len(failed))
 	if len(failed) > 0 {
 		fmt.Fprintf(r.stderr, "; could not cancel %s (they may have finished)", joinIDs(failed))
 	}
 	fmt.Fprintln(r.stderr)
 }
 
-// askOnInterrupt asks on in (a terminal) whether to cancel the jobs still
-// on the gateway; off a terminal it never cancels.
-func askOnInterrupt(in *os.File, w io.Writer) func(n int) bool {
+// stdinKey carries a stand-in for stdin (tests); stdinOf defaults to
+// os.Stdin.
+type stdinKey struct{}
+
+// stdinOf returns the command's stdin.
+func stdinOf(ctx context.Context) io.Reader {
+	if r, ok := ctx.Value(stdinKey{}).(io.Reader); ok {
+		return r
+	}
+	return os.Stdin
+}
+
+// askOnInterrupt asks on in, when it is a terminal, whether to cancel the
+// jobs still on the gateway; off a terminal it never cancels.
+func askOnInterrupt(in io.Reader, w io.Writer) func(n int) bool {
 	return func(n int) bool {
-		if !isTerminal(in) {
+		if !readerIsTerminal(in) {
 			return false
 		}
 		fmt.Fprintf(w, "\ninterrupted: cancel the %d job(s) this run left queued or running on the gateway? [y/N] ", n)
@@ -152,6 +182,20 @@ func askOnInterrupt(in *os.File, w io.Writer) func(n int) bool {
 		a := strings.ToLower(strings.TrimSpace(line))
 		return a == "y" || a == "yes"
 	}
+}
+
+// terminalReader is a reader that says it is a terminal (tests).
+type terminalReader struct{ io.Reader }
+
+// readerIsTerminal reports whether r is a terminal.
+func readerIsTerminal(r io.Reader) bool {
+	switch v := r.(type) {
+	case terminalReader:
+		return true
+	case *os.File:
+		return isTerminal(v)
+	}
+	return false
 }
 
 func joinIDs(ids []int64) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -57,12 +58,22 @@ func TestBatchProgressOffATerminal(t *testing.T) {
 // running, with their ids.
 func TestBatchInterrupt(t *testing.T) {
 	t.Parallel()
-	for _, cancelFlag := range []bool{true, false} {
-		t.Run(fmt.Sprint("cancel-on-interrupt=", cancelFlag), func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		flag   bool
+		stdin  io.Reader
+		cancel bool
+	}{
+		{name: "--cancel-on-interrupt", flag: true, stdin: strings.NewReader(""), cancel: true},
+		{name: "off a terminal", stdin: strings.NewReader("y\n")},
+		{name: "asked on a terminal, yes", stdin: terminalReader{strings.NewReader("y\n")}, cancel: true},
+		{name: "asked on a terminal, no", stdin: terminalReader{strings.NewReader("\n")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := jobsGateway(t, &countingUpstream{calls: map[string]int{}}, false) // not started: jobs stay queued
 			in, out := batchInput(t, 10)
-			ctx, interrupt := context.WithCancel(boundedContext(t))
+			ctx, interrupt := context.WithCancel(context.WithValue(boundedContext(t), stdinKey{}, tc.stdin))
 			go func() { // Ctrl-C once the run has 3 jobs queued
 				for ctx.Err() == nil && len(listJobs(t, srv.URL, "queued")) < 3 {
 					time.Sleep(5 * time.Millisecond)
@@ -70,17 +81,20 @@ func TestBatchInterrupt(t *testing.T) {
 				interrupt()
 			}()
 			args := []string{"batch", "run", in, "-o", out, "--concurrency", "3", "--server", srv.URL}
-			if cancelFlag {
+			if tc.flag {
 				args = append(args, "--cancel-on-interrupt")
 			}
 			var stdout, stderr bytes.Buffer
 			require.Equal(t, 1, runMain(ctx, args, &stdout, &stderr), stderr.String())
-			if cancelFlag {
-				require.Contains(t, stderr.String(), "batch: canceled 3 of 3 job(s) still queued or running on the gateway")
+			_, asked := tc.stdin.(terminalReader)
+			require.Equal(t, asked, strings.Contains(stderr.String(), "job(s) this run left queued or running on the gateway? [y/N]"), stderr.String())
+			if tc.cancel {
+				// A submit cut by Ctrl-C is found again by its idempotency key.
+				require.Contains(t, stderr.String(), "batch: canceled 3 job(s) still queued or running on the gateway")
 				require.Len(t, listJobs(t, srv.URL, "canceled"), 3)
 				require.Empty(t, listJobs(t, srv.URL, "queued"))
 			} else {
-				require.Contains(t, stderr.String(), "batch: 3 submitted job(s) keep running on the gateway and will be paid for")
+				require.Regexp(t, `batch: \d submitted job\(s\).* keep running on the gateway and will be paid for`, stderr.String())
 				require.Len(t, listJobs(t, srv.URL, "queued"), 3)
 			}
 			require.Contains(t, stderr.String(), "batch summary: 0 succeeded")
