@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
@@ -58,6 +59,7 @@ type options struct {
 	engines   map[string]engine
 	store     jobstore.Store
 	noListen  bool
+	tracer    trace.TracerProvider
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -111,6 +113,7 @@ type Server struct {
 	cfg       Config
 	clock     clock.Clock
 	log       *slog.Logger
+	tracer    trace.Tracer
 	upstreams map[string]*upstream
 	order     []string // upstream names in config order
 	clients   *clientSet
@@ -230,6 +233,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		cfg:            cfg,
 		clock:          o.clock,
 		log:            o.logger,
+		tracer:         o.tracerOrNoop(),
 		upstreams:      map[string]*upstream{},
 		clients:        newClientSet(cfg.Clients),
 		registry:       prometheus.NewRegistry(),
