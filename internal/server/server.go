@@ -441,7 +441,10 @@ func (s *Server) Stop(ctx context.Context) error {
 			case <-ctx.Done():
 			}
 			t.Stop()
-			errs = append(errs, s.http.Close())
+			// A handler that returned may still be finishing its answer
+			// (net/http writes the chunked body's end after it): let the
+			// connections go idle before closing what is left.
+			errs = append(errs, s.closeWhenIdle(ctx))
 		}
 		s.cancelRequests(errShutdown)
 		<-s.serveDone
@@ -458,6 +461,27 @@ func (s *Server) Stop(ctx context.Context) error {
 		return fmt.Errorf("stopping server: %w", err)
 	}
 	return nil
+}
+
+// closeWhenIdle waits up to cutWait for the connections to finish the
+// answers their handlers wrote (Shutdown again: it closes each connection
+// once idle), then closes whatever is left.
+func (s *Server) closeWhenIdle(ctx context.Context) error {
+	idleCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := s.clock.NewTimer(cutWait)
+	defer t.Stop()
+	go func() {
+		select {
+		case <-t.C():
+			cancel()
+		case <-idleCtx.Done():
+		}
+	}()
+	if err := s.http.Shutdown(idleCtx); err == nil {
+		return nil
+	}
+	return s.http.Close()
 }
 
 // drainEngines makes every engine refuse its queued live requests at once
