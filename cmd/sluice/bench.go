@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/scenario"
@@ -19,7 +20,7 @@ func init() {
 	register(command{
 		name:    "bench",
 		summary: "measure the gateway against a naive client on an in-process mock: " + strings.Join(names, ", ") + ", all",
-		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--json] <scenario>",
+		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--rates R,R] [--rounds N] [--round D] [--json] <scenario>",
 		run:     runBench,
 	})
 }
@@ -29,6 +30,9 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	quick := fs.Bool("quick", false, "tiny sizes: a smoke run in seconds (figures not comparable with the targets)")
 	duration := fs.Duration("duration", scenario.LoadDurationDefault, "how long the priority scenario overloads")
 	requests := fs.Int("requests", 0, "override the scenario's request count (goodput, overhead pairs, mock)")
+	rates := fs.String("rates", "", "overhead: open-loop rates in req/s, comma-separated (default 500,1000,2000)")
+	rounds := fs.Int("rounds", 0, "overhead: rounds per system and rate; figures are medians (default 3)")
+	round := fs.Duration("round", 0, "overhead: length of one round (default 5s)")
 	asJSON := fs.Bool("json", false, "also print the results as JSON after the text report")
 	// Accept flags after the scenario name too: sluice bench goodput --quick.
 	var name string
@@ -55,6 +59,13 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *requests < 0 {
 		return fmt.Errorf("%w: --requests must be >= 0, got %d", errUsage, *requests)
 	}
+	if *rounds < 0 || *round < 0 {
+		return fmt.Errorf("%w: --rounds and --round must be >= 0", errUsage)
+	}
+	rateList, err := parseRates(*rates)
+	if err != nil {
+		return err
+	}
 	var scenarios []scenario.Scenario
 	if name == "all" {
 		scenarios = scenario.Scenarios()
@@ -65,7 +76,8 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		}
 		scenarios = []scenario.Scenario{s}
 	}
-	opts := scenario.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr}
+	opts := scenario.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr,
+		Rates: rateList, Rounds: *rounds, Round: *round}
 	if flagGiven(fs, "duration") || !*quick {
 		opts.Duration = *duration
 	}
@@ -91,4 +103,20 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	}
 	fmt.Fprintf(out, "%d of %d scenarios met every target\n", len(results)-missed, len(results))
 	return nil
+}
+
+// parseRates reads --rates: positive integers separated by commas.
+func parseRates(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w: --rates wants positive integers separated by commas, got %q", errUsage, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
