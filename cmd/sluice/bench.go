@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -33,6 +34,8 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	rates := fs.String("rates", "", "overhead: open-loop rates in req/s, comma-separated (default 500,1000,2000)")
 	rounds := fs.Int("rounds", 0, "overhead: rounds per system and rate; figures are medians (default 3)")
 	round := fs.Duration("round", 0, "overhead: length of one round (default 5s)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile at the end of the run to this file")
 	asJSON := fs.Bool("json", false, "also print the results as JSON after the text report")
 	// Accept flags after the scenario name too: sluice bench goodput --quick.
 	var name string
@@ -80,6 +83,28 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		Rates: rateList, Rounds: *rounds, Round: *round}
 	if flagGiven(fs, "duration") || !*quick {
 		opts.Duration = *duration
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("creating CPU profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("starting CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "creating allocation profile: %v\n", err)
+				return
+			}
+			defer f.Close()
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+		}()
 	}
 	var results []*scenario.Result
 	missed := 0
