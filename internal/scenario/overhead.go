@@ -43,6 +43,10 @@ const (
 	sysSluice = "sluice"
 )
 
+// overheadSaturatedMs is the direct calls' median latency above which a
+// rate is reported as saturating the machine.
+const overheadSaturatedMs = 5.0
+
 // overheadBodies is how many distinct request bodies the load cycles
 // through (built once, so the load generator's cost does not vary).
 const overheadBodies = 64
@@ -196,6 +200,10 @@ func runOverhead(ctx context.Context, o Options) (*Result, error) {
 				res.figure(fmt.Sprintf("%s_added_cpu_s_per_1k_%d", key, rate), median(a.addCPU))
 			}
 		}
+		if d := median(per[sysDirect].p50); d > overheadSaturatedMs {
+			res.Notes = append(res.Notes, fmt.Sprintf("at %d req/s the direct calls' median is %s: the machine is saturated (load generator, mock and proxies share its cores), so the figures at this rate measure queueing more than each proxy's cost; CPU per request still compares",
+				rate, msStr(d)))
+		}
 		overheadChecks(res, rate, per[sysBare].addP50, per[sysBare].addP99, per[sysBare].addCPU,
 			per[sysSluice].addP50, per[sysSluice].addP99, per[sysSluice].addCPU, failed[sysSluice])
 	}
@@ -301,6 +309,8 @@ func startBareProxy(target string) (*bareProxy, error) {
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = u.Host },
 		FlushInterval: -1,
 		Transport:     newTransport(),
+		// A failed request is counted by the load generator; it is not logged.
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) },
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
