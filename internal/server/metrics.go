@@ -133,7 +133,14 @@ func (m *metrics) passthroughRequest(upstream string) {
 
 // observer returns the dispatch.Observer for one upstream.
 func (m *metrics) observer(upstream string) dispatch.Observer {
-	return &upstreamObserver{m: m, upstream: upstream}
+	o := &upstreamObserver{m: m, upstream: upstream, latency: m.latency.WithLabelValues(upstream)}
+	for c := range llm.NumPriorities {
+		o.queueWait[c] = m.queueWait.WithLabelValues(upstream, llm.Priority(c).String())
+	}
+	for i, l := range [...][2]string{{"input", "estimated"}, {"output", "reserved"}, {"input", "actual"}, {"output", "actual"}} {
+		o.tokens[i] = m.tokens.WithLabelValues(upstream, l[0], l[1])
+	}
+	return o
 }
 
 // upstreamObserver records one dispatcher's events. Each method is a few
@@ -141,6 +148,11 @@ func (m *metrics) observer(upstream string) dispatch.Observer {
 type upstreamObserver struct {
 	m        *metrics
 	upstream string
+	// The series every request touches, resolved once: a label lookup per
+	// request costs more than the observation.
+	queueWait [llm.NumPriorities]prometheus.Observer
+	latency   prometheus.Observer
+	tokens    [4]prometheus.Counter // input estimated, output reserved, input actual, output actual
 }
 
 var _ dispatch.Observer = (*upstreamObserver)(nil)
@@ -148,12 +160,16 @@ var _ dispatch.Observer = (*upstreamObserver)(nil)
 func (o *upstreamObserver) Enqueued(llm.Priority) {}
 
 func (o *upstreamObserver) Admitted(class llm.Priority, queueWait time.Duration) {
-	o.m.queueWait.WithLabelValues(o.upstream, class.String()).Observe(queueWait.Seconds())
+	if !class.Valid() {
+		o.m.queueWait.WithLabelValues(o.upstream, class.String()).Observe(queueWait.Seconds())
+		return
+	}
+	o.queueWait[class].Observe(queueWait.Seconds())
 }
 
 func (o *upstreamObserver) Attempted(outcome llm.OutcomeKind, status int, latency time.Duration) {
 	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
-	o.m.latency.WithLabelValues(o.upstream).Observe(latency.Seconds())
+	o.latency.Observe(latency.Seconds())
 }
 
 func (o *upstreamObserver) Retried(outcome llm.OutcomeKind) {
@@ -169,11 +185,10 @@ func (o *upstreamObserver) BreakerStateChanged(_, to flow.BreakerState) {
 }
 
 func (o *upstreamObserver) Reconciled(est provider.Cost, actual llm.Usage) {
-	t := o.m.tokens
-	t.WithLabelValues(o.upstream, "input", "estimated").Add(float64(max(est.InputTokens, 0)))
-	t.WithLabelValues(o.upstream, "output", "reserved").Add(float64(max(est.OutputTokens, 0)))
-	t.WithLabelValues(o.upstream, "input", "actual").Add(float64(max(actual.InputTokens+actual.CacheCreationInputTokens+actual.CacheReadInputTokens, 0)))
-	t.WithLabelValues(o.upstream, "output", "actual").Add(float64(max(actual.OutputTokens, 0)))
+	o.tokens[0].Add(float64(max(est.InputTokens, 0)))
+	o.tokens[1].Add(float64(max(est.OutputTokens, 0)))
+	o.tokens[2].Add(float64(max(actual.InputTokens+actual.CacheCreationInputTokens+actual.CacheReadInputTokens, 0)))
+	o.tokens[3].Add(float64(max(actual.OutputTokens, 0)))
 }
 
 // statusLabel keeps the status label to real HTTP codes.
