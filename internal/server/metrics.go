@@ -48,6 +48,7 @@ type metrics struct {
 	attempts    *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	shed        *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
 	breaker     *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
@@ -84,6 +85,10 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Name: "sluice_breaker_transitions_total",
 			Help: "Circuit breaker state changes, by the state entered.",
 		}, []string{"upstream", "to"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_provider_rate_limited_total",
+			Help: "Provider 429s (and OpenAI 503 Slow Down), by cause: overshoot (the engine knew the exhausted limit and admitted past it) or unknown_limit.",
+		}, []string{"upstream", "cause"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tokens_total",
 			Help: "Tokens of finished requests: estimated before sending and actual from the usage report.",
@@ -99,7 +104,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 	}
-	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.breaker, m.tokens, m.queueWait, m.latency,
+	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.rateLimited, m.breaker, m.tokens, m.queueWait, m.latency,
 		&snapshotCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.pool = newPoolMetrics(reg, s)
@@ -178,6 +183,14 @@ func (o *upstreamObserver) Retried(outcome llm.OutcomeKind) {
 
 func (o *upstreamObserver) Shed(_ llm.Priority, reason error) {
 	o.m.shed.WithLabelValues(o.upstream, shedReason(reason)).Inc()
+}
+
+func (o *upstreamObserver) RateLimited(overshoot bool) {
+	cause := "unknown_limit"
+	if overshoot {
+		cause = "overshoot"
+	}
+	o.m.rateLimited.WithLabelValues(o.upstream, cause).Inc()
 }
 
 func (o *upstreamObserver) BreakerStateChanged(_, to flow.BreakerState) {
