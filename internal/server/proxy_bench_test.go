@@ -1,3 +1,5 @@
+//go:build unix
+
 package server
 
 import (
@@ -9,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/llm"
@@ -19,7 +22,8 @@ import (
 // a fixed answer with usage out) through a bare httputil.ReverseProxy and
 // through the gateway (no limits configured: admitted at once), to the
 // same in-process upstream. Allocations per op include the client's and
-// the upstream's, the same on both sides: the difference is the proxy's.
+// the upstream's, the same on both sides: the difference is the proxy's;
+// so does cpu-ns/op, the process's CPU time (getrusage) per request.
 func BenchmarkProxiedRequest(b *testing.B) {
 	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4.1","choices":[{"index":0,"message":{"role":"assistant","content":"hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":500,"completion_tokens":3,"total_tokens":503}}`)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -52,9 +56,11 @@ func BenchmarkProxiedRequest(b *testing.B) {
 		px := httptest.NewServer(rp)
 		defer px.Close()
 		b.ReportAllocs()
+		cpu0 := processCPU()
 		for b.Loop() {
 			send(b, px.URL+"/v1/chat/completions")
 		}
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("sluice", func(b *testing.B) {
 		g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0",
@@ -68,8 +74,19 @@ func BenchmarkProxiedRequest(b *testing.B) {
 		}
 		defer func() { _ = g.Stop(context.Background()) }()
 		b.ReportAllocs()
+		cpu0 := processCPU()
 		for b.Loop() {
 			send(b, "http://"+g.Addr()+"/openai/v1/chat/completions")
 		}
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	})
+}
+
+// processCPU is the process's user plus system CPU time so far, in ns.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
