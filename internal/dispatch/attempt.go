@@ -98,6 +98,10 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 		return exchanged{out: out}, nil
 	}
 	rl := provider.ParseRateLimits(d.cfg.Protocol, resp.Header, now)
+	var known [flow.NumDims]flow.BucketState
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		known = k.lim.State(now) // what the engine knew before this answer taught it
+	}
 	obs := observations(rl)
 	k.lim.Observe(obs, mark, now)
 	if k.org != nil {
@@ -126,6 +130,9 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 		if t, ok := rl.Exhausted(); ok {
 			out.RetryAfter, out.HasRetryAfter = max(t.Sub(now), 0), true
 		}
+	}
+	if out.Kind == llm.Rate {
+		d.obs.RateLimited(overshoot(rl, known))
 	}
 	keyOut := d.noteAnswer(k, out, true, now)
 	d.obs.Attempted(out.Kind, resp.StatusCode, since(start, now))
@@ -343,4 +350,31 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *pool
 	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.secret, true)
 	injectTrace(ctx, req.Header)
 	return req, nil
+}
+
+// overshoot tells whether a rate-limit answer is the engine's own
+// overshoot: the limit of a dimension the provider reports exhausted was
+// known to the engine (configured or learned) before the answer. Without
+// headers naming the dimension, any known limit counts.
+func overshoot(rl provider.RateLimits, known [flow.NumDims]flow.BucketState) bool {
+	named := false
+	for dim, b := range rl {
+		d, ok := dimOf[dim]
+		if !ok || b.Remaining != 0 {
+			continue
+		}
+		named = true
+		if known[d].Capacity > 0 {
+			return true
+		}
+	}
+	if named {
+		return false
+	}
+	for _, b := range known {
+		if b.Capacity > 0 {
+			return true
+		}
+	}
+	return false
 }

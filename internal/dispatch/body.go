@@ -27,7 +27,7 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 		b.replay = ahead.Bytes()
 	}
 	if so == nil {
-		b.buf = &bytes.Buffer{}
+		b.buf = usageBufs.Get().(*bytes.Buffer)
 	}
 	resp.Body = b
 	if so != nil && !w.ticket {
@@ -39,6 +39,18 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
 		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b,
 		Upstream: d.cfg.Name, Key: g.key.fp}
+}
+
+// usageBufs recycles the buffers that keep JSON bodies for ParseUsage.
+var usageBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putUsageBuf returns b to usageBufs, empty; one over 256 KiB is dropped.
+func putUsageBuf(b *bytes.Buffer) {
+	if b == nil || b.Cap() > 256<<10 { // keep the pool small
+		return
+	}
+	b.Reset()
+	usageBufs.Put(b)
 }
 
 // trackedBody is a Response's Body.
@@ -110,6 +122,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 			_, _ = b.so.Write(p[:n])
 		case b.buf != nil:
 			if b.buf.Len()+n > UsageBufferDefault {
+				putUsageBuf(b.buf)
 				b.buf = nil
 			} else {
 				b.buf.Write(p[:n])
@@ -155,6 +168,8 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	case b.buf != nil && complete:
 		usage, ok = provider.ParseUsage(p, b.buf.Bytes())
 	}
+	putUsageBuf(b.buf)
+	b.buf = nil
 	b.ended = End{Outcome: llm.Outcome{Kind: llm.Success, Status: b.status}, Usage: usage, HasUsage: ok}
 	if b.span != nil {
 		b.endSpan(complete, readErr)

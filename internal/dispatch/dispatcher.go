@@ -503,7 +503,14 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	d.seen[class] = now
 	d.mu.Unlock()
 	d.obs.Enqueued(class)
-	d.kick()
+	// The fast path: run the admission step in the caller's goroutine
+	// instead of waiting for the admission goroutine's turn. admit grants
+	// in the scheduler's order under d.mu, as the loop does, so priority,
+	// fairness and the quota hold whoever runs it; the loop is woken only
+	// when a timed retry is due (a refill, a breaker), which only it keeps.
+	if d.admit() > 0 {
+		d.kick()
+	}
 
 	for {
 		g, err := d.await(ctx, w)
@@ -519,6 +526,14 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 
 // await waits in the queue for w's admission, its deadline, ctx or Stop.
 func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
+	select {
+	case g := <-w.grant: // admitted at once: no timer
+		if g.err != nil {
+			return g, d.grantError(w, g.err)
+		}
+		return g, nil
+	default:
+	}
 	t := d.clk.NewTimer(w.deadline.Sub(d.clk.Now()))
 	defer t.Stop()
 	var reason error

@@ -41,6 +41,15 @@ type Options struct {
 	// Duration overrides the priority scenario's overload time. Defaults to
 	// LoadDurationDefault (a few seconds with Quick).
 	Duration time.Duration
+	// Rates are the overhead scenario's open-loop arrival rates in
+	// requests per second. Defaults to OverheadRatesDefault.
+	Rates []int
+	// Rounds is how many rounds each system runs per rate in the overhead
+	// scenario. Defaults to OverheadRoundsDefault.
+	Rounds int
+	// Round is how long one overhead round sends. Defaults to
+	// OverheadRoundDefault.
+	Round time.Duration
 	// Clock times the runs. Defaults to the wall clock.
 	Clock clock.Clock
 	// Progress receives a line as each phase starts. Defaults to
@@ -93,6 +102,15 @@ func (o Options) validate() error {
 		return fmt.Errorf("Requests must be >= 0, got %d", o.Requests)
 	case o.Duration < 0:
 		return fmt.Errorf("Duration must be >= 0, got %v", o.Duration)
+	case o.Rounds < 0:
+		return fmt.Errorf("Rounds must be >= 0, got %d", o.Rounds)
+	case o.Round < 0:
+		return fmt.Errorf("Round must be >= 0, got %v", o.Round)
+	}
+	for _, r := range o.Rates {
+		if r <= 0 {
+			return fmt.Errorf("Rates must be positive, got %d", r)
+		}
 	}
 	return nil
 }
@@ -135,7 +153,7 @@ func Scenarios() []Scenario {
 		{Name: "goodput", Summary: "drain time vs the ideal for the binding quota, provider 429s, client failures", run: runGoodput},
 		{Name: "priority", Summary: "Poisson overload at 2x: critical p95 vs unloaded, per-class share of throughput", run: runPriority},
 		{Name: "outage", Summary: "15 s of 529s at half load: client failures, probes while open, recovery time", run: runOutage},
-		{Name: "overhead", Summary: "p99 added by the gateway over calling the mock directly", run: runOverhead},
+		{Name: "overhead", Summary: "open-loop latency and CPU added by the gateway and by a bare reverse proxy over calling the mock directly", run: runOverhead},
 		{Name: "mock", Summary: "mock provider requests per second on loopback", run: runMockThroughput},
 	}
 }
