@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -36,15 +35,8 @@ func init() {
 	})
 }
 
-// gatewayFlags are the flags every command that talks to a gateway takes.
-func gatewayFlags(fs *flag.FlagSet) (server, key *string) {
-	server = fs.String("server", cmp.Or(os.Getenv("SLUICE_SERVER"), serverDefault), "gateway URL (env SLUICE_SERVER)")
-	key = fs.String("api-key", os.Getenv("SLUICE_API_KEY"), "client key for the gateway (env SLUICE_API_KEY)")
-	return server, key
-}
-
 func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	srv, key := gatewayFlags(fs)
+	gw := addGatewayFlags(fs)
 	watch := fs.Bool("watch", false, "redraw every --interval until interrupted")
 	interval := fs.Duration("interval", statusWatchDefault, "--watch: time between two redraws")
 	asJSON := fs.Bool("json", false, "print /v1/status as JSON")
@@ -57,7 +49,7 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writ
 	if *interval <= 0 {
 		return fmt.Errorf("%w: --interval must be positive, got %v", errUsage, *interval)
 	}
-	c, err := newAPIClient(*srv, *key)
+	c, err := gw.client()
 	if err != nil {
 		return err
 	}
@@ -213,7 +205,7 @@ func amount(v float64) string {
 }
 
 func runUpstream(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	srv, key := gatewayFlags(fs)
+	gw := addGatewayFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -221,7 +213,7 @@ func runUpstream(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wr
 	if len(pos) != 3 || pos[0] != "breaker" || (pos[1] != "reset" && pos[1] != "open") {
 		return fmt.Errorf("%w: want breaker reset|open NAME", errUsage)
 	}
-	c, err := newAPIClient(*srv, *key)
+	c, err := gw.client()
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,9 @@ func (d *Dispatcher) noteBreaker(from, to flow.BreakerState, cause string) {
 
 // ForceBreaker resets (closes) or opens the breaker by hand; an opened
 // breaker stays open, with no probe, until the next reset. The change is
-// logged, counted like any transition and kept in the breaker history.
+// counted and reported like any transition (Observer, StateObserver) and
+// kept in the breaker history with its cause; by names who asked, for the
+// caller's own log line.
 func (d *Dispatcher) ForceBreaker(action, by string) (from, to flow.BreakerState, err error) {
 	switch action {
 	case BreakerReset:
@@ -106,9 +108,8 @@ func (d *Dispatcher) ForceBreaker(action, by string) (from, to flow.BreakerState
 	d.noteBreaker(from, to, "operator "+action)
 	if from != to {
 		d.obs.BreakerStateChanged(from, to)
+		d.cfg.States.BreakerChanged(from, to)
 	}
-	d.cfg.Logger.Warn("circuit breaker set by an operator", "upstream", d.cfg.Name, "action", action,
-		"from", from.String(), "to", to.String(), "by", by)
 	d.kick()
 	return from, to, nil
 }

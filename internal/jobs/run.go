@@ -12,6 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -37,19 +41,32 @@ type verdict struct {
 // heartbeat, then the verdict written with the lease's fencing token. The
 // heartbeat goes on until the verdict is written: a worker holding a paid
 // answer keeps its lease while it retries the write (see write).
-func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
+func (w *worker) run(j *jobstore.Job, a admission) {
+	t := a.ticket
 	s := w.s
 	obs := s.cfg.Observer
 	start := s.cfg.Clock.Now()
 	obs.Started(w.upstream, queueWait(j, start))
 	outcome := AttemptStoreError
 	var v verdict
+	spanCtx, span := s.cfg.Tracer.Start(w.jobCtx, "sluice.job_attempt", trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.Int64("sluice.job_id", j.ID), attribute.String("sluice.request_id", jobRequestID(j.ID)),
+			attribute.String("sluice.upstream", w.upstream), attribute.String("sluice.client", j.Client),
+			attribute.String("sluice.priority", j.Priority.String()), attribute.Int("sluice.attempt", j.Attempts+1),
+			attribute.String("sluice.batch_id", j.BatchID)))
 	defer func() {
-		d := s.cfg.Clock.Now().Sub(start)
+		now := s.cfg.Clock.Now()
+		d := now.Sub(start)
 		obs.Attempted(w.upstream, outcome, d)
-		w.logAttempt(j, outcome, v, d)
+		servedBy := cmp.Or(a.via.upstream, w.upstream)
+		w.logAttempt(j, outcome, v, queueWait(j, start), d, servedBy)
+		span.SetAttributes(attribute.String("sluice.outcome", string(outcome)), attribute.String("sluice.served_by", servedBy))
+		if outcome != AttemptSuccess {
+			span.SetStatus(codes.Error, string(outcome))
+		}
+		span.End(trace.WithTimestamp(now))
 	}()
-	ctx, cancel := context.WithCancelCause(w.jobCtx)
+	ctx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
 	s.track(j.ID, cancel)
 	defer s.untrack(j.ID)
@@ -80,7 +97,7 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	case held:
 		t.Release()
 	default:
-		v = w.call(ctx, j, t)
+		v = w.call(ctx, j, a)
 	}
 
 	// The store already moved a canceled job or a lost lease on: write
@@ -110,9 +127,9 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 }
 
 // logAttempt writes the one line of a finished attempt (msg "job
-// attempt"; the fields are listed in docs/http-api.md, "Logs"). It runs
+// attempt"; the fields are listed in docs/observability.md, "Logs"). It runs
 // after the verdict is written and holds no lock: O(1), off the hot path.
-func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, d time.Duration) {
+func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, queued, d time.Duration, servedBy string) {
 	log := w.s.cfg.Logger
 	ctx := context.Background()
 	if !log.Enabled(ctx, slog.LevelInfo) {
@@ -127,13 +144,17 @@ func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, 
 		status = v.fail.Error.Status
 	}
 	log.LogAttrs(ctx, slog.LevelInfo, "job attempt",
+		slog.String("request_id", jobRequestID(j.ID)),
 		slog.Int64("job_id", j.ID),
+		slog.String("batch_id", j.BatchID),
 		slog.String("upstream", w.upstream),
+		slog.String("served_by", servedBy),
 		slog.String("client", j.Client),
 		slog.String("priority", j.Priority.String()),
 		slog.String("outcome", string(outcome)),
 		slog.Int("status", status),
 		slog.Int("attempt", j.Attempts+1),
+		slog.Int64("queue_ms", queued.Milliseconds()),
 		slog.Int64("duration_ms", d.Milliseconds()),
 		slog.Int64("tokens_in", usage.InputTokens),
 		slog.Int64("tokens_out", usage.OutputTokens),
@@ -213,7 +234,8 @@ func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, l *lease, cance
 // response; the request is built by the front door exactly as a live one,
 // and the engine's outcome goes through dispatch.DecideFate, the one place
 // that decides what a call means.
-func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) verdict {
+func (w *worker) call(ctx context.Context, j *jobstore.Job, a admission) verdict {
+	t := a.ticket
 	req, rerr := jobRequest(w.protocol, j, w.s.cfg.Clock.Now())
 	if rerr != nil {
 		t.Release()
@@ -221,6 +243,13 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) 
 			Message: "invalid request body: " + rerr.Message}, nil)
 	}
 	w.costs.remember(j.Priority, req.Cost)
+	if a.via.upstream != "" {
+		// A fallback serves the call: the job's model as it maps it.
+		req.Body = frontdoor.RewriteModel(req.Body, a.via.models)
+		if to, ok := a.via.models[req.Cost.Model]; ok {
+			req.Cost.Model = to
+		}
+	}
 	resp, err := t.Call(ctx, req)
 	if err != nil {
 		return w.callFailure(j, err)
@@ -242,6 +271,7 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) 
 			res.Header[h] = v
 		}
 	}
+	res.Header[servedByHeader] = []string{cmp.Or(a.via.upstream, w.upstream)}
 	end, _ := resp.End()
 	out := end.Outcome
 	if readErr != nil && out.Kind == llm.Success {

@@ -57,6 +57,8 @@ func (s *Server) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		writeControlError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
+	s.log.Warn("circuit breaker set by an operator", "upstream", name, "action", req.Action,
+		"from", from.String(), "to", to.String(), "client", by)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(BreakerResponse{Upstream: name, Action: req.Action, From: from.String(), Breaker: to.String(),
 		Held: req.Action == "open"})
