@@ -50,6 +50,7 @@ func (m *stubMember) Pause(until time.Time) {
 		m.paused = until
 	}
 }
+func (m *stubMember) Breaker(time.Time, bool, time.Time) {}
 func (m *stubMember) get() (float64, int, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

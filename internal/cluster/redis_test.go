@@ -35,3 +35,10 @@ func TestConformanceRedis(t *testing.T) {
 		return b
 	})
 }
+
+// TestConformanceMemory: the in-process backend the fake-clock tests use
+// behaves as the stores do.
+func TestConformanceMemory(t *testing.T) {
+	t.Parallel()
+	clustertest.Run(t, func(t *testing.T) cluster.Backend { return cluster.NewMemory(nil) })
+}

@@ -91,11 +91,15 @@ func (m clusterMember) Key() string { return m.key }
 func (m clusterMember) Load() cluster.Load {
 	l := m.d.ClusterLoad()
 	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
-		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil}
+		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil,
+		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil}
 }
 
 func (m clusterMember) Apply(share float64, slots int) { m.d.SetClusterShare(share, slots) }
 func (m clusterMember) Pause(until time.Time)          { m.d.ApplyPause(until) }
+func (m clusterMember) Breaker(openUntil time.Time, probe bool, since time.Time) {
+	m.d.ApplyClusterBreaker(openUntil, probe, since)
+}
 
 // startCluster opens the shared store and starts this node's syncs, when
 // sharing is on. s.mu is held.
