@@ -25,7 +25,8 @@ func floor(n int) float64 {
 // Allocate computes the grant for self given every live lease of its key
 // (self's included, already holding the share it reported). The target of
 // each node is its floor plus the rest in proportion to demand (equal
-// shares when nobody has any); self is granted its target but never more
+// shares when nobody has any), and of slots one each (when there are at
+// least as many as nodes) plus the rest in proportion to slot demand; self is granted its target but never more
 // than the others leave, so the shares held never sum above 1 (and the
 // slots never above maxSlots). Both backends run this same computation
 // (the Redis one in Lua), inside their atomic step.
@@ -61,7 +62,12 @@ func Allocate(leases []Lease, self string, maxSlots int) (share float64, slots i
 	share = math.Max(0, math.Min(target, 1-othersShare))
 	if maxSlots > 0 {
 		want := maxSlots / n
-		if slotDemand > 0 {
+		switch {
+		case slotDemand > 0 && maxSlots >= n:
+			// A slot each, so a request arriving at an idle node is not
+			// held back by the others' queues; the rest by demand.
+			want = 1 + int(math.Floor(float64(maxSlots-n)*me.SlotDemand/slotDemand))
+		case slotDemand > 0:
 			want = int(math.Floor(float64(maxSlots) * me.SlotDemand / slotDemand))
 		}
 		if me.SlotDemand > 0 || slotDemand == 0 {

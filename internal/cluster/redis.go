@@ -126,7 +126,9 @@ local gShare = math.max(0, math.min(target, 1 - othersShare))
 local gSlots = 0
 if maxSlots > 0 then
   local want = math.floor(maxSlots / n)
-  if sumSlotDemand > 0 then
+  if sumSlotDemand > 0 and maxSlots >= n then
+    want = 1 + math.floor((maxSlots - n) * slotDemand / sumSlotDemand)
+  elseif sumSlotDemand > 0 then
     want = math.floor(maxSlots * slotDemand / sumSlotDemand)
   end
   if slotDemand > 0 or sumSlotDemand == 0 then
