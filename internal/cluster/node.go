@@ -323,7 +323,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 			ms.slots = max(load.MaxConcurrency/nodes, 1)
 			ms.m.Apply(ms.share, ms.slots)
 			ms.sharedOpen, ms.probe = false, false
-			n.leader = false // unsure: no maintenance here until the store answers
+			n.leader = false                             // unsure: no maintenance here until the store answers
 			ms.m.Breaker(time.Time{}, true, time.Time{}) // its own breaker, alone
 			n.log.Warn("cluster store unreachable: falling back to a local share", "key", r.Key, "share", ms.share, "err", err)
 		}
