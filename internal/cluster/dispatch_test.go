@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -88,12 +89,16 @@ func clusterRequest(deadline time.Time, class llm.Priority) *dispatch.Request {
 
 // do sends r and reports its error (the body read and closed).
 func do(d *dispatch.Dispatcher, r *dispatch.Request) error {
-	resp, err := d.Do(context.Background(), r)
+	return doCtx(context.Background(), d, r)
+}
+
+func doCtx(ctx context.Context, d *dispatch.Dispatcher, r *dispatch.Request) error {
+	resp, err := d.Do(ctx, r)
 	if err != nil {
 		return err
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
-	return err
+	return errors.Join(err, resp.Body.Close())
 }
 
 // TestSharedBreakerBoundsProbesClusterWide: two nodes (real dispatchers on
