@@ -45,7 +45,7 @@ func TestCriticalAtOneNodeWhileOthersFloodLow(t *testing.T) {
 	})
 	critical := func() []time.Duration {
 		var out []time.Duration
-		for range 24 {
+		for range 40 {
 			start := time.Now()
 			require.NoError(t, do(ds[0], clusterRequest(time.Now().Add(time.Minute), llm.Critical)))
 			out = append(out, time.Since(start))
@@ -87,7 +87,7 @@ func TestCriticalAtOneNodeWhileOthersFloodLow(t *testing.T) {
 	st := m.Stats().Overall
 	t.Logf("critical p95 at a: %v idle, %v while b and c flood low; the cluster sent %.1f/s of a 50/s quota meanwhile (mock: %v)",
 		idle, loaded, rate, st.ByStatus)
-	require.Greater(t, rate, 40.0, "the quota binds while a sends critical work")
+	require.Greater(t, rate, 35.0, "the quota binds while a sends critical work")
 	require.LessOrEqual(t, loaded, 2*idle)
 	require.Zero(t, st.ByStatus["429"], "the cluster stays within the quota")
 }
