@@ -95,6 +95,7 @@ type memberState struct {
 	openPub     time.Time // the latest breaker opening published or applied
 	sharedOpen  bool      // the last grant had a shared breaker opening
 	probe       bool      // the last grant gave us the probe token
+	urgentQueue bool      // the last report had work of the most urgent class queued
 	lastOK      time.Time // when the last successful sync started
 	leases      []Lease
 	pausedUntil time.Time
@@ -232,8 +233,9 @@ func (n *Node) loop(ctx context.Context) {
 			n.syncAll(ctx)
 			continue
 		}
-		// Between syncs: publish a new local pause or breaker opening, or
-		// a probe's success, at once.
+		// Between syncs: publish a new local pause or breaker opening, a
+		// probe's success, or critical work newly queued (its demand
+		// weighs 64x), at once.
 		for _, ms := range n.members {
 			if n.urgent(ms, ms.m.Load()) {
 				n.syncOne(ctx, ms)
@@ -248,7 +250,8 @@ func (n *Node) urgent(ms *memberState, l Load) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return l.PausedUntil.After(ms.published) || l.BreakerOpenUntil.After(ms.openPub) ||
-		(ms.sharedOpen && ms.probe && l.Breaker == flow.Closed)
+		(ms.sharedOpen && ms.probe && l.Breaker == flow.Closed) ||
+		(l.QueuedCount[0] > 0 && !ms.urgentQueue)
 }
 
 func (n *Node) syncAll(ctx context.Context) {
@@ -298,6 +301,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	if load.BreakerOpenUntil.After(ms.openPub) {
 		r.BreakerOpenUntil = load.BreakerOpenUntil
 	}
+	ms.urgentQueue = load.QueuedCount[0] > 0
 	r.WantProbe = load.Breaker == flow.HalfOpen
 	r.BreakerClosed = load.Breaker == flow.Closed && ms.sharedOpen && ms.probe
 	if ms.fallback {

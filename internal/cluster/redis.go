@@ -115,11 +115,16 @@ for _, l in ipairs(leases) do
   end
 end
 local fl = math.min(0.05, 1 / (2 * n))
-local target = 1 / n
-if sumDemand > 0 then
-  target = fl + (1 - fl * n) * demand / sumDemand
+local function targetOf(d)
+  if sumDemand > 0 then return fl + (1 - fl * n) * d / sumDemand end
+  return 1 / n
 end
-if target < share and target > share * (1 - 0.1) then
+local target = targetOf(demand)
+local short = -(1 - othersShare - share)
+for _, l in ipairs(leases) do
+  if l.node ~= node then short = short + math.max(0, targetOf(l.demand) - l.share) end
+end
+if target < share and target > share * (1 - 0.1) and short <= 1e-9 then
   target = share
 end
 local gShare = math.max(0, math.min(target, 1 - othersShare))
