@@ -390,6 +390,10 @@ type MemberStatus struct {
 	Slots    int
 	Fallback bool
 	Leases   []Lease
+	// BreakerShared says the last grant carried a shared breaker opening;
+	// Probe that this node held the cluster's probe token.
+	BreakerShared bool
+	Probe         bool
 }
 
 // Status returns the node's current view.
@@ -403,7 +407,7 @@ func (n *Node) Status() Status {
 	for _, ms := range n.members {
 		s.Degraded = s.Degraded || ms.fallback
 		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
-			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...)})
+			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe})
 	}
 	return s
 }
