@@ -68,8 +68,9 @@ type Report struct {
 	// new one takes the probe token back (the probe failed).
 	BreakerOpenUntil time.Time
 	// WantProbe says the node's breaker has served its open period and
-	// would probe: it is granted the key's one probe token when the
-	// shared opening has ended and no other live node holds the token.
+	// it has work to probe with: it is granted the key's one probe token
+	// when the shared opening has ended and no other live node holds the
+	// token. A holder that reports false gives the token back.
 	WantProbe bool
 	// BreakerClosed says the node's probes succeeded and its breaker
 	// closed: when it holds the probe token, the shared opening is
@@ -154,7 +155,8 @@ type signals struct {
 //   - A close from the probe token's holder clears the opening.
 //   - A node that wants to probe once the opening has passed gets the
 //     token when nobody else holds a live one; the holder renews it by
-//     asking again, and a holder that stops asking loses it after TTL.
+//     asking again and gives it back by not asking (it has no work to
+//     probe with), and a holder that dies loses it after TTL.
 func (s signals) step(r Report, now time.Time) (signals, bool) {
 	announce := false
 	if !r.PausedUntil.IsZero() {
@@ -173,6 +175,10 @@ func (s signals) step(r Report, now time.Time) (signals, bool) {
 	if r.BreakerClosed && !s.OpenUntil.IsZero() && s.ProbeNode == r.Node && !s.ProbeExpires.Before(now) {
 		s.OpenUntil, s.ProbeNode, s.ProbeExpires = time.Time{}, "", time.Time{}
 		announce = true
+	}
+	if s.ProbeNode == r.Node && !r.WantProbe {
+		// The holder has nothing to probe with: another node may.
+		s.ProbeNode, s.ProbeExpires = "", time.Time{}
 	}
 	if s.ProbeExpires.Before(now) {
 		s.ProbeNode, s.ProbeExpires = "", time.Time{}

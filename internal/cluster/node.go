@@ -302,7 +302,11 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		r.BreakerOpenUntil = load.BreakerOpenUntil
 	}
 	ms.urgentQueue = load.QueuedCount[0] > 0
-	r.WantProbe = load.Breaker == flow.HalfOpen
+	queued := 0
+	for _, q := range load.QueuedCount {
+		queued += q
+	}
+	r.WantProbe = load.Breaker == flow.HalfOpen && (queued > 0 || load.InFlight > 0)
 	r.BreakerClosed = load.Breaker == flow.Closed && ms.sharedOpen && ms.probe
 	if ms.fallback {
 		// Whatever was held in fallback is not a grant: claim afresh.

@@ -167,6 +167,7 @@ if closed and curOpen > 0 and probeNode == node and probeExp >= now then
   curOpen, probeNode, probeExp = 0, '', 0
   announce = true
 end
+if probeNode == node and not wantProbe then probeNode, probeExp = '', 0 end
 if probeExp < now then probeNode, probeExp = '', 0 end
 if curOpen > 0 and curOpen <= now and wantProbe and (probeNode == '' or probeNode == node) then
   probeNode, probeExp = node, now + ttl

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("BreakerOpensForAll", func(t *testing.T) { t.Parallel(); breakerOpens(t, open(t)) })
 	t.Run("OneProbeTokenClusterWide", func(t *testing.T) { t.Parallel(); probeToken(t, open(t)) })
 	t.Run("ProbeTokenExpires", func(t *testing.T) { t.Parallel(); probeExpiry(t, open(t)) })
+	t.Run("IdleHolderGivesTokenBack", func(t *testing.T) { t.Parallel(); probeRelease(t, open(t)) })
 }
 
 func loneNode(t *testing.T, b cluster.Backend) {
@@ -397,4 +398,28 @@ func assertNoError(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+func probeRelease(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	openPast(t, b, key)
+	r := report(key, "a", 0, 1)
+	r.WantProbe = true
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe)
+	r = report(key, "b", 0, 1)
+	r.WantProbe = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.False(t, g.Probe, "a holds it")
+	// a has no work to probe with any more: it gives the token back.
+	g, err = b.Sync(ctx, report(key, "a", 0, 1))
+	require.NoError(t, err)
+	require.False(t, g.Probe)
+	require.False(t, g.BreakerOpenUntil.IsZero(), "the opening stays")
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe, "b probes at once, without waiting for a's token to expire")
 }
