@@ -429,7 +429,7 @@ func TestClusterFigures(t *testing.T) {
 			arrived := slices.Clone(rec.arrived)
 			rec.mu.Unlock()
 			busy := arrived[len(arrived)-1].Sub(arrived[0])
-			var syncs float64 // store transactions, from each node's histogram count
+			var syncs, syncSeconds float64 // store transactions and their time, from each node's histogram
 			for _, n := range nodes {
 				resp, err := http.Get(n.base + "/metrics")
 				require.NoError(t, err)
@@ -441,13 +441,18 @@ func TestClusterFigures(t *testing.T) {
 						_, _ = fmt.Sscan(rest, &v)
 						syncs += v
 					}
+					if rest, ok := strings.CutPrefix(line, `sluice_cluster_sync_seconds_sum{upstream="anthropic"} `); ok {
+						var v float64
+						_, _ = fmt.Sscan(rest, &v)
+						syncSeconds += v
+					}
 				}
 			}
 			ideal := float64(total-rpm/60) / (rpm / 60.0)
-			t.Logf("FIGURES nodes=%d shared=%v store=%s: ok %d/%d, provider 429s %d (%.1f%%), upstream attempts %d, utilisation %.1f%% (ideal %.1fs with the provider's initial burst, took %.2fs; %.1f%% without it), peak in flight %d, store syncs %.0f (%.3f per admitted request)",
+			t.Logf("FIGURES nodes=%d shared=%v store=%s: ok %d/%d, provider 429s %d (%.1f%%), upstream attempts %d, utilisation %.1f%% (ideal %.1fs with the provider's initial burst, took %.2fs; %.1f%% without it), peak in flight %d, store syncs %.0f (%.3f per admitted request, %.2f ms each on average)",
 				c.n, c.shared, store, okN.Load(), total, st.ByStatus["429"], 100*float64(st.ByStatus["429"])/float64(total),
 				len(arrived), 100*ideal/busy.Seconds(), ideal, busy.Seconds(), 100*float64(total)/(rpm/60.0)/busy.Seconds(), st.PeakInFlight,
-				syncs, syncs/float64(total))
+				syncs, syncs/float64(total), 1000*syncSeconds/max(syncs, 1))
 		})
 	}
 }
