@@ -21,6 +21,7 @@ func init() {
 		summary: "measure the gateway against a naive client on an in-process mock: " + strings.Join(names, ", ") + ", all",
 		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--json] <scenario>",
 		run:     runBench,
+		subs:    append(names, "all"),
 	})
 }
 

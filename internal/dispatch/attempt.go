@@ -50,6 +50,15 @@ type exchanged struct {
 // the slot as neutral.
 func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchanged, error) {
 	start := d.clk.Now()
+	d.traceQueueWait(w, start, nil)
+	ctx, span := d.startAttempt(ctx, w, g, start)
+	x, err := d.exchangeTraced(ctx, w, g, start)
+	d.endAttempt(span, x, err, d.clk.Now())
+	return x, err
+}
+
+// exchangeTraced is exchange inside its attempt's span (ctx carries it).
+func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, start time.Time) (exchanged, error) {
 	w.queueWait += since(w.waitFrom, start)
 	w.waitFrom = time.Time{}
 	if !w.admittedOnce {
@@ -94,6 +103,7 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 	if k.org != nil {
 		k.org.lim.Observe(obs, orgMark, now)
 	}
+	d.noteLimits(k, obs)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		d.noteAnswer(k, llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, true, now)
@@ -152,7 +162,7 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 		if !out.HasRetryAfter {
 			hint = d.backoff.Ceiling(w.burnt)
 		}
-		g.key.pause(now.Add(hint), now)
+		d.pauseKey(g.key, now.Add(hint), now, out.HasRetryAfter)
 	case llm.Overload, llm.Transient, llm.StreamFail:
 		if out.Kind == llm.Overload || out.ErrorType == "timeout" {
 			d.aimd.OnOverload()
@@ -224,7 +234,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 		}
 		// The key is paused until the hint: wait in line (for another key
 		// of the pool, or this one's hint).
-		g.key.pause(fate.At, now)
+		d.pauseKey(g.key, fate.At, now, out.HasRetryAfter)
 		d.obs.Retried(out.Kind)
 		if err := d.requeue(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
@@ -331,5 +341,6 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *pool
 		req.Header = http.Header{}
 	}
 	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.secret, true)
+	injectTrace(ctx, req.Header)
 	return req, nil
 }

@@ -8,6 +8,10 @@ import (
 	"net/http"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -29,6 +33,9 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 	if so != nil && !w.ticket {
 		d.trackLive(b)
 	}
+	if so != nil {
+		b.span = d.startStream(w, d.clk.Now())
+	}
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
 		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b,
 		Upstream: d.cfg.Name, Key: g.key.fp}
@@ -44,6 +51,7 @@ type trackedBody struct {
 	status   int
 	buf      *bytes.Buffer // JSON body kept for ParseUsage, nil once too big
 	replay   []byte
+	span     trace.Span // the stream's span (nil: not traced)
 
 	mu       sync.Mutex
 	finished bool
@@ -148,6 +156,9 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		usage, ok = provider.ParseUsage(p, b.buf.Bytes())
 	}
 	b.ended = End{Outcome: llm.Outcome{Kind: llm.Success, Status: b.status}, Usage: usage, HasUsage: ok}
+	if b.span != nil {
+		b.endSpan(complete, readErr)
+	}
 	var refund flow.Amount
 	if ok {
 		refund = w.cost.Sub(actualAmount(p, usage))
@@ -194,4 +205,17 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		d.aimd.OnSuccess(inflight)
 	}
 	d.release(w, b.g, result, refund)
+}
+
+// endSpan closes the stream's span with its usage and how it ended.
+func (b *trackedBody) endSpan(complete bool, readErr error) {
+	b.span.SetAttributes(attribute.Bool("sluice.complete", complete),
+		attribute.Int64("gen_ai.usage.input_tokens", b.ended.Usage.InputTokens),
+		attribute.Int64("gen_ai.usage.output_tokens", b.ended.Usage.OutputTokens))
+	if o, bad := b.so.StreamError(); bad {
+		b.span.SetStatus(codes.Error, describe(o))
+	} else if readErr != nil && !errors.Is(readErr, io.EOF) {
+		b.span.SetStatus(codes.Error, readErr.Error())
+	}
+	b.span.End(trace.WithTimestamp(b.d.clk.Now()))
 }

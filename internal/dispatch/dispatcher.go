@@ -131,6 +131,7 @@ func trimSlash(s string) string {
 
 func (d *Dispatcher) breakerChanged(from, to flow.BreakerState) {
 	d.obs.BreakerStateChanged(from, to)
+	d.cfg.States.BreakerChanged(from, to)
 	d.kick()
 }
 
@@ -387,6 +388,9 @@ type waiter struct {
 	hintlessRate int // RATE answers without a retry hint
 	last         *llm.Outcome
 	ticket       bool // a durable caller's ticket (Acquire), not a Do
+	// ctx is Do's context, the parent of the request's spans (nil for a
+	// ticket: its attempt's context is).
+	ctx context.Context
 }
 
 // headroom is the share of each bucket's depth a request of class c must
@@ -452,6 +456,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		req:   req,
 		cost:  flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens),
 		grant: make(chan grant, 1),
+		ctx:   ctx,
 	}
 	class := req.Priority
 	if !class.Valid() {
@@ -603,6 +608,7 @@ func (d *Dispatcher) giveUp(w *waiter, reason error, msg string) *Error {
 	}
 	if !w.waitFrom.IsZero() {
 		e.QueueWait += since(w.waitFrom, now)
+		d.traceQueueWait(w, now, reason)
 	}
 	exhausted := errors.Is(reason, ErrRetriesExhausted) || errors.Is(reason, ErrRetryBudget)
 	switch {

@@ -46,6 +46,35 @@ type Options struct {
 	// Progress receives a line as each phase starts. Defaults to
 	// io.Discard.
 	Progress io.Writer
+	// Keep, when not nil, keeps the gateway side's gateway and mock
+	// running after the run (sluice demo --keep): they are handed to Keep,
+	// whose Stop stops them. Defaults to nil (stopped with the run).
+	Keep *Keep
+}
+
+// Keep holds the servers of a run kept running after it.
+type Keep struct {
+	// Started, when not nil, is called as soon as the gateway serves, with
+	// its URL and the mock provider's.
+	Started func(gatewayURL, mockURL string)
+
+	mu   sync.Mutex
+	stop stopper
+}
+
+func (k *Keep) hold(s stopper) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stop = append(k.stop, s...)
+}
+
+// Stop stops what was kept, the last started first.
+func (k *Keep) Stop(ctx context.Context) error {
+	k.mu.Lock()
+	s := k.stop
+	k.stop = nil
+	k.mu.Unlock()
+	return s.stop(ctx)
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -175,7 +204,14 @@ type sideConfig struct {
 func runSide(ctx context.Context, o Options, sc sideConfig) (s side, err error) {
 	s.name = sc.name
 	var stop stopper
-	defer func() { err = errors.Join(err, stop.stop(ctx)) }()
+	keep := o.Keep != nil && sc.gateway != nil
+	defer func() {
+		if keep && err == nil {
+			o.Keep.hold(stop)
+			return
+		}
+		err = errors.Join(err, stop.stop(ctx))
+	}()
 	sc.mock.Clock = o.Clock
 	m, err := startMock(ctx, sc.mock)
 	if err != nil {
@@ -193,6 +229,9 @@ func runSide(ctx context.Context, o Options, sc sideConfig) (s side, err error) 
 		}
 		stop.add(gw.Stop)
 		gwURL = "http://" + gw.Addr()
+		if keep && o.Keep.Started != nil {
+			o.Keep.Started(gwURL, m.URL())
+		}
 		send = gatewaySender(client, gwURL, sc.deadline)
 	} else {
 		nc := sc.naive
