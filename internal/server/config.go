@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -89,7 +91,8 @@ type ClientConfig struct {
 	// Defaults to none.
 	Name string `yaml:"name"`
 	// Key is the client's secret, sent as x-api-key or Authorization:
-	// Bearer. Required, unique. Defaults to none.
+	// Bearer. Unique; one of Key, Keys or KeySHA256 is required. Defaults
+	// to none.
 	Key string `yaml:"key"`
 	// DefaultPriority is the class used without X-Priority. Defaults to
 	// normal.
@@ -97,6 +100,56 @@ type ClientConfig struct {
 	// MaxPriority is the most urgent class the client may ask for; more
 	// urgent requests are lowered to it. Defaults to critical.
 	MaxPriority string `yaml:"max_priority"`
+	// Keys are more keys of the same client, valid together with Key: to
+	// rotate, add the new key, move the callers to it, then remove the old
+	// one (a reload, SIGHUP, is enough). Each unique. Defaults to none.
+	Keys []string `yaml:"keys"`
+	// Role is client (its own jobs and batches only) or admin (every
+	// client's jobs and batches, pausing upstreams, requeueing across
+	// clients, per-client status). Defaults to client.
+	Role string `yaml:"role"`
+	// Limits caps what the client may send to each upstream, enforced
+	// before dispatch (client_limits.go). Defaults to no limit.
+	Limits ClientLimits `yaml:"limits"`
+	// KeySHA256 is one more key given as the hex SHA-256 of the key, so
+	// the config file holds nothing a caller could send (generate with
+	// `printf %s "$KEY" | sha256sum`). Defaults to none.
+	KeySHA256 string `yaml:"key_sha256"`
+}
+
+// Client roles.
+const (
+	// RoleClient sees and manages only its own jobs and batches.
+	RoleClient = "client"
+	// RoleAdmin sees and manages everything, and may call the admin
+	// routes. With no clients configured every caller is an admin.
+	RoleAdmin = "admin"
+	// RoleDefault is the role of a client that names none.
+	RoleDefault = RoleClient
+)
+
+// allKeys returns the client's plain keys (Key and Keys).
+func (cl ClientConfig) allKeys() []string {
+	var out []string
+	if cl.Key != "" {
+		out = append(out, cl.Key)
+	}
+	return append(out, cl.Keys...)
+}
+
+// digests returns the SHA-256 of every key of the client, KeySHA256
+// included (validated as 64 hex digits).
+func (cl ClientConfig) digests() [][sha256.Size]byte {
+	var out [][sha256.Size]byte
+	for _, k := range cl.allKeys() {
+		out = append(out, sha256.Sum256([]byte(k)))
+	}
+	if cl.KeySHA256 != "" {
+		var d [sha256.Size]byte
+		_, _ = hex.Decode(d[:], []byte(strings.ToLower(cl.KeySHA256)))
+		out = append(out, d)
+	}
+	return out
 }
 
 // LookupEnv reads an environment variable; os.LookupEnv in production.
@@ -187,6 +240,7 @@ func (c Config) WithDefaults() Config {
 	for i, cl := range c.Clients {
 		cl.DefaultPriority = cmp.Or(cl.DefaultPriority, DefaultPriorityDefault.String())
 		cl.MaxPriority = cmp.Or(cl.MaxPriority, MaxPriorityDefault.String())
+		cl.Role = cmp.Or(cl.Role, RoleDefault)
 		c.Clients[i] = cl
 	}
 	return c
@@ -245,18 +299,24 @@ func (c Config) validate() error {
 			}
 		}
 	}
-	clientNames, keys := map[string]bool{}, map[string]bool{}
+	clientNames, keys := map[string]bool{}, map[[sha256.Size]byte]bool{}
 	for i, cl := range c.Clients {
 		if err := cl.validate(); err != nil {
 			return fmt.Errorf("clients[%d].%w", i, err)
 		}
+		if err := cl.Limits.validate(names); err != nil {
+			return fmt.Errorf("clients[%d].limits.%w", i, err)
+		}
 		if clientNames[cl.Name] {
 			return fmt.Errorf("clients[%d].name: duplicate client %q", i, cl.Name)
 		}
-		if keys[cl.Key] {
-			return fmt.Errorf("clients[%d].key: the same key is used by another client", i)
+		for _, d := range cl.digests() {
+			if keys[d] {
+				return fmt.Errorf("clients[%d].keys: a key is used twice (by this client or another)", i)
+			}
+			keys[d] = true
 		}
-		clientNames[cl.Name], keys[cl.Key] = true, true
+		clientNames[cl.Name] = true
 	}
 	if len(c.Clients) == 0 && !c.AllowPublic && !isLoopback(c.Listen) {
 		return fmt.Errorf("listen: %s is not a loopback address and no clients are configured, so anyone could use the upstream keys: configure clients or set allow_public: true", c.Listen)
@@ -285,8 +345,21 @@ func (cl ClientConfig) validate() error {
 	if strings.TrimSpace(cl.Name) == "" {
 		return errors.New("name: required")
 	}
-	if cl.Key == "" {
-		return errors.New("key: required (e.g. key: ${SLUICE_KEY_WEB})")
+	if cl.Key == "" && len(cl.Keys) == 0 && cl.KeySHA256 == "" {
+		return errors.New("key: required (e.g. key: ${SLUICE_KEY_WEB}, or keys: [...], or key_sha256: HEX)")
+	}
+	for j, k := range cl.Keys {
+		if k == "" {
+			return fmt.Errorf("keys[%d]: empty key", j)
+		}
+	}
+	if cl.KeySHA256 != "" {
+		if d, err := hex.DecodeString(cl.KeySHA256); err != nil || len(d) != sha256.Size {
+			return errors.New("key_sha256: want the 64 hex digits of the key's SHA-256")
+		}
+	}
+	if cl.Role != RoleClient && cl.Role != RoleAdmin {
+		return fmt.Errorf("role: %q is not admin or client", cl.Role)
 	}
 	def, err := llm.ParsePriority(cl.DefaultPriority)
 	if err != nil {

@@ -20,7 +20,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	}
 	rl := &requestLine{id: frontdoor.NewRequestID(), upstream: name, priority: priorityUnknown, start: s.clock.Now()}
 	sw := &statusWriter{ResponseWriter: w}
-	cl, ok := s.clients.authenticate(r.Header)
+	cl, ok := s.clientSet().authenticate(r.Header)
 	if !ok {
 		s.outcome(rl, "", outcomeUnauthorized)
 		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusUnauthorized,

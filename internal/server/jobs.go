@@ -27,14 +27,16 @@ const headerClient = frontdoor.HeaderClient
 // jobClientKey carries the authenticated client to the job service's hooks.
 type jobClientKey struct{}
 
-// jobRoutes are the paths the job service answers.
+// jobRoutes are the paths the job service answers. Pausing and resuming an
+// upstream is also behind requireAdmin (routes); the job service checks
+// ownership of every job and batch itself (jobs.Config.AdminOf).
 var jobRoutes = []string{"/v1/jobs", "/v1/jobs/", "/v1/batches", "/v1/batches/", "/v1/upstreams/"}
 
 // serveJobs authenticates the client and hands the request to the job
 // service. The client's name (never its key) is passed on for fairness and
 // listing.
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
-	cl, ok := s.clients.authenticate(r.Header)
+	cl, ok := s.clientSet().authenticate(r.Header)
 	if !ok {
 		writeJobsError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
 		return
@@ -109,8 +111,12 @@ func (s *Server) startJobs(ctx context.Context) error {
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
 		WebhookMaxDelay: jc.Webhooks.MaxDelay, WebhookTimeout: jc.Webhooks.Timeout,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
+		AdminOf: func(r *http.Request) bool {
+			cl, ok := callerOf(r)
+			return ok && cl.admin
+		},
 		PriorityOf: func(r *http.Request, p llm.Priority) llm.Priority {
-			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok {
+			if cl, ok := callerOf(r); ok {
 				return cl.caller().Cap(p) // capped at the client's max_priority, as on the proxy routes
 			}
 			return p

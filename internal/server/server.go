@@ -113,10 +113,11 @@ type Server struct {
 	log       *slog.Logger
 	upstreams map[string]*upstream
 	order     []string // upstream names in config order
-	clients   *clientSet
+	clients   atomic.Pointer[clientSet] // swapped by Reload
 	registry  *prometheus.Registry
 	metrics   *metrics
 	budget    *byteBudget // request bytes in flight (budget.go)
+	gates     *clientGates // per-client limits (client_limits.go)
 	handler   http.Handler
 	noListen  bool
 
@@ -231,13 +232,14 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		clock:          o.clock,
 		log:            o.logger,
 		upstreams:      map[string]*upstream{},
-		clients:        newClientSet(cfg.Clients),
 		registry:       prometheus.NewRegistry(),
 		baseCtx:        baseCtx,
 		cancelRequests: cancel,
 		store:          o.store,
 		noListen:       o.noListen,
 	}
+	s.clients.Store(newClientSet(cfg.Clients))
+	s.gates = newClientGates(s.clock)
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	for _, uc := range cfg.Upstreams {
@@ -284,6 +286,7 @@ func (s *Server) routes() http.Handler {
 	for _, p := range jobRoutes {
 		mux.HandleFunc(p, s.serveJobs)
 	}
+	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", s.requireAdmin(s.serveJobs))
 	// Only configured upstreams get a subtree: any other path is a 404
 	// (a wildcard subtree would redirect /foo to /foo/ first).
 	for _, name := range s.order {
