@@ -382,6 +382,12 @@ func (s *Service) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.Client = s.cfg.ClientOf(r)
+		if len(req.IDs) == 1 {
+			// One id answers as GET would: 404 when it is not the caller's.
+			if _, ok := s.ownedJob(w, r, req.IDs[0]); !ok {
+				return
+			}
+		}
 	}
 	n, err := s.store.Requeue(r.Context(), p)
 	if err != nil {

@@ -130,3 +130,5 @@ func callerOf(r *http.Request) (client, bool) {
 	cl, ok := r.Context().Value(jobClientKey{}).(client)
 	return cl, ok
 }
+
+func sha256Sum(s string) [sha256.Size]byte { return sha256.Sum256([]byte(s)) }
