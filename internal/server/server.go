@@ -112,11 +112,11 @@ type Server struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	upstreams map[string]*upstream
-	order     []string // upstream names in config order
+	order     []string                  // upstream names in config order
 	clients   atomic.Pointer[clientSet] // swapped by Reload
 	registry  *prometheus.Registry
 	metrics   *metrics
-	budget    *byteBudget // request bytes in flight (budget.go)
+	budget    *byteBudget  // request bytes in flight (budget.go)
 	gates     *clientGates // per-client limits (client_limits.go)
 	handler   http.Handler
 	noListen  bool
