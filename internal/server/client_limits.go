@@ -1,10 +1,12 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,8 +27,10 @@ import (
 // it: their buckets and slots are their own.
 
 // ClientBurstSecondsDefault is how many seconds of a client's rate its
-// buckets hold when full (the burst a quiet client may send at once).
-const ClientBurstSecondsDefault = 10
+// buckets hold when full: the burst a client that was quiet may send at
+// once. Short, so that a client's burst cannot fill the upstream's queue
+// ahead of the others.
+const ClientBurstSecondsDefault = 1
 
 // LimitValues are one set of per-minute limits and a concurrency cap; zero
 // means no limit in that dimension.
@@ -41,6 +45,10 @@ type LimitValues struct {
 	// MaxConcurrency caps the client's requests in flight at once.
 	// Defaults to no limit.
 	MaxConcurrency int `yaml:"max_concurrency"`
+	// BurstSeconds is how many seconds of the rates the client's buckets
+	// hold when full, in (0, 60]. Defaults to ClientBurstSecondsDefault
+	// (1).
+	BurstSeconds float64 `yaml:"burst_seconds"`
 }
 
 // ClientLimits are a client's limits on each upstream: LimitValues apply
@@ -66,6 +74,9 @@ func (l ClientLimits) For(upstream string) LimitValues {
 		if o.MaxConcurrency != 0 {
 			v.MaxConcurrency = o.MaxConcurrency
 		}
+		if o.BurstSeconds != 0 {
+			v.BurstSeconds = o.BurstSeconds
+		}
 	}
 	return v
 }
@@ -82,6 +93,8 @@ func (v LimitValues) validate() error {
 		return errors.New("tokens_per_minute: must be >= 0")
 	case v.MaxConcurrency < 0:
 		return errors.New("max_concurrency: must be >= 0")
+	case v.BurstSeconds < 0 || v.BurstSeconds > 60:
+		return errors.New("burst_seconds: must be in (0, 60]")
 	}
 	return nil
 }
@@ -135,7 +148,7 @@ func (g *clientGates) get(client, upstream string, v LimitValues) (*clientGate, 
 	if v.RequestsPerMinute > 0 || v.TokensPerMinute > 0 {
 		var limits [flow.NumDims]float64
 		limits[flow.Requests], limits[flow.Tokens] = v.RequestsPerMinute, v.TokensPerMinute
-		lim, err := flow.NewLimiter(flow.LimiterConfig{Limits: limits, BurstSeconds: ClientBurstSecondsDefault, SafetyMargin: 1}, g.clock.Now())
+		lim, err := flow.NewLimiter(flow.LimiterConfig{Limits: limits, BurstSeconds: cmp.Or(v.BurstSeconds, ClientBurstSecondsDefault), SafetyMargin: 1}, g.clock.Now())
 		if err != nil {
 			return nil, fmt.Errorf("client %s limits on %s: %w", client, upstream, err)
 		}
@@ -254,4 +267,41 @@ func (e *limitProblem) Unwrap() error { return errClientLimit }
 func limitRefusal(msg string, retryAfter time.Duration) error {
 	return &limitProblem{pr: frontdoor.Problem{Status: http.StatusTooManyRequests, Type: "rate_limit_error",
 		Message: msg, RetryAfter: retryAfter}}
+}
+
+// ClientLimitStatus is one client's limits and room on one upstream.
+type ClientLimitStatus struct {
+	Client   string      `json:"client"`
+	Upstream string      `json:"upstream"`
+	Limits   LimitValues `json:"limits"`
+	// InFlight counts the client's requests holding a concurrency slot.
+	InFlight int `json:"in_flight"`
+	// Buckets are the client's own buckets, by dimension.
+	Buckets map[string]BucketStatus `json:"buckets,omitempty"`
+}
+
+// status lists the gates in use, by client then upstream.
+func (g *clientGates) status(now time.Time) []ClientLimitStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]ClientLimitStatus, 0, len(g.m))
+	for k, gt := range g.m {
+		st := ClientLimitStatus{Client: k.client, Upstream: k.upstream, Limits: gt.values, InFlight: len(gt.slots)}
+		if gt.lim != nil {
+			st.Buckets = map[string]BucketStatus{}
+			for d, b := range gt.lim.State(now) {
+				if b.Capacity > 0 {
+					st.Buckets[flow.Dim(d).String()] = BucketStatus{LimitPerMinute: b.Capacity, Depth: b.Depth, Level: b.Level}
+				}
+			}
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ClientLimitStatus) int {
+		return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Upstream, b.Upstream))
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
