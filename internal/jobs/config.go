@@ -154,6 +154,10 @@ type Config struct {
 	// WebhookClient sends webhooks. Defaults to a client with
 	// http.DefaultTransport.
 	WebhookClient *http.Client
+	// WebhookCheck vets a webhook_url at submit (the gateway refuses
+	// private and metadata destinations: webhook.Guard); an error is
+	// answered 400 with its text. Defaults to accepting any http(s) URL.
+	WebhookCheck func(ctx context.Context, url string) error
 	// WebhookRetryFor is how long a delivery is retried (from the job's
 	// finish, or from a redeliver) before it is marked failed. Defaults to
 	// WebhookRetryForDefault.

@@ -112,6 +112,11 @@ func (s *Service) parseJobOptions(r *http.Request, priority, deadline string, ma
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return 0, time.Time{}, 0, fmt.Errorf("webhook_url must be an absolute http(s) URL, got %q", webhook)
 		}
+		if s.cfg.WebhookCheck != nil {
+			if err := s.cfg.WebhookCheck(r.Context(), webhook); err != nil {
+				return 0, time.Time{}, 0, fmt.Errorf("webhook_url: %w", err)
+			}
+		}
 	}
 	return prio, dl, maxAttempts, nil
 }

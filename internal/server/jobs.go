@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // The durable job queue runs inside the gateway: jobs are dispatched by the
@@ -104,7 +105,12 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if s.metrics.jobs != nil {
 		obs = s.metrics.jobs
 	}
+	guard, err := webhook.NewGuard(jc.Webhooks.Allow) // validated with the config
+	if err != nil {
+		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
+	}
 	svc, err := jobs.New(jobs.Config{
+		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
 		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: obs,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,

@@ -225,3 +225,39 @@ func TestKeyRotation(t *testing.T) {
 	_, ok = cs.authenticate(http.Header{"X-Api-Key": {fmt.Sprintf("%x", sha256Sum(hashed))}})
 	require.False(t, ok, "the digest itself is no key")
 }
+
+// TestWebhookSSRFRefused: a webhook_url on a metadata address, or on a
+// name that resolves to loopback, is refused at submit (400) unless the
+// config allows it; metadata stays refused even then.
+func TestWebhookSSRFRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		allow []string
+		url   string
+		want  int
+	}{
+		{"metadata", nil, "http://169.254.169.254/latest/meta-data/", http.StatusBadRequest},
+		{"metadata allowed anyway?", []string{"169.254.0.0/16"}, "http://169.254.169.254/", http.StatusBadRequest},
+		{"name resolving to loopback", nil, "http://localhost:9/hook", http.StatusBadRequest},
+		{"loopback IP", nil, "http://127.0.0.1:9/hook", http.StatusBadRequest},
+		{"loopback allowed", []string{"127.0.0.0/8"}, "http://localhost:9/hook", http.StatusAccepted},
+		{"private", nil, "http://10.0.0.1/hook", http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+				Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up"}},
+				Jobs:      JobsConfig{Webhooks: WebhooksConfig{Allow: tc.allow}}},
+				withEngine("claude", &fakeEngine{}), WithLogger(discardLogger()))
+			require.NoError(t, err)
+			require.NoError(t, g.Start(t.Context()))
+			t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+			code, body := call(t, "POST", "http://"+g.Addr()+"/v1/jobs", "", `{"upstream":"claude","webhook_url":"`+tc.url+`","request":`+tenantJobBody+`}`)
+			require.Equal(t, tc.want, code, string(body))
+			if code == http.StatusBadRequest {
+				require.Contains(t, requireAPIError(t, body, "invalid_request_error"), "webhook destination not allowed")
+			}
+		})
+	}
+}
