@@ -37,6 +37,15 @@ const (
 	RequestBytesWaitDefault = 2 * time.Second
 	// ShutdownGraceDefault is how long Stop lets in-flight requests finish.
 	ShutdownGraceDefault = 30 * time.Second
+	// ReadTimeoutDefault, WriteTimeoutDefault and IdleTimeoutDefault bound
+	// slow clients (Config).
+	ReadTimeoutDefault  = 5 * time.Minute
+	WriteTimeoutDefault = 2 * time.Minute
+	IdleTimeoutDefault  = 2 * time.Minute
+	// MaxHeaderBytesDefault bounds a request's headers.
+	MaxHeaderBytesDefault = 64 << 10
+	// MaxConnectionsDefault caps the open client connections.
+	MaxConnectionsDefault = 4096
 	// DefaultPriorityDefault and MaxPriorityDefault bound a client's classes.
 	DefaultPriorityDefault = llm.Normal
 	MaxPriorityDefault     = llm.Critical
@@ -76,6 +85,28 @@ type Config struct {
 	// ShutdownGrace is how long Stop waits for in-flight requests before
 	// cutting them off. Defaults to 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// ReadHeaderTimeout bounds how long a client may take to send its
+	// request line and headers (slowloris). Defaults to 30s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included. Defaults
+	// to 5m.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing an answer on the gateway's own routes
+	// (jobs API, status, metrics). The provider routes and batch results
+	// clear it: a stream lasts as long as the generation, which the
+	// upstream's request_timeout bounds. Defaults to 2m (above the jobs
+	// API's longest wait, 60s).
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a keep-alive connection idle that long. Defaults
+	// to 2m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds the request line and headers; larger requests
+	// get 431. Defaults to 64 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections caps the client connections open at once; a
+	// connection beyond it is answered 503 (overloaded_error,
+	// retry-after: 1) and closed. Negative means no cap. Defaults to 4096.
+	MaxConnections int `yaml:"max_connections"`
 	// Upstreams are the provider APIs, each served under /{name}/, each
 	// defaulted and validated by package upstream (docs/config.md lists
 	// the fields). At least one is required. Defaults to none.
@@ -228,6 +259,12 @@ func (c Config) WithDefaults() Config {
 	c.Store = cmp.Or(c.Store, StoreDefault)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, ReadHeaderTimeoutDefault)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, ReadTimeoutDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, IdleTimeoutDefault)
+	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, MaxHeaderBytesDefault)
+	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
 	if c.MaxRequestBytesInFlight == 0 {
 		c.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight()
 	}
@@ -274,6 +311,17 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("shutdown_grace: must be >= 0")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read_header_timeout", c.ReadHeaderTimeout}, {"read_timeout", c.ReadTimeout}, {"write_timeout", c.WriteTimeout}, {"idle_timeout", c.IdleTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: must be >= 0", d.name)
+		}
+	}
+	if c.MaxHeaderBytes < 1024 {
+		return errors.New("max_header_bytes: must be at least 1024")
 	}
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
@@ -52,6 +54,10 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Set(headerClient, cl.name)
+	if strings.HasSuffix(r.URL.Path, "/results") {
+		// A large batch's results may take longer than WriteTimeout.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	}
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/jobs" || r.URL.Path == "/v1/batches") {
 		// Submissions hold their body until it is stored: reserve it first,
 		// give it back once the handler (and so the store write) is done.

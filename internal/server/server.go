@@ -25,7 +25,7 @@ import (
 )
 
 // ReadHeaderTimeoutDefault bounds how long a client may take to send its
-// request headers (slowloris protection).
+// request headers (slowloris protection): Config.ReadHeaderTimeout.
 const ReadHeaderTimeoutDefault = 30 * time.Second
 
 // Errors callers branch on.
@@ -345,10 +345,15 @@ func (s *Server) Start(ctx context.Context) error {
 		s.undoStart(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
 		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConnections) // limit_listener.go
 	s.ln = ln
 	s.http = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: ReadHeaderTimeoutDefault,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
