@@ -114,6 +114,7 @@ type Server struct {
 	upstreams map[string]*upstream
 	order     []string                  // upstream names in config order
 	clients   atomic.Pointer[clientSet] // swapped by Reload
+	reloadMu  sync.Mutex                // serializes Reload (reload.go)
 	registry  *prometheus.Registry
 	metrics   *metrics
 	budget    *byteBudget  // request bytes in flight (budget.go)
@@ -265,7 +266,8 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Config returns the defaulted configuration the server runs with.
+// Config returns the defaulted configuration the server started with
+// (Reload may have changed its clients and upstream keys since).
 func (s *Server) Config() Config { return s.cfg }
 
 // Handler returns the gateway's routes, for tests or to mount in another
