@@ -40,7 +40,9 @@ func TestServeSIGHUPReloads(t *testing.T) {
 	defer stop()
 	var stdout, stderr syncBuffer
 	code := make(chan int, 1)
-	go func() { code <- runMain(ctx, []string{"serve", "--config", cfg, "--log-format", "text"}, &stdout, &stderr) }()
+	go func() {
+		code <- runMain(ctx, []string{"serve", "--config", cfg, "--log-format", "text"}, &stdout, &stderr)
+	}()
 	addr := regexp.MustCompile(`listening on http://(\S+)`)
 	require.Eventually(t, func() bool { return addr.MatchString(stdout.String()) }, 10*time.Second, 5*time.Millisecond, stderr.String())
 	url := "http://" + addr.FindStringSubmatch(stdout.String())[1] + "/anthropic/v1/messages"
