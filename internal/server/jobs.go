@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
 
@@ -102,6 +103,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		dispatchers[name] = d
 		protocols[name] = s.upstreams[name].cfg.Protocol
 	}
+	fallbacks := jobFallbacks(s.order, func(name string) upcfg.Config { return s.upstreams[name].cfg })
 	jc := s.cfg.Jobs
 	spoolDir := jc.SpoolDir
 	if s.ownStore != nil || spoolDir == StoreNone {
@@ -117,7 +119,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	svc, err := jobs.New(jobs.Config{
 		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: obs,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
@@ -186,4 +188,26 @@ func (s *Server) closeStore() error {
 		return fmt.Errorf("closing the job store: %w", err)
 	}
 	return nil
+}
+
+// jobFallbacks translates the upstreams' fallbacks and fallback_classes
+// for the job service: jobs fall back as live requests do while their
+// upstream is unavailable.
+func jobFallbacks(order []string, cfg func(string) upcfg.Config) map[string]jobs.Fallbacks {
+	out := map[string]jobs.Fallbacks{}
+	for _, name := range order {
+		c := cfg(name)
+		if len(c.Fallbacks) == 0 {
+			continue
+		}
+		var fb jobs.Fallbacks
+		for _, f := range c.Fallbacks {
+			fb.To = append(fb.To, jobs.FallbackTarget{Upstream: f.Upstream, Models: f.Models})
+		}
+		for p := range llm.NumPriorities {
+			fb.Classes[p] = c.FallbackClass(llm.Priority(p))
+		}
+		out[name] = fb
+	}
+	return out
 }
