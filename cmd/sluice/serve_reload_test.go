@@ -46,12 +46,13 @@ func TestServeSIGHUPReloads(t *testing.T) {
 	addr := regexp.MustCompile(`listening on http://(\S+)`)
 	require.Eventually(t, func() bool { return addr.MatchString(stdout.String()) }, 10*time.Second, 5*time.Millisecond, stderr.String())
 	url := "http://" + addr.FindStringSubmatch(stdout.String())[1] + "/anthropic/v1/messages"
+	noKeepAlive := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	send := func(key string) int {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url,
 			strings.NewReader(`{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`))
 		require.NoError(t, err)
 		req.Header.Set("x-api-key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := noKeepAlive.Do(req)
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
