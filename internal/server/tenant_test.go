@@ -261,3 +261,23 @@ func TestWebhookSSRFRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusPerClientDetailsAdminOnly: /v1/status shows each client's
+// limits and room to an admin, and leaves them out for a client.
+func TestStatusPerClientDetailsAdminOnly(t *testing.T) {
+	t.Parallel()
+	limited := ClientLimits{LimitValues: LimitValues{RequestsPerMinute: 600, MaxConcurrency: 4}}
+	ts := newTestServer(t, []ClientConfig{{Name: "alice", Key: "ck-alice", Limits: limited}, {Name: "root", Key: "ck-root", Role: RoleAdmin}})
+	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "ck-alice"})
+	require.Equal(t, http.StatusOK, r.StatusCode, string(body))
+	_, body = ts.do(t, "GET", "/v1/status", "", map[string]string{"x-api-key": "ck-root"})
+	var st StatusResponse
+	require.NoError(t, json.Unmarshal(body, &st))
+	require.Len(t, st.ClientLimits, 1)
+	require.Equal(t, "alice", st.ClientLimits[0].Client)
+	require.Equal(t, "a", st.ClientLimits[0].Upstream)
+	require.InDelta(t, 600, st.ClientLimits[0].Buckets["requests"].LimitPerMinute, 0.001)
+	_, body = ts.do(t, "GET", "/v1/status", "", map[string]string{"x-api-key": "ck-alice"})
+	require.NotContains(t, string(body), "client_limits")
+	require.NotContains(t, string(body), "alice")
+}
