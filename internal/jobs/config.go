@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
@@ -210,6 +213,9 @@ type Config struct {
 	// and their outcomes, finished jobs, rescues, webhooks. Defaults to
 	// NopObserver (no metrics).
 	Observer Observer
+	// Tracer makes a span per job attempt (the engine hangs the attempt's
+	// upstream call under it). Defaults to a no-op tracer.
+	Tracer trace.Tracer
 }
 
 // WithDefaults returns c with every unset field filled in. It is pure.
@@ -254,6 +260,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	if c.Observer == nil {
 		c.Observer = NopObserver{}

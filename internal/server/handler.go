@@ -25,6 +25,10 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	rl := &requestLine{id: frontdoor.NewRequestID(), upstream: name, priority: priorityUnknown, start: s.clock.Now()}
 	sw := &statusWriter{ResponseWriter: w}
+	ctx, span := s.startRequestSpan(r, rl)
+	r = r.WithContext(ctx)
+	rl.traceID = span.SpanContext().TraceID()
+	defer func() { s.endRequestSpan(span, rl, sw.status) }()
 	cl, ok := s.clientSet().authenticate(r.Header)
 	if !ok {
 		s.outcome(rl, "", outcomeUnauthorized)

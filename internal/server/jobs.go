@@ -119,7 +119,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	svc, err := jobs.New(jobs.Config{
 		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
