@@ -23,6 +23,17 @@ type StatusResponse struct {
 	Time      time.Time        `json:"time"`
 	Upstreams []UpstreamStatus `json:"upstreams"`
 	Cluster   *ClusterStatus   `json:"cluster,omitempty"` // status_cluster.go
+	// ClientLimits is each limited client's room on each upstream
+	// (client_limits.go). Admin callers only.
+	ClientLimits []ClientLimitStatus `json:"client_limits,omitempty"`
+}
+
+// forCaller drops the per-client sections a caller that is not an admin
+// may not see (other clients' names and usage).
+func (st *StatusResponse) forCaller(admin bool) {
+	if !admin {
+		st.ClientLimits = nil
+	}
 }
 
 // UpstreamStatus is one upstream's scheduling state.
@@ -91,13 +102,15 @@ func (s *Server) status() StatusResponse {
 		out.Upstreams = append(out.Upstreams, st)
 	}
 	out.Cluster = s.clusterStatus()
+	out.ClientLimits = s.gates.status(now)
 	return out
 }
 
 // serveStatus answers GET /v1/status. It reveals queue and quota state but
 // no keys; with clients configured it needs a client key.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.clients.authenticate(r.Header); !ok {
+	cl, ok := s.clientSet().authenticate(r.Header)
+	if !ok {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"authentication_error","message":"invalid or missing Sluice client key"}}`))
@@ -106,7 +119,9 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.status())
+	st := s.status()
+	st.forCaller(cl.admin)
+	_ = enc.Encode(st)
 }
 
 // snapshotCollector turns the dispatchers' snapshots into gauges at scrape
