@@ -59,7 +59,10 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writ
 	for {
 		var st server.StatusResponse
 		if _, err := c.call(ctx, "GET", "/v1/status", nil, nil, &st); err != nil {
-			if !*watch || ctx.Err() != nil {
+			switch {
+			case *watch && ctx.Err() != nil:
+				return nil // interrupted mid-call: --watch ends quietly
+			case !*watch:
 				return err
 			}
 			fmt.Fprintf(out, "%s: %v\n", clk.Now().Format(time.TimeOnly), err)

@@ -193,7 +193,7 @@ func (d *Dispatcher) whyLocked(now time.Time) WaitReason {
 	case best == nil, bestWait == 0:
 		return WaitReason{} // about to be admitted
 	}
-	r := WaitReason{Key: best.fp}
+	r := WaitReason{Key: best.cred.Load().fp}
 	lims := []*flow.Limiter{best.lim}
 	if best.org != nil {
 		lims = append(lims, best.org.lim)

@@ -49,7 +49,7 @@ func (s *Server) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := "unknown"
-	if cl, ok := s.clients.authenticate(r.Header); ok {
+	if cl, ok := s.clientSet().authenticate(r.Header); ok {
 		by = cl.name
 	}
 	from, to, err := f.ForceBreaker(req.Action, by)

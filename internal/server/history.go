@@ -184,7 +184,7 @@ func (h *historySampler) history() HistoryResponse {
 
 // serveHistory answers GET /v1/status/history (same access as /v1/status).
 func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.clients.authenticate(r.Header); !ok {
+	if _, ok := s.clientSet().authenticate(r.Header); !ok {
 		writeStatusUnauthorized(w)
 		return
 	}

@@ -26,7 +26,7 @@ import (
 )
 
 // ReadHeaderTimeoutDefault bounds how long a client may take to send its
-// request headers (slowloris protection).
+// request headers (slowloris protection): Config.ReadHeaderTimeout.
 const ReadHeaderTimeoutDefault = 30 * time.Second
 
 // Errors callers branch on.
@@ -115,11 +115,13 @@ type Server struct {
 	log       *slog.Logger
 	tracer    trace.Tracer
 	upstreams map[string]*upstream
-	order     []string // upstream names in config order
-	clients   *clientSet
+	order     []string                  // upstream names in config order
+	clients   atomic.Pointer[clientSet] // swapped by Reload
+	reloadMu  sync.Mutex                // serializes Reload (reload.go)
 	registry  *prometheus.Registry
 	metrics   *metrics
 	budget    *byteBudget     // request bytes in flight (budget.go)
+	gates     *clientGates    // per-client limits (client_limits.go)
 	live      *live           // outcomes, latencies and client usage (live.go)
 	history   *historySampler // the last minutes, for the dashboard (history.go)
 	// statusJobs caches /v1/status's job counts (status_why.go).
@@ -239,13 +241,14 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		log:            o.logger,
 		tracer:         o.tracerOrNoop(),
 		upstreams:      map[string]*upstream{},
-		clients:        newClientSet(cfg.Clients),
 		registry:       prometheus.NewRegistry(),
 		baseCtx:        baseCtx,
 		cancelRequests: cancel,
 		store:          o.store,
 		noListen:       o.noListen,
 	}
+	s.clients.Store(newClientSet(cfg.Clients))
+	s.gates = newClientGates(s.clock)
 	names := make([]string, 0, len(cfg.Upstreams))
 	for _, uc := range cfg.Upstreams {
 		names = append(names, uc.Name)
@@ -277,7 +280,8 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Config returns the defaulted configuration the server runs with.
+// Config returns the defaulted configuration the server started with
+// (Reload may have changed its clients and upstream keys since).
 func (s *Server) Config() Config { return s.cfg }
 
 // Handler returns the gateway's routes, for tests or to mount in another
@@ -302,6 +306,7 @@ func (s *Server) routes() http.Handler {
 	for _, p := range jobRoutes {
 		mux.HandleFunc(p, s.serveJobs)
 	}
+	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", s.requireAdmin(s.serveJobs))
 	// Only configured upstreams get a subtree: any other path is a 404
 	// (a wildcard subtree would redirect /foo to /foo/ first).
 	for _, name := range s.order {
@@ -366,10 +371,15 @@ func (s *Server) Start(ctx context.Context) error {
 		s.undoStart(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
 		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConnections) // limit_listener.go
 	s.ln = ln
 	s.http = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: ReadHeaderTimeoutDefault,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}

@@ -25,7 +25,25 @@ type StatusResponse struct {
 	Upstreams []UpstreamStatus `json:"upstreams"`
 	Cluster   *ClusterStatus   `json:"cluster,omitempty"` // status_cluster.go
 	// Clients is each client's use of the gateway since it started.
-	Clients []ClientUsage `json:"clients"`
+	// Admin callers only.
+	Clients []ClientUsage `json:"clients,omitempty"`
+	// ClientLimits is each limited client's room on each upstream
+	// (client_limits.go). Admin callers only.
+	ClientLimits []ClientLimitStatus `json:"client_limits,omitempty"`
+}
+
+// forCaller drops the per-client sections a caller that is not an admin
+// may not see (other clients' names and usage).
+func (st *StatusResponse) forCaller(admin bool) {
+	if !admin {
+		st.ClientLimits = nil
+		st.Clients = nil
+		for i := range st.Upstreams {
+			for j := range st.Upstreams[i].Oldest {
+				st.Upstreams[i].Oldest[j].Client = ""
+			}
+		}
+	}
 }
 
 // UpstreamStatus is one upstream's scheduling state.
@@ -133,20 +151,24 @@ func (s *Server) status(ctx context.Context) StatusResponse {
 		out.Upstreams = append(out.Upstreams, st)
 	}
 	out.Cluster = s.clusterStatus()
+	out.ClientLimits = s.gates.status(now)
 	return out
 }
 
 // serveStatus answers GET /v1/status. It reveals queue and quota state but
 // no keys; with clients configured it needs a client key.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.clients.authenticate(r.Header); !ok {
+	cl, ok := s.clientSet().authenticate(r.Header)
+	if !ok {
 		writeStatusUnauthorized(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.status(r.Context()))
+	st := s.status(r.Context())
+	st.forCaller(cl.admin)
+	_ = enc.Encode(st)
 }
 
 // snapshotCollector turns the dispatchers' snapshots into gauges at scrape

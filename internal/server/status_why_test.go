@@ -80,12 +80,12 @@ func (r *statusRig) status(t *testing.T, key string) StatusResponse {
 
 func TestStatusSaysWhyRequestsWait(t *testing.T) {
 	t.Parallel()
-	r := newStatusRig(t, 6, []ClientConfig{{Name: "web", Key: "ck-web"}})
+	r := newStatusRig(t, 6, []ClientConfig{{Name: "web", Key: "ck-web"}, {Name: "ops", Key: "ck-ops", Role: "admin"}})
 	stop := r.send(t, 6, "ck-web", "low")
 	defer stop()
 	var st StatusResponse
 	require.Eventually(t, func() bool {
-		st = r.status(t, "ck-web")
+		st = r.status(t, "ck-ops")
 		u := st.Upstreams[0]
 		return u.Queued["low"] > 0 && u.WaitingOn != nil && u.OldestWait["low"] > 0
 	}, 20*time.Second, 20*time.Millisecond)
@@ -104,6 +104,11 @@ func TestStatusSaysWhyRequestsWait(t *testing.T) {
 	require.Equal(t, "closed", u.Breaker)
 	require.NotEmpty(t, st.Clients)
 	require.Equal(t, "web", st.Clients[0].Client)
+	// A client that is not an admin sees no other client's name or usage.
+	mine := r.status(t, "ck-web")
+	require.Empty(t, mine.Clients)
+	require.NotEmpty(t, mine.Upstreams[0].Oldest)
+	require.Empty(t, mine.Upstreams[0].Oldest[0].Client)
 
 	require.Regexp(t, `sluice_queue_oldest_wait_seconds\{priority="low",upstream="claude"\} [1-9e.0-9-]+`, scrape(t, r.g.Handler()))
 	stop()
@@ -114,13 +119,14 @@ func TestStatusSaysWhyRequestsWait(t *testing.T) {
 
 func TestBreakerControl(t *testing.T) {
 	t.Parallel()
-	r := newStatusRig(t, 0, []ClientConfig{{Name: "ops", Key: "ck-ops"}})
+	r := newStatusRig(t, 0, []ClientConfig{{Name: "ops", Key: "ck-ops", Role: "admin"}, {Name: "web", Key: "ck-web"}})
 	tests := []struct {
 		key, body string
 		code      int
 		breaker   string
 	}{
 		{"", `{"action":"open"}`, http.StatusUnauthorized, "closed"},
+		{"ck-web", `{"action":"open"}`, http.StatusForbidden, "closed"},
 		{"ck-ops", `{"action":"explode"}`, http.StatusBadRequest, "closed"},
 		{"ck-ops", `{"action":"open"}`, http.StatusOK, "open"},
 		{"ck-ops", `{"action":"reset"}`, http.StatusOK, "closed"},
