@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"OutboxRetention", testOutboxRetention},
 		{"OutboxConcurrentClaimers", testOutboxConcurrentClaimers},
 		{"CompleteSpooled", testCompleteSpooled},
+		{"Spend", testSpend},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
