@@ -168,9 +168,10 @@ func newTable(entries map[string]Price, fallback Price, refuse bool) *Table {
 }
 
 // Lookup returns model's price: the exact entry, else the longest entry
-// that is a prefix of model ending at a separator, else (unless the table
-// refuses unknown models: ErrUnknownModel) the fallback price with Known
-// false. Names are compared case-insensitively.
+// that is a prefix of model ending at a separator, else the fallback price
+// with Known false (and, when the table refuses unknown models,
+// ErrUnknownModel: the caller decides whether to refuse or to count the
+// spend at the fallback). Names are compared case-insensitively.
 func (t *Table) Lookup(model string) (Match, error) {
 	m := strings.ToLower(strings.TrimSpace(model))
 	if p, ok := t.exact[m]; ok {
@@ -181,10 +182,11 @@ func (t *Table) Lookup(model string) (Match, error) {
 			return Match{Price: t.exact[pre], Entry: pre, Known: true}, nil
 		}
 	}
+	fb := Match{Price: t.fallback, Entry: UnknownEntry}
 	if t.refuse {
-		return Match{}, fmt.Errorf("%w: %q (add it under prices.models in the config)", ErrUnknownModel, model)
+		return fb, fmt.Errorf("%w: %q (add it under prices.models in the config)", ErrUnknownModel, model)
 	}
-	return Match{Price: t.fallback, Entry: UnknownEntry}, nil
+	return fb, nil
 }
 
 // Len returns the number of entries.

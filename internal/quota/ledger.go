@@ -53,6 +53,10 @@ type ExceededError struct {
 	// TooLarge is set when Need alone exceeds Limit: the request can never
 	// fit this window, whatever the wait.
 	TooLarge bool
+	// Pending is set when the request would fit once the reservations in
+	// flight settle (they usually cost less than their worst case): worth
+	// retrying soon rather than at ResetsAt.
+	Pending bool
 	// First is set on the first refusal in this window of this client's
 	// budget since it last reset (so callers log "budget exhausted" once).
 	First bool
@@ -239,8 +243,8 @@ func (l *Ledger) Reserve(client string, need pricing.Amount, now time.Time) (Hol
 			continue
 		}
 		e := &ExceededError{Client: client, Window: w, Limit: limit, Used: used, Need: need,
-			ResetsAt: a.resetsAt(w), TooLarge: need > limit}
-		if r := a.refused[idx(w)]; !e.TooLarge && (!r.set || !r.start.Equal(a.start(w))) {
+			ResetsAt: a.resetsAt(w), TooLarge: need > limit, Pending: a.reserved > 0 && a.spent[idx(w)]+need <= limit}
+		if r := a.refused[idx(w)]; !e.TooLarge && !e.Pending && (!r.set || !r.start.Equal(a.start(w))) {
 			e.First = true
 			a.refused[idx(w)] = refusal{start: a.start(w), set: true}
 		}

@@ -35,11 +35,10 @@ func TestReserveRefusesPastTheLimit(t *testing.T) {
 	e := exceeded(t, err)
 	require.Equal(t, quota.Day, e.Window)
 	require.Equal(t, time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC), e.ResetsAt)
-	require.True(t, e.First)
 	require.False(t, e.TooLarge)
-	// Logged once: the next refusal in the same window is not First.
-	_, err = l.Reserve("a", usd(0.5), t0.Add(time.Minute))
-	require.False(t, exceeded(t, err).First)
+	// It would fit once the 0.6 in flight settles: pending, not exhausted.
+	require.True(t, e.Pending)
+	require.False(t, e.First)
 
 	// Settled below its reservation: the difference is free again.
 	l.Settle(h1, usd(0.2), t0)
@@ -53,8 +52,19 @@ func TestReserveRefusesPastTheLimit(t *testing.T) {
 	l.Settle(h2, 0, t0)
 	require.Equal(t, usd(0.8), l.Account("a", t0).Day.Remaining())
 
+	// Exhausted by settled spend: First once per window, then not.
+	h3, err := l.Reserve("a", usd(0.7), t0)
+	require.NoError(t, err)
+	l.Settle(h3, usd(0.7), t0)
+	_, err = l.Reserve("a", usd(0.5), t0)
+	e = exceeded(t, err)
+	require.True(t, e.First)
+	require.False(t, e.Pending)
+	_, err = l.Reserve("a", usd(0.5), t0.Add(time.Minute))
+	require.False(t, exceeded(t, err).First)
+
 	// Too large for the window whatever the wait.
-	_, err = l.Reserve("a", usd(2), t0)
+	_, err = l.Reserve("a", usd(2), t0.Add(24*time.Hour))
 	require.True(t, exceeded(t, err).TooLarge)
 }
 

@@ -24,6 +24,9 @@ type requestLine struct {
 	start     time.Time
 	tokensIn  int64
 	tokensOut int64
+	// spend is the request's budget reservation; its settled cost is
+	// logged as cost_usd.
+	spend *spendHold
 }
 
 // outcome records the request's outcome in sluice_requests_total and in
@@ -62,6 +65,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
 		slog.Int64("tokens_in", rl.tokensIn),
 		slog.Int64("tokens_out", rl.tokensOut),
+		slog.Float64("cost_usd", rl.spend.costSoFar().Dollars()),
 	)
 }
 

@@ -117,6 +117,7 @@ type Server struct {
 	registry  *prometheus.Registry
 	metrics   *metrics
 	budget    *byteBudget // request bytes in flight (budget.go)
+	spend     *spender    // spend budgets and accounting (spend.go)
 	handler   http.Handler
 	noListen  bool
 
@@ -240,6 +241,11 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
+	sp, err := newSpender(cfg, s.clock, s.log, newSpendMetrics(s.registry, s))
+	if err != nil {
+		return nil, fmt.Errorf("validating config: %w", err)
+	}
+	s.spend = sp
 	for _, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.BaseURL)
 		if err != nil { // validated above; kept for safety

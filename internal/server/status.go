@@ -23,6 +23,7 @@ type StatusResponse struct {
 	Time      time.Time        `json:"time"`
 	Upstreams []UpstreamStatus `json:"upstreams"`
 	Cluster   *ClusterStatus   `json:"cluster,omitempty"` // status_cluster.go
+	Spend     *SpendStatus     `json:"spend,omitempty"`   // status_spend.go
 }
 
 // UpstreamStatus is one upstream's scheduling state.
@@ -91,6 +92,7 @@ func (s *Server) status() StatusResponse {
 		out.Upstreams = append(out.Upstreams, st)
 	}
 	out.Cluster = s.clusterStatus()
+	out.Spend = s.spendStatus(now)
 	return out
 }
 
