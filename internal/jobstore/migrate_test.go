@@ -2,8 +2,8 @@ package jobstore_test
 
 import (
 	"context"
-	"strconv"
 	"database/sql"
+	"strconv"
 	"strings"
 	"testing"
 

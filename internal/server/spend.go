@@ -403,4 +403,6 @@ func (j jobSpender) Reserve(upstream string, req *dispatch.Request) (jobs.SpendH
 
 type jobHold struct{ h *spendHold }
 
-func (j jobHold) Settle(end dispatch.End, ended bool) float64 { return j.h.settle(end, ended).Dollars() }
+func (j jobHold) Settle(end dispatch.End, ended bool) float64 {
+	return j.h.settle(end, ended).Dollars()
+}
