@@ -34,10 +34,16 @@ func newSpendMetrics(reg *prometheus.Registry, s *Server) *spendMetrics {
 }
 
 func (m *spendMetrics) spent(l spendLabel, cost pricing.Amount) {
+	if m == nil {
+		return
+	}
 	m.spentUSD.WithLabelValues(l.client, l.upstream, l.model).Add(cost.Dollars())
 }
 
 func (m *spendMetrics) refused(client string, err error) {
+	if m == nil {
+		return
+	}
 	window, reason := "", "unknown_model"
 	if e, ok := errors.AsType[*quota.ExceededError](err); ok {
 		window, reason = string(e.Window), "exhausted"

@@ -235,19 +235,20 @@ func (sp *spender) start(ctx context.Context, st jobstore.Store) error {
 		sp.addTotal(spendLabel{client: r.Client, upstream: r.Upstream, model: r.Model}, pricing.Amount(r.Nanos), r.Requests)
 	}
 	sp.store = st
-	sp.stop, sp.done = make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	sp.stop, sp.done = stop, done
 	sp.mu.Unlock()
-	go sp.loop()
+	go sp.loop(stop, done)
 	return nil
 }
 
-func (sp *spender) loop() {
-	defer close(sp.done)
+func (sp *spender) loop(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
 	t := sp.clock.NewTimer(SpendFlushEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-sp.stop:
+		case <-stop:
 			return
 		case <-t.C():
 		}

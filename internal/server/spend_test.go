@@ -327,12 +327,12 @@ prices:
 	require.Equal(t, BudgetConfig{Day: 5, Month: 100, Total: 1000}, cfg.Clients[0].Budget)
 	require.Equal(t, pricing.UnknownRefuse, cfg.Prices.Unknown)
 	for doc, want := range map[string]string{
-		"clients: [{name: t, key: k1, budget: {day: -1}}]\n":              "clients[0].budget.day",
-		"clients: [{name: t, key: k1, budget: {totl: 1}}]\n":              "field totl not found",
-		"prices: {unknown: maybe}\n":                                      "prices.unknown",
-		"prices: {models: {m: {input: 1, output: -2}}}\n":                 "prices.models.m.output",
-		"prices: {fallback: {input: .nan}}\n":                             "prices.fallback.input",
-		"clients: [{name: t, key: k1, budget: {month: 1e12}}]\n":          "clients[0].budget.month",
+		"clients: [{name: t, key: k1, budget: {day: -1}}]\n":           "clients[0].budget.day",
+		"clients: [{name: t, key: k1, budget: {totl: 1}}]\n":           "field totl not found",
+		"prices: {unknown: maybe}\n":                                   "prices.unknown",
+		"prices: {models: {m: {input: 1, output: -2}}}\n":              "prices.models.m.output",
+		"prices: {fallback: {input: .nan}}\n":                          "prices.fallback.input",
+		"clients: [{name: t, key: k1, budget: {month: 1e12}}]\n":       "clients[0].budget.month",
 		fmt.Sprintf("prices: {models: {m: {input: %d}}}\n", 1_000_000): "prices.models.m.input",
 	} {
 		_, err := ParseConfig([]byte(base+doc), nil)

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+// countingStore counts AddSpend calls and fails them while fail is set.
+type countingStore struct {
+	jobstore.Store
+	mu    sync.Mutex
+	adds  int
+	fail  bool
+	added chan struct{}
+}
+
+func (c *countingStore) AddSpend(ctx context.Context, p jobstore.AddSpendParams) error {
+	c.mu.Lock()
+	c.adds++
+	fail := c.fail
+	c.mu.Unlock()
+	defer func() { c.added <- struct{}{} }()
+	if fail {
+		return errors.New("store away")
+	}
+	return c.Store.AddSpend(ctx, p)
+}
+
+// TestSpendWritesAreBatched: a hundred settled requests are one store
+// write at the next flush, not a hundred; a failed flush keeps its spend
+// for the next; Stop (close) writes what is pending.
+func TestSpendWritesAreBatched(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := jobstore.Open(ctx, testStore(t), jobstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	cs := &countingStore{Store: st, added: make(chan struct{}, 16)}
+	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	sp, err := newSpender(Config{Prices: spendPrices, Clients: budgetClient(BudgetConfig{Day: 100})}, fc, discardLogger(), nil)
+	require.NoError(t, err)
+	require.NoError(t, sp.start(ctx, cs))
+	settle := func(n int) {
+		for range n {
+			h, err := sp.reserve("team", "claude", llm.Anthropic, &dispatch.Request{Cost: provider.Cost{Model: "claude-x", InputTokens: 100, OutputTokens: 100}})
+			require.NoError(t, err)
+			h.settle(dispatch.End{Outcome: llm.Outcome{Kind: llm.Success}, Usage: llm.Usage{InputTokens: 100, OutputTokens: 10}, HasUsage: true}, true)
+		}
+	}
+	settle(100)
+	require.Zero(t, cs.adds, "nothing written per request")
+	require.True(t, fc.WaitForTimers(1, 5*time.Second))
+	fc.Advance(SpendFlushEvery)
+	<-cs.added
+	cs.mu.Lock()
+	require.Equal(t, 1, cs.adds)
+	cs.fail = true
+	cs.mu.Unlock()
+
+	settle(50)
+	require.True(t, fc.WaitForTimers(1, 5*time.Second))
+	fc.Advance(SpendFlushEvery)
+	<-cs.added // failed: kept
+	cs.mu.Lock()
+	cs.fail = false
+	cs.mu.Unlock()
+	settle(50)
+	require.NoError(t, sp.close(ctx)) // the final flush writes both batches
+	<-cs.added
+	rows, err := st.Spend(ctx, jobstore.SpendParams{})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, int64(200), rows[0].Requests)
+	// 200 x (100 x $10 + 10 x $100) per million = 200 x $0.002.
+	require.Equal(t, int64(200*2_000_000), rows[0].Nanos)
+	require.Equal(t, 3, cs.adds)
+}
