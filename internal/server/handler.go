@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -32,6 +33,16 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
 		s.serveScheduled(sw, r, u, cl, rl, rest)
+		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
+		return
+	}
+	if s.spend.unmetered(cl.name, r.Method, rest) {
+		// A budget is only as good as its meter: a client with a budget
+		// may not reach the provider's billable routes unscheduled.
+		s.outcome(rl, "", outcomeBudget)
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
+			Message: fmt.Sprintf("client %s has a spend budget, so only %s is served on this upstream (metered); %s %s is not passed through",
+				cl.name, u.scheduledPath(), r.Method, rest)})
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +85,21 @@ func newSpender(cfg Config, clk clock.Clock, log *slog.Logger, m *spendMetrics) 
 		sp.budgets[c.Name] = lim.Any()
 	}
 	return sp, nil
+}
+
+// unmetered reports whether a pass-through request of client must be
+// refused because the client has a budget and the request may be billed:
+// anything but GET, HEAD, DELETE and token counting
+// (/v1/messages/count_tokens), which the providers do not charge.
+func (sp *spender) unmetered(client, method, path string) bool {
+	if sp == nil || !sp.budgets[client] {
+		return false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		return false
+	}
+	return !strings.HasSuffix(path, "/count_tokens")
 }
 
 // errBudget is a request refused by its client's budget (or by the price

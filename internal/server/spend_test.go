@@ -96,6 +96,18 @@ func TestBudgetRefusalShapes(t *testing.T) {
 	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "ck-free"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(body))
 
+	// No way around the meter: a budgeted client's billable pass-through
+	// is refused; reads and token counting still pass.
+	r, body = ts.do(t, "POST", "/o/v1/responses", `{"model":"gpt-x","input":"hi"}`, h)
+	require.Equal(t, http.StatusForbidden, r.StatusCode)
+	require.Contains(t, requireProviderError(t, llm.OpenAI, body, "permission_error"), "spend budget")
+	r, _ = ts.do(t, "POST", "/a/v1/messages/count_tokens", anthropicBody, h)
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	r, _ = ts.do(t, "GET", "/a/v1/models", "", h)
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	r, _ = ts.do(t, "POST", "/o/v1/responses", `{"model":"gpt-x","input":"hi"}`, map[string]string{"x-api-key": "ck-free"})
+	require.Equal(t, http.StatusOK, r.StatusCode)
+
 	// A total cap is a 402, in the OpenAI shape on an OpenAI upstream.
 	ts = newTestServer(t, budgetClient(BudgetConfig{Total: worstOf(t, llm.OpenAI, openAIBody).Dollars() * 1.5}),
 		func(c *Config) { c.Prices = spendPrices })
