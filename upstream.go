@@ -56,6 +56,19 @@ type Upstream struct {
 	// Bearer (OpenAI), replacing whatever key the SDK sent. Defaults to
 	// none: no credential is sent.
 	APIKey string `yaml:"api_key"`
+	// APIKeys is a pool of provider keys used instead of APIKey: each key
+	// has its own quota buckets, 429 pause and concurrency, and requests go
+	// to the key with the most room (docs/pools.md). Defaults to none:
+	// APIKey alone is a pool of one.
+	APIKeys []Key `yaml:"api_keys"`
+	// Orgs are account-level quotas shared by the keys naming the org
+	// (Key.Org). Defaults to none: an org named by keys but not listed here
+	// learns its limits from the provider's headers.
+	Orgs map[string]Org `yaml:"orgs"`
+	// KeyProbeInterval is how long a key taken out of the pool (revoked,
+	// out of credit) waits before one request probes it again. Defaults to
+	// 1m.
+	KeyProbeInterval time.Duration `yaml:"key_probe_interval"`
 	// Profile presets the class, retry and wait settings left zero.
 	// Defaults to Balanced.
 	Profile Profile `yaml:"profile"`
@@ -109,6 +122,27 @@ type Limits struct {
 	TokensPerMinute int64 `yaml:"tokens_per_minute"`
 	// MaxConcurrency caps requests in flight upstream. Defaults to 64.
 	MaxConcurrency int `yaml:"max_concurrency"`
+}
+
+// Key is one provider key of a pool (Upstream.APIKeys).
+type Key struct {
+	// Key is the provider key. Required. Defaults to none.
+	Key string `yaml:"key"`
+	// Limits are this key's quotas; a zero field takes the upstream's
+	// value. Defaults to the upstream's limits.
+	Limits Limits `yaml:"limits"`
+	// Org names the account the key belongs to: keys of one org share its
+	// account-level bucket (Upstream.Orgs). Defaults to none: the key is
+	// its own account.
+	Org string `yaml:"org"`
+}
+
+// Org is an account whose quotas its keys share.
+type Org struct {
+	// Limits are the account-level quotas every key of the org draws from,
+	// on top of its own. Defaults to none known (learned from the
+	// provider's headers).
+	Limits Limits `yaml:"limits"`
 }
 
 // Retry shapes retries of attempts that fail with an overload or
@@ -188,25 +222,42 @@ func (u Upstream) config() upstream.Config {
 	class := func(c Class) upstream.Class {
 		return upstream.Class{Weight: c.Weight, MaxWait: c.MaxWait, Headroom: c.Headroom}
 	}
+	limits := func(l Limits) upstream.Limits {
+		return upstream.Limits{
+			RequestsPerMinute:     l.RequestsPerMinute,
+			InputTokensPerMinute:  l.InputTokensPerMinute,
+			OutputTokensPerMinute: l.OutputTokensPerMinute,
+			TokensPerMinute:       l.TokensPerMinute,
+			MaxConcurrency:        l.MaxConcurrency,
+		}
+	}
+	var keys []upstream.Key
+	for _, k := range u.APIKeys {
+		keys = append(keys, upstream.Key{Key: k.Key, Limits: limits(k.Limits), Org: k.Org})
+	}
+	var orgs map[string]upstream.Org
+	if u.Orgs != nil {
+		orgs = make(map[string]upstream.Org, len(u.Orgs))
+		for name, o := range u.Orgs {
+			orgs[name] = upstream.Org{Limits: limits(o.Limits)}
+		}
+	}
 	return upstream.Config{
-		Name:     u.Name,
-		Protocol: llm.Protocol(u.Protocol),
-		BaseURL:  u.BaseURL,
-		APIKey:   u.APIKey,
-		Profile:  upstream.Profile(u.Profile),
-		Limits: upstream.Limits{
-			RequestsPerMinute:     u.Limits.RequestsPerMinute,
-			InputTokensPerMinute:  u.Limits.InputTokensPerMinute,
-			OutputTokensPerMinute: u.Limits.OutputTokensPerMinute,
-			TokensPerMinute:       u.Limits.TokensPerMinute,
-			MaxConcurrency:        u.Limits.MaxConcurrency,
-		},
-		BurstSeconds:    u.BurstSeconds,
-		SafetyMargin:    u.SafetyMargin,
-		JitterAllowance: u.JitterAllowance,
-		MinConcurrency:  u.MinConcurrency,
-		RequestTimeout:  u.RequestTimeout,
-		HeadroomWindow:  u.HeadroomWindow,
+		Name:             u.Name,
+		Protocol:         llm.Protocol(u.Protocol),
+		BaseURL:          u.BaseURL,
+		APIKey:           u.APIKey,
+		APIKeys:          keys,
+		Orgs:             orgs,
+		KeyProbeInterval: u.KeyProbeInterval,
+		Profile:          upstream.Profile(u.Profile),
+		Limits:           limits(u.Limits),
+		BurstSeconds:     u.BurstSeconds,
+		SafetyMargin:     u.SafetyMargin,
+		JitterAllowance:  u.JitterAllowance,
+		MinConcurrency:   u.MinConcurrency,
+		RequestTimeout:   u.RequestTimeout,
+		HeadroomWindow:   u.HeadroomWindow,
 		Retry: upstream.Retry{
 			BaseDelay:   u.Retry.BaseDelay,
 			MaxDelay:    u.Retry.MaxDelay,
