@@ -224,6 +224,17 @@ func (l *Ledger) Load(client string, day time.Time, amount pricing.Amount, now t
 	}
 }
 
+// Rebase replaces client's spent amounts with the given ones (the day and
+// month current at now, and the total), keeping its limits and its
+// reservations in flight: a gateway sharing its store with others sets
+// its windows to what all of them spent.
+func (l *Ledger) Rebase(client string, day, month, total pricing.Amount, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.get(client, now)
+	a.spent[idx(Day)], a.spent[idx(Month)], a.spent[idx(Total)] = max(day, 0), max(month, 0), max(total, 0)
+}
+
 // Reserve reserves need for client at now. It fails with *ExceededError
 // when, in some window with a limit, spent + reserved + need would exceed
 // it; a client without limits is always granted (its reservations are

@@ -162,3 +162,21 @@ func TestRacersNeverOverspend(t *testing.T) {
 		require.Zero(t, acc.Total.Reserved)
 	}
 }
+
+func TestRebaseKeepsReservations(t *testing.T) {
+	t.Parallel()
+	l := quota.NewLedger()
+	l.SetLimits("a", quota.Limits{Day: usd(10)}, t0)
+	h, err := l.Reserve("a", usd(1), t0)
+	require.NoError(t, err)
+	l.Rebase("a", usd(8), usd(9), usd(20), t0) // what every node spent
+	acc := l.Account("a", t0)
+	require.Equal(t, usd(8), acc.Day.Spent)
+	require.Equal(t, usd(9), acc.Month.Spent)
+	require.Equal(t, usd(20), acc.Total.Spent)
+	require.Equal(t, usd(1), acc.Day.Reserved)
+	_, err = l.Reserve("a", usd(1.5), t0)
+	require.Error(t, err)
+	l.Settle(h, usd(0.5), t0)
+	require.Equal(t, usd(8.5), l.Account("a", t0).Day.Spent)
+}

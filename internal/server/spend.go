@@ -52,6 +52,10 @@ type spender struct {
 	unknown map[string]bool // unpriced models already warned about
 
 	store     jobstore.Store // nil: spend kept in memory only
+	// shared is set when other gateways may write to the same store
+	// (PostgreSQL): after each flush the windows are rebased on the
+	// store's sums, so every node enforces what all of them spent.
+	shared    bool
 	flushFail bool           // the last flush failed (logged once)
 	stop      chan struct{}
 	done      chan struct{}
@@ -77,6 +81,7 @@ func newSpender(cfg Config, clk clock.Clock, log *slog.Logger, m *spendMetrics) 
 		return nil, fmt.Errorf("prices.%w", err)
 	}
 	sp := &spender{prices: tab, ledger: quota.NewLedger(), clock: clk, log: log, budgets: map[string]bool{}, metrics: m,
+		shared: isPostgres(cfg.Store),
 		pending: map[spendKey]*spendDelta{}, totals: map[spendLabel]*spendDelta{}, unknown: map[string]bool{}}
 	now := clk.Now()
 	for _, c := range cfg.Clients {
@@ -206,13 +211,16 @@ func (h *spendHold) costSoFar() pricing.Amount {
 
 func (sp *spender) charge(h *spendHold, cost pricing.Amount) {
 	now := sp.clock.Now()
+	sp.metrics.spent(h.label, cost)
+	// The ledger and the pending spend change together under sp.mu, so a
+	// rebase (sync) sees each settled cost exactly once: in the store or
+	// in pending.
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
 	sp.ledger.Settle(h.hold, cost, now)
 	if cost == 0 {
 		return
 	}
-	sp.metrics.spent(h.label, cost)
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	k := spendKey{spendLabel: h.label, day: quota.DayStart(now)}
 	d := sp.pending[k]
 	if d == nil {
@@ -281,7 +289,11 @@ func (sp *spender) flush(ctx context.Context) error {
 	sp.mu.Lock()
 	st := sp.store
 	if st == nil || len(sp.pending) == 0 {
+		shared := sp.shared
 		sp.mu.Unlock()
+		if st != nil && shared {
+			return sp.sync(ctx, st) // what the other gateways spent
+		}
 		return nil
 	}
 	batch := sp.pending
@@ -314,6 +326,60 @@ func (sp *spender) flush(ctx context.Context) error {
 		sp.log.Info("spend written to the store again", "entries", len(batch))
 	}
 	sp.flushFail = false
+	if !sp.shared {
+		return nil
+	}
+	sp.mu.Unlock()
+	err = sp.sync(ctx, st)
+	sp.mu.Lock()
+	return err
+}
+
+// sync rebases every client's windows on the store's sums (what every
+// gateway sharing it has flushed) plus this gateway's pending spend.
+func (sp *spender) sync(ctx context.Context, st jobstore.Store) error {
+	rows, err := st.Spend(ctx, jobstore.SpendParams{})
+	if err != nil {
+		return fmt.Errorf("reading the shared spend: %w", err)
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	now := sp.clock.Now()
+	day, month := quota.DayStart(now), quota.MonthStart(now)
+	type sums struct{ day, month, total pricing.Amount }
+	by := map[string]*sums{}
+	totals := map[spendLabel]*spendDelta{}
+	add := func(l spendLabel, d time.Time, nanos pricing.Amount, n int64) {
+		s := by[l.client]
+		if s == nil {
+			s = &sums{}
+			by[l.client] = s
+		}
+		s.total += nanos
+		if !d.Before(month) {
+			s.month += nanos
+		}
+		if d.Equal(day) {
+			s.day += nanos
+		}
+		t := totals[l]
+		if t == nil {
+			t = &spendDelta{}
+			totals[l] = t
+		}
+		t.nanos += nanos
+		t.requests += n
+	}
+	for _, r := range rows {
+		add(spendLabel{client: r.Client, upstream: r.Upstream, model: r.Model}, r.Day, pricing.Amount(r.Nanos), r.Requests)
+	}
+	for k, d := range sp.pending {
+		add(k.spendLabel, k.day, d.nanos, d.requests)
+	}
+	for c, s := range by {
+		sp.ledger.Rebase(c, s.day, s.month, s.total, now)
+	}
+	sp.totals = totals
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -85,4 +86,47 @@ func TestSpendWritesAreBatched(t *testing.T) {
 	// 200 x (100 x $10 + 10 x $100) per million = 200 x $0.002.
 	require.Equal(t, int64(200*2_000_000), rows[0].Nanos)
 	require.Equal(t, 3, cs.adds)
+}
+
+// TestSharedStoreSpendIsSeenByEveryGateway: two gateways on one store
+// (as on PostgreSQL) each see, after their next flush, what the other
+// spent, and refuse what would overrun the budget they share.
+func TestSharedStoreSpendIsSeenByEveryGateway(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := testStore(t)
+	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	node := func() *spender {
+		st, err := jobstore.Open(ctx, dsn, jobstore.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, st.Close()) })
+		// $0.01 a day: five requests of $0.002 each.
+		sp, err := newSpender(Config{Prices: spendPrices, Clients: budgetClient(BudgetConfig{Day: 0.01})}, fc, discardLogger(), nil)
+		require.NoError(t, err)
+		sp.shared = true
+		require.NoError(t, sp.start(ctx, st))
+		t.Cleanup(func() { require.NoError(t, sp.close(ctx)) })
+		return sp
+	}
+	a, b := node(), node()
+	req := &dispatch.Request{Cost: provider.Cost{Model: "claude-x", InputTokens: 100, OutputTokens: 10}}
+	end := dispatch.End{Outcome: llm.Outcome{Kind: llm.Success}, Usage: llm.Usage{InputTokens: 100, OutputTokens: 10}, HasUsage: true}
+	for range 4 {
+		h, err := a.reserve("team", "claude", llm.Anthropic, req)
+		require.NoError(t, err)
+		h.settle(end, true)
+	}
+	require.NoError(t, a.flush(ctx))
+	require.NoError(t, b.flush(ctx)) // nothing of its own: reads the others'
+	require.Equal(t, pricing.FromDollars(0.008), b.ledger.Account("team", fc.Now()).Day.Spent)
+	h, err := b.reserve("team", "claude", llm.Anthropic, req)
+	require.NoError(t, err, "one more fits")
+	h.settle(end, true)
+	_, err = b.reserve("team", "claude", llm.Anthropic, req)
+	require.Error(t, err, "the shared budget is spent")
+	require.NoError(t, b.flush(ctx))
+	require.NoError(t, a.flush(ctx))
+	require.Equal(t, pricing.FromDollars(0.010), a.ledger.Account("team", fc.Now()).Day.Spent)
+	_, err = a.reserve("team", "claude", llm.Anthropic, req)
+	require.Error(t, err)
 }
