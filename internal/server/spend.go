@@ -51,12 +51,12 @@ type spender struct {
 	totals  map[spendLabel]*spendDelta
 	unknown map[string]bool // unpriced models already warned about
 
-	store     jobstore.Store // nil: spend kept in memory only
+	store jobstore.Store // nil: spend kept in memory only
 	// shared is set when other gateways may write to the same store
 	// (PostgreSQL): after each flush the windows are rebased on the
 	// store's sums, so every node enforces what all of them spent.
 	shared    bool
-	flushFail bool           // the last flush failed (logged once)
+	flushFail bool // the last flush failed (logged once)
 	stop      chan struct{}
 	done      chan struct{}
 }
@@ -81,7 +81,7 @@ func newSpender(cfg Config, clk clock.Clock, log *slog.Logger, m *spendMetrics) 
 		return nil, fmt.Errorf("prices.%w", err)
 	}
 	sp := &spender{prices: tab, ledger: quota.NewLedger(), clock: clk, log: log, budgets: map[string]bool{}, metrics: m,
-		shared: isPostgres(cfg.Store),
+		shared:  isPostgres(cfg.Store),
 		pending: map[spendKey]*spendDelta{}, totals: map[spendLabel]*spendDelta{}, unknown: map[string]bool{}}
 	now := clk.Now()
 	for _, c := range cfg.Clients {
