@@ -412,7 +412,7 @@ type spendBody struct {
 
 func (b *spendBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		b.settle()
 	}
 	return n, err
