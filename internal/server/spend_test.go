@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -258,8 +259,13 @@ func TestBudgetRaceOverTheMock(t *testing.T) {
 	require.GreaterOrEqual(t, ok, 10, "at least the budget's worth of worst cases is served")
 	require.LessOrEqual(t, spent, limit+worst, "never more than one request's worst case over")
 
-	st := readStatus(t, base, "ck-team")
-	team := clientSpend(t, st, "team")
+	// The last answers' bodies may still be settling as their clients
+	// finish reading.
+	var team ClientSpend
+	require.Eventually(t, func() bool {
+		team = clientSpend(t, readStatus(t, base, "ck-team"), "team")
+		return team.ReservedUSD == 0 && team.By[0].Requests == int64(ok)
+	}, 10*time.Second, 10*time.Millisecond)
 	require.InDelta(t, spent.Dollars(), team.Day.SpentUSD, 1e-9, "the gateway's account is the usage's")
 	require.InDelta(t, spent.Dollars(), team.Total.SpentUSD, 1e-9)
 	require.Zero(t, team.ReservedUSD)
@@ -321,7 +327,11 @@ func TestBudgetAppliesToJobs(t *testing.T) {
 	require.Contains(t, second, "total budget")
 	require.Contains(t, second, `"status":402`)
 	require.Equal(t, calls, m.Stats().Overall.ByStatus["200"], "the refused job never reached the provider")
-	team := clientSpend(t, readStatus(t, base, "ck-team"), "team")
+	var team ClientSpend
+	require.Eventually(t, func() bool {
+		team = clientSpend(t, readStatus(t, base, "ck-team"), "team")
+		return team.ReservedUSD == 0
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Positive(t, team.Total.SpentUSD)
 	require.LessOrEqual(t, team.Total.SpentUSD, worst.Dollars())
 }
@@ -350,4 +360,47 @@ prices:
 		_, err := ParseConfig([]byte(base+doc), nil)
 		require.ErrorContains(t, err, want, doc)
 	}
+}
+
+// TestBudgetChargesStreams: a streamed answer is charged from the usage
+// its events reported, once the stream ends, and nothing stays reserved;
+// an OpenAI stream that did not ask for usage is asked for it (and the
+// chunk stripped), so it is charged too.
+func TestBudgetChargesStreams(t *testing.T) {
+	t.Parallel()
+	m := startSpendMock(t)
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: spendPrices,
+		Clients: budgetClient(BudgetConfig{Day: 10}),
+		Upstreams: []upcfg.Config{
+			{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"},
+			{Name: "gpt", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: "sk-up"},
+		}}, WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	code, body := call(t, "POST", base+"/claude/v1/messages", "ck-team",
+		`{"model":"claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"stream it"}]}`)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Contains(t, string(body), "message_stop")
+	var team ClientSpend
+	require.Eventually(t, func() bool {
+		team = clientSpend(t, readStatus(t, base, "ck-team"), "team")
+		return team.ReservedUSD == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	anthropicSpent := team.Day.SpentUSD
+	require.Positive(t, anthropicSpent)
+	require.LessOrEqual(t, anthropicSpent, worstOf(t, llm.Anthropic, raceBody).Dollars())
+	require.Zero(t, team.ReservedUSD)
+
+	code, body = call(t, "POST", base+"/gpt/v1/chat/completions", "ck-team",
+		`{"model":"gpt-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"stream it"}]}`)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.NotContains(t, string(body), `"usage":{`, "the usage chunk the gateway asked for is stripped")
+	require.Eventually(t, func() bool {
+		team = clientSpend(t, readStatus(t, base, "ck-team"), "team")
+		return team.ReservedUSD == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Greater(t, team.Day.SpentUSD, anthropicSpent)
+	require.Zero(t, team.ReservedUSD)
 }
