@@ -123,6 +123,7 @@ type Ledger struct {
 type account struct {
 	limits     Limits
 	dayStart   time.Time
+	dayEnd     time.Time // dayStart + 1 day: roll has nothing to do before it
 	monthStart time.Time
 	spent      [3]pricing.Amount // by window index
 	reserved   pricing.Amount    // in flight: counts in every window
@@ -172,6 +173,10 @@ func (l *Ledger) get(client string, now time.Time) *account {
 // roll starts the windows afresh when now is past them. Reservations in
 // flight carry over: they settle in the new window.
 func (a *account) roll(now time.Time) {
+	if now.Before(a.dayEnd) {
+		return // the common case: no time.Date on the hot path
+	}
+	defer func() { a.dayEnd = a.dayStart.AddDate(0, 0, 1) }()
 	if d := DayStart(now); d.After(a.dayStart) {
 		a.dayStart, a.spent[idx(Day)] = d, 0
 	}
