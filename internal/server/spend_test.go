@@ -191,12 +191,16 @@ func TestBudgetRefundedOnFailure(t *testing.T) {
 
 // spendGateway starts a mock and a gateway in front of it with the spend
 // prices, the given clients and store.
-func spendGateway(t *testing.T, m *mock.Server, store string, clients []ClientConfig) *Server {
+func spendGateway(t *testing.T, m *mock.Server, store string, clients []ClientConfig, log ...*slog.Logger) *Server {
 	t.Helper()
+	lg := discardLogger()
+	if len(log) > 0 {
+		lg = log[0]
+	}
 	g, err := New(Config{Store: store, Listen: "127.0.0.1:0", Prices: spendPrices, Clients: clients,
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up",
 			Limits: upcfg.Limits{MaxConcurrency: 64}}}},
-		WithLogger(discardLogger()))
+		WithLogger(lg))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
 	return g
@@ -302,7 +306,9 @@ func TestBudgetAppliesToJobs(t *testing.T) {
 	t.Parallel()
 	m := startSpendMock(t)
 	worst := worstOf(t, llm.Anthropic, raceBody)
-	g := spendGateway(t, m, testStore(t), budgetClient(BudgetConfig{Total: 1.5 * worst.Dollars()}))
+	logs := &syncBuffer{}
+	g := spendGateway(t, m, testStore(t), budgetClient(BudgetConfig{Total: 1.5 * worst.Dollars()}),
+		slog.New(slog.NewJSONHandler(logs, nil)))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
 	base := "http://" + g.Addr()
 	submit := func() string {
@@ -334,6 +340,20 @@ func TestBudgetAppliesToJobs(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Positive(t, team.Total.SpentUSD)
 	require.LessOrEqual(t, team.Total.SpentUSD, worst.Dollars())
+	// The attempt's log line says what it cost.
+	var attempt struct {
+		Msg     string  `json:"msg"`
+		Outcome string  `json:"outcome"`
+		CostUSD float64 `json:"cost_usd"`
+	}
+	found := false
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if json.Unmarshal([]byte(line), &attempt) == nil && attempt.Msg == "job attempt" && attempt.Outcome == "success" {
+			require.InDelta(t, team.Total.SpentUSD, attempt.CostUSD, 1e-9)
+			found = true
+		}
+	}
+	require.True(t, found, "no job attempt line in %s", logs.String())
 }
 
 func TestBudgetConfig(t *testing.T) {
@@ -403,4 +423,22 @@ func TestBudgetChargesStreams(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Greater(t, team.Day.SpentUSD, anthropicSpent)
 	require.Zero(t, team.ReservedUSD)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
