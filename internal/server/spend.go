@@ -138,6 +138,7 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 		sp.warnUnknown(req.Cost.Model, err != nil && sp.budgets[client])
 	}
 	if err != nil && sp.budgets[client] {
+		sp.metrics.refused(client, err)
 		return nil, &errBudget{err: err}
 	}
 	need := m.Price.Worst(req.Cost)
@@ -158,13 +159,13 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 
 func (sp *spender) warnUnknown(model string, refused bool) {
 	sp.mu.Lock()
-	seen := sp.unknown[model]
-	if !seen && len(sp.unknown) < maxUnknownModelsLogged {
+	seen, full := sp.unknown[model], len(sp.unknown) >= maxUnknownModelsLogged
+	if !seen && !full {
 		sp.unknown[model] = true
 	}
 	sp.mu.Unlock()
-	if seen {
-		return
+	if seen || full {
+		return // warned already, or too many names to remember: never a line per request
 	}
 	if refused {
 		sp.log.Warn("no price for a model: refusing it for clients with a budget (prices.unknown: refuse)", "model", model)
