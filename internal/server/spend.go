@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
@@ -43,7 +44,7 @@ type spender struct {
 	ledger  *quota.Ledger
 	clock   clock.Clock
 	log     *slog.Logger
-	budgets map[string]bool // clients with a budget
+	budgets atomic.Pointer[map[string]bool] // clients with a budget (replaced whole by setBudgets)
 	metrics *spendMetrics
 
 	mu      sync.Mutex
@@ -80,16 +81,40 @@ func newSpender(cfg Config, clk clock.Clock, log *slog.Logger, m *spendMetrics) 
 	if err != nil {
 		return nil, fmt.Errorf("prices.%w", err)
 	}
-	sp := &spender{prices: tab, ledger: quota.NewLedger(), clock: clk, log: log, budgets: map[string]bool{}, metrics: m,
+	sp := &spender{prices: tab, ledger: quota.NewLedger(), clock: clk, log: log, metrics: m,
 		shared:  isPostgres(cfg.Store),
 		pending: map[spendKey]*spendDelta{}, totals: map[spendLabel]*spendDelta{}, unknown: map[string]bool{}}
-	now := clk.Now()
-	for _, c := range cfg.Clients {
+	sp.setBudgets(cfg.Clients)
+	return sp, nil
+}
+
+// setBudgets applies the clients' budgets, keeping every client's spend
+// and reservations (a config reload calls it with the new clients; a
+// client no longer listed keeps its spend but loses its limits).
+func (sp *spender) setBudgets(clients []ClientConfig) {
+	now := sp.clock.Now()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	listed := map[string]bool{}
+	for _, c := range clients {
 		lim := c.Budget.limits()
 		sp.ledger.SetLimits(c.Name, lim, now)
-		sp.budgets[c.Name] = lim.Any()
+		listed[c.Name] = lim.Any()
 	}
-	return sp, nil
+	if old := sp.budgets.Load(); old != nil {
+		for c := range *old {
+			if _, ok := listed[c]; !ok {
+				sp.ledger.SetLimits(c, quota.Limits{}, now)
+			}
+		}
+	}
+	sp.budgets.Store(&listed)
+}
+
+// hasBudget reports whether client has a budget.
+func (sp *spender) hasBudget(client string) bool {
+	b := sp.budgets.Load()
+	return b != nil && (*b)[client]
 }
 
 // unmetered reports whether a pass-through request of client must be
@@ -97,7 +122,7 @@ func newSpender(cfg Config, clk clock.Clock, log *slog.Logger, m *spendMetrics) 
 // anything but GET, HEAD, DELETE and token counting
 // (/v1/messages/count_tokens), which the providers do not charge.
 func (sp *spender) unmetered(client, method, path string) bool {
-	if sp == nil || !sp.budgets[client] {
+	if sp == nil || !sp.hasBudget(client) {
 		return false
 	}
 	switch method {
@@ -135,9 +160,9 @@ type spendHold struct {
 func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *dispatch.Request) (*spendHold, error) {
 	m, err := sp.prices.Lookup(req.Cost.Model)
 	if !m.Known {
-		sp.warnUnknown(req.Cost.Model, err != nil && sp.budgets[client])
+		sp.warnUnknown(req.Cost.Model, err != nil && sp.hasBudget(client))
 	}
-	if err != nil && sp.budgets[client] {
+	if err != nil && sp.hasBudget(client) {
 		sp.metrics.refused(client, err)
 		return nil, &errBudget{err: err}
 	}

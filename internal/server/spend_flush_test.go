@@ -130,3 +130,24 @@ func TestSharedStoreSpendIsSeenByEveryGateway(t *testing.T) {
 	_, err = a.reserve("team", "claude", llm.Anthropic, req)
 	require.Error(t, err)
 }
+
+// TestSetBudgetsKeepsSpend: a reload's new budgets apply at once to the
+// spend already made; a client dropped from the config loses its limits.
+func TestSetBudgetsKeepsSpend(t *testing.T) {
+	t.Parallel()
+	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	sp, err := newSpender(Config{Prices: spendPrices, Clients: budgetClient(BudgetConfig{Day: 1})}, fc, discardLogger(), nil)
+	require.NoError(t, err)
+	req := &dispatch.Request{Cost: provider.Cost{Model: "claude-x", InputTokens: 1000, OutputTokens: 1000}} // $0.11 worst
+	h, err := sp.reserve("team", "claude", llm.Anthropic, req)
+	require.NoError(t, err)
+	h.settle(dispatch.End{Outcome: llm.Outcome{Kind: llm.Success}}, true) // no usage: the worst case
+	sp.setBudgets(budgetClient(BudgetConfig{Day: 0.15}))
+	_, err = sp.reserve("team", "claude", llm.Anthropic, req)
+	require.Error(t, err, "0.11 spent + 0.11 > 0.15")
+	sp.setBudgets(nil)
+	require.False(t, sp.hasBudget("team"))
+	_, err = sp.reserve("team", "claude", llm.Anthropic, req)
+	require.NoError(t, err)
+	require.Equal(t, pricing.FromDollars(0.11), sp.ledger.Account("team", fc.Now()).Day.Spent)
+}

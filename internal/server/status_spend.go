@@ -63,7 +63,7 @@ func (s *Server) spendStatus(now time.Time) *SpendStatus {
 	}
 	sp.mu.Unlock()
 	for _, a := range sp.ledger.Accounts(now) {
-		if !sp.budgets[a.Client] && len(by[a.Client]) == 0 && a.Day.Reserved == 0 {
+		if !sp.hasBudget(a.Client) && len(by[a.Client]) == 0 && a.Day.Reserved == 0 {
 			continue
 		}
 		ms := by[a.Client]
