@@ -260,3 +260,11 @@ func statusForNotSent(reason error) int {
 	}
 	return 429
 }
+
+// Unavailable reports whether the upstream is in an outage now: its
+// breaker is open, or half-open with every probe out. A durable caller
+// with somewhere else to go (a job's fallback) asks before Acquire.
+func (d *Dispatcher) Unavailable() bool {
+	ok, _ := d.brk.Ready(d.clk.Now())
+	return !ok
+}

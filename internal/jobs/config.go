@@ -95,6 +95,11 @@ type Config struct {
 	// Protocols are the upstreams' wire protocols, one per dispatcher.
 	// Required.
 	Protocols map[string]llm.Protocol
+	// Fallbacks are, per upstream, where its jobs go while it is
+	// unavailable (its dispatcher's breaker open), tried in order; each
+	// must name a dispatcher of the same protocol. Defaults to none: a job
+	// waits for its upstream.
+	Fallbacks map[string]Fallbacks
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Owner names this process's workers in leases. Defaults to
@@ -283,6 +288,19 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	if c.Store == nil {
 		return errors.New("Store is required")
+	}
+	for name, fb := range c.Fallbacks {
+		if c.Dispatchers[name] == nil {
+			return fmt.Errorf("Fallbacks[%s]: no dispatcher is named %q", name, name)
+		}
+		for i, to := range fb.To {
+			if c.Dispatchers[to.Upstream] == nil {
+				return fmt.Errorf("Fallbacks[%s].To[%d].Upstream: no dispatcher is named %q", name, i, to.Upstream)
+			}
+			if c.Protocols[to.Upstream] != c.Protocols[name] {
+				return fmt.Errorf("Fallbacks[%s].To[%d].Upstream: %q speaks %s, not %s", name, i, to.Upstream, c.Protocols[to.Upstream], c.Protocols[name])
+			}
+		}
 	}
 	if len(c.Dispatchers) == 0 {
 		return errors.New("Dispatchers: at least one upstream is required")

@@ -39,7 +39,8 @@ type verdict struct {
 // heartbeat, then the verdict written with the lease's fencing token. The
 // heartbeat goes on until the verdict is written: a worker holding a paid
 // answer keeps its lease while it retries the write (see write).
-func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
+func (w *worker) run(j *jobstore.Job, a admission) {
+	t := a.ticket
 	s := w.s
 	obs := s.cfg.Observer
 	start := s.cfg.Clock.Now()
@@ -49,7 +50,7 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	defer func() {
 		d := s.cfg.Clock.Now().Sub(start)
 		obs.Attempted(w.upstream, outcome, d)
-		w.logAttempt(j, outcome, v, d)
+		w.logAttempt(j, outcome, v, d, cmp.Or(a.via.upstream, w.upstream))
 	}()
 	ctx, cancel := context.WithCancelCause(w.jobCtx)
 	defer cancel(nil)
@@ -82,7 +83,7 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 	case held:
 		t.Release()
 	default:
-		v = w.call(ctx, j, t)
+		v = w.call(ctx, j, a)
 	}
 
 	// The store already moved a canceled job or a lost lease on: write
@@ -114,7 +115,7 @@ func (w *worker) run(j *jobstore.Job, t *dispatch.Ticket) {
 // logAttempt writes the one line of a finished attempt (msg "job
 // attempt"; the fields are listed in docs/http-api.md, "Logs"). It runs
 // after the verdict is written and holds no lock: O(1), off the hot path.
-func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, d time.Duration) {
+func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, d time.Duration, servedBy string) {
 	log := w.s.cfg.Logger
 	ctx := context.Background()
 	if !log.Enabled(ctx, slog.LevelInfo) {
@@ -131,6 +132,7 @@ func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, 
 	log.LogAttrs(ctx, slog.LevelInfo, "job attempt",
 		slog.Int64("job_id", j.ID),
 		slog.String("upstream", w.upstream),
+		slog.String("served_by", servedBy),
 		slog.String("client", j.Client),
 		slog.String("priority", j.Priority.String()),
 		slog.String("outcome", string(outcome)),
@@ -216,7 +218,8 @@ func (w *worker) heartbeat(ctx context.Context, j *jobstore.Job, l *lease, cance
 // response; the request is built by the front door exactly as a live one,
 // and the engine's outcome goes through dispatch.DecideFate, the one place
 // that decides what a call means.
-func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) verdict {
+func (w *worker) call(ctx context.Context, j *jobstore.Job, a admission) verdict {
+	t := a.ticket
 	req, rerr := jobRequest(w.protocol, j, w.s.cfg.Clock.Now())
 	if rerr != nil {
 		t.Release()
@@ -224,7 +227,16 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) 
 			Message: "invalid request body: " + rerr.Message}, nil)
 	}
 	w.costs.remember(j.Priority, req.Cost)
-	hold, err := w.reserveSpend(req)
+	if a.via.upstream != "" {
+		// A fallback serves the call: the job's model as it maps it.
+		req.Body = frontdoor.RewriteModel(req.Body, a.via.models)
+		if to, ok := a.via.models[req.Cost.Model]; ok {
+			req.Cost.Model = to
+		}
+	}
+	// Reserved on the upstream that serves the call, at the price of the
+	// model it is sent as.
+	hold, err := w.reserveSpend(cmp.Or(a.via.upstream, w.upstream), req)
 	if err != nil {
 		t.Release()
 		return w.budgetRefused(j, err)
@@ -252,6 +264,7 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, t *dispatch.Ticket) 
 			res.Header[h] = v
 		}
 	}
+	res.Header[servedByHeader] = []string{cmp.Or(a.via.upstream, w.upstream)}
 	end, ended := resp.End()
 	costUSD := hold.Settle(end, ended)
 	out := end.Outcome

@@ -14,12 +14,13 @@ type noHold struct{}
 
 func (noHold) Settle(dispatch.End, bool) float64 { return 0 }
 
-// reserveSpend reserves req against its client's budget (Config.Spend).
-func (w *worker) reserveSpend(req *dispatch.Request) (SpendHold, error) {
+// reserveSpend reserves req, sent to upstream, against its client's
+// budget (Config.Spend).
+func (w *worker) reserveSpend(upstream string, req *dispatch.Request) (SpendHold, error) {
 	if w.s.cfg.Spend == nil {
 		return noHold{}, nil
 	}
-	h, err := w.s.cfg.Spend.Reserve(w.upstream, req)
+	h, err := w.s.cfg.Spend.Reserve(upstream, req)
 	if err != nil {
 		return nil, err
 	}

@@ -38,8 +38,15 @@ const jobsClient = "sluice-jobs"
 // grant is an Acquire that returned.
 type grant struct {
 	class  llm.Priority
+	via    route
 	ticket *dispatch.Ticket
 	err    error
+}
+
+// admission is a granted ticket and where it was asked.
+type admission struct {
+	ticket *dispatch.Ticket
+	via    route
 }
 
 // loop keeps up to MaxInFlightPerUpstream admissions outstanding (Acquire
@@ -75,22 +82,23 @@ func (w *worker) loop(ctx context.Context) {
 		}
 	}()
 
-	start := func(j *jobstore.Job, t *dispatch.Ticket) {
+	start := func(j *jobstore.Job, a admission) {
 		running++
 		w.s.jobs.Add(1)
 		go func() {
 			defer w.s.jobs.Done()
-			w.run(j, t)
+			w.run(j, a)
 			done <- struct{}{}
 		}()
 	}
 	acquire := func(c llm.Priority) {
 		pending[c]++
 		acquiring.Add(1)
+		via := w.routeFor(c)
 		go func() {
 			defer acquiring.Done()
-			t, err := w.dispatcher.Acquire(acqCtx, dispatch.AcquireParams{Priority: c, Client: jobsClient, Cost: w.costs.estimate(c)})
-			grants <- grant{class: c, ticket: t, err: err}
+			t, err := via.dispatcher.Acquire(acqCtx, dispatch.AcquireParams{Priority: c, Client: jobsClient, Cost: w.costs.estimate(c)})
+			grants <- grant{class: c, via: via, ticket: t, err: err}
 		}()
 	}
 
@@ -118,9 +126,10 @@ func (w *worker) loop(ctx context.Context) {
 	takeHanded := func(j *jobstore.Job) {
 		// A handed-off job runs only if admitted at once; it never waits
 		// under its lease.
-		if t, ok := w.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: j.Priority, Client: j.Client,
+		via := w.routeFor(j.Priority)
+		if t, ok := via.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: j.Priority, Client: j.Client,
 			Cost: w.costs.estimate(j.Priority)}); ok {
-			start(j, t)
+			start(j, admission{ticket: t, via: via})
 			return
 		}
 		w.handBack(j)
@@ -179,7 +188,7 @@ func (w *worker) loop(ctx context.Context) {
 		case <-done:
 			running--
 		case g := <-grants:
-			ready := [llm.NumPriorities][]*dispatch.Ticket{}
+			ready := [llm.NumPriorities][]admission{}
 			refused = !w.collect(g, &pending, &ready) || refused
 			for drained := false; !drained; {
 				select {
@@ -195,19 +204,19 @@ func (w *worker) loop(ctx context.Context) {
 				}
 				class := llm.Priority(c)
 				// More tickets the engine grants at once, for one claim.
-				for len(tickets) < min(cfg.ClaimBatch, backlog[c]-pending[c]) {
-					t, ok := w.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: class, Client: jobsClient, Cost: w.costs.estimate(class)})
+				for via := w.routeFor(class); len(tickets) < min(cfg.ClaimBatch, backlog[c]-pending[c]); {
+					t, ok := via.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: class, Client: jobsClient, Cost: w.costs.estimate(class)})
 					if !ok {
 						break
 					}
-					tickets = append(tickets, t)
+					tickets = append(tickets, admission{ticket: t, via: via})
 				}
 				jobs := w.claim(ctx, class, len(tickets))
 				for i, j := range jobs {
 					start(j, tickets[i])
 				}
-				for _, t := range tickets[len(jobs):] {
-					t.Release()
+				for _, a := range tickets[len(jobs):] {
+					a.ticket.Release()
 				}
 				if len(jobs) < len(tickets) {
 					// The backlog was stale (another node claimed them):
@@ -233,7 +242,7 @@ func (w *worker) loop(ctx context.Context) {
 
 // collect files a returned Acquire: a ticket by its class. It reports
 // false for an error (the dispatcher stopped, or the loop is stopping).
-func (w *worker) collect(g grant, pending *[llm.NumPriorities]int, ready *[llm.NumPriorities][]*dispatch.Ticket) bool {
+func (w *worker) collect(g grant, pending *[llm.NumPriorities]int, ready *[llm.NumPriorities][]admission) bool {
 	pending[g.class]--
 	if g.err != nil {
 		if errors.Is(g.err, dispatch.ErrTooLarge) {
@@ -243,7 +252,7 @@ func (w *worker) collect(g grant, pending *[llm.NumPriorities]int, ready *[llm.N
 		}
 		return false
 	}
-	ready[g.class] = append(ready[g.class], g.ticket)
+	ready[g.class] = append(ready[g.class], admission{ticket: g.ticket, via: g.via})
 	return true
 }
 

@@ -2,12 +2,12 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 )
 
 // HeaderFallback set to "off" on a request keeps it on its upstream.
@@ -51,7 +51,7 @@ func (s *Server) doRouted(ctx context.Context, u *upstream, req *dispatch.Reques
 			continue
 		}
 		next := *req
-		next.Body = rewriteModel(req.Body, f.Models)
+		next.Body = frontdoor.RewriteModel(req.Body, f.Models)
 		if to, ok := f.Models[req.Cost.Model]; ok {
 			next.Cost.Model = to // priced as the model it is sent as
 		}
@@ -86,34 +86,4 @@ func fallbackReason(err error, u *upstream) string {
 		return fallbackUnavailable
 	}
 	return ""
-}
-
-// rewriteModel returns body with its model replaced per models; body
-// itself when the model is not listed or the body is not a JSON object.
-func rewriteModel(body []byte, models map[string]string) []byte {
-	if len(models) == 0 {
-		return body
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return body
-	}
-	var model string
-	if json.Unmarshal(m["model"], &model) != nil {
-		return body
-	}
-	to, ok := models[model]
-	if !ok {
-		return body
-	}
-	b, err := json.Marshal(to)
-	if err != nil {
-		return body
-	}
-	m["model"] = b
-	out, err := json.Marshal(m)
-	if err != nil {
-		return body
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -80,6 +81,15 @@ func (r *fbRig) send(t *testing.T, class llm.Priority, deadline time.Duration, h
 	t.Helper()
 	ch := r.sendAsync(class, deadline, h)
 	start := r.fc.Now()
+	// Let the routing decision happen before fake time moves: a request
+	// that can be answered (or shed, or sent to a fallback) at once must
+	// not see the buckets refilled by a clock running ahead of a slow
+	// scheduler.
+	select {
+	case res := <-ch:
+		return res, 0
+	case <-time.After(settleWait):
+	}
 	limit := time.Now().Add(20 * time.Second)
 	for {
 		for range 4 {
@@ -94,6 +104,10 @@ func (r *fbRig) send(t *testing.T, class llm.Priority, deadline time.Duration, h
 		require.True(t, time.Now().Before(limit), "no answer")
 	}
 }
+
+// settleWait is how long send waits, in real time, for an answer that
+// needs no fake time before it starts moving the clock.
+const settleWait = 500 * time.Millisecond
 
 func (r *fbRig) sendAsync(class llm.Priority, deadline time.Duration, h http.Header) <-chan fbResult {
 	req := &dispatch.Request{Method: http.MethodPost, Path: "/v1/messages", Header: http.Header{},
@@ -196,10 +210,52 @@ func TestFallbackForACriticalDeadline(t *testing.T) {
 	}
 }
 
-func TestRewriteModel(t *testing.T) {
+// TestJobFallsBackThroughGateway: a job on an upstream in an outage is
+// retried on its fallback once the breaker opens, through the real
+// gateway, dispatchers and mocks; the primary sees only the call that
+// opened its breaker.
+func TestJobFallsBackThroughGateway(t *testing.T) {
 	t.Parallel()
-	m := map[string]string{"a": "b"}
-	require.JSONEq(t, `{"model":"b","x":1}`, string(rewriteModel([]byte(`{"model":"a","x":1}`), m)))
-	require.Equal(t, `{"model":"c"}`, string(rewriteModel([]byte(`{"model":"c"}`), m)))
-	require.Equal(t, `not json`, string(rewriteModel([]byte(`not json`), m)))
+	down, err := mock.New(mock.Config{Listen: "127.0.0.1:0", Faults: mock.Faults{Outages: []mock.Outage{{Duration: time.Hour}}}})
+	require.NoError(t, err)
+	up, err := mock.New(mock.Config{Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
+	for _, m := range []*mock.Server{down, up} {
+		require.NoError(t, m.Start(t.Context()))
+		t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	}
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+		Upstreams: []upcfg.Config{
+			{Name: "primary", Protocol: llm.Anthropic, BaseURL: down.URL(), APIKey: "sk-p",
+				Breaker:   upcfg.Breaker{ConsecutiveFailures: 1, OpenTimeout: time.Hour},
+				Fallbacks: []upcfg.Fallback{{Upstream: "backup", Models: map[string]string{"claude-sonnet-4-5": "claude-haiku-4-5"}}}},
+			{Name: "backup", Protocol: llm.Anthropic, BaseURL: up.URL(), APIKey: "sk-b"},
+		},
+		Jobs: JobsConfig{MaxAttempts: 5}}, WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+
+	code, body := call(t, "POST", base+"/v1/jobs", "", `{"upstream":"primary","priority":"high",
+		"request":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}}`)
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	var job struct {
+		ID       json.Number `json:"id"`
+		State    string      `json:"state"`
+		Upstream string      `json:"upstream"`
+		Response *struct {
+			Headers map[string]string `json:"headers"`
+		} `json:"response"`
+	}
+	require.NoError(t, json.Unmarshal(body, &job))
+	require.Eventually(t, func() bool {
+		_, b := call(t, "GET", base+"/v1/jobs/"+job.ID.String()+"?wait=5s", "", "")
+		require.NoError(t, json.Unmarshal(b, &job))
+		return job.State == "succeeded"
+	}, 60*time.Second, time.Millisecond)
+	require.Equal(t, "primary", job.Upstream)
+	require.Equal(t, "backup", job.Response.Headers["X-Sluice-Upstream"])
+	require.Equal(t, int64(1), down.Stats().Overall.ByStatus["529"], "the primary saw the call that opened its breaker, then nothing")
+	require.Equal(t, int64(1), up.Stats().Overall.ByStatus["200"])
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
 // The durable job queue runs inside the gateway: jobs are dispatched by the
@@ -93,6 +94,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		dispatchers[name] = d
 		protocols[name] = s.upstreams[name].cfg.Protocol
 	}
+	fallbacks := jobFallbacks(s.order, func(name string) upcfg.Config { return s.upstreams[name].cfg })
 	jc := s.cfg.Jobs
 	spoolDir := jc.SpoolDir
 	if s.ownStore != nil || spoolDir == StoreNone {
@@ -103,7 +105,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		obs = s.metrics.jobs
 	}
 	svc, err := jobs.New(jobs.Config{
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: obs,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
@@ -176,4 +178,26 @@ func (s *Server) closeStore() error {
 		return fmt.Errorf("closing the job store: %w", err)
 	}
 	return nil
+}
+
+// jobFallbacks translates the upstreams' fallbacks and fallback_classes
+// for the job service: jobs fall back as live requests do while their
+// upstream is unavailable.
+func jobFallbacks(order []string, cfg func(string) upcfg.Config) map[string]jobs.Fallbacks {
+	out := map[string]jobs.Fallbacks{}
+	for _, name := range order {
+		c := cfg(name)
+		if len(c.Fallbacks) == 0 {
+			continue
+		}
+		var fb jobs.Fallbacks
+		for _, f := range c.Fallbacks {
+			fb.To = append(fb.To, jobs.FallbackTarget{Upstream: f.Upstream, Models: f.Models})
+		}
+		for p := range llm.NumPriorities {
+			fb.Classes[p] = c.FallbackClass(llm.Priority(p))
+		}
+		out[name] = fb
+	}
+	return out
 }

@@ -202,6 +202,7 @@ func TestLogsThroughRealEngine(t *testing.T) {
 	att := buf.waitLines(t, "job attempt", 1)[0]
 	require.Equal(t, job.ID.String(), fmt.Sprint(att["job_id"]))
 	require.Equal(t, "claude", att["upstream"])
+	require.Equal(t, "claude", att["served_by"])
 	require.Equal(t, "batch", att["client"])
 	require.Equal(t, "low", att["priority"]) // the jobs API's default class
 	require.Equal(t, "success", att["outcome"])
