@@ -75,6 +75,7 @@ func (e *ExceededError) Error() string {
 type Hold struct {
 	client string
 	amount pricing.Amount
+	valid  bool
 }
 
 // Amount is what the hold reserved.
@@ -267,14 +268,14 @@ func (l *Ledger) Reserve(client string, need pricing.Amount, now time.Time) (Hol
 		return Hold{}, e
 	}
 	a.reserved += need
-	return Hold{client: client, amount: need}, nil
+	return Hold{client: client, amount: need, valid: true}, nil
 }
 
 // Settle ends h: its reservation is released and actual (what the request
 // really cost; 0 for a refund) is charged to the windows current at now.
 // Settling a zero Hold charges nothing.
 func (l *Ledger) Settle(h Hold, actual pricing.Amount, now time.Time) {
-	if h.client == "" {
+	if !h.valid {
 		return
 	}
 	l.Charge(h.client, actual, h.amount, now)

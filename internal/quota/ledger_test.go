@@ -180,3 +180,16 @@ func TestRebaseKeepsReservations(t *testing.T) {
 	l.Settle(h, usd(0.5), t0)
 	require.Equal(t, usd(8.5), l.Account("a", t0).Day.Spent)
 }
+
+func TestEmptyClientNameSettles(t *testing.T) {
+	t.Parallel()
+	l := quota.NewLedger()
+	h, err := l.Reserve("", usd(1), t0)
+	require.NoError(t, err)
+	l.Settle(h, usd(0.5), t0)
+	acc := l.Account("", t0)
+	require.Zero(t, acc.Day.Reserved)
+	require.Equal(t, usd(0.5), acc.Day.Spent)
+	l.Settle(quota.Hold{}, usd(9), t0) // the zero Hold charges nothing
+	require.Equal(t, usd(0.5), l.Account("", t0).Day.Spent)
+}

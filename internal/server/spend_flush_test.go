@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
 )
@@ -150,4 +151,38 @@ func TestSetBudgetsKeepsSpend(t *testing.T) {
 	_, err = sp.reserve("team", "claude", llm.Anthropic, req)
 	require.NoError(t, err)
 	require.Equal(t, pricing.FromDollars(0.11), sp.ledger.Account("team", fc.Now()).Day.Spent)
+}
+
+// TestFallbackIsChargedAsItsModel: a request served by a fallback is
+// charged on the fallback upstream at the price of the model it was sent
+// as (sonnet rewritten to haiku), and the primary's failed attempts cost
+// nothing.
+func TestFallbackIsChargedAsItsModel(t *testing.T) {
+	t.Parallel()
+	r := newFallbackRig(t, mock.Config{Faults: mock.Faults{Outages: []mock.Outage{{Start: 0, Duration: time.Hour}}}}, mock.Config{}, nil)
+	sp, err := newSpender(Config{}, r.fc, discardLogger(), nil)
+	require.NoError(t, err)
+	r.s.spend = sp
+	for range 40 {
+		res, _ := r.send(t, llm.Normal, 0, nil)
+		if res.err == nil && res.resp.Upstream == "fallback" {
+			break
+		}
+		r.fc.Advance(250 * time.Millisecond)
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	var fallback, primary int64
+	for l, d := range sp.totals {
+		switch {
+		case l.upstream == "fallback":
+			require.Equal(t, "claude-haiku-4-5", l.model)
+			fallback += d.requests
+		case l.upstream == "primary" && d.nanos > 0:
+			primary += d.requests
+		}
+	}
+	require.Positive(t, fallback, "a fallback served and was charged")
+	require.Zero(t, primary, "the primary's failures are refunded")
+	require.Zero(t, sp.ledger.Account("", r.fc.Now()).Day.Reserved)
 }
