@@ -6,9 +6,9 @@ package pricing
 const PricesAsOf = "2025-11-24"
 
 // Shipped returns the default price table's entries: list prices in USD
-// per million tokens, standard tier, for prompts within the standard
-// context window (Anthropic's long-context and OpenAI's priority/flex
-// tiers are not modelled), Anthropic cache writes at the 5-minute TTL rate
+// per million tokens, standard tier (OpenAI's priority and flex tiers are
+// not modelled; Claude Sonnet 4.x's price above 200K prompt tokens is),
+// Anthropic cache writes at the 5-minute TTL rate
 // (1.25x input; 1-hour writes cost 2x: override cache_write if you use
 // them). OpenAI does not charge cache writes, so its CacheWrite is Input.
 // Dated snapshots ("claude-sonnet-4-5-20250929", "gpt-4o-2024-08-06") find
@@ -16,18 +16,26 @@ const PricesAsOf = "2025-11-24"
 func Shipped() map[string]Price {
 	out := make(map[string]Price, len(shipped))
 	for k, v := range shipped {
+		if v.LongContext != nil {
+			lc := *v.LongContext
+			v.LongContext = &lc
+		}
 		out[k] = v
 	}
 	return out
 }
+
+// sonnetLong is Claude Sonnet 4.x's price for prompts above 200K tokens
+// (the 1M-token context window).
+var sonnetLong = &Price{Input: 6, Output: 22.50, CacheRead: 0.60, CacheWrite: 7.50}
 
 var shipped = map[string]Price{
 	// Anthropic, Claude 4.x.
 	"claude-opus-4-5":   {Input: 5, Output: 25, CacheRead: 0.50, CacheWrite: 6.25},
 	"claude-opus-4-1":   {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75},
 	"claude-opus-4":     {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75},
-	"claude-sonnet-4-5": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75},
-	"claude-sonnet-4":   {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75},
+	"claude-sonnet-4-5": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, LongContextAbove: 200_000, LongContext: sonnetLong},
+	"claude-sonnet-4":   {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, LongContextAbove: 200_000, LongContext: sonnetLong},
 	"claude-haiku-4-5":  {Input: 1, Output: 5, CacheRead: 0.10, CacheWrite: 1.25},
 	// Anthropic, Claude 3.x still served.
 	"claude-3-7-sonnet": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75},

@@ -49,6 +49,22 @@ type Price struct {
 	// CacheWrite is the price of input tokens written to the prompt cache
 	// (Anthropic's cache creation). Defaults to Input.
 	CacheWrite float64 `yaml:"cache_write" json:"cache_write"`
+	// LongContextAbove, when positive, is the prompt size (input tokens,
+	// cached ones included) above which the whole request is priced at
+	// LongContext instead (Anthropic's 1M-context Sonnet surcharge).
+	// Defaults to 0 (one price whatever the size).
+	LongContextAbove int64 `yaml:"long_context_above" json:"long_context_above,omitempty"`
+	// LongContext is the price above LongContextAbove; its zero cache
+	// prices default to its input price. Required with LongContextAbove.
+	LongContext *Price `yaml:"long_context" json:"long_context,omitempty"`
+}
+
+// at returns the price of a request whose prompt holds prompt tokens.
+func (p Price) at(prompt int64) Price {
+	if p.LongContextAbove > 0 && p.LongContext != nil && prompt > p.LongContextAbove {
+		return p.LongContext.WithDefaults()
+	}
+	return p.WithDefaults()
 }
 
 // WithDefaults returns p with a zero CacheRead or CacheWrite set to Input.
@@ -73,6 +89,19 @@ func (p Price) Validate() error {
 			return fmt.Errorf("%s: %v is not a price in USD per million tokens between 0 and %d", f.name, f.v, MaxPrice)
 		}
 	}
+	switch {
+	case p.LongContextAbove < 0:
+		return fmt.Errorf("long_context_above: %d must be >= 0", p.LongContextAbove)
+	case p.LongContextAbove > 0 && p.LongContext == nil:
+		return errors.New("long_context: required with long_context_above")
+	case p.LongContext != nil:
+		if p.LongContext.LongContext != nil || p.LongContext.LongContextAbove != 0 {
+			return errors.New("long_context: cannot nest another long_context")
+		}
+		if err := p.LongContext.Validate(); err != nil {
+			return fmt.Errorf("long_context.%w", err)
+		}
+	}
 	return nil
 }
 
@@ -84,17 +113,18 @@ const MaxPrice = 100_000
 // (1 USD/MTok = 1e-6 USD/token = 1000 nano-dollars/token).
 func perToken(usdPerMTok float64) float64 { return usdPerMTok * 1000 }
 
-// Cost is what usage costs at p for an upstream speaking protocol proto.
+// Cost is what usage costs at p (its long-context price when the prompt is
+// above the threshold) for an upstream speaking protocol proto.
 // Anthropic reports uncached input, cache writes and cache reads apart;
 // OpenAI's input tokens include the cached ones, which are charged at
 // CacheRead instead of Input. Rounded up to the next nano-dollar.
 func (p Price) Cost(proto llm.Protocol, u llm.Usage) Amount {
-	p = p.WithDefaults()
 	in, cached, written := nonNeg(u.InputTokens), nonNeg(u.CacheReadInputTokens), nonNeg(u.CacheCreationInputTokens)
 	if proto == llm.OpenAI {
 		cached = min(cached, in)
 		in -= cached
 	}
+	p = p.at(in + cached + written)
 	n := float64(in)*perToken(p.Input) + float64(cached)*perToken(p.CacheRead) +
 		float64(written)*perToken(p.CacheWrite) + float64(nonNeg(u.OutputTokens))*perToken(p.Output)
 	return ceilAmount(n)
@@ -103,9 +133,10 @@ func (p Price) Cost(proto llm.Protocol, u llm.Usage) Amount {
 // Worst is the most a request estimated as c can cost at p: every input
 // token at the dearer of Input and CacheWrite (a prompt may be written to
 // the cache) and the whole output reservation (max_tokens, or the
-// protocol's default, times n) at Output.
+// protocol's default, times n) at Output; at the long-context price when
+// the estimate is above its threshold.
 func (p Price) Worst(c provider.Cost) Amount {
-	p = p.WithDefaults()
+	p = p.at(nonNeg(c.InputTokens))
 	n := float64(nonNeg(c.InputTokens))*perToken(max(p.Input, p.CacheWrite)) +
 		float64(nonNeg(c.OutputTokens))*perToken(p.Output)
 	return ceilAmount(n)
