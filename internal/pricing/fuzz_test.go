@@ -19,6 +19,7 @@ func FuzzConfig(f *testing.F) {
 	f.Add("models:\n  m: {input: 1, output: 2}\nunknown: refuse\n", "m-2025")
 	f.Add("models:\n  claude-x: {input: 1e5, output: 0, cache_read: .5}\nfallback: {input: 3, output: 4}\n", "claude-x@1")
 	f.Add("no_shipped: true\n", "gpt-4o")
+	f.Add("models:\n  s: {input: 3, output: 15, long_context_above: 10, long_context: {input: 6, output: 22.5}}\n", "s-1")
 	f.Add("models: {\"\": {input: -1}}", "")
 	f.Fuzz(func(t *testing.T, doc, model string) {
 		var c pricing.Config
