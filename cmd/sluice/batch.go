@@ -28,8 +28,9 @@ func init() {
 	register(command{
 		name:    "batch",
 		summary: "run a JSONL batch file through the gateway's job queue, resumably",
-		usage:   "run input.jsonl -o results.jsonl [--server URL | --store DSN --config FILE] [--upstream NAME] [--priority low]",
+		usage:   "run input.jsonl -o results.jsonl [--server URL] [--key KEY] [--store DSN --config FILE] [--upstream NAME] [--priority low] [--cancel-on-interrupt] | status ID | cancel ID",
 		run:     runBatch,
+		subs:    []string{"run", "status", "cancel"},
 	})
 }
 
@@ -41,22 +42,32 @@ type batchRun struct {
 	upstream string
 	priority string
 	stderr   io.Writer
+	terminal bool // stderr is a terminal: a redrawn bar, else periodic lines
+	local    bool // --store: the gateway runs in this process and stops with it
 	clk      clock.Clock
 
 	mu        sync.Mutex
 	out       *os.File
-	done      int
+	done      int // results written by this run
+	collected int // of done: finished before this run asked (a resume): not in the rate
+	succeeded int
 	errored   int
-	already   int
+	canceled  int
+	already   int // results in the file from an earlier run
 	tokensIn  int64
 	tokensOut int64
 	start     time.Time
+	pending   map[string]int64 // custom_id -> job id submitted and not finished
+	// submitting holds the submit bodies in flight: cut by Ctrl-C, they
+	// may or may not have reached the gateway.
+	submitting map[string][]byte
+	lastLine   time.Time // last periodic line (not a terminal)
 }
 
-func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, _ io.Writer) error {
+func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
 	output := fs.String("o", "", "results file (JSONL); required. Rerunning with the same file resumes")
-	srv := fs.String("server", cmp.Or(os.Getenv("SLUICE_SERVER"), serverDefault), "gateway URL (env SLUICE_SERVER)")
-	key := fs.String("api-key", os.Getenv("SLUICE_API_KEY"), "client key for the gateway, or for one of the config's clients with --store (env SLUICE_API_KEY)")
+	gw := addGatewayFlags(fs)
+	cancelOnInterrupt := fs.Bool("cancel-on-interrupt", false, "on Ctrl-C, cancel the jobs still queued or running on the gateway without asking")
 	store := fs.String("store", "", "run in-process on this store (sqlite:PATH or postgres://…) instead of a gateway; needs --config")
 	config := fs.String("config", "", "gateway config file (with --store): the upstreams to call")
 	upstream := fs.String("upstream", "", "upstream name; defaults to anthropic or openai after the file's shape")
@@ -66,8 +77,11 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, _ io.Writer)
 		return err
 	}
 	pos := fs.Args()
+	if len(pos) == 2 && (pos[0] == "cancel" || pos[0] == "status") {
+		return batchServerCommand(ctx, gw, pos[0], pos[1], out)
+	}
 	if len(pos) != 2 || pos[0] != "run" {
-		return fmt.Errorf("%w: want: batch run input.jsonl -o results.jsonl", errUsage)
+		return fmt.Errorf("%w: want: batch run input.jsonl -o results.jsonl, batch status ID or batch cancel ID", errUsage)
 	}
 	if *output == "" {
 		return fmt.Errorf("%w: -o results.jsonl is required", errUsage)
@@ -88,24 +102,30 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, _ io.Writer)
 		return fmt.Errorf("%s: %d invalid line(s), first: line %d: %s", pos[1], len(f.Invalid), e.Line, e.Message)
 	}
 	sum := sha256.Sum256(data)
-	r := &batchRun{file: f, hash: hex.EncodeToString(sum[:8]), upstream: cmp.Or(*upstream, string(f.Format)), priority: *priority, stderr: os.Stderr, clk: clock.Real()}
+	stderr := stderrOf(ctx)
+	r := &batchRun{file: f, hash: hex.EncodeToString(sum[:8]), upstream: cmp.Or(*upstream, string(f.Format)), priority: *priority,
+		stderr: stderr, terminal: writerIsTerminal(stderr), clk: clock.Real(), pending: map[string]int64{}, submitting: map[string][]byte{}}
 
 	if *store != "" {
 		if *config == "" {
 			return fmt.Errorf("%w: --store needs --config to know the upstreams", errUsage)
 		}
-		stop, c, err := localGateway(ctx, *store, *config, *key)
+		stop, c, err := localGateway(ctx, *store, *config, gw.Key())
 		if err != nil {
 			return err
 		}
 		defer stop()
-		r.c = c
+		r.c, r.local = c, true
 	} else {
-		if r.c, err = newAPIClient(*srv, *key); err != nil {
+		if r.c, err = gw.client(); err != nil {
 			return err
 		}
 	}
-	return r.run(ctx, *output, *concurrency)
+	interrupt := askOnInterrupt(stdinOf(ctx), stderr)
+	if *cancelOnInterrupt {
+		interrupt = func(int) bool { return true }
+	}
+	return r.run(ctx, *output, *concurrency, interrupt)
 }
 
 // idempotencyKey ties a job to this input file's content and a custom_id,
@@ -152,7 +172,7 @@ func resumeOutput(path string) (*os.File, map[string]bool, error) {
 	return f, done, nil
 }
 
-func (r *batchRun) run(ctx context.Context, output string, concurrency int) error {
+func (r *batchRun) run(ctx context.Context, output string, concurrency int, cancelPending func(n int) bool) error {
 	out, done, err := resumeOutput(output)
 	if err != nil {
 		return err
@@ -205,8 +225,11 @@ feed:
 	r.mu.Unlock()
 	if finished < len(r.file.Lines) {
 		cause := context.Cause(ctx)
+		r.afterInterrupt(ctx, cancelPending)
+		r.printSummary()
 		return fmt.Errorf("stopped after %d/%d results (%w); run the same command again to finish the rest", finished, len(r.file.Lines), cause)
 	}
+	r.printSummary()
 	return nil
 }
 
@@ -217,9 +240,24 @@ func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
 		return fmt.Errorf("encoding line %d: %w", l.Line, err)
 	}
 	var j jobs.JobView
-	if _, err := r.c.call(ctx, "POST", "/v1/jobs", body, nil, &j); err != nil {
+	r.mu.Lock()
+	r.submitting[l.CustomID] = body
+	r.mu.Unlock()
+	_, err = r.c.call(ctx, "POST", "/v1/jobs", body, nil, &j)
+	r.mu.Lock()
+	if err == nil {
+		// A failed submit stays in submitting: it may have reached the
+		// gateway (afterInterrupt finds it again by its idempotency key).
+		delete(r.submitting, l.CustomID)
+		r.pending[l.CustomID] = j.ID
+	}
+	r.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("line %d: %w", l.Line, err)
 	}
+	// Finished already: a rerun collecting what the gateway did while
+	// this command was away; it says nothing of the rate.
+	collected := j.State.Finished()
 	for !j.State.Finished() {
 		if _, err := r.c.call(ctx, "GET", fmt.Sprintf("/v1/jobs/%d?wait=30s", j.ID), nil, nil, &j); err != nil {
 			return fmt.Errorf("waiting for line %d: %w", l.Line, err)
@@ -232,8 +270,17 @@ func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
 	if _, err := r.out.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
+	delete(r.pending, l.CustomID)
 	r.done++
-	if j.State != jobstore.StateSucceeded {
+	if collected {
+		r.collected++
+	}
+	switch j.State {
+	case jobstore.StateSucceeded:
+		r.succeeded++
+	case jobstore.StateCanceled:
+		r.canceled++
+	default:
 		r.errored++
 	}
 	if j.Response != nil {
@@ -241,35 +288,6 @@ func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
 		r.tokensOut += j.Response.Usage.OutputTokens
 	}
 	return nil
-}
-
-func (r *batchRun) progressLoop(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
-	for clock.Sleep(ctx, r.clk, 500*time.Millisecond) == nil {
-		r.printProgress(false)
-	}
-}
-
-// printProgress writes done/total, rate, ETA and tokens on one stderr line.
-func (r *batchRun) printProgress(final bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	total := len(r.file.Lines)
-	elapsed := r.clk.Now().Sub(r.start).Seconds()
-	rate := 0.0
-	if elapsed > 0 {
-		rate = float64(r.done) / elapsed
-	}
-	eta := "?"
-	if rate > 0 {
-		eta = (time.Duration(float64(total-r.already-r.done)/rate) * time.Second).Round(time.Second).String()
-	}
-	end := "\r"
-	if final {
-		end = "\n"
-	}
-	fmt.Fprintf(r.stderr, "\rbatch: %d/%d done (%d errored, %d from an earlier run)  %.1f/s  ETA %s  tokens in %d out %d%s",
-		r.already+r.done, total, r.errored, r.already, rate, eta, r.tokensIn, r.tokensOut, end)
 }
 
 // localGateway runs the gateway of the config file in this process, with

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/scenario"
@@ -19,8 +21,9 @@ func init() {
 	register(command{
 		name:    "bench",
 		summary: "measure the gateway against a naive client on an in-process mock: " + strings.Join(names, ", ") + ", all",
-		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--json] <scenario>",
+		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--rates R,R] [--rounds N] [--round D] [--json] <scenario>",
 		run:     runBench,
+		subs:    append(names, "all"),
 	})
 }
 
@@ -29,6 +32,11 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	quick := fs.Bool("quick", false, "tiny sizes: a smoke run in seconds (figures not comparable with the targets)")
 	duration := fs.Duration("duration", scenario.LoadDurationDefault, "how long the priority scenario overloads")
 	requests := fs.Int("requests", 0, "override the scenario's request count (goodput, overhead pairs, mock)")
+	rates := fs.String("rates", "", "overhead: open-loop rates in req/s, comma-separated (default 500,1000,2000)")
+	rounds := fs.Int("rounds", 0, "overhead: rounds per system and rate; figures are medians (default 3)")
+	round := fs.Duration("round", 0, "overhead: length of one round (default 5s)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile at the end of the run to this file")
 	asJSON := fs.Bool("json", false, "also print the results as JSON after the text report")
 	// Accept flags after the scenario name too: sluice bench goodput --quick.
 	var name string
@@ -55,6 +63,13 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *requests < 0 {
 		return fmt.Errorf("%w: --requests must be >= 0, got %d", errUsage, *requests)
 	}
+	if *rounds < 0 || *round < 0 {
+		return fmt.Errorf("%w: --rounds and --round must be >= 0", errUsage)
+	}
+	rateList, err := parseRates(*rates)
+	if err != nil {
+		return err
+	}
 	var scenarios []scenario.Scenario
 	if name == "all" {
 		scenarios = scenario.Scenarios()
@@ -65,9 +80,32 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		}
 		scenarios = []scenario.Scenario{s}
 	}
-	opts := scenario.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr}
+	opts := scenario.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr,
+		Rates: rateList, Rounds: *rounds, Round: *round}
 	if flagGiven(fs, "duration") || !*quick {
 		opts.Duration = *duration
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("creating CPU profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("starting CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "creating allocation profile: %v\n", err)
+				return
+			}
+			defer f.Close()
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+		}()
 	}
 	var results []*scenario.Result
 	missed := 0
@@ -91,4 +129,20 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	}
 	fmt.Fprintf(out, "%d of %d scenarios met every target\n", len(results)-missed, len(results))
 	return nil
+}
+
+// parseRates reads --rates: positive integers separated by commas.
+func parseRates(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w: --rates wants positive integers separated by commas, got %q", errUsage, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -23,6 +23,9 @@ func TestBenchAndDemoCommandLine(t *testing.T) {
 		{[]string{"bench", "--nosuchflag", "mock"}, 2, "", "flag provided but not defined"},
 		{[]string{"demo", "extra"}, 2, "", "unexpected argument"},
 		{[]string{"demo", "--requests", "0"}, 2, "", "--requests must be >= 1"},
+		{[]string{"bench", "--rates", "0,x", "overhead"}, 2, "", "--rates wants positive integers"},
+		{[]string{"bench", "--rounds", "-1", "overhead"}, 2, "", "--rounds and --round must be >= 0"},
+		{[]string{"bench", "overhead", "--rates", "100", "--rounds", "1", "--round", "200ms"}, 0, "bare proxy", ""},
 		{[]string{"bench", "--quick", "--json", "mock"}, 0, `"requests_per_s"`, ""},
 		{[]string{"bench", "mock", "--quick"}, 0, "1 of 1 scenarios met every target", ""},
 	}

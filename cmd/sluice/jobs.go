@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,8 +30,9 @@ func init() {
 	register(command{
 		name:    "jobs",
 		summary: "list, inspect, cancel and retry durable jobs on a running gateway",
-		usage:   "ls [--state S] [--upstream U] [--limit N] [--cursor C] | get ID [--wait 30s] | cancel ID | retry ID|--all [--server URL]",
+		usage:   "ls [--state S] [--upstream U] [--limit N] [--cursor C] | get ID [--wait 30s] | cancel ID | retry ID|--all [--server URL] [--key KEY]",
 		run:     runJobs,
+		subs:    []string{"ls", "list", "get", "cancel", "retry"},
 	})
 }
 
@@ -93,8 +93,7 @@ func (c *apiClient) call(ctx context.Context, method, path string, body []byte, 
 }
 
 func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	server := fs.String("server", cmp.Or(os.Getenv("SLUICE_SERVER"), serverDefault), "gateway URL (env SLUICE_SERVER)")
-	key := fs.String("api-key", os.Getenv("SLUICE_API_KEY"), "client key for the gateway (env SLUICE_API_KEY)")
+	gw := addGatewayFlags(fs)
 	state := fs.String("state", "", "ls: only jobs in this state (queued, running, succeeded, dead, canceled)")
 	upstream := fs.String("upstream", "", "ls: only jobs of this upstream; retry --all: only this upstream")
 	limit := fs.Int("limit", 50, "ls: page size (1-1000)")
@@ -108,7 +107,7 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	if len(pos) == 0 {
 		return fmt.Errorf("%w: want ls, get, cancel or retry", errUsage)
 	}
-	c, err := newAPIClient(*server, *key)
+	c, err := gw.client()
 	if err != nil {
 		return err
 	}

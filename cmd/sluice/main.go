@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -24,6 +26,10 @@ type command struct {
 	// run executes the command. It gets a fresh FlagSet named after the
 	// command; a returned error is printed as one line and exits non-zero.
 	run func(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error
+	// subs, when set, are the words the first positional argument may be
+	// (subcommands, scenarios): the docs test checks documented command
+	// lines against them.
+	subs []string
 }
 
 var commands = map[string]command{}
@@ -54,8 +60,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
-				fs := newFlagSet(c, stdout)
+				fs := newFlagSet(c)
 				_ = c.run(ctx, fs, []string{"-h"}, stdout)
+				writeHelp(fs, stdout)
 				return 0
 			}
 		}
@@ -67,12 +74,13 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice: unknown command %q (run 'sluice help')\n", args[0])
 		return 2
 	}
-	fs := newFlagSet(c, stderr)
-	err := c.run(ctx, fs, args[1:], stdout)
+	fs := newFlagSet(c)
+	err := c.run(context.WithValue(ctx, stderrKey{}, stderr), fs, args[1:], stdout)
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
+		writeHelp(fs, stdout)
 		return 0
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, oneLine(err))
@@ -83,14 +91,46 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func newFlagSet(c command, w io.Writer) *flag.FlagSet {
+// stderrKey carries runMain's stderr to the commands that log (serve):
+// the command signature has only stdout.
+type stderrKey struct{}
+
+// stderrOf returns the stderr runMain was given, else os.Stderr.
+func stderrOf(ctx context.Context) io.Writer {
+	if w, ok := ctx.Value(stderrKey{}).(io.Writer); ok {
+		return w
+	}
+	return os.Stderr
+}
+
+// writerIsTerminal reports whether w is a terminal.
+func writerIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(f)
+}
+
+// newFlagSet returns the command's flag set. What the flag package prints
+// (the usage, its own error message) goes to a buffer: -h copies it to
+// stdout (writeHelp), a bad flag discards it, so that the error is one
+// line (runMain's).
+func newFlagSet(c command) *flag.FlagSet {
 	fs := flag.NewFlagSet("sluice "+c.name, flag.ContinueOnError)
-	fs.SetOutput(w)
+	fs.SetOutput(&bytes.Buffer{})
 	fs.Usage = func() {
-		fmt.Fprintf(w, "Usage: sluice %s %s\n\n%s\n\nFlags:\n", c.name, c.usage, c.summary)
+		if b, ok := fs.Output().(*bytes.Buffer); ok {
+			b.Reset() // drop flag's error line; the usage alone
+		}
+		fmt.Fprintf(fs.Output(), "Usage: sluice %s %s\n\n%s\n\nFlags:\n", c.name, c.usage, c.summary)
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// writeHelp copies the usage a -h printed into fs's buffer to w.
+func writeHelp(fs *flag.FlagSet, w io.Writer) {
+	if b, ok := fs.Output().(*bytes.Buffer); ok {
+		_, _ = w.Write(b.Bytes())
+	}
 }
 
 // parseFlags parses args into fs, flags before or after the positional
@@ -122,8 +162,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	// Leave the positional arguments in fs.Args(): parsing "--" first stops
 	// at once and keeps the flags already set.
 	_ = fs.Parse(append([]string{"--"}, pos...))
+	if _, ok := parseOnly.Load(fs); ok {
+		return errParsedOnly
+	}
 	return nil
 }
+
+// parseOnly holds the flag sets of parse-only runs (the docs test checks
+// every documented command line against the real flags without running
+// it): parseFlags returns errParsedOnly for them once parsing succeeded.
+var parseOnly sync.Map // *flag.FlagSet -> struct{}
+
+var errParsedOnly = errors.New("parsed only")
 
 func printHelp(w io.Writer) {
 	fmt.Fprintln(w, "Sluice keeps LLM traffic flowing: a priority queue, quota admission, retries and a durable job queue in front of provider APIs.")

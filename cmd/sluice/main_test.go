@@ -53,8 +53,37 @@ func TestBadFlagIsAUsageError(t *testing.T) {
 		var out, errOut bytes.Buffer
 		code := runMain(context.Background(), []string{name, "--no-such-flag"}, &out, &errOut)
 		require.Equal(t, 2, code, "%s: %s", name, errOut.String())
-		lines := bytes.Split(bytes.TrimSpace(errOut.Bytes()), []byte("\n"))
-		require.Contains(t, string(lines[len(lines)-1]), "sluice "+name+": usage:", name)
+		require.Equal(t, "sluice "+name+": usage: flag provided but not defined: -no-such-flag\n", errOut.String(), "one line")
+		require.Empty(t, out.String())
+	}
+}
+
+// TestBadInputIsOneLine: every kind of bad input prints one line and
+// exits non-zero.
+func TestBadInputIsOneLine(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"serve", "--lissen", "x"}, {"serve", "--grace", "soon"}, {"mock", "--rpm", "abc"}, {"migrate", "statuss"},
+		{"bench", "nosuch"}, {"demo", "--requests", "0"}, {"jobs", "get"}, {"batch", "run", "x.jsonl"},
+		{"batch", "cancel"}, {"demo", "extra"}, {"jobs", "ls", "--server", "ftp://x"},
+	} {
+		var out, errOut bytes.Buffer
+		code := runMain(context.Background(), args, &out, &errOut)
+		require.NotZero(t, code, args)
+		require.Equal(t, 1, bytes.Count(errOut.Bytes(), []byte("\n")), "%v: %q", args, errOut.String())
+		require.True(t, bytes.HasPrefix(errOut.Bytes(), []byte("sluice "+args[0]+": ")), "%v: %q", args, errOut.String())
+	}
+}
+
+// TestCommandDashHPrintsUsageOnStdout: -h anywhere prints the usage on
+// stdout and exits 0.
+func TestCommandDashHPrintsUsageOnStdout(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"serve", "-h"}, {"batch", "run", "--help"}} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 0, runMain(context.Background(), args, &out, &errOut), args)
+		require.Contains(t, out.String(), "Usage: sluice "+args[0])
+		require.Empty(t, errOut.String())
 	}
 }
 
@@ -94,4 +123,22 @@ func TestFlagsBeforeOrAfterArguments(t *testing.T) {
 		require.Equal(t, tt.a, *a, "%v", tt.args)
 		require.Equal(t, tt.n, *n, "%v", tt.args)
 	}
+}
+
+// TestHelpNeverShowsTheKey: the key from the environment is not printed as
+// a flag default by -h.
+func TestHelpNeverShowsTheKey(t *testing.T) {
+	t.Setenv("SLUICE_KEY", "ck-ENV-SECRET")
+	for _, name := range []string{"jobs", "batch"} {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 0, runMain(context.Background(), []string{name, "-h"}, &out, &errOut))
+		require.Contains(t, out.String(), "-key key")
+		require.NotContains(t, out.String()+errOut.String(), "ck-ENV-SECRET")
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	g := addGatewayFlags(fs)
+	require.NoError(t, fs.Parse(nil))
+	require.Equal(t, "ck-ENV-SECRET", g.Key(), "the environment's key is used")
+	require.NoError(t, fs.Parse([]string{"--key", "ck-flag"}))
+	require.Equal(t, "ck-flag", g.Key(), "the flag wins")
 }

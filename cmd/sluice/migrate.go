@@ -17,6 +17,7 @@ func init() {
 		summary: "Apply, revert or show the job store's schema migrations.",
 		usage:   "[--store DSN] [--steps N] up|down|status",
 		run:     runMigrate,
+		subs:    []string{"up", "down", "status"},
 	})
 }
 

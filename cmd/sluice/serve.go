@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -38,7 +40,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	logger, err := newLogger(os.Stderr, *logFormat, *logLevel, isTerminal(os.Stderr))
+	logw := stderrOf(ctx)
+	logger, err := newLogger(logw, *logFormat, *logLevel, writerIsTerminal(logw))
 	if err != nil {
 		return err
 	}
@@ -58,7 +61,22 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *grace > 0 {
 		cfg.ShutdownGrace = *grace
 	}
-	srv, err := server.New(cfg, server.WithLogger(logger))
+	tp, traceNote, stopTracing, err := tracingFromEnv(ctx, os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			logger.Warn("flushing traces", "err", err)
+		}
+	}()
+	opts := []server.Option{server.WithLogger(logger)}
+	if tp != nil {
+		opts = append(opts, server.WithTracerProvider(tp))
+	}
+	srv, err := server.New(cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -69,12 +87,21 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
+	c := srv.Config()
 	fmt.Fprintf(out, "sluice listening on http://%s\n", srv.Addr())
+	fmt.Fprintf(out, "  store: %s\n", describeStore(c.Store, *configPath == ""))
+	fmt.Fprintf(out, "  clients: %s\n", describeClients(c))
+	fmt.Fprintf(out, "  traces: %s\n", traceNote)
 	fmt.Fprintf(out, "  memory: %s; request bodies in flight up to %s (max_request_bytes_in_flight)\n",
-		memNote, formatBytes(srv.Config().MaxRequestBytesInFlight))
-	for _, u := range srv.Config().Upstreams {
-		fmt.Fprintf(out, "  /%s/ -> %s (%s)\n", u.Name, u.BaseURL, u.Protocol)
+		memNote, formatBytes(c.MaxRequestBytesInFlight))
+	for _, u := range c.Upstreams {
+		l := u.Limits
+		fmt.Fprintf(out, "  /%s/ -> %s (%s, profile %s): %s\n", u.Name, u.BaseURL, u.Protocol, u.Profile,
+			describeLimits([4]int64{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute, l.TokensPerMinute},
+				l.MaxConcurrency, max(len(u.APIKeys), 1)))
 	}
+	logger.Info("sluice started", "listen", srv.Addr(), "store", describeStore(c.Store, false),
+		"clients", len(c.Clients), "upstreams", len(c.Upstreams))
 	<-ctx.Done()
 	fmt.Fprintf(out, "shutting down (waiting up to %s for in-flight requests)\n", srv.Config().ShutdownGrace)
 	// ctx is already done; shutdown gets its own bound (grace plus a
@@ -123,6 +150,59 @@ func loadServeConfig(path string) (server.Config, error) {
 		return server.EnvConfig(os.LookupEnv)
 	}
 	return server.LoadConfig(path, os.LookupEnv)
+}
+
+// describeStore names the job store for the banner: an SQLite file by its
+// absolute path, a PostgreSQL URL without its password.
+func describeStore(dsn string, fromEnv bool) string {
+	var d string
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		d = "sqlite:" + path
+	default:
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "(unparsable store URL)"
+		}
+		d = u.Redacted()
+	}
+	if fromEnv && dsn == server.StoreDefault {
+		d += " (the default; set store: in a config file)"
+	}
+	return d
+}
+
+// describeClients says how callers authenticate.
+func describeClients(c server.Config) string {
+	if len(c.Clients) == 0 {
+		return "none configured: every caller is admitted without a key (single tenant; keep the gateway on loopback)"
+	}
+	names := make([]string, 0, len(c.Clients))
+	for _, cl := range c.Clients {
+		names = append(names, cl.Name)
+	}
+	return fmt.Sprintf("%d (%s), a key is required", len(c.Clients), strings.Join(names, ", "))
+}
+
+// describeLimits lists an upstream's configured quotas (rpm, itpm, otpm,
+// tpm; the rest are learned from the provider's headers), concurrency
+// and key count.
+func describeLimits(quotas [4]int64, maxConcurrency, keys int) string {
+	var parts []string
+	for i, name := range []string{"rpm", "itpm", "otpm", "tpm"} {
+		if quotas[i] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", name, quotas[i]))
+		}
+	}
+	quota := "quotas learned from the provider's headers"
+	if len(parts) > 0 {
+		quota = "limits " + strings.Join(parts, ", ") + " (others learned)"
+	}
+	return fmt.Sprintf("%s; max_concurrency %d; %d key(s)", quota, maxConcurrency, keys)
 }
 
 func describeUpstreams(cfg server.Config) string {

@@ -96,3 +96,69 @@ func TestServeSignalCutsStreamsWithAnErrorEvent(t *testing.T) {
 	require.Equal(t, 0, <-code, stderr.String())
 	require.Contains(t, stdout.String(), "shutting down")
 }
+
+// TestServeBannerAndLogsHoldNoSecret runs `sluice serve` with clients and
+// a pooled upstream, sends requests (one refused for its key), and checks
+// the banner names the store without its password, the clients and the
+// limits, and that neither stdout nor the log holds a configured secret.
+func TestServeBannerAndLogsHoldNoSecret(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("anthropic-ratelimit-requests-limit", "50")
+		w.Header().Set("anthropic-ratelimit-requests-remaining", "49")
+		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":1}}`)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sluice.yaml")
+	secrets := []string{"sk-ant-POOL-SECRET-A", "sk-ant-POOL-SECRET-B", "ck-web-CLIENT-SECRET", "whsec-HOOK-SECRET"}
+	require.NoError(t, os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nstore: sqlite:"+filepath.Join(dir, "sluice.db")+"\n"+
+		"clients:\n  - name: web\n    key: "+secrets[2]+"\n"+
+		"jobs:\n  webhook_secret: "+secrets[3]+"\n"+
+		"upstreams:\n  - name: anthropic\n    protocol: anthropic\n    base_url: "+up.URL+"\n"+
+		"    api_keys: ["+secrets[0]+", "+secrets[1]+"]\n    limits: {requests_per_minute: 50}\n"), 0o600))
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var stdout, stderr syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- runMain(ctx, []string{"serve", "--config", cfg, "--log-format", "json", "--log-level", "debug"}, &stdout, &stderr)
+	}()
+	addr := regexp.MustCompile(`listening on http://(\S+)`)
+	require.Eventually(t, func() bool { return addr.MatchString(stdout.String()) }, 10*time.Second, 5*time.Millisecond, stderr.String())
+	base := "http://" + addr.FindStringSubmatch(stdout.String())[1]
+	for _, key := range []string{secrets[2], "wrong-key", secrets[2]} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/anthropic/v1/messages",
+			strings.NewReader(`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("x-api-key", key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	require.Eventually(t, func() bool { return strings.Count(stderr.String(), `"msg":"request"`) == 3 }, 10*time.Second, 5*time.Millisecond, stderr.String())
+	stop()
+	require.Equal(t, 0, <-code, stderr.String())
+
+	banner := stdout.String()
+	require.Contains(t, banner, "store: sqlite:"+filepath.Join(dir, "sluice.db"))
+	require.Contains(t, banner, "clients: 1 (web), a key is required")
+	require.Contains(t, banner, "limits rpm 50 (others learned); max_concurrency 64; 2 key(s)")
+	require.Contains(t, stderr.String(), `"msg":"sluice started"`)
+	require.Contains(t, stderr.String(), `"msg":"limit learned from headers"`)
+	for _, s := range secrets {
+		require.NotContains(t, banner, s)
+		require.NotContains(t, stderr.String(), s)
+	}
+}
+
+func TestDescribeStoreHidesThePassword(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "postgres://sluice:xxxxx@db:5432/sluice?sslmode=disable",
+		describeStore("postgres://sluice:hunter2@db:5432/sluice?sslmode=disable", false))
+	require.Contains(t, describeStore("sqlite:./sluice.db", true), "(the default; set store: in a config file)")
+}

@@ -50,6 +50,15 @@ type exchanged struct {
 // the slot as neutral.
 func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchanged, error) {
 	start := d.clk.Now()
+	d.traceQueueWait(w, start, nil)
+	ctx, span := d.startAttempt(ctx, w, g, start)
+	x, err := d.exchangeTraced(ctx, w, g, start)
+	d.endAttempt(span, x, err, d.clk.Now())
+	return x, err
+}
+
+// exchangeTraced is exchange inside its attempt's span (ctx carries it).
+func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, start time.Time) (exchanged, error) {
 	w.queueWait += since(w.waitFrom, start)
 	w.waitFrom = time.Time{}
 	if !w.admittedOnce {
@@ -89,11 +98,16 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 		return exchanged{out: out}, nil
 	}
 	rl := provider.ParseRateLimits(d.cfg.Protocol, resp.Header, now)
+	var known [flow.NumDims]flow.BucketState
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		known = k.lim.State(now) // what the engine knew before this answer taught it
+	}
 	obs := observations(rl)
 	k.lim.Observe(obs, mark, now)
 	if k.org != nil {
 		k.org.lim.Observe(obs, orgMark, now)
 	}
+	d.noteLimits(k, obs)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		d.noteAnswer(k, llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, true, now)
@@ -116,6 +130,9 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 		if t, ok := rl.Exhausted(); ok {
 			out.RetryAfter, out.HasRetryAfter = max(t.Sub(now), 0), true
 		}
+	}
+	if out.Kind == llm.Rate {
+		d.obs.RateLimited(overshoot(rl, known))
 	}
 	keyOut := d.noteAnswer(k, out, true, now)
 	d.obs.Attempted(out.Kind, resp.StatusCode, since(start, now))
@@ -152,7 +169,7 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 		if !out.HasRetryAfter {
 			hint = d.backoff.Ceiling(w.burnt)
 		}
-		g.key.pause(now.Add(hint), now)
+		d.pauseKey(g.key, now.Add(hint), now, out.HasRetryAfter)
 	case llm.Overload, llm.Transient, llm.StreamFail:
 		if out.Kind == llm.Overload || out.ErrorType == "timeout" {
 			d.aimd.OnOverload()
@@ -224,7 +241,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 		}
 		// The key is paused until the hint: wait in line (for another key
 		// of the pool, or this one's hint).
-		g.key.pause(fate.At, now)
+		d.pauseKey(g.key, fate.At, now, out.HasRetryAfter)
 		d.obs.Retried(out.Kind)
 		if err := d.requeue(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
@@ -331,5 +348,33 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *pool
 		req.Header = http.Header{}
 	}
 	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.secret, true)
+	injectTrace(ctx, req.Header)
 	return req, nil
+}
+
+// overshoot tells whether a rate-limit answer is the engine's own
+// overshoot: the limit of a dimension the provider reports exhausted was
+// known to the engine (configured or learned) before the answer. Without
+// headers naming the dimension, any known limit counts.
+func overshoot(rl provider.RateLimits, known [flow.NumDims]flow.BucketState) bool {
+	named := false
+	for dim, b := range rl {
+		d, ok := dimOf[dim]
+		if !ok || b.Remaining != 0 {
+			continue
+		}
+		named = true
+		if known[d].Capacity > 0 {
+			return true
+		}
+	}
+	if named {
+		return false
+	}
+	for _, b := range known {
+		if b.Capacity > 0 {
+			return true
+		}
+	}
+	return false
 }

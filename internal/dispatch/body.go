@@ -8,6 +8,10 @@ import (
 	"net/http"
 	"sync"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -23,15 +27,30 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 		b.replay = ahead.Bytes()
 	}
 	if so == nil {
-		b.buf = &bytes.Buffer{}
+		b.buf = usageBufs.Get().(*bytes.Buffer)
 	}
 	resp.Body = b
 	if so != nil && !w.ticket {
 		d.trackLive(b)
 	}
+	if so != nil {
+		b.span = d.startStream(w, d.clk.Now())
+	}
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
 		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b,
 		Upstream: d.cfg.Name, Key: g.key.fp}
+}
+
+// usageBufs recycles the buffers that keep JSON bodies for ParseUsage.
+var usageBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putUsageBuf returns b to usageBufs, empty; one over 256 KiB is dropped.
+func putUsageBuf(b *bytes.Buffer) {
+	if b == nil || b.Cap() > 256<<10 { // keep the pool small
+		return
+	}
+	b.Reset()
+	usageBufs.Put(b)
 }
 
 // trackedBody is a Response's Body.
@@ -44,6 +63,7 @@ type trackedBody struct {
 	status   int
 	buf      *bytes.Buffer // JSON body kept for ParseUsage, nil once too big
 	replay   []byte
+	span     trace.Span // the stream's span (nil: not traced)
 
 	mu       sync.Mutex
 	finished bool
@@ -102,6 +122,7 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 			_, _ = b.so.Write(p[:n])
 		case b.buf != nil:
 			if b.buf.Len()+n > UsageBufferDefault {
+				putUsageBuf(b.buf)
 				b.buf = nil
 			} else {
 				b.buf.Write(p[:n])
@@ -147,7 +168,12 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	case b.buf != nil && complete:
 		usage, ok = provider.ParseUsage(p, b.buf.Bytes())
 	}
+	putUsageBuf(b.buf)
+	b.buf = nil
 	b.ended = End{Outcome: llm.Outcome{Kind: llm.Success, Status: b.status}, Usage: usage, HasUsage: ok}
+	if b.span != nil {
+		b.endSpan(complete, readErr)
+	}
 	var refund flow.Amount
 	if ok {
 		refund = w.cost.Sub(actualAmount(p, usage))
@@ -194,4 +220,17 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		d.aimd.OnSuccess(inflight)
 	}
 	d.release(w, b.g, result, refund)
+}
+
+// endSpan closes the stream's span with its usage and how it ended.
+func (b *trackedBody) endSpan(complete bool, readErr error) {
+	b.span.SetAttributes(attribute.Bool("sluice.complete", complete),
+		attribute.Int64("gen_ai.usage.input_tokens", b.ended.Usage.InputTokens),
+		attribute.Int64("gen_ai.usage.output_tokens", b.ended.Usage.OutputTokens))
+	if o, bad := b.so.StreamError(); bad {
+		b.span.SetStatus(codes.Error, describe(o))
+	} else if readErr != nil && !errors.Is(readErr, io.EOF) {
+		b.span.SetStatus(codes.Error, readErr.Error())
+	}
+	b.span.End(trace.WithTimestamp(b.d.clk.Now()))
 }

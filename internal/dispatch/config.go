@@ -2,10 +2,12 @@ package dispatch
 
 import (
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
@@ -48,9 +50,13 @@ type Config struct {
 	Clock clock.Clock
 	// Observer receives engine events. Defaults to NopObserver.
 	Observer Observer
-	// Logger receives the key pool's state changes (a key taken out or
-	// back in). Defaults to discarding them.
-	Logger *slog.Logger
+	// States receives the upstream's state changes (breaker, 429 pauses,
+	// limits learned, keys taken out or back in), once each. Defaults to
+	// NopStateObserver.
+	States StateObserver
+	// Tracer makes the engine's spans (queue wait, attempts, streams)
+	// under the caller's span. Defaults to a no-op tracer.
+	Tracer trace.Tracer
 	// Rand jitters backoff and breaker periods; it is used under a lock.
 	// Defaults to a randomly seeded source.
 	Rand *rand.Rand
@@ -80,8 +86,11 @@ func (c Config) resolve() (settings, error) {
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if c.States == nil {
+		c.States = NopStateObserver{}
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	if c.Rand == nil {
 		c.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))

@@ -131,6 +131,7 @@ func trimSlash(s string) string {
 
 func (d *Dispatcher) breakerChanged(from, to flow.BreakerState) {
 	d.obs.BreakerStateChanged(from, to)
+	d.cfg.States.BreakerChanged(from, to)
 	d.kick()
 }
 
@@ -387,6 +388,9 @@ type waiter struct {
 	hintlessRate int // RATE answers without a retry hint
 	last         *llm.Outcome
 	ticket       bool // a durable caller's ticket (Acquire), not a Do
+	// ctx is Do's context, the parent of the request's spans (nil for a
+	// ticket: its attempt's context is).
+	ctx context.Context
 }
 
 // headroom is the share of each bucket's depth a request of class c must
@@ -452,6 +456,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		req:   req,
 		cost:  flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens),
 		grant: make(chan grant, 1),
+		ctx:   ctx,
 	}
 	class := req.Priority
 	if !class.Valid() {
@@ -498,7 +503,14 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	d.seen[class] = now
 	d.mu.Unlock()
 	d.obs.Enqueued(class)
-	d.kick()
+	// The fast path: run the admission step in the caller's goroutine
+	// instead of waiting for the admission goroutine's turn. admit grants
+	// in the scheduler's order under d.mu, as the loop does, so priority,
+	// fairness and the quota hold whoever runs it; the loop is woken only
+	// when a timed retry is due (a refill, a breaker), which only it keeps.
+	if d.admit() > 0 {
+		d.kick()
+	}
 
 	for {
 		g, err := d.await(ctx, w)
@@ -514,6 +526,14 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 
 // await waits in the queue for w's admission, its deadline, ctx or Stop.
 func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
+	select {
+	case g := <-w.grant: // admitted at once: no timer
+		if g.err != nil {
+			return g, d.grantError(w, g.err)
+		}
+		return g, nil
+	default:
+	}
 	t := d.clk.NewTimer(w.deadline.Sub(d.clk.Now()))
 	defer t.Stop()
 	var reason error
@@ -603,6 +623,7 @@ func (d *Dispatcher) giveUp(w *waiter, reason error, msg string) *Error {
 	}
 	if !w.waitFrom.IsZero() {
 		e.QueueWait += since(w.waitFrom, now)
+		d.traceQueueWait(w, now, reason)
 	}
 	exhausted := errors.Is(reason, ErrRetriesExhausted) || errors.Is(reason, ErrRetryBudget)
 	switch {

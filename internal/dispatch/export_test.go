@@ -26,3 +26,6 @@ func PickAndGiveBack(d *Dispatcher, cost flow.Amount) bool {
 	d.unpick(k, cost, now)
 	return true
 }
+
+// Overshoot exposes the 429 cause classification.
+var Overshoot = overshoot

@@ -31,6 +31,12 @@ type Observer interface {
 	BreakerStateChanged(from, to flow.BreakerState)
 	// Reconciled: a finished request's estimated and actual tokens.
 	Reconciled(estimated provider.Cost, actual llm.Usage)
+	// RateLimited: the provider answered 429 (or OpenAI's 503 "Slow
+	// Down"). overshoot is true when the engine knew the limit of the
+	// exhausted dimension and admitted past it (its own estimate or depth
+	// overshot), false when no limit it knew was involved (a quota it had
+	// not been told or not yet learned, or one shared with other callers).
+	RateLimited(overshoot bool)
 }
 
 // NopObserver ignores every event.
@@ -43,3 +49,4 @@ func (NopObserver) Retried(llm.OutcomeKind)                                  {}
 func (NopObserver) Shed(llm.Priority, error)                                 {}
 func (NopObserver) BreakerStateChanged(flow.BreakerState, flow.BreakerState) {}
 func (NopObserver) Reconciled(provider.Cost, llm.Usage)                      {}
+func (NopObserver) RateLimited(bool)                                         {}

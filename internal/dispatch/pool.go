@@ -34,9 +34,10 @@ type poolKey struct {
 	probeAt   time.Time // when an out key may be probed again
 	probing   bool      // a probe request is in flight on it
 
-	requests atomic.Uint64 // attempts sent with the key
-	rates    atomic.Uint64 // rate-limit (429) answers it got
-	revokes  atomic.Uint64 // times it was taken out
+	requests atomic.Uint64               // attempts sent with the key
+	rates    atomic.Uint64               // rate-limit (429) answers it got
+	revokes  atomic.Uint64               // times it was taken out
+	learned  [flow.NumDims]atomic.Uint64 // last limit the provider reported, per dimension (noteLimits)
 }
 
 // orgBucket is an account-level bucket shared by the keys of one org.
@@ -334,7 +335,7 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 	if !keyRevoked(o) {
 		if k.out {
 			k.out = false
-			d.cfg.Logger.Info("key back in the pool", "upstream", d.cfg.Name, "key", k.fp, "out_for", now.Sub(k.outSince).Round(time.Second).String())
+			d.cfg.States.KeyBack(k.fp, now.Sub(k.outSince))
 			d.kickLocked()
 		}
 		return false
@@ -353,8 +354,7 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 	k.out, k.outSince, k.probeAt = true, now, now.Add(d.cfg.KeyProbeInterval)
 	k.outReason = describe(o)
 	k.revokes.Add(1)
-	d.cfg.Logger.Warn("key taken out of the pool", "upstream", d.cfg.Name, "key", k.fp, "reason", k.outReason,
-		"probe_in", d.cfg.KeyProbeInterval.String())
+	d.cfg.States.KeyOut(k.fp, k.outReason, d.cfg.KeyProbeInterval)
 	return true
 }
 

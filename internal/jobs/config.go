@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
@@ -201,6 +204,9 @@ type Config struct {
 	// and their outcomes, finished jobs, rescues, webhooks. Defaults to
 	// NopObserver (no metrics).
 	Observer Observer
+	// Tracer makes a span per job attempt (the engine hangs the attempt's
+	// upstream call under it). Defaults to a no-op tracer.
+	Tracer trace.Tracer
 	// Spend reserves each call's worst-case cost against its client's
 	// spend budget before it is sent and settles it after (the gateway's
 	// budgets, docs/budgets.md). Defaults to nil: no budgets.
@@ -277,6 +283,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	if c.Observer == nil {
 		c.Observer = NopObserver{}

@@ -22,7 +22,7 @@ func jobRequest(p llm.Protocol, j *jobstore.Job, now time.Time) (*dispatch.Reque
 	return frontdoor.Build(frontdoor.Input{
 		Protocol: p, Method: http.MethodPost, Path: j.Path, Body: j.Body, Caller: caller,
 		Override: frontdoor.Override{Priority: &prio, Client: j.Client, Deadline: j.Deadline},
-		Now:      now, RequestID: "job_" + strconv.FormatInt(j.ID, 10),
+		Now:      now, RequestID: jobRequestID(j.ID),
 	})
 }
 
@@ -35,3 +35,7 @@ func checkBody(p llm.Protocol, body []byte, now time.Time) error {
 	}
 	return nil
 }
+
+// jobRequestID is a job's request id: sent upstream as X-Sluice-Request-Id
+// on each of its attempts and written in its log lines.
+func jobRequestID(id int64) string { return "job_" + strconv.FormatInt(id, 10) }

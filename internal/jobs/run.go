@@ -12,6 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -47,12 +51,24 @@ func (w *worker) run(j *jobstore.Job, a admission) {
 	obs.Started(w.upstream, queueWait(j, start))
 	outcome := AttemptStoreError
 	var v verdict
+	spanCtx, span := s.cfg.Tracer.Start(w.jobCtx, "sluice.job_attempt", trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.Int64("sluice.job_id", j.ID), attribute.String("sluice.request_id", jobRequestID(j.ID)),
+			attribute.String("sluice.upstream", w.upstream), attribute.String("sluice.client", j.Client),
+			attribute.String("sluice.priority", j.Priority.String()), attribute.Int("sluice.attempt", j.Attempts+1),
+			attribute.String("sluice.batch_id", j.BatchID)))
 	defer func() {
-		d := s.cfg.Clock.Now().Sub(start)
+		now := s.cfg.Clock.Now()
+		d := now.Sub(start)
 		obs.Attempted(w.upstream, outcome, d)
-		w.logAttempt(j, outcome, v, d, cmp.Or(a.via.upstream, w.upstream))
+		servedBy := cmp.Or(a.via.upstream, w.upstream)
+		w.logAttempt(j, outcome, v, queueWait(j, start), d, servedBy)
+		span.SetAttributes(attribute.String("sluice.outcome", string(outcome)), attribute.String("sluice.served_by", servedBy))
+		if outcome != AttemptSuccess {
+			span.SetStatus(codes.Error, string(outcome))
+		}
+		span.End(trace.WithTimestamp(now))
 	}()
-	ctx, cancel := context.WithCancelCause(w.jobCtx)
+	ctx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
 	s.track(j.ID, cancel)
 	defer s.untrack(j.ID)
@@ -113,9 +129,9 @@ func (w *worker) run(j *jobstore.Job, a admission) {
 }
 
 // logAttempt writes the one line of a finished attempt (msg "job
-// attempt"; the fields are listed in docs/http-api.md, "Logs"). It runs
+// attempt"; the fields are listed in docs/observability.md, "Logs"). It runs
 // after the verdict is written and holds no lock: O(1), off the hot path.
-func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, d time.Duration, servedBy string) {
+func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, queued, d time.Duration, servedBy string) {
 	log := w.s.cfg.Logger
 	ctx := context.Background()
 	if !log.Enabled(ctx, slog.LevelInfo) {
@@ -130,7 +146,9 @@ func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, 
 		status = v.fail.Error.Status
 	}
 	log.LogAttrs(ctx, slog.LevelInfo, "job attempt",
+		slog.String("request_id", jobRequestID(j.ID)),
 		slog.Int64("job_id", j.ID),
+		slog.String("batch_id", j.BatchID),
 		slog.String("upstream", w.upstream),
 		slog.String("served_by", servedBy),
 		slog.String("client", j.Client),
@@ -138,6 +156,7 @@ func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, 
 		slog.String("outcome", string(outcome)),
 		slog.Int("status", status),
 		slog.Int("attempt", j.Attempts+1),
+		slog.Int64("queue_ms", queued.Milliseconds()),
 		slog.Int64("duration_ms", d.Milliseconds()),
 		slog.Int64("tokens_in", usage.InputTokens),
 		slog.Int64("tokens_out", usage.OutputTokens),

@@ -254,13 +254,22 @@ func (o *outbox) deliveries(t *testing.T, ids []int64) map[int64]*jobstore.Webho
 // carried that job's one delivery id.
 func requireExactlyOnce(t *testing.T, o *outbox, rc *receiver, ids []int64) {
 	t.Helper()
+	requireDelivered(t, o, rc, ids, func(n int) bool { return n == 1 })
+}
+
+// requireDelivered is requireExactlyOnce with the number of acceptances
+// per delivery checked by accepted: a receiver whose 2xx can arrive after
+// the sender's timeout (a loaded machine) legitimately accepts a repeat,
+// which carries the same id.
+func requireDelivered(t *testing.T, o *outbox, rc *receiver, ids []int64, accepted func(int) bool) {
+	t.Helper()
 	ds := o.deliveries(t, ids)
 	hits, ok, bad := rc.snapshot()
 	require.Empty(t, bad, "signatures that failed to verify")
 	for _, id := range ids {
 		d := ds[id]
 		require.Equal(t, jobstore.DeliveryDelivered, d.State, "job %d: %+v", id, d)
-		require.Equal(t, 1, ok[d.ID], "job %d: delivery %s accepted %d times", id, d.ID, ok[d.ID])
+		require.True(t, accepted(ok[d.ID]), "job %d: delivery %s accepted %d times", id, d.ID, ok[d.ID])
 	}
 	require.Len(t, ok, len(ids), "accepted ids: one per job")
 	for _, h := range hits {
@@ -346,7 +355,9 @@ func TestWebhookSlowReceiverDuplicatesKeepTheirID(t *testing.T) {
 	o.runFor(t, 5*time.Second, time.Second)
 	rc.setAnswer(nil)
 	o.runFor(t, 2*WebhookMaxDelayDefault, 10*time.Second)
-	requireExactlyOnce(t, o, rc, ids)
+	// A fast answer later than the 250 ms timeout on a loaded machine is a
+	// legitimate repeat: what matters is that it carries the same id.
+	requireDelivered(t, o, rc, ids, func(n int) bool { return n >= 1 })
 	hits, _, _ := rc.snapshot()
 	perJob := map[int64]int{}
 	for _, h := range hits {

@@ -41,6 +41,9 @@ type scan struct {
 	i      int
 	depth  int
 	tokens int64
+	// plainEnd is the end of the last plain string literal lit scanned:
+	// its decoded length is its length.
+	plainEnd int
 }
 
 // Top-level fields the estimate reads.
@@ -534,7 +537,11 @@ func (s *scan) text(v span) {
 		return
 	}
 	if s.bpt > 0 {
-		if n := int64(unquotedLen(s.b[v.start+1 : v.end-1])); n > 0 {
+		n := int64(v.end - v.start - 2)
+		if v.end != s.plainEnd {
+			n = int64(unquotedLen(s.b[v.start+1 : v.end-1]))
+		}
+		if n > 0 {
 			s.tokens += (n + s.bpt - 1) / s.bpt
 		}
 		return

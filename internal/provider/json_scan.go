@@ -95,7 +95,17 @@ func (s *scan) element(k int) (done, ok bool) {
 	return false, true
 }
 
-// lit scans a string literal after whitespace.
+// litQuiet marks the bytes a string literal's scan passes over without a
+// second look: printable ASCII other than the quote and the backslash.
+var litQuiet = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// lit scans a string literal after whitespace. The literal's end is
+// remembered when it is plain, so text need not look at it again.
 func (s *scan) lit() (v span, plain, ok bool) {
 	s.ws()
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
@@ -105,10 +115,19 @@ func (s *scan) lit() (v span, plain, ok bool) {
 	plain = true
 	b := s.b
 	for i := s.i + 1; i < len(b); {
+		for i < len(b) && litQuiet[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
 			s.i = i + 1
+			if plain {
+				s.plainEnd = i + 1
+			}
 			return span{start, i + 1}, plain, true
 		case c == '\\':
 			plain = false
@@ -129,9 +148,7 @@ func (s *scan) lit() (v span, plain, ok bool) {
 		case c < 0x20:
 			return span{}, false, false
 		default:
-			if c >= utf8.RuneSelf {
-				plain = false
-			}
+			plain = false
 			i++
 		}
 	}

@@ -161,6 +161,25 @@ func (o *StreamObserver) handleOpenAI(data []byte) {
 		o.done = true
 		return
 	}
+	if choices, errSpan, u, hasUsage, ok := scanOpenAIChunk(data); ok {
+		if errSpan.end != 0 {
+			o.recordError(data)
+			return
+		}
+		if choices {
+			o.content = true
+		}
+		if hasUsage {
+			o.usage, o.hasUsage = u, true
+		}
+		return
+	}
+	o.handleOpenAIReference(data)
+}
+
+// handleOpenAIReference is handleOpenAI by encoding/json: the definition
+// scanOpenAIChunk reproduces, and its fallback.
+func (o *StreamObserver) handleOpenAIReference(data []byte) {
 	var c struct {
 		Choices []struct{}      `json:"choices"`
 		Usage   json.RawMessage `json:"usage"`

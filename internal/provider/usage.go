@@ -41,6 +41,15 @@ type wireUsage struct {
 // It reports false when the body has no readable usage object. Negative
 // counts are read as 0.
 func ParseUsage(p llm.Protocol, body []byte) (llm.Usage, bool) {
+	if u, found, ok := scanUsageDoc(p, body); ok {
+		return u, found
+	}
+	return parseUsageReference(p, body)
+}
+
+// parseUsageReference is ParseUsage by encoding/json: the definition the
+// scanner (scanUsageDoc) reproduces, and its fallback.
+func parseUsageReference(p llm.Protocol, body []byte) (llm.Usage, bool) {
 	var top struct {
 		Usage json.RawMessage `json:"usage"`
 	}
@@ -58,6 +67,11 @@ func usageFrom(p llm.Protocol, raw json.RawMessage) (llm.Usage, bool) {
 	if json.Unmarshal(raw, &w) != nil {
 		return llm.Usage{}, false
 	}
+	return w.usage(p)
+}
+
+// usage reads the counts of a decoded usage object.
+func (w *wireUsage) usage(p llm.Protocol) (llm.Usage, bool) {
 	var u llm.Usage
 	if p == llm.OpenAI && (w.PromptTokens != nil || w.CompletionTokens != nil) {
 		u.InputTokens = count(w.PromptTokens)

@@ -50,6 +50,9 @@ type gatewaySetup struct {
 	limits upstream.Limits
 	// openAITPM, when positive, adds an openai upstream with this TPM.
 	openAITPM int64
+	// openAIUnlimited, when openAITPM is 0, adds an openai upstream with no
+	// limits configured.
+	openAIUnlimited bool
 }
 
 // startGateway starts the gateway on a free loopback port, its upstreams
@@ -67,6 +70,10 @@ func startGateway(ctx context.Context, mockURL string, g gatewaySetup) (*server.
 		cfg.Upstreams = append(cfg.Upstreams, upstream.Config{
 			Name: openAIUpstream, Protocol: llm.OpenAI, BaseURL: mockURL, APIKey: openAIKey,
 			Limits: upstream.Limits{RequestsPerMinute: g.limits.RequestsPerMinute, TokensPerMinute: g.openAITPM},
+		})
+	} else if g.openAIUnlimited {
+		cfg.Upstreams = append(cfg.Upstreams, upstream.Config{
+			Name: openAIUpstream, Protocol: llm.OpenAI, BaseURL: mockURL, APIKey: openAIKey,
 		})
 	}
 	gw, err := server.New(cfg, server.WithLogger(slog.New(slog.DiscardHandler)), server.WithTransport(newTransport()))

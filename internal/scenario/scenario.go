@@ -41,11 +41,49 @@ type Options struct {
 	// Duration overrides the priority scenario's overload time. Defaults to
 	// LoadDurationDefault (a few seconds with Quick).
 	Duration time.Duration
+	// Rates are the overhead scenario's open-loop arrival rates in
+	// requests per second. Defaults to OverheadRatesDefault.
+	Rates []int
+	// Rounds is how many rounds each system runs per rate in the overhead
+	// scenario. Defaults to OverheadRoundsDefault.
+	Rounds int
+	// Round is how long one overhead round sends. Defaults to
+	// OverheadRoundDefault.
+	Round time.Duration
 	// Clock times the runs. Defaults to the wall clock.
 	Clock clock.Clock
 	// Progress receives a line as each phase starts. Defaults to
 	// io.Discard.
 	Progress io.Writer
+	// Keep, when not nil, keeps the gateway side's gateway and mock
+	// running after the run (sluice demo --keep): they are handed to Keep,
+	// whose Stop stops them. Defaults to nil (stopped with the run).
+	Keep *Keep
+}
+
+// Keep holds the servers of a run kept running after it.
+type Keep struct {
+	// Started, when not nil, is called as soon as the gateway serves, with
+	// its URL and the mock provider's.
+	Started func(gatewayURL, mockURL string)
+
+	mu   sync.Mutex
+	stop stopper
+}
+
+func (k *Keep) hold(s stopper) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stop = append(k.stop, s...)
+}
+
+// Stop stops what was kept, the last started first.
+func (k *Keep) Stop(ctx context.Context) error {
+	k.mu.Lock()
+	s := k.stop
+	k.stop = nil
+	k.mu.Unlock()
+	return s.stop(ctx)
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -64,6 +102,15 @@ func (o Options) validate() error {
 		return fmt.Errorf("Requests must be >= 0, got %d", o.Requests)
 	case o.Duration < 0:
 		return fmt.Errorf("Duration must be >= 0, got %v", o.Duration)
+	case o.Rounds < 0:
+		return fmt.Errorf("Rounds must be >= 0, got %d", o.Rounds)
+	case o.Round < 0:
+		return fmt.Errorf("Round must be >= 0, got %v", o.Round)
+	}
+	for _, r := range o.Rates {
+		if r <= 0 {
+			return fmt.Errorf("Rates must be positive, got %d", r)
+		}
 	}
 	return nil
 }
@@ -106,7 +153,7 @@ func Scenarios() []Scenario {
 		{Name: "goodput", Summary: "drain time vs the ideal for the binding quota, provider 429s, client failures", run: runGoodput},
 		{Name: "priority", Summary: "Poisson overload at 2x: critical p95 vs unloaded, per-class share of throughput", run: runPriority},
 		{Name: "outage", Summary: "15 s of 529s at half load: client failures, probes while open, recovery time", run: runOutage},
-		{Name: "overhead", Summary: "p99 added by the gateway over calling the mock directly", run: runOverhead},
+		{Name: "overhead", Summary: "open-loop latency and CPU added by the gateway and by a bare reverse proxy over calling the mock directly", run: runOverhead},
 		{Name: "mock", Summary: "mock provider requests per second on loopback", run: runMockThroughput},
 	}
 }
@@ -175,7 +222,14 @@ type sideConfig struct {
 func runSide(ctx context.Context, o Options, sc sideConfig) (s side, err error) {
 	s.name = sc.name
 	var stop stopper
-	defer func() { err = errors.Join(err, stop.stop(ctx)) }()
+	keep := o.Keep != nil && sc.gateway != nil
+	defer func() {
+		if keep && err == nil {
+			o.Keep.hold(stop)
+			return
+		}
+		err = errors.Join(err, stop.stop(ctx))
+	}()
 	sc.mock.Clock = o.Clock
 	m, err := startMock(ctx, sc.mock)
 	if err != nil {
@@ -193,6 +247,9 @@ func runSide(ctx context.Context, o Options, sc sideConfig) (s side, err error) 
 		}
 		stop.add(gw.Stop)
 		gwURL = "http://" + gw.Addr()
+		if keep && o.Keep.Started != nil {
+			o.Keep.Started(gwURL, m.URL())
+		}
 		send = gatewaySender(client, gwURL, sc.deadline)
 	} else {
 		nc := sc.naive

@@ -25,7 +25,7 @@ func TestScenariosSmoke(t *testing.T) {
 		"goodput":  {"ideal_drain_s", "sluice_drain_s", "naive_drain_s", "sluice_provider_429"},
 		"priority": {"unloaded_critical_p95_ms", "sluice_critical_p95_ms", "served_per_s_low"},
 		"outage":   {"sluice_failures_eligible", "sluice_recovery_s"},
-		"overhead": {"added_p99_ms", "direct_p99_ms"},
+		"overhead": {"sluice_added_p99_ms_200", "bare_added_p99_ms_200", "direct_p99_ms_200", "sluice_added_cpu_s_per_1k_200"},
 		"mock":     {"requests_per_s"},
 	}
 	for _, s := range Scenarios() {

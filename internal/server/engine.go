@@ -19,6 +19,7 @@ func newEngine(uc upcfg.Config, o options, obs dispatch.Observer) (*dispatch.Dis
 		HTTPClient: &http.Client{Transport: dispatch.UpstreamTransport(o.transport, uc)},
 		Clock:      o.clock,
 		Observer:   obs,
-		Logger:     o.logger,
+		States:     stateLog{log: o.logger, upstream: uc.Name},
+		Tracer:     o.tracerOrNoop(),
 	})
 }

@@ -21,6 +21,10 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	}
 	rl := &requestLine{id: frontdoor.NewRequestID(), upstream: name, priority: priorityUnknown, start: s.clock.Now()}
 	sw := &statusWriter{ResponseWriter: w}
+	ctx, span := s.startRequestSpan(r, rl)
+	r = r.WithContext(ctx)
+	rl.traceID = span.SpanContext().TraceID()
+	defer func() { s.endRequestSpan(span, rl, sw.status) }()
 	cl, ok := s.clients.authenticate(r.Header)
 	if !ok {
 		s.outcome(rl, "", outcomeUnauthorized)

@@ -105,7 +105,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		obs = s.metrics.jobs
 	}
 	svc, err := jobs.New(jobs.Config{
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,

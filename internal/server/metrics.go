@@ -49,6 +49,7 @@ type metrics struct {
 	attempts    *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	shed        *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
 	breaker     *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
@@ -85,6 +86,10 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Name: "sluice_breaker_transitions_total",
 			Help: "Circuit breaker state changes, by the state entered.",
 		}, []string{"upstream", "to"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_provider_rate_limited_total",
+			Help: "Provider 429s (and OpenAI 503 Slow Down), by cause: overshoot (the engine knew the exhausted limit and admitted past it) or unknown_limit.",
+		}, []string{"upstream", "cause"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_tokens_total",
 			Help: "Tokens of finished requests: estimated before sending and actual from the usage report.",
@@ -100,7 +105,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 	}
-	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.breaker, m.tokens, m.queueWait, m.latency,
+	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.rateLimited, m.breaker, m.tokens, m.queueWait, m.latency,
 		&snapshotCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.pool = newPoolMetrics(reg, s)
@@ -134,7 +139,14 @@ func (m *metrics) passthroughRequest(upstream string) {
 
 // observer returns the dispatch.Observer for one upstream.
 func (m *metrics) observer(upstream string) dispatch.Observer {
-	return &upstreamObserver{m: m, upstream: upstream}
+	o := &upstreamObserver{m: m, upstream: upstream, latency: m.latency.WithLabelValues(upstream)}
+	for c := range llm.NumPriorities {
+		o.queueWait[c] = m.queueWait.WithLabelValues(upstream, llm.Priority(c).String())
+	}
+	for i, l := range [...][2]string{{"input", "estimated"}, {"output", "reserved"}, {"input", "actual"}, {"output", "actual"}} {
+		o.tokens[i] = m.tokens.WithLabelValues(upstream, l[0], l[1])
+	}
+	return o
 }
 
 // upstreamObserver records one dispatcher's events. Each method is a few
@@ -142,6 +154,11 @@ func (m *metrics) observer(upstream string) dispatch.Observer {
 type upstreamObserver struct {
 	m        *metrics
 	upstream string
+	// The series every request touches, resolved once: a label lookup per
+	// request costs more than the observation.
+	queueWait [llm.NumPriorities]prometheus.Observer
+	latency   prometheus.Observer
+	tokens    [4]prometheus.Counter // input estimated, output reserved, input actual, output actual
 }
 
 var _ dispatch.Observer = (*upstreamObserver)(nil)
@@ -149,12 +166,16 @@ var _ dispatch.Observer = (*upstreamObserver)(nil)
 func (o *upstreamObserver) Enqueued(llm.Priority) {}
 
 func (o *upstreamObserver) Admitted(class llm.Priority, queueWait time.Duration) {
-	o.m.queueWait.WithLabelValues(o.upstream, class.String()).Observe(queueWait.Seconds())
+	if !class.Valid() {
+		o.m.queueWait.WithLabelValues(o.upstream, class.String()).Observe(queueWait.Seconds())
+		return
+	}
+	o.queueWait[class].Observe(queueWait.Seconds())
 }
 
 func (o *upstreamObserver) Attempted(outcome llm.OutcomeKind, status int, latency time.Duration) {
 	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
-	o.m.latency.WithLabelValues(o.upstream).Observe(latency.Seconds())
+	o.latency.Observe(latency.Seconds())
 }
 
 func (o *upstreamObserver) Retried(outcome llm.OutcomeKind) {
@@ -165,16 +186,23 @@ func (o *upstreamObserver) Shed(_ llm.Priority, reason error) {
 	o.m.shed.WithLabelValues(o.upstream, shedReason(reason)).Inc()
 }
 
+func (o *upstreamObserver) RateLimited(overshoot bool) {
+	cause := "unknown_limit"
+	if overshoot {
+		cause = "overshoot"
+	}
+	o.m.rateLimited.WithLabelValues(o.upstream, cause).Inc()
+}
+
 func (o *upstreamObserver) BreakerStateChanged(_, to flow.BreakerState) {
 	o.m.breaker.WithLabelValues(o.upstream, to.String()).Inc()
 }
 
 func (o *upstreamObserver) Reconciled(est provider.Cost, actual llm.Usage) {
-	t := o.m.tokens
-	t.WithLabelValues(o.upstream, "input", "estimated").Add(float64(max(est.InputTokens, 0)))
-	t.WithLabelValues(o.upstream, "output", "reserved").Add(float64(max(est.OutputTokens, 0)))
-	t.WithLabelValues(o.upstream, "input", "actual").Add(float64(max(actual.InputTokens+actual.CacheCreationInputTokens+actual.CacheReadInputTokens, 0)))
-	t.WithLabelValues(o.upstream, "output", "actual").Add(float64(max(actual.OutputTokens, 0)))
+	o.tokens[0].Add(float64(max(est.InputTokens, 0)))
+	o.tokens[1].Add(float64(max(est.OutputTokens, 0)))
+	o.tokens[2].Add(float64(max(actual.InputTokens+actual.CacheCreationInputTokens+actual.CacheReadInputTokens, 0)))
+	o.tokens[3].Add(float64(max(actual.OutputTokens, 0)))
 }
 
 // statusLabel keeps the status label to real HTTP codes.

@@ -6,6 +6,9 @@ import (
 	"net/http/httputil"
 	"strings"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/provider"
 )
@@ -26,6 +29,10 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 			pr.SetURL(u.target)
 			pr.Out.Header = frontdoor.CleanHeader(pr.Out.Header)
 			provider.SetUpstreamHeaders(pr.Out.Header, u.cfg.Protocol, u.passKey(), false)
+			// The request's span (or the client's traceparent) goes on.
+			if trace.SpanContextFromContext(pr.In.Context()).IsValid() {
+				propagation.TraceContext{}.Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
+			}
 		},
 		Transport:     transport,
 		FlushInterval: -1,

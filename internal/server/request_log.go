@@ -6,11 +6,13 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/dispatch"
 )
 
 // requestLine is what the one log line of a proxied request says (msg
-// "request"; the fields are listed in docs/http-api.md, "Logs"). It is
+// "request"; the fields are listed in docs/observability.md, "Logs"). It is
 // filled in as the request goes and written once, when it is answered.
 // It never holds a key: the client is its configured name.
 type requestLine struct {
@@ -24,6 +26,7 @@ type requestLine struct {
 	start     time.Time
 	tokensIn  int64
 	tokensOut int64
+	traceID   trace.TraceID // zero unless traced (logged as trace_id)
 	// spend is the request's budget reservation; its settled cost is
 	// logged as cost_usd.
 	spend *spendHold
@@ -53,7 +56,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 	if !s.log.Enabled(ctx, level) {
 		return
 	}
-	s.log.LogAttrs(ctx, level, "request",
+	attrs := []slog.Attr{
 		slog.String("request_id", rl.id),
 		slog.String("upstream", rl.upstream),
 		slog.String("client", rl.client),
@@ -66,7 +69,11 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int64("tokens_in", rl.tokensIn),
 		slog.Int64("tokens_out", rl.tokensOut),
 		slog.Float64("cost_usd", rl.spend.costSoFar().Dollars()),
-	)
+	}
+	if rl.traceID.IsValid() {
+		attrs = append(attrs, slog.String("trace_id", rl.traceID.String()))
+	}
+	s.log.LogAttrs(ctx, level, "request", attrs...)
 }
 
 // statusWriter remembers the status written through it, for the log

@@ -201,6 +201,8 @@ func TestLogsThroughRealEngine(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &job))
 	att := buf.waitLines(t, "job attempt", 1)[0]
 	require.Equal(t, job.ID.String(), fmt.Sprint(att["job_id"]))
+	require.Equal(t, "job_"+job.ID.String(), att["request_id"])
+	require.Contains(t, att, "queue_ms")
 	require.Equal(t, "claude", att["upstream"])
 	require.Equal(t, "claude", att["served_by"])
 	require.Equal(t, "batch", att["client"])

@@ -5,14 +5,21 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
+// relayBufs recycles relay's copy buffers.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // relay copies an upstream response, readied by frontdoor.PrepareResponse,
-// to the client: status, headers, then the body, flushed after every read
-// so streamed events reach the client as they arrive. If the client goes
-// away the copy stops; the caller closes the body, which ends the upstream
+// to the client: status, headers, then the body. A stream (or a body of
+// unknown length) is flushed after every read so events reach the client
+// as they arrive; a JSON body of known length is written through and goes
+// out with the headers when the handler returns, in one write. If the
+// client goes away the copy stops; the caller closes the body, which ends the upstream
 // request. A stream always ends with a terminal event: when the upstream
 // breaks it off or the gateway cuts it at shutdown, the prepared body ends
 // with the protocol's error event (frontdoor.PrepareResponse), which is
@@ -21,21 +28,28 @@ import (
 func relay(w http.ResponseWriter, r *http.Request, resp *http.Response, log *slog.Logger) (cut string) {
 	h := w.Header()
 	for k, vs := range resp.Header {
-		h[k] = append([]string(nil), vs...)
+		h[k] = vs // the upstream response is ours and is not read again
 	}
 	body := resp.Body
 	w.WriteHeader(resp.StatusCode)
+	flush := resp.ContentLength < 0 || provider.IsEventStream(resp.Header)
 	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	buf := make([]byte, 32<<10)
+	if flush {
+		_ = rc.Flush()
+	}
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return "" // client gone
 			}
-			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
-				return ""
+			if flush {
+				if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+					return ""
+				}
 			}
 		}
 		if err == io.EOF {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
@@ -58,6 +59,7 @@ type options struct {
 	engines   map[string]engine
 	store     jobstore.Store
 	noListen  bool
+	tracer    trace.TracerProvider
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -111,6 +113,7 @@ type Server struct {
 	cfg       Config
 	clock     clock.Clock
 	log       *slog.Logger
+	tracer    trace.Tracer
 	upstreams map[string]*upstream
 	order     []string // upstream names in config order
 	clients   *clientSet
@@ -231,6 +234,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		cfg:            cfg,
 		clock:          o.clock,
 		log:            o.logger,
+		tracer:         o.tracerOrNoop(),
 		upstreams:      map[string]*upstream{},
 		clients:        newClientSet(cfg.Clients),
 		registry:       prometheus.NewRegistry(),
@@ -443,7 +447,10 @@ func (s *Server) Stop(ctx context.Context) error {
 			case <-ctx.Done():
 			}
 			t.Stop()
-			errs = append(errs, s.http.Close())
+			// A handler that returned may still be finishing its answer
+			// (net/http writes the chunked body's end after it): let the
+			// connections go idle before closing what is left.
+			errs = append(errs, s.closeWhenIdle(ctx))
 		}
 		s.cancelRequests(errShutdown)
 		<-s.serveDone
@@ -460,6 +467,27 @@ func (s *Server) Stop(ctx context.Context) error {
 		return fmt.Errorf("stopping server: %w", err)
 	}
 	return nil
+}
+
+// closeWhenIdle waits up to cutWait for the connections to finish the
+// answers their handlers wrote (Shutdown again: it closes each connection
+// once idle), then closes whatever is left.
+func (s *Server) closeWhenIdle(ctx context.Context) error {
+	idleCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := s.clock.NewTimer(cutWait)
+	defer t.Stop()
+	go func() {
+		select {
+		case <-t.C():
+			cancel()
+		case <-idleCtx.Done():
+		}
+	}()
+	if err := s.http.Shutdown(idleCtx); err == nil {
+		return nil
+	}
+	return s.http.Close()
 }
 
 // drainEngines makes every engine refuse its queued live requests at once
