@@ -442,3 +442,51 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestBudgetIsUsedUpOverTheMock: 30 clients keep retrying the "pending"
+// 429 (the budget held by requests in flight) until they are served or
+// told the budget is exhausted: the budget is then used to within one
+// request's worst case, and never exceeded by more than one.
+func TestBudgetIsUsedUpOverTheMock(t *testing.T) {
+	t.Parallel()
+	m := startSpendMock(t)
+	worst := worstOf(t, llm.Anthropic, raceBody)
+	limit := pricing.FromDollars(20.5 * worst.Dollars())
+	g := spendGateway(t, m, testStore(t), budgetClient(BudgetConfig{Day: limit.Dollars()}))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	var mu sync.Mutex
+	var spent pricing.Amount
+	served, pending := 0, 0
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Go(func() {
+			for tries := 0; tries < 500; tries++ {
+				code, body := call(t, "POST", base+"/claude/v1/messages", "ck-team", raceBody)
+				if code == http.StatusOK {
+					var r struct{ Usage llm.Usage }
+					require.NoError(t, json.Unmarshal(body, &r))
+					mu.Lock()
+					served++
+					spent += pricing.FromDollars((float64(r.Usage.InputTokens)*10 + float64(r.Usage.OutputTokens)*100) / 1e6)
+					mu.Unlock()
+					continue // and ask again
+				}
+				require.Equal(t, http.StatusTooManyRequests, code, string(body))
+				if !strings.Contains(string(body), "held by requests in flight") {
+					return // exhausted: done
+				}
+				mu.Lock()
+				pending++
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond) // the test's own short retry, not the 2 s hint
+			}
+			t.Error("never told the budget is exhausted")
+		})
+	}
+	wg.Wait()
+	t.Logf("budget $%.6f, worst case $%.6f: %d served, %d pending refusals retried, spent $%.6f (%.1f%% of the budget)",
+		limit.Dollars(), worst.Dollars(), served, pending, spent.Dollars(), 100*spent.Dollars()/limit.Dollars())
+	require.LessOrEqual(t, spent, limit+worst)
+	require.GreaterOrEqual(t, spent, limit-worst, "the budget is used up to within one worst case")
+}
