@@ -28,7 +28,7 @@ var allowedImports = map[string][]string{
 	"internal/jobstore/jobstoretest": {"internal/jobstore", "internal/llm"},
 	"internal/jobs":                  {"internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobstore", "internal/llm", "internal/provider", "internal/webhook"},
 	"internal/webhook":               {},
-	"internal/server":                {"internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobstore", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "internal/upstream"},
+	"internal/server":                {"internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobstore", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "internal/upstream", "internal/webhook"},
 	"internal/pricing":               {"internal/llm", "internal/provider"},
 	"internal/quota":                 {"internal/pricing"},
 	"internal/mock":                  {"internal/clock"},

@@ -247,7 +247,7 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	w.last = &out
 	if x.errResp != nil && DecideFate(FateParams{Sent: true, Outcome: out}).Kind == Terminal {
 		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: 1, Outcome: out, Protocol: t.d.cfg.Protocol,
-			Upstream: d.cfg.Name, Key: t.g.key.fp}, nil
+			Upstream: d.cfg.Name, Key: t.g.key.cred.Load().fp}, nil
 	}
 	status := statusForGiveUp(&out)
 	return nil, &Error{Reason: ErrCallFailed, Status: status, Type: errorTypeFor(d.cfg.Protocol, status),

@@ -120,6 +120,9 @@ type Breaker struct {
 	// outage it is in (kept across open → half-open → open); zero while
 	// Closed.
 	outageSince time.Time
+	// probeLimit caps HalfOpenProbes (< 0: no cap): a cluster node without
+	// the shared probe token probes not at all (SetProbeLimit).
+	probeLimit int
 }
 
 // NewBreaker returns a closed Breaker. rnd jitters the open period (nil: a
@@ -132,7 +135,62 @@ func NewBreaker(cfg BreakerConfig, rnd *rand.Rand, onChange func(from, to Breake
 	if rnd == nil {
 		rnd = rand.New(rand.NewPCG(1, 2))
 	}
-	return &Breaker{cfg: cfg, rnd: rnd, onChange: onChange, expiry: now.Add(cfg.Window)}, nil
+	return &Breaker{cfg: cfg, rnd: rnd, onChange: onChange, expiry: now.Add(cfg.Window), probeLimit: -1}, nil
+}
+
+// probes is how many probes half-open lets through at once; b.mu held.
+func (b *Breaker) maxProbes() int {
+	if b.probeLimit >= 0 {
+		return min(b.cfg.HalfOpenProbes, b.probeLimit)
+	}
+	return b.cfg.HalfOpenProbes
+}
+
+// SetProbeLimit caps how many probes half-open lets through at once
+// (n < 0: HalfOpenProbes, the default). A cluster node sets 0 while
+// another node holds the shared probe token, so only a bounded number of
+// probes go out cluster-wide. Successes still close the breaker after
+// HalfOpenProbes of them.
+func (b *Breaker) SetProbeLimit(n int) {
+	b.mu.Lock()
+	b.probeLimit = n
+	b.mu.Unlock()
+}
+
+// OpenUntil opens the breaker until until, as another node of the cluster
+// saw the upstream fail: a Closed breaker opens (an instant already past
+// makes it half-open at once), an Open one whose period ends earlier is
+// extended, and a HalfOpen one reopens when until is still ahead (a
+// probe failed elsewhere). Results of requests admitted before are
+// ignored (a new generation).
+func (b *Breaker) OpenUntil(until, now time.Time) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	switch {
+	case b.state == Closed, b.state == Open && b.expiry.Before(until), b.state == HalfOpen && until.After(now):
+		b.set(Open, now)
+		b.expiry = until
+	}
+	f2, t2 := b.lastChange()
+	from3, to3 := b.tick(now)
+	b.mu.Unlock()
+	b.notify(from, to)
+	b.notify(f2, t2)
+	b.notify(from3, to3)
+}
+
+// Reset closes the breaker, as the cluster's probe succeeded at another
+// node.
+func (b *Breaker) Reset(now time.Time) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	if b.state != Closed {
+		b.set(Closed, now)
+	}
+	f2, t2 := b.lastChange()
+	b.mu.Unlock()
+	b.notify(from, to)
+	b.notify(f2, t2)
 }
 
 // State returns the state at now (Open becomes HalfOpen when its period
@@ -169,7 +227,7 @@ func (b *Breaker) Ready(now time.Time) (ok bool, readyAt time.Time) {
 	case Open:
 		readyAt = b.expiry
 	case HalfOpen:
-		ok = b.probes < b.cfg.HalfOpenProbes
+		ok = b.probes < b.maxProbes()
 	}
 	b.mu.Unlock()
 	b.notify(from, to)
@@ -185,7 +243,7 @@ func (b *Breaker) Allow(now time.Time) (uint64, error) {
 	case Open:
 		err = ErrOpen
 	case HalfOpen:
-		if b.probes >= b.cfg.HalfOpenProbes {
+		if b.probes >= b.maxProbes() {
 			err = ErrOpen
 		} else {
 			b.probes++

@@ -162,6 +162,10 @@ type Config struct {
 	// WebhookClient sends webhooks. Defaults to a client with
 	// http.DefaultTransport.
 	WebhookClient *http.Client
+	// WebhookCheck vets a webhook_url at submit (the gateway refuses
+	// private and metadata destinations: webhook.Guard); an error is
+	// answered 400 with its text. Defaults to accepting any http(s) URL.
+	WebhookCheck func(ctx context.Context, url string) error
 	// WebhookRetryFor is how long a delivery is retried (from the job's
 	// finish, or from a redeliver) before it is marked failed. Defaults to
 	// WebhookRetryForDefault.
@@ -193,6 +197,11 @@ type Config struct {
 	// ClientOf names the submitter of an HTTP request (for fairness and
 	// listing). Defaults to the X-Sluice-Client header.
 	ClientOf func(r *http.Request) string
+	// AdminOf reports whether the caller of r may see and manage every
+	// client's jobs and batches, pause upstreams and requeue across
+	// clients; any other caller sees only its own (owner.go). Defaults to
+	// every caller being an admin (one tenant).
+	AdminOf func(r *http.Request) bool
 	// PriorityOf returns the class a job submitted by r gets when it asks
 	// for requested (e.g. capped at the client's max_priority). Defaults to
 	// the requested class.
@@ -277,6 +286,9 @@ func (c Config) WithDefaults() Config {
 	c.SpoolMaxEntries = cmp.Or(c.SpoolMaxEntries, SpoolMaxEntriesDefault)
 	if c.PriorityOf == nil {
 		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
+	}
+	if c.AdminOf == nil {
+		c.AdminOf = func(*http.Request) bool { return true }
 	}
 	if c.ClientOf == nil {
 		c.ClientOf = func(r *http.Request) string { return r.Header.Get(frontdoor.HeaderClient) }

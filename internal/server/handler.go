@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 )
@@ -19,13 +20,16 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.serveNotFound(w, r)
 		return
 	}
+	// A stream lasts as long as the generation (the upstream's
+	// request_timeout bounds it): no server write deadline here.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	rl := &requestLine{id: frontdoor.NewRequestID(), upstream: name, priority: priorityUnknown, start: s.clock.Now()}
 	sw := &statusWriter{ResponseWriter: w}
 	ctx, span := s.startRequestSpan(r, rl)
 	r = r.WithContext(ctx)
 	rl.traceID = span.SpanContext().TraceID()
 	defer func() { s.endRequestSpan(span, rl, sw.status) }()
-	cl, ok := s.clients.authenticate(r.Header)
+	cl, ok := s.clientSet().authenticate(r.Header)
 	if !ok {
 		s.outcome(rl, "", outcomeUnauthorized)
 		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusUnauthorized,
@@ -40,6 +44,14 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}
+	// Pass-through bodies are held to the same limit as scheduled ones.
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusRequestEntityTooLarge,
+			Message: fmt.Sprintf("request body exceeds the gateway's limit of %d bytes (max_body_bytes)", s.cfg.MaxBodyBytes)})
+		s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)
+		return
+	}
+	r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
 	if s.spend.unmetered(cl.name, r.Method, rest) {
 		// A budget is only as good as its meter: a client with a budget
 		// may not reach the provider's billable routes unscheduled.

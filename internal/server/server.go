@@ -26,7 +26,7 @@ import (
 )
 
 // ReadHeaderTimeoutDefault bounds how long a client may take to send its
-// request headers (slowloris protection).
+// request headers (slowloris protection): Config.ReadHeaderTimeout.
 const ReadHeaderTimeoutDefault = 30 * time.Second
 
 // Errors callers branch on.
@@ -115,12 +115,14 @@ type Server struct {
 	log       *slog.Logger
 	tracer    trace.Tracer
 	upstreams map[string]*upstream
-	order     []string // upstream names in config order
-	clients   *clientSet
+	order     []string                  // upstream names in config order
+	clients   atomic.Pointer[clientSet] // swapped by Reload
+	reloadMu  sync.Mutex                // serializes Reload (reload.go)
 	registry  *prometheus.Registry
 	metrics   *metrics
-	budget    *byteBudget // request bytes in flight (budget.go)
-	spend     *spender    // spend budgets and accounting (spend.go)
+	budget    *byteBudget  // request bytes in flight (budget.go)
+	gates     *clientGates // per-client limits (client_limits.go)
+	spend     *spender     // spend budgets and accounting (spend.go)
 	handler   http.Handler
 	noListen  bool
 
@@ -236,13 +238,14 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		log:            o.logger,
 		tracer:         o.tracerOrNoop(),
 		upstreams:      map[string]*upstream{},
-		clients:        newClientSet(cfg.Clients),
 		registry:       prometheus.NewRegistry(),
 		baseCtx:        baseCtx,
 		cancelRequests: cancel,
 		store:          o.store,
 		noListen:       o.noListen,
 	}
+	s.clients.Store(newClientSet(cfg.Clients))
+	s.gates = newClientGates(s.clock)
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	sp, err := newSpender(cfg, s.clock, s.log, newSpendMetrics(s.registry, s))
@@ -273,7 +276,8 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Config returns the defaulted configuration the server runs with.
+// Config returns the defaulted configuration the server started with
+// (Reload may have changed its clients and upstream keys since).
 func (s *Server) Config() Config { return s.cfg }
 
 // Handler returns the gateway's routes, for tests or to mount in another
@@ -294,6 +298,7 @@ func (s *Server) routes() http.Handler {
 	for _, p := range jobRoutes {
 		mux.HandleFunc(p, s.serveJobs)
 	}
+	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", s.requireAdmin(s.serveJobs))
 	// Only configured upstreams get a subtree: any other path is a 404
 	// (a wildcard subtree would redirect /foo to /foo/ first).
 	for _, name := range s.order {
@@ -352,10 +357,15 @@ func (s *Server) Start(ctx context.Context) error {
 		s.undoStart(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
 		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConnections) // limit_listener.go
 	s.ln = ln
 	s.http = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: ReadHeaderTimeoutDefault,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}

@@ -37,12 +37,18 @@ func worstOf(t *testing.T, p llm.Protocol, body string) pricing.Amount {
 }
 
 func budgetClient(b BudgetConfig) []ClientConfig {
-	return []ClientConfig{{Name: "team", Key: "ck-team", Budget: b}, {Name: "free", Key: "ck-free"}}
+	return []ClientConfig{{Name: "team", Key: "ck-team", Budget: b}, {Name: "free", Key: "ck-free"},
+		{Name: "ops", Key: "ck-admin", Role: RoleAdmin}}
 }
 
+// readStatus reads /v1/status as an admin (the spend section is theirs
+// only); key must be a client's, which sees no spend section.
 func readStatus(t *testing.T, url, key string) StatusResponse {
 	t.Helper()
 	code, body := call(t, "GET", url+"/v1/status", key, "")
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.NotContains(t, string(body), `"spend"`, "a client does not see the spend section")
+	code, body = call(t, "GET", url+"/v1/status", "ck-admin", "")
 	require.Equal(t, http.StatusOK, code, string(body))
 	var st StatusResponse
 	require.NoError(t, json.Unmarshal(body, &st))
@@ -489,4 +495,20 @@ func TestBudgetIsUsedUpOverTheMock(t *testing.T) {
 		limit.Dollars(), worst.Dollars(), served, pending, spent.Dollars(), 100*spent.Dollars()/limit.Dollars())
 	require.LessOrEqual(t, spent, limit+worst)
 	require.GreaterOrEqual(t, spent, limit-worst, "the budget is used up to within one worst case")
+}
+
+// TestReloadAppliesBudgets: a reload with a smaller budget refuses at once
+// what the spend already made no longer leaves room for.
+func TestReloadAppliesBudgets(t *testing.T) {
+	t.Parallel()
+	worst := worstOf(t, llm.Anthropic, anthropicBody)
+	ts := newTestServer(t, budgetClient(BudgetConfig{Day: 10}), func(c *Config) { c.Prices = spendPrices })
+	h := map[string]string{"x-api-key": "ck-team"}
+	r, _ := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	cfg := ts.srv.Config()
+	cfg.Clients = budgetClient(BudgetConfig{Day: 1.5 * worst.Dollars()})
+	require.NoError(t, ts.srv.Reload(cfg))
+	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
+	require.Equal(t, http.StatusTooManyRequests, r.StatusCode, string(body))
 }

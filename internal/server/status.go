@@ -23,7 +23,21 @@ type StatusResponse struct {
 	Time      time.Time        `json:"time"`
 	Upstreams []UpstreamStatus `json:"upstreams"`
 	Cluster   *ClusterStatus   `json:"cluster,omitempty"` // status_cluster.go
-	Spend     *SpendStatus     `json:"spend,omitempty"`   // status_spend.go
+	// ClientLimits is each limited client's room on each upstream
+	// (client_limits.go). Admin callers only.
+	ClientLimits []ClientLimitStatus `json:"client_limits,omitempty"`
+	// Spend is each client's spend and budget windows (status_spend.go).
+	// Admin callers only.
+	Spend *SpendStatus `json:"spend,omitempty"`
+}
+
+// forCaller drops the per-client sections a caller that is not an admin
+// may not see (other clients' names and usage).
+func (st *StatusResponse) forCaller(admin bool) {
+	if !admin {
+		st.ClientLimits = nil
+		st.Spend = nil
+	}
 }
 
 // UpstreamStatus is one upstream's scheduling state.
@@ -92,6 +106,7 @@ func (s *Server) status() StatusResponse {
 		out.Upstreams = append(out.Upstreams, st)
 	}
 	out.Cluster = s.clusterStatus()
+	out.ClientLimits = s.gates.status(now)
 	out.Spend = s.spendStatus(now)
 	return out
 }
@@ -99,7 +114,8 @@ func (s *Server) status() StatusResponse {
 // serveStatus answers GET /v1/status. It reveals queue and quota state but
 // no keys; with clients configured it needs a client key.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.clients.authenticate(r.Header); !ok {
+	cl, ok := s.clientSet().authenticate(r.Header)
+	if !ok {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"authentication_error","message":"invalid or missing Sluice client key"}}`))
@@ -108,7 +124,9 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.status())
+	st := s.status()
+	st.forCaller(cl.admin)
+	_ = enc.Encode(st)
 }
 
 // snapshotCollector turns the dispatchers' snapshots into gauges at scrape
