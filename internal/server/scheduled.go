@@ -126,7 +126,7 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 // whose client left while it waited for its client's room.
 func (s *Server) writeLimitError(w http.ResponseWriter, r *http.Request, u *upstream, req *dispatch.Request, rl *requestLine, err error) {
 	prio := req.Priority.String()
-	if lp, ok := errors.AsType[*limitProblem](err); ok {
+	if lp, ok := errors.AsType[*limitError](err); ok {
 		s.outcome(rl, prio, outcomeGaveUp)
 		frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, lp.pr)
 		return
