@@ -159,7 +159,7 @@ func TestClusterPostgresOutageUnderLoad(t *testing.T) {
 	getJSON(t, nodes[0].base+"/v1/status", &during)
 	require.True(t, during.Cluster.Degraded)
 	require.InDelta(t, 1.0/3, during.Cluster.Upstreams[0].Share, 1e-9)
-	time.Sleep(cut.Add(10 * time.Second).Sub(time.Now()))
+	time.Sleep(time.Until(cut.Add(10 * time.Second)))
 	restored := time.Now()
 	proxy.Restore()
 	require.Eventually(t, func() bool {

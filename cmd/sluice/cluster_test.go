@@ -199,16 +199,22 @@ upstreams:
 		}
 		n.done <- cmd.Wait()
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-n.done
-		}
-	})
+	// The exit status after SIGTERM (or a kill) is not what this test checks.
+	t.Cleanup(func() { _ = stopProcess(cmd, n.done) })
 	return n
+}
+
+// stopProcess sends SIGTERM, kills the process if it has not exited 20 s
+// later, and returns how it ended.
+func stopProcess(cmd *exec.Cmd, done <-chan error) error {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		return <-done
+	}
 }
 
 // TestClusterThreeNodesShareOneQuota runs three sluice serve processes on

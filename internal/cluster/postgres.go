@@ -223,7 +223,7 @@ const pgChannel = "sluice_cluster"
 func (p *Postgres) Listen(ctx context.Context, changed func(key string)) {
 	for ctx.Err() == nil {
 		if err := p.listenOnce(ctx, changed); err != nil && ctx.Err() == nil {
-			t := time.NewTimer(time.Second)
+			t := time.NewTimer(time.Second) //nolint:forbidigo // a reconnect pause against a real server
 			select {
 			case <-ctx.Done():
 			case <-t.C:

@@ -216,7 +216,42 @@ type Config struct {
 	// Tracer makes a span per job attempt (the engine hangs the attempt's
 	// upstream call under it). Defaults to a no-op tracer.
 	Tracer trace.Tracer
+	// Spend reserves each call's worst-case cost against its client's
+	// spend budget before it is sent and settles it after (the gateway's
+	// budgets, docs/budgets.md). Defaults to nil: no budgets.
+	Spend Spender
 }
+
+// Spender reserves a job's call against its client's spend budget.
+type Spender interface {
+	// Reserve is called with the call's request (Client set) before it is
+	// sent. A *BudgetError refuses it: the job waits until
+	// BudgetError.RetryAt without burning an attempt, or dies when RetryAt
+	// is zero.
+	Reserve(upstream string, req *dispatch.Request) (SpendHold, error)
+}
+
+// SpendHold is one reserved call.
+type SpendHold interface {
+	// Settle charges the call once: end as the engine read it, or a refund
+	// when ended is false (the call failed or was never sent). It returns
+	// the cost charged, in US dollars.
+	Settle(end dispatch.End, ended bool) float64
+}
+
+// BudgetError is a call refused by its client's spend budget.
+type BudgetError struct {
+	// Status and Message are recorded in the job's history (and, when it
+	// dies, its error).
+	Status  int
+	Message string
+	// RetryAt is when the call may fit (the budget window's reset, or soon
+	// when calls in flight hold it); zero means never (a total cap, a
+	// request larger than the budget): the job dies.
+	RetryAt time.Time
+}
+
+func (e *BudgetError) Error() string { return e.Message }
 
 // WithDefaults returns c with every unset field filled in. It is pure.
 func (c Config) WithDefaults() Config {

@@ -147,6 +147,14 @@ type Store interface {
 	// it.
 	CountLive(ctx context.Context, now time.Time) ([]LiveCount, error)
 
+	// AddSpend adds each entry's spend to what its client spent on its
+	// upstream and model on its UTC day, all in one transaction.
+	AddSpend(ctx context.Context, p AddSpendParams) error
+	// Spend returns the spend recorded per client, UTC day, upstream and
+	// model, from Since's day on (all of it for a zero Since), in that
+	// order.
+	Spend(ctx context.Context, p SpendParams) ([]SpendEntry, error)
+
 	// Close releases the store's connections and goroutines.
 	Close() error
 }

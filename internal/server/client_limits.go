@@ -258,14 +258,14 @@ func (a *clientAdmission) refund() {
 	}
 }
 
-// limitProblem is a request refused by its client's own limit.
-type limitProblem struct{ pr frontdoor.Problem }
+// limitError is a request refused by its client's own limit.
+type limitError struct{ pr frontdoor.Problem }
 
-func (e *limitProblem) Error() string { return e.pr.Message }
-func (e *limitProblem) Unwrap() error { return errClientLimit }
+func (e *limitError) Error() string { return e.pr.Message }
+func (e *limitError) Unwrap() error { return errClientLimit }
 
 func limitRefusal(msg string, retryAfter time.Duration) error {
-	return &limitProblem{pr: frontdoor.Problem{Status: http.StatusTooManyRequests, Type: "rate_limit_error",
+	return &limitError{pr: frontdoor.Problem{Status: http.StatusTooManyRequests, Type: "rate_limit_error",
 		Message: msg, RetryAfter: retryAfter}}
 }
 

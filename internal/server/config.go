@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/quota"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
 	"go.yaml.in/yaml/v3"
 )
@@ -114,6 +117,10 @@ type Config struct {
 	// Clients are the callers allowed in, each with its own key. With none,
 	// any key is accepted. Defaults to none.
 	Clients []ClientConfig `yaml:"clients"`
+	// Prices is the price table that costs requests for spend budgets and
+	// the spend metrics (docs/budgets.md). Defaults to the shipped table
+	// (pricing.Shipped), unknown models priced at its dearest price.
+	Prices pricing.Config `yaml:"prices"`
 }
 
 // ClientConfig is one caller allowed through the gateway.
@@ -146,6 +153,9 @@ type ClientConfig struct {
 	// the config file holds nothing a caller could send (generate with
 	// `printf %s "$KEY" | sha256sum`). Defaults to none.
 	KeySHA256 string `yaml:"key_sha256"`
+	// Budget caps the client's spend in US dollars, reserved before each
+	// request is sent (docs/budgets.md). Defaults to none (no cap).
+	Budget BudgetConfig `yaml:"budget"`
 }
 
 // Client roles.
@@ -182,6 +192,39 @@ func (cl ClientConfig) digests() [][sha256.Size]byte {
 	}
 	return out
 }
+
+// BudgetConfig is a client's spend budget in US dollars (priced by the
+// price table, Config.Prices). A request whose worst-case cost does not
+// fit is refused: 429 with retry-after for Day and Month, 402 for Total.
+type BudgetConfig struct {
+	// Day caps the spend per UTC calendar day. Defaults to 0 (no cap).
+	Day float64 `yaml:"day"`
+	// Month caps the spend per UTC calendar month. Defaults to 0 (no cap).
+	Month float64 `yaml:"month"`
+	// Total caps the spend for good (a hard cap: it never resets).
+	// Defaults to 0 (no cap).
+	Total float64 `yaml:"total"`
+}
+
+// limits returns b in the ledger's units.
+func (b BudgetConfig) limits() quota.Limits {
+	return quota.Limits{Day: pricing.FromDollars(b.Day), Month: pricing.FromDollars(b.Month), Total: pricing.FromDollars(b.Total)}
+}
+
+func (b BudgetConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"day", b.Day}, {"month", b.Month}, {"total", b.Total}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > MaxBudgetUSD {
+			return fmt.Errorf("%s: %v is not an amount of US dollars between 0 and %d", f.name, f.v, MaxBudgetUSD)
+		}
+	}
+	return nil
+}
+
+// MaxBudgetUSD bounds a budget window, in US dollars.
+const MaxBudgetUSD = 1_000_000_000
 
 // LookupEnv reads an environment variable; os.LookupEnv in production.
 type LookupEnv func(name string) (string, bool)
@@ -273,6 +316,7 @@ func (c Config) WithDefaults() Config {
 	for i, u := range c.Upstreams {
 		c.Upstreams[i] = u.WithDefaults()
 	}
+	c.Prices = c.Prices.WithDefaults()
 	c.Clients = append([]ClientConfig(nil), c.Clients...)
 	for i, cl := range c.Clients {
 		cl.DefaultPriority = cmp.Or(cl.DefaultPriority, DefaultPriorityDefault.String())
@@ -366,6 +410,9 @@ func (c Config) validate() error {
 		}
 		clientNames[cl.Name] = true
 	}
+	if err := c.Prices.Validate(); err != nil {
+		return fmt.Errorf("prices.%w", err)
+	}
 	if len(c.Clients) == 0 && !c.AllowPublic && !isLoopback(c.Listen) {
 		return fmt.Errorf("listen: %s is not a loopback address and no clients are configured, so anyone could use the upstream keys: configure clients or set allow_public: true", c.Listen)
 	}
@@ -419,6 +466,9 @@ func (cl ClientConfig) validate() error {
 	}
 	if def < maxP {
 		return fmt.Errorf("default_priority: %s is more urgent than max_priority %s", def, maxP)
+	}
+	if err := cl.Budget.validate(); err != nil {
+		return fmt.Errorf("budget.%w", err)
 	}
 	return nil
 }

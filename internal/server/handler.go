@@ -56,6 +56,16 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
+	if s.spend.unmetered(cl.name, r.Method, rest) {
+		// A budget is only as good as its meter: a client with a budget
+		// may not reach the provider's billable routes unscheduled.
+		s.outcome(rl, "", outcomeBudget)
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
+			Message: fmt.Sprintf("client %s has a spend budget, so only %s is served on this upstream (metered); %s %s is not passed through",
+				cl.name, u.scheduledPath(), r.Method, rest)})
+		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
+		return
+	}
 	s.servePassthrough(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rl.id)), u)
 	// Not counted in sluice_requests_total; logged at debug only.
 	rl.outcome = outcomeFor(sw.status)

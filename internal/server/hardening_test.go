@@ -33,14 +33,17 @@ func TestMaxConnectionsAnswers503(t *testing.T) {
 	require.NoError(t, err)
 	resp, err := http.ReadResponse(bufio.NewReader(first), nil)
 	require.NoError(t, err)
+	defer resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode) // the first connection holds the only slot (keep-alive)
 
 	second, err := d.DialContext(t.Context(), "tcp", g.Addr())
 	require.NoError(t, err)
 	defer second.Close()
-	require.NoError(t, second.SetReadDeadline(time.Now().Add(5*time.Second))) //nolint:forbidigo // socket deadline
-	resp, err = http.ReadResponse(bufio.NewReader(second), nil)
+	require.NoError(t, second.SetReadDeadline(time.Now().Add(5*time.Second)))
+	resp2, err := http.ReadResponse(bufio.NewReader(second), nil)
 	require.NoError(t, err)
+	defer resp2.Body.Close()
+	resp = resp2
 	body, _ := io.ReadAll(resp.Body)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Equal(t, "1", resp.Header.Get("Retry-After"))

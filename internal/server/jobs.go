@@ -124,6 +124,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
 		WebhookMaxDelay: jc.Webhooks.MaxDelay, WebhookTimeout: jc.Webhooks.Timeout,
+		Spend:    jobSpender{s},
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
@@ -145,11 +146,15 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())
 	}
+	// The spend kept in the store, before any request is charged.
+	if err := s.spend.start(ctx, st); err != nil {
+		return errors.Join(err, s.closeStore())
+	}
 	if err := svc.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.spend.close(ctx), s.closeStore())
 	}
 	if err := cleaner.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.spend.close(ctx), s.closeStore())
 	}
 	s.jobs.Store(svc)
 	s.cleaner = cleaner
@@ -174,6 +179,9 @@ func (s *Server) stopJobs(ctx context.Context) error {
 		errs = append(errs, s.cleaner.Stop(ctx))
 		s.cleaner = nil
 	}
+	// The spend settled since the last flush, once no job can add to it
+	// (live requests were drained before), then the store.
+	errs = append(errs, s.spend.close(ctx))
 	errs = append(errs, s.closeStore())
 	return errors.Join(errs...)
 }

@@ -25,6 +25,7 @@ const (
 	outcomeUnauthorized  = "unauthorized"   // unknown or missing client key
 	outcomeCanceled      = "canceled"       // client went away
 	outcomeError         = "error"          // unexpected engine failure
+	outcomeBudget        = "budget"         // refused by the client's spend budget (spend.go)
 )
 
 // priorityUnknown labels requests rejected before their class was known.

@@ -20,7 +20,7 @@ type keyRotator interface {
 }
 
 // Reload applies a new configuration without dropping a request in
-// flight: the clients (keys, roles, limits) and the upstreams' keys (new
+// flight: the clients (keys, roles, limits, budgets) and the upstreams' keys (new
 // secrets for the same number of keys, in order: rotation). Everything
 // else (listen, store, an upstream's other fields, jobs, cluster,
 // timeouts) is read at start only: a config that changes it is refused
@@ -66,6 +66,9 @@ func (s *Server) Reload(next Config) error {
 		}
 	}
 	s.clients.Store(newClientSet(next.Clients))
+	if s.spend != nil {
+		s.spend.setBudgets(next.Clients) // new budgets apply to the spend already made
+	}
 	return nil
 }
 

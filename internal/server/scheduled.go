@@ -75,6 +75,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	// (a Read blocked on the upstream returns), which ends the attempt.
 	stopWatch := context.AfterFunc(r.Context(), func() { _ = resp.Body.Close() })
 	defer stopWatch()
+	rl.spend = holdOf(resp)
 	s.outcome(rl, req.Priority.String(), outcomeFor(resp.StatusCode))
 	frontdoor.PrepareResponse(req, resp)
 	cut := relay(w, r, resp.Response, s.log)
@@ -90,6 +91,11 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	p := u.cfg.Protocol
 	reqID := rl.id
 	prio := req.Priority.String()
+	if _, ok := errors.AsType[*errBudget](err); ok {
+		s.outcome(rl, prio, outcomeBudget)
+		frontdoor.WriteProblem(w, p, reqID, spendProblem(p, err, s.clock.Now()))
+		return
+	}
 	if _, ok := errors.AsType[*dispatch.Error](err); ok {
 		s.outcome(rl, prio, outcomeGaveUp)
 		pr, _ := frontdoor.ProblemFor(err)
@@ -120,7 +126,7 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 // whose client left while it waited for its client's room.
 func (s *Server) writeLimitError(w http.ResponseWriter, r *http.Request, u *upstream, req *dispatch.Request, rl *requestLine, err error) {
 	prio := req.Priority.String()
-	if lp, ok := errors.AsType[*limitProblem](err); ok {
+	if lp, ok := errors.AsType[*limitError](err); ok {
 		s.outcome(rl, prio, outcomeGaveUp)
 		frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, lp.pr)
 		return

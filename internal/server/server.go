@@ -122,6 +122,7 @@ type Server struct {
 	metrics   *metrics
 	budget    *byteBudget     // request bytes in flight (budget.go)
 	gates     *clientGates    // per-client limits (client_limits.go)
+	spend     *spender        // spend budgets and accounting (spend.go)
 	live      *live           // outcomes, latencies and client usage (live.go)
 	history   *historySampler // the last minutes, for the dashboard (history.go)
 	// statusJobs caches /v1/status's job counts (status_why.go).
@@ -257,6 +258,11 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
+	sp, err := newSpender(cfg, s.clock, s.log, newSpendMetrics(s.registry, s))
+	if err != nil {
+		return nil, fmt.Errorf("validating config: %w", err)
+	}
+	s.spend = sp
 	for _, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.BaseURL)
 		if err != nil { // validated above; kept for safety

@@ -30,6 +30,9 @@ type StatusResponse struct {
 	// ClientLimits is each limited client's room on each upstream
 	// (client_limits.go). Admin callers only.
 	ClientLimits []ClientLimitStatus `json:"client_limits,omitempty"`
+	// Spend is each client's spend and budget windows (status_spend.go).
+	// Admin callers only.
+	Spend *SpendStatus `json:"spend,omitempty"`
 }
 
 // forCaller drops the per-client sections a caller that is not an admin
@@ -37,6 +40,7 @@ type StatusResponse struct {
 func (st *StatusResponse) forCaller(admin bool) {
 	if !admin {
 		st.ClientLimits = nil
+		st.Spend = nil
 		st.Clients = nil
 		for i := range st.Upstreams {
 			for j := range st.Upstreams[i].Oldest {
@@ -152,6 +156,7 @@ func (s *Server) status(ctx context.Context) StatusResponse {
 	}
 	out.Cluster = s.clusterStatus()
 	out.ClientLimits = s.gates.status(now)
+	out.Spend = s.spendStatus(now)
 	return out
 }
 

@@ -220,7 +220,7 @@ func leave(t *testing.T, b cluster.Backend) {
 func pause(t *testing.T, b cluster.Backend) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	until := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
+	until := time.Now().Add(5 * time.Second).Truncate(time.Millisecond) //nolint:forbidigo // the shared store expires on its own wall clock
 	r := report(key, "a", 0, 1)
 	r.PausedUntil = until
 	g, err := b.Sync(ctx, r)
@@ -261,7 +261,7 @@ func leadership(t *testing.T, b cluster.Backend) {
 func breakerOpens(t *testing.T, b cluster.Backend) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	until := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	until := time.Now().Add(time.Minute).Truncate(time.Millisecond) //nolint:forbidigo // the shared store expires on its own wall clock
 	r := report(key, "a", 0, 1)
 	r.BreakerOpenUntil = until
 	g, err := b.Sync(ctx, r)
@@ -294,7 +294,7 @@ func breakerOpens(t *testing.T, b cluster.Backend) {
 func openPast(t *testing.T, b cluster.Backend, key string) {
 	t.Helper()
 	r := report(key, "a", 0, 1)
-	r.BreakerOpenUntil = time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	r.BreakerOpenUntil = time.Now().Add(-time.Second).Truncate(time.Millisecond) //nolint:forbidigo // the shared store expires on its own wall clock
 	_, err := b.Sync(context.Background(), r)
 	require.NoError(t, err)
 }

@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"OutboxConcurrentClaimers", testOutboxConcurrentClaimers},
 		{"CompleteSpooled", testCompleteSpooled},
 		{"Ownership", testOwnership},
+		{"Spend", testSpend},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
