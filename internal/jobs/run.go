@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -286,6 +287,9 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, a admission) verdict
 	res.Header[servedByHeader] = []string{cmp.Or(a.via.upstream, w.upstream)}
 	end, ended := resp.End()
 	costUSD := hold.Settle(end, ended)
+	if costUSD > 0 {
+		res.Header[CostHeader] = []string{strconv.FormatFloat(costUSD, 'f', -1, 64)}
+	}
 	out := end.Outcome
 	if readErr != nil && out.Kind == llm.Success {
 		out = llm.Outcome{Kind: llm.Transient, Status: resp.StatusCode, Message: "reading the upstream response: " + readErr.Error()}
