@@ -195,6 +195,27 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Contains(t, text(`#dlq [data-job="`+dead.ID.String()+`"] td.err`), "type: Field required", "the DLQ shows the job's error")
 	require.NotEqual(t, "MISSING", text(`#clients tbody tr[data-client]`), "the clients table")
 
+	// One node: no cluster card. A cluster section (as a node sharing its
+	// quota reports it) is drawn with one row per node and says which
+	// node this is; read in the same turn, before the next poll redraws.
+	hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#cluster").hidden`))
+	require.NoError(t, err)
+	require.True(t, hidden, "a single node shows no cluster card")
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		renderCluster({node: "a", leader: true, degraded: true, upstreams: [{name: "claude", share: 0.5, slots: 2, fallback: true,
+			nodes: [{node: "a", share: 0.5, slots: 2, demand: 3}, {node: "b", share: 0.5, slots: 2, demand: 1}]}]}, new Date());
+		const rows = document.querySelectorAll("#clustershares tbody tr[data-node]");
+		return [document.querySelector("#cluster").hidden, rows.length, document.querySelector("#clusternode").textContent,
+			rows[0].textContent.replace(/\s+/g, " ").trim()].join("|");
+	})()`))
+	require.NoError(t, err)
+	parts := strings.Split(shown, "|")
+	require.Equal(t, []string{"false", "2"}, parts[:2], shown)
+	require.Contains(t, parts[2], "this node a (leader)")
+	require.Contains(t, parts[2], "DEGRADED")
+	require.Contains(t, parts[3], "50.0%")
+	require.Contains(t, parts[3], "fallback share")
+
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
 	dir := artifactsDir(t)

@@ -218,6 +218,26 @@ async function refreshJobs(now) {
 }
 const knownBatches = new Set(JSON.parse(localStorage.getItem("sluice-batches") || "[]"));
 
+// renderCluster shows the nodes sharing each upstream's quota (status's
+// cluster section, absent on a single node): who holds which share, and
+// whether this node runs on its 1/N fallback.
+function renderCluster(c, now) {
+  $("#cluster").hidden = !c;
+  if (!c) return;
+  $("#clusternode").textContent = `this node ${c.node}${c.leader ? " (leader)" : ""}` +
+    (c.degraded ? ` · DEGRADED: shared store unreachable, on the 1/N fallback${c.last_error ? " (" + c.last_error + ")" : ""}` : "");
+  const rows = [];
+  for (const u of c.upstreams || []) {
+    const flags = [u.fallback ? "fallback share" : "", u.breaker_shared ? "breaker shared" : "", u.probe ? "holds the probe" : ""].filter(Boolean).join(", ");
+    for (const n of u.nodes || []) {
+      const me = n.node === c.node;
+      rows.push(`<tr data-upstream="${esc(u.name)}" data-node="${esc(n.node)}"${me ? ' class="me"' : ""}><td>${esc(u.name)}${me && flags ? ` <span class="muted">(${esc(flags)})</span>` : ""}</td><td>${esc(n.node)}${me ? " (this node)" : ""}</td>
+        <td class="num">${(n.share * 100).toFixed(1)}%</td><td class="num">${n.slots}</td><td class="num">${num(n.demand)}</td><td>${esc(clock(n.expires_at))}</td></tr>`);
+    }
+  }
+  renderTable("#clustershares", rows, "no upstream shared yet", 6);
+}
+
 async function refresh() {
   const now = new Date();
   try {
@@ -227,6 +247,7 @@ async function refresh() {
       fetch("/metrics").then((r) => (r.ok ? r.text() : "")),
     ]);
     const counts = parseMetrics(metricsText);
+    renderCluster(status.cluster, now);
     $("#upstreams").innerHTML = status.upstreams.map((u) => renderUpstream(u, history.upstreams[u.name], counts[u.name], now)).join("");
     renderTable("#clients", (status.clients || []).map((c) => `<tr data-client="${esc(c.client)}"><td>${esc(c.client)}</td><td class="num">${c.requests}</td><td class="num">${c.succeeded}</td><td class="num">${c.failed}</td><td class="num">${num(c.tokens_in)}</td><td class="num">${num(c.tokens_out)}</td><td>${esc(ago(c.last_seen, now))}</td></tr>`), "no client yet", 7);
     $("#updated").textContent = "updated " + now.toLocaleTimeString();
