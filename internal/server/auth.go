@@ -62,6 +62,16 @@ func newClientSet(cfgs []ClientConfig) *clientSet {
 // open reports whether any key is accepted (no clients configured).
 func (cs *clientSet) open() bool { return len(cs.entries) == 0 }
 
+// byName finds a configured client by its name (a job's owner).
+func (cs *clientSet) byName(name string) (client, bool) {
+	for _, e := range cs.entries {
+		if e.client.name == name {
+			return e.client, true
+		}
+	}
+	return client{}, false
+}
+
 // authenticate identifies the caller from x-api-key or Authorization:
 // Bearer. With no clients configured every request is accepted, as an
 // admin: a request with a key is named "key-" plus the first 8 hex digits

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/jobs"
 )
 
 // Per-client limits: a client's share of an upstream, enforced before its
@@ -120,6 +121,33 @@ type clientGate struct {
 	values LimitValues
 	lim    *flow.Limiter // nil without a rate limit
 	slots  chan struct{} // nil without a concurrency limit
+
+	mu       sync.Mutex
+	nextTurn time.Time // the next free turn of a job refused by the gate
+}
+
+// turn returns when a job refused now (its room in wait) should come
+// back: the next free turn at the client's rate, so the jobs a client has
+// over its limit return one at a time rather than all at once.
+func (g *clientGate) turn(now time.Time, wait time.Duration, cost flow.Amount) time.Time {
+	step := time.Duration(0)
+	if r := g.values.RequestsPerMinute; r > 0 {
+		step = max(step, time.Duration(float64(time.Minute)/r))
+	}
+	if r := g.values.TokensPerMinute; r > 0 {
+		step = max(step, time.Duration(cost[flow.Tokens]/r*float64(time.Minute)))
+	}
+	if step == 0 { // concurrency alone: a completion frees a slot
+		step = 100 * time.Millisecond
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	at := now.Add(max(wait, step))
+	if g.nextTurn.After(at) {
+		at = g.nextTurn
+	}
+	g.nextTurn = at.Add(step)
+	return at
 }
 
 type gateKey struct{ client, upstream string }
@@ -251,8 +279,56 @@ func (s *Server) admitClient(ctx context.Context, cl client, u *upstream, req *d
 	}
 }
 
+// admitClientJob admits a job's call under its client's limits on u
+// without waiting: nil, nil when the client has none there. A job over
+// them gets a *jobs.BudgetError whose RetryAt is its client's next free
+// turn (it waits in the store without burning an attempt, and the worker
+// goes on with other clients' jobs); one that can never fit dies.
+func (s *Server) admitClientJob(cl client, u *upstream, req *dispatch.Request) (*clientAdmission, error) {
+	v := cl.limits.For(u.cfg.Name)
+	if v.none() {
+		return nil, nil
+	}
+	g, err := s.gates.get(cl.name, u.cfg.Name, v)
+	if err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	cost := flow.Amount{}
+	cost[flow.Requests], cost[flow.Tokens] = 1, float64(req.Cost.InputTokens+req.Cost.OutputTokens)
+	refuse := func(msg string, wait time.Duration) error {
+		return &jobs.BudgetError{Status: http.StatusTooManyRequests, Message: msg, RetryAt: g.turn(now, wait, cost)}
+	}
+	if g.lim != nil {
+		wait, err := g.lim.Reserve(cost, now)
+		if errors.Is(err, flow.ErrTooLarge) {
+			return nil, &jobs.BudgetError{Status: http.StatusBadRequest,
+				Message: fmt.Sprintf("the request's %.0f tokens exceed client %s's tokens_per_minute on %s", cost[flow.Tokens], cl.name, u.cfg.Name)}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if wait > 0 {
+			return nil, refuse(fmt.Sprintf("client %s is over its own rate limit on %s (requests_per_minute/tokens_per_minute)", cl.name, u.cfg.Name), wait)
+		}
+	}
+	a := &clientAdmission{gate: g, cost: cost, c: s.clock}
+	if g.slots != nil {
+		select {
+		case g.slots <- struct{}{}:
+		default:
+			a.refund()
+			return nil, refuse(fmt.Sprintf("client %s has max_concurrency %d requests in flight on %s", cl.name, v.MaxConcurrency, u.cfg.Name), 0)
+		}
+	}
+	return a, nil
+}
+
 // refund gives back the rate charge of a request that never went out.
 func (a *clientAdmission) refund() {
+	if a == nil {
+		return
+	}
 	if a.gate.lim != nil {
 		a.gate.lim.Refund(a.cost, a.c.Now())
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // TestClientLimitWaitsOrRefuses: over its requests_per_minute, a client's
@@ -84,4 +86,60 @@ func TestClientMaxConcurrency(t *testing.T) {
 	close(release)
 	require.Equal(t, http.StatusOK, <-held)
 	require.Equal(t, http.StatusOK, <-waiting, "the freed slot went to a's waiting request")
+}
+
+// TestClientLimitsHoldJobs: a job's call is admitted under its client's
+// limits without waiting. Over them the job is given back with the
+// client's next free turn (each refused job a later one, at the client's
+// rate, so they do not all come back at once); another client is not
+// affected; a finished call frees its concurrency slot; a call that can
+// never fit is refused for good. Fake clock through the real job door.
+func TestClientLimitsHoldJobs(t *testing.T) {
+	t.Parallel()
+	perMinute := ClientLimits{LimitValues: LimitValues{RequestsPerMinute: 60}} // one a second, burst of one
+	one := ClientLimits{LimitValues: LimitValues{MaxConcurrency: 1}}
+	tiny := ClientLimits{LimitValues: LimitValues{TokensPerMinute: 10}}
+	ts := newTestServer(t, []ClientConfig{{Name: "a", Key: "ck-a", Limits: perMinute}, {Name: "b", Key: "ck-b", Limits: perMinute},
+		{Name: "c", Key: "ck-c", Limits: one}, {Name: "d", Key: "ck-d", Limits: tiny}, {Name: "free", Key: "ck-free"}})
+	js := jobSpender{ts.srv}
+	now := ts.clock.Now()
+	req := func(client string) *dispatch.Request {
+		return &dispatch.Request{Client: client, Priority: llm.Low, Cost: provider.Cost{Model: "claude-sonnet-4-5", InputTokens: 10, OutputTokens: 16}}
+	}
+	h, err := js.Reserve("a", req("a"))
+	require.NoError(t, err, "a's first call fits its burst")
+	var turns []time.Time
+	for range 3 {
+		_, err := js.Reserve("a", req("a"))
+		var be *jobs.BudgetError
+		require.ErrorAs(t, err, &be)
+		require.Equal(t, http.StatusTooManyRequests, be.Status)
+		require.Contains(t, be.Message, "client a is over its own rate limit")
+		turns = append(turns, be.RetryAt)
+	}
+	require.Equal(t, []time.Time{now.Add(time.Second), now.Add(2 * time.Second), now.Add(3 * time.Second)}, turns,
+		"the refused jobs come back one at a time, at a's rate")
+	h.Settle(dispatch.End{}, true)
+	_, err = js.Reserve("a", req("b"))
+	require.NoError(t, err, "b has its own bucket")
+	_, err = js.Reserve("a", req("free"))
+	require.NoError(t, err, "a client without limits is not held")
+
+	hc, err := js.Reserve("a", req("c"))
+	require.NoError(t, err)
+	_, err = js.Reserve("a", req("c"))
+	var be *jobs.BudgetError
+	require.ErrorAs(t, err, &be, "c is at its max_concurrency")
+	hc.Settle(dispatch.End{}, false)
+	_, err = js.Reserve("a", req("c"))
+	require.NoError(t, err, "the slot came back with the call")
+
+	_, err = js.Reserve("a", req("d"))
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, http.StatusBadRequest, be.Status)
+	require.True(t, be.RetryAt.IsZero(), "26 tokens never fit 10 a minute: the job dies")
+
+	ts.clock.Advance(4 * time.Second)
+	_, err = js.Reserve("a", req("a"))
+	require.NoError(t, err, "a's bucket refilled")
 }

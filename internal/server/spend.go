@@ -337,8 +337,20 @@ func (j jobSpender) Reserve(upstream string, req *dispatch.Request) (jobs.SpendH
 	if u == nil {
 		return nil, fmt.Errorf("no upstream %q", upstream)
 	}
+	// The client's own limits first (client_limits.go): a job over them
+	// waits in the store for its client's next turn.
+	var adm *clientAdmission
+	if cl, ok := j.s.clients.Load().byName(req.Client); ok {
+		a, err := j.s.admitClientJob(cl, u, req)
+		if err != nil {
+			return nil, err
+		}
+		adm = a
+	}
 	h, err := j.s.spend.reserve(req.Client, upstream, u.cfg.Protocol, req)
 	if err != nil {
+		adm.refund()
+		adm.done(0, 0)
 		now := j.s.clock.Now()
 		pr := spendProblem(u.cfg.Protocol, err, now)
 		be := &jobs.BudgetError{Status: pr.Status, Message: pr.Message}
@@ -347,11 +359,21 @@ func (j jobSpender) Reserve(upstream string, req *dispatch.Request) (jobs.SpendH
 		}
 		return nil, be
 	}
-	return jobHold{h}, nil
+	return jobHold{h: h, adm: adm}, nil
 }
 
-type jobHold struct{ h *spendHold }
+// jobHold is a job call's spend reservation and client admission.
+type jobHold struct {
+	h   *spendHold
+	adm *clientAdmission // nil: the client has no limits on the upstream
+}
 
 func (j jobHold) Settle(end dispatch.End, ended bool) float64 {
+	if ended {
+		j.adm.done(end.Usage.InputTokens, end.Usage.OutputTokens)
+	} else {
+		j.adm.refund()
+		j.adm.done(0, 0)
+	}
 	return j.h.settle(end, ended).Dollars()
 }
