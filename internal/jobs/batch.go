@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -294,4 +295,53 @@ func (s *Service) observeBatchCanceled(r *http.Request, id string, n int) {
 		return
 	}
 	s.cfg.Observer.Finished(page.Jobs[0].Upstream, jobstore.StateCanceled, n)
+}
+
+// BatchList is the body of GET /v1/batches: the newest batches first, in
+// the shape of Anthropic's list of message batches.
+type BatchList struct {
+	Data    []BatchView `json:"data"`
+	HasMore bool        `json:"has_more"`
+	FirstID string      `json:"first_id,omitempty"`
+	LastID  string      `json:"last_id,omitempty"`
+}
+
+// serveBatchList answers GET /v1/batches?limit=&client=: the caller's own
+// batches, newest first (an admin sees every client's, or one client's
+// with ?client=). The counts are by state; a dead job counts as errored
+// (GET /v1/batches/{id} tells expired apart).
+func (s *Service) serveBatchList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := jobstore.ListBatchesParams{Client: q.Get("client")}
+	if !s.admin(r) {
+		if own := s.cfg.ClientOf(r); p.Client == "" || p.Client == own {
+			p.Client = own
+		} else {
+			writeJSON(w, http.StatusOK, BatchList{Data: []BatchView{}}) // another client's: nothing to see
+			return
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n >= jobstore.ListLimitMax {
+			writeError(w, http.StatusBadRequest, "limit: want 1 to %d, got %q", jobstore.ListLimitMax-1, v)
+			return
+		}
+		p.Limit = n
+	}
+	want := cmp.Or(p.Limit, jobstore.ListLimitDefault)
+	p.Limit = want + 1 // one more tells whether there are more
+	bs, err := s.store.ListBatches(r.Context(), p)
+	if err != nil {
+		s.storeError(w, "listing batches", err)
+		return
+	}
+	out := BatchList{Data: []BatchView{}, HasMore: len(bs) > want}
+	for _, b := range bs[:min(len(bs), want)] {
+		out.Data = append(out.Data, batchView(b))
+	}
+	if n := len(out.Data); n > 0 {
+		out.FirstID, out.LastID = out.Data[0].ID, out.Data[n-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -34,6 +34,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", s.servePause)
 	mux.HandleFunc("GET /v1/upstreams/paused", s.servePaused)
 	mux.HandleFunc("POST /v1/batches", s.serveBatchCreate)
+	mux.HandleFunc("GET /v1/batches", s.serveBatchList)
 	mux.HandleFunc("GET /v1/batches/{id}", s.serveBatchGet)
 	mux.HandleFunc("GET /v1/batches/{id}/results", s.serveBatchResults)
 	mux.HandleFunc("POST /v1/batches/{id}/cancel", s.serveBatchCancel)

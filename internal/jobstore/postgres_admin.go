@@ -423,3 +423,16 @@ func (s *postgresStore) Backlog(ctx context.Context, upstream string, now time.T
 	}
 	return out, nil
 }
+
+func (s *postgresStore) ListBatches(ctx context.Context, p ListBatchesParams) ([]*Batch, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM sluice_batches WHERE ($1 = '' OR client = $1)
+		ORDER BY created_at DESC, id DESC LIMIT $2`, p.Client, p.limit())
+	if err != nil {
+		return nil, fmt.Errorf("listing batches: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing batches: %w", err)
+	}
+	return getBatches(ctx, s, ids)
+}

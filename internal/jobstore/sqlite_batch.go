@@ -164,3 +164,16 @@ func (s *sqliteStore) CancelBatch(ctx context.Context, p CancelBatchParams) (Can
 	}
 	return res, nil
 }
+
+func (s *sqliteStore) ListBatches(ctx context.Context, p ListBatchesParams) ([]*Batch, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM sluice_batches WHERE (? = '' OR client = ?)
+		ORDER BY created_at DESC, id DESC LIMIT ?`, p.Client, p.Client, p.limit())
+	if err != nil {
+		return nil, fmt.Errorf("listing batches: %w", err)
+	}
+	ids, err := scanBatchIDs(rows)
+	if err != nil {
+		return nil, err
+	}
+	return getBatches(ctx, s, ids)
+}

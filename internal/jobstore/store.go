@@ -96,6 +96,8 @@ type Store interface {
 	CreateBatch(ctx context.Context, p CreateBatchParams) (*Batch, error)
 	// GetBatch returns a batch with its counts per state, or ErrNotFound.
 	GetBatch(ctx context.Context, id string) (*Batch, error)
+	// ListBatches returns the newest batches first, with their counts.
+	ListBatches(ctx context.Context, p ListBatchesParams) ([]*Batch, error)
 	// BatchJobs returns a batch's jobs in CustomID order after a cursor.
 	BatchJobs(ctx context.Context, p BatchJobsParams) (BatchPage, error)
 	// CancelBatch cancels every live job of a batch.
@@ -354,6 +356,23 @@ type PauseParams struct {
 	Upstream string
 	Paused   bool
 	Now      time.Time
+}
+
+// ListBatchesParams selects batches for ListBatches.
+type ListBatchesParams struct {
+	// Client keeps only this client's batches; empty means every client's.
+	Client string
+	// Limit bounds the batches returned, in [1, ListLimitMax]; 0 means
+	// ListLimitDefault.
+	Limit int
+}
+
+// limit is p.Limit within its bounds.
+func (p ListBatchesParams) limit() int {
+	if p.Limit <= 0 {
+		return ListLimitDefault
+	}
+	return min(p.Limit, ListLimitMax)
 }
 
 // Batch is a set of jobs created together.

@@ -169,6 +169,11 @@ func (e edgeStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	return r, unavailable(ctx, err)
 }
 
+func (e edgeStore) ListBatches(ctx context.Context, p ListBatchesParams) ([]*Batch, error) {
+	r, err := e.Store.ListBatches(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
 func (e edgeStore) BatchJobs(ctx context.Context, p BatchJobsParams) (BatchPage, error) {
 	r, err := e.Store.BatchJobs(ctx, p)
 	return r, unavailable(ctx, err)

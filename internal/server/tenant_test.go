@@ -90,6 +90,7 @@ func TestCrossClientMatrix(t *testing.T) {
 		{"retry all", "POST", "/v1/jobs/retry", `{"all":true}`, cell{403, 403, 200}},
 		{"retry upstream", "POST", "/v1/jobs/retry", `{"upstream":"claude"}`, cell{403, 403, 200}},
 		{"list", "GET", "/v1/jobs", "", cell{200, 200, 200}},
+		{"batch list", "GET", "/v1/batches", "", cell{200, 200, 200}},
 		{"batch read", "GET", "/v1/batches/" + batch.ID, "", cell{200, 404, 200}},
 		{"batch results", "GET", "/v1/batches/" + batch.ID + "/results", "", cell{200, 404, 200}},
 		{"batch cancel", "POST", "/v1/batches/" + batch.ID + "/cancel", "", cell{200, 404, 200}},
@@ -136,7 +137,24 @@ func TestCrossClientMatrix(t *testing.T) {
 			found = found || j.ID.String() == jid
 		}
 		require.Equal(t, tc.has, found, "list%s as %s", tc.query, tc.key)
+
+		// The same for batches.
+		code, body = call(t, "GET", base+"/v1/batches"+tc.query, tc.key, "")
+		require.Equal(t, 200, code)
+		var batches struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(body, &batches))
+		found = false
+		for _, b := range batches.Data {
+			found = found || b.ID == batch.ID
+		}
+		require.Equal(t, tc.has, found, "batch list%s as %s", tc.query, tc.key)
 	}
+	code, body = call(t, "GET", base+"/v1/batches?limit=0", owner, "")
+	require.Equal(t, http.StatusBadRequest, code, string(body))
 
 	// Idempotency keys are per client; a reused key must carry the same
 	// request to the same upstream.

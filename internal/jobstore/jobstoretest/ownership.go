@@ -3,6 +3,7 @@ package jobstoretest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,6 +64,31 @@ func testOwnership(t *testing.T, s jobstore.Store) {
 	gb, err := s.GetBatch(ctx, bt.ID)
 	require.NoError(t, err)
 	require.Equal(t, "alice", gb.Client)
+
+	// ListBatches: newest first, by client, bounded, with counts.
+	bb, err := s.CreateBatch(ctx, jobstore.CreateBatchParams{Format: llm.Anthropic, Client: "bob",
+		Jobs: []jobstore.InsertParams{withCustomID(b, "y"), withCustomID(b, "z")}, Now: T0.Add(time.Second)})
+	require.NoError(t, err)
+	ba, err := s.CreateBatch(ctx, jobstore.CreateBatchParams{Format: llm.Anthropic, Client: "alice",
+		Jobs: []jobstore.InsertParams{withCustomID(a, "w")}, Now: T0.Add(2 * time.Second)})
+	require.NoError(t, err)
+	batchIDs := func(bs []*jobstore.Batch) []string {
+		var out []string
+		for _, x := range bs {
+			out = append(out, x.ID)
+		}
+		return out
+	}
+	all, err := s.ListBatches(ctx, jobstore.ListBatchesParams{})
+	require.NoError(t, err)
+	require.Equal(t, []string{ba.ID, bb.ID, bt.ID}, batchIDs(all), "newest first")
+	require.Equal(t, 2, all[1].Counts.Queued, "with their counts")
+	alice, err := s.ListBatches(ctx, jobstore.ListBatchesParams{Client: "alice"})
+	require.NoError(t, err)
+	require.Equal(t, []string{ba.ID, bt.ID}, batchIDs(alice))
+	one, err := s.ListBatches(ctx, jobstore.ListBatchesParams{Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{ba.ID}, batchIDs(one))
 }
 
 func withCustomID(p jobstore.InsertParams, id string) jobstore.InsertParams {

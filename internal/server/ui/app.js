@@ -195,28 +195,17 @@ async function refreshJobs(now) {
   }), "empty: no dead job", 6);
   renderTable("#jobs", live.map((j) => `<tr data-job="${j.id}"><td>${j.id}</td><td>${esc(j.upstream)}</td><td>${esc(j.state)}</td><td>${esc(j.priority)}</td><td class="num">${j.attempts}/${j.max_attempts}</td><td>${esc(ago(j.created_at, now))}</td><td>${esc(j.batch_id || "")}</td>
       <td><button class="danger" data-action="cancel" data-id="${j.id}">Cancel</button></td></tr>`), "no job queued or running", 8);
-  // There is no list of batches: those with live or dead jobs, those of
-  // the first jobs stored, and those this browser has seen before.
-  let first = { data: [] };
-  try { first = await api("GET", "/v1/jobs?limit=200"); } catch (e) { /* shown above */ }
-  const batchIDs = [...new Set([...live, ...dead.data, ...first.data].map((j) => j.batch_id).filter(Boolean))];
-  for (const id of knownBatches) if (!batchIDs.includes(id)) batchIDs.push(id);
+  // The newest batches (the caller's own; every client's for an admin).
   const rows = [];
-  for (const id of batchIDs.slice(0, 20)) {
-    try {
-      const b = await api("GET", "/v1/batches/" + encodeURIComponent(id));
-      if (!knownBatches.has(id)) {
-        knownBatches.add(id);
-        localStorage.setItem("sluice-batches", JSON.stringify([...knownBatches].slice(-20)));
-      }
-      const c = b.request_counts, total = b.total || 1;
-      const done = c.succeeded + c.errored + c.canceled + c.expired;
-      rows.push(`<tr><td>${esc(b.id)}</td><td>${esc(b.processing_status)}</td><td><span class="progress"><span style="width:${((done / total) * 100).toFixed(0)}%"></span></span> ${done}/${b.total}</td><td class="num">${c.succeeded}</td><td class="num">${c.errored}</td><td class="num">${c.canceled}</td><td class="num">${b.total}</td></tr>`);
-    } catch (e) { /* a batch gone since */ }
+  let list = { data: [] };
+  try { list = await api("GET", "/v1/batches?limit=20"); } catch (e) { /* shown above */ }
+  for (const b of list.data) {
+    const c = b.request_counts, total = b.total || 1;
+    const done = c.succeeded + c.errored + c.canceled + c.expired;
+    rows.push(`<tr data-batch="${esc(b.id)}"><td>${esc(b.id)}</td><td>${esc(b.processing_status)}</td><td><span class="progress"><span style="width:${((done / total) * 100).toFixed(0)}%"></span></span> ${done}/${b.total}</td><td class="num">${c.succeeded}</td><td class="num">${c.errored}</td><td class="num">${c.canceled}</td><td class="num">${b.total}</td></tr>`);
   }
   renderTable("#batches", rows, "no batch seen", 7);
 }
-const knownBatches = new Set(JSON.parse(localStorage.getItem("sluice-batches") || "[]"));
 
 // renderCluster shows the nodes sharing each upstream's quota (status's
 // cluster section, absent on a single node): who holds which share, and
