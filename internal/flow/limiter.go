@@ -83,7 +83,21 @@ type LimiterConfig struct {
 	// half of what it would be without it. Zero or
 	// negative means none.
 	JitterAllowance time.Duration
+	// MaxSafetyMargin, when above SafetyMargin, makes the margin adaptive:
+	// the Limiter uses MaxSafetyMargin of each limit while no 429 is seen,
+	// drops to SafetyMargin at a 429 (Pause) and narrows back linearly
+	// over MarginRecovery. Zero (or at most SafetyMargin) keeps the
+	// margin fixed at SafetyMargin.
+	MaxSafetyMargin float64
+	// MarginRecovery is how long the margin takes to narrow from
+	// SafetyMargin back to MaxSafetyMargin after a 429. Defaults to
+	// MarginRecoveryDefault.
+	MarginRecovery time.Duration
 }
+
+// MarginRecoveryDefault is how long an adaptive margin takes to narrow
+// back after a 429.
+const MarginRecoveryDefault = time.Minute
 
 func (c LimiterConfig) validate() error {
 	for i, l := range c.Limits {
@@ -100,6 +114,12 @@ func (c LimiterConfig) validate() error {
 	if c.JitterAllowance > time.Minute {
 		return fmt.Errorf("JitterAllowance must be at most 1m, got %v", c.JitterAllowance)
 	}
+	if c.MaxSafetyMargin != 0 && !(c.MaxSafetyMargin >= c.SafetyMargin && c.MaxSafetyMargin <= 1) {
+		return fmt.Errorf("MaxSafetyMargin must be 0 or in [SafetyMargin, 1], got %v", c.MaxSafetyMargin)
+	}
+	if c.MarginRecovery < 0 {
+		return fmt.Errorf("MarginRecovery must be >= 0, got %v", c.MarginRecovery)
+	}
 	return nil
 }
 
@@ -110,6 +130,7 @@ func (c LimiterConfig) validate() error {
 // request of that cost, so a request larger than the depth (but within the
 // capacity) can still accumulate enough room to be sent.
 type bucket struct {
+	limit    float64 // the per-minute limit capacity derives from; 0 = unknown
 	capacity float64 // 0 = unlimited
 	depth    float64
 	level    float64
@@ -204,6 +225,12 @@ type Limiter struct {
 	debited Amount
 	// share is this node's share of every bucket (SetShare), in (0, 1].
 	share float64
+	// margin is the safety margin in force (see marginAt); widened is
+	// the last 429 (Pause), zero when none was seen.
+	margin  float64
+	widened time.Time
+	// hist is the recent history of debited, for Observe's raise.
+	hist debitHistory
 }
 
 // Mark is the Limiter's account at one instant, taken when a request is
@@ -274,6 +301,9 @@ func (l *Limiter) Scale(now time.Time) float64 {
 // refresh settles every bucket at the rate it had, then applies the
 // throttle's multiplier at now; l.mu held.
 func (l *Limiter) refresh(now time.Time) {
+	if m := l.marginAt(now); m != l.margin {
+		l.setMargin(m, now)
+	}
 	s := l.throttle.scaleAt(now)
 	for i := range l.b {
 		b := &l.b[i]
@@ -294,9 +324,10 @@ func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: cfg, share: 1}
+	l.margin = l.marginAt(now)
 	for i, lim := range cfg.Limits {
 		if lim > 0 {
-			l.setCapacity(Dim(i), l.withMargin(lim), now)
+			l.setLimit(Dim(i), lim, now)
 		}
 	}
 	return l, nil
@@ -305,7 +336,7 @@ func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
 // withMargin applies the safety margin, never leaving less than one unit
 // of a limit of at least one (1 RPM stays usable).
 func (l *Limiter) withMargin(limit float64) float64 {
-	return math.Max(limit*l.cfg.SafetyMargin, math.Min(limit, 1))
+	return math.Max(limit*l.margin, math.Min(limit, 1))
 }
 
 func (l *Limiter) initialDepth(capacity float64) float64 {
@@ -319,6 +350,13 @@ func (l *Limiter) lessJitter(capacity, depth float64) float64 {
 		return depth
 	}
 	return math.Max(depth/2, depth-capacity/60*l.cfg.JitterAllowance.Seconds())
+}
+
+// setLimit (re)sizes a bucket for a per-minute limit: its capacity is
+// the limit times the margin in force; l.mu held or not yet shared.
+func (l *Limiter) setLimit(d Dim, limit float64, now time.Time) {
+	l.b[d].limit = limit
+	l.setCapacity(d, l.withMargin(limit), now)
 }
 
 // setCapacity (re)sizes a bucket; l.mu held or not yet shared.
@@ -393,6 +431,7 @@ func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time
 		b.level = math.Min(b.level, math.Max(b.dep(), cost[i])) - cost[i]
 	}
 	l.debited = l.debited.Add(cost)
+	l.hist.record(now, l.debited)
 	return 0, nil
 }
 
@@ -409,10 +448,15 @@ func (l *Limiter) Refund(amount Amount, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
+	debits := false
 	for i, a := range amount {
 		if a < 0 {
 			l.debited[i] -= a
+			debits = true
 		}
+	}
+	if debits {
+		l.hist.record(now, l.debited)
 	}
 	for i := range l.b {
 		b := &l.b[i]
@@ -446,55 +490,71 @@ type Observation struct {
 //	R' = R + rate·(now − since − allowance) − (debited now − debited at since)
 //
 // Each level is clamped to R' (Sluice never assumes more room than the
-// provider has). When R itself shows more room than the bucket's depth
-// while the bucket is full, the depth doubles, up to the capacity: R
-// proves the provider's bucket that deep, R' does not (it ignores the
-// provider's own cap). Without a
-// Mark, R' = R (no refill credited, nothing taken since: pessimistic when
-// the bucket refilled faster than it was spent, optimistic otherwise).
-// The provider charged the request some time after we sent it, at most the
-// jitter allowance if the delivery stayed within it, so the refill is
-// credited from the mark plus the allowance: never more than the provider
-// refilled. Requests sent between the mark and the provider's charge may
-// be counted on both sides, and refunds since the mark are not credited
-// (one made before the provider's charge is in R already, and the two
-// cannot be told apart): both err on the safe side.
+// provider has). The provider's report also raises the view: R proves the
+// provider's bucket at least R deep, so a shallower bucket deepens to R
+// (less the jitter allowance, up to the capacity), and a level below what
+// the provider holds is raised to
+//
+//	R'' = min(R + rate·(now − since − allowance), depth) − (debited now − debited at since − allowance)
+//
+// which also takes off every request admitted within the jitter allowance
+// before this one (it may reach the provider after this one, so R may not
+// count it) and caps the refill at the bucket's depth (the provider's
+// bucket stops refilling when full). A fresh upstream thus starts at the
+// provider's real level after its first answer, not at a guessed depth.
+// Without a Mark, R' = R and nothing is raised. The provider charged the
+// request some time after we sent it, at most the jitter allowance if the
+// delivery stayed within it, so the refill is credited from the mark plus
+// the allowance: never more than the provider refilled. Requests sent
+// between the mark and the provider's charge may be counted on both
+// sides, and refunds since the mark are not credited (one made before the
+// provider's charge is in R already, and the two cannot be told apart):
+// both err on the safe side.
 func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
+	allowance := max(l.cfg.JitterAllowance, 0)
 	for d, o := range obs {
 		if d < 0 || d >= NumDims {
 			continue
 		}
 		b := &l.b[d]
 		if o.Limit > 0 {
-			want := l.withMargin(o.Limit)
-			if configured := l.withMargin(l.cfg.Limits[d]); configured > 0 {
+			want := o.Limit
+			if configured := l.cfg.Limits[d]; configured > 0 {
 				want = math.Min(want, configured)
 			}
-			if want != b.capacity {
-				l.setCapacity(d, want, now)
+			if want != b.limit {
+				l.setLimit(d, want, now)
 			}
 		}
 		if b.capacity == 0 || o.Remaining < 0 {
 			continue
 		}
 		b.settle(now)
-		remaining := o.Remaining
-		if !since.at.IsZero() {
-			// The provider charged the request up to a jitter allowance
-			// after we sent it: credit the refill from then on only.
-			dt := math.Max(now.Sub(since.at).Seconds()-max(l.cfg.JitterAllowance, 0).Seconds(), 0)
-			remaining += b.rate()*dt - (l.debited[d] - since.debited[d])
+		// R proves the provider's bucket at least that deep.
+		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth {
+			b.depth = math.Min(b.capacity, room)
 		}
+		remaining := o.Remaining
+		if since.at.IsZero() {
+			b.level = math.Min(b.level, remaining)
+			continue
+		}
+		// The provider charged the request up to a jitter allowance
+		// after we sent it: credit the refill from then on only.
+		dt := math.Max(now.Sub(since.at).Seconds()-allowance.Seconds(), 0)
+		refilled := remaining + b.rate()*dt
+		remaining = refilled - (l.debited[d] - since.debited[d])
 		lvl := b.at(now, b.dep())
-		// Deepen from R itself: it is what the provider held at one
-		// instant, so its bucket is at least that deep. R' is only an
-		// upper bound on its level now (the refill credited may have
-		// overflowed a bucket we do not know the depth of).
-		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.dep()*0.999 {
-			b.depth = math.Min(math.Min(b.capacity, room), b.depth*2)
+		// A cluster node holds a share of the bucket the report is about:
+		// the other nodes' debits are not ours to subtract, so no raise.
+		if before, ok := l.hist.before(since.at.Add(-allowance)); ok && b.part() == 1 {
+			raise := math.Min(refilled, b.dep()) - (l.debited[d] - before[d])
+			if raise > lvl {
+				b.level = raise
+			}
 		}
 		b.level = math.Min(b.level, remaining)
 	}
@@ -506,6 +566,8 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 func (l *Limiter) Pause(until, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// A 429: the margin widens back to SafetyMargin, then narrows again.
+	l.widened = now
 	l.refresh(now)
 	if until.After(l.pausedUntil) {
 		l.pausedUntil = until
