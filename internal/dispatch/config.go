@@ -143,6 +143,7 @@ func (s settings) limiterConfig() flow.LimiterConfig {
 		},
 		BurstSeconds:    s.BurstSeconds,
 		SafetyMargin:    s.SafetyMargin,
+		MaxSafetyMargin: s.MaxSafetyMargin,
 		JitterAllowance: s.JitterAllowance,
 	}
 }
