@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // Dispatcher is one upstream's engine. A single goroutine decides what is
@@ -35,6 +36,7 @@ type Dispatcher struct {
 	brk     *flow.Breaker
 	aimd    *flow.AIMD
 	budget  *flow.RetryBudget
+	cal     *calibrator // learns the estimates' bias from reported usage
 	backoff flow.Backoff
 	base    string
 
@@ -115,6 +117,7 @@ func New(c Config) (*Dispatcher, error) {
 	if d.budget, err = flow.NewRetryBudget(cfg.Retry.BudgetRatio, cfg.Retry.BudgetMin, 0); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
+	d.cal = newCalibrator(cfg.OutputReservation == upstream.OutputReservationLearned)
 	breakerRand := rand.New(rand.NewPCG(cfg.Rand.Uint64(), cfg.Rand.Uint64()))
 	if d.brk, err = flow.NewBreaker(cfg.breakerConfig(), breakerRand, d.breakerChanged, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
@@ -452,9 +455,10 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		return nil, errors.New("dispatching: nil request")
 	}
 	now := d.clk.Now()
+	est := d.cal.adjust(req.Cost)
 	w := &waiter{
 		req:   req,
-		cost:  flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens),
+		cost:  flow.NewAmount(est.InputTokens, est.OutputTokens),
 		grant: make(chan grant, 1),
 		ctx:   ctx,
 	}
@@ -473,7 +477,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	w.item = flow.Item{
 		Class:   class,
 		Client:  req.Client,
-		Size:    float64(req.Cost.InputTokens + req.Cost.OutputTokens),
+		Size:    float64(est.InputTokens + est.OutputTokens),
 		Cost:    w.cost,
 		Arrival: now,
 		Value:   w,

@@ -117,9 +117,10 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 	if !class.Valid() {
 		class = llm.Normal
 	}
+	est := d.cal.adjust(p.Cost)
 	w := &waiter{
 		req:      &Request{Priority: class, Client: p.Client, Cost: p.Cost},
-		cost:     flow.NewAmount(p.Cost.InputTokens, p.Cost.OutputTokens),
+		cost:     flow.NewAmount(est.InputTokens, est.OutputTokens),
 		grant:    make(chan grant, 1),
 		deadline: p.Deadline,
 		waitFrom: now,
@@ -131,7 +132,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 	w.item = flow.Item{
 		Class:   class,
 		Client:  p.Client,
-		Size:    float64(p.Cost.InputTokens + p.Cost.OutputTokens),
+		Size:    float64(est.InputTokens + est.OutputTokens),
 		Cost:    w.cost,
 		Arrival: now,
 		Value:   w,
@@ -203,7 +204,8 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	}
 	d, w := t.d, t.w
 	now := d.clk.Now()
-	real := flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens)
+	est := d.cal.adjust(req.Cost)
+	real := flow.NewAmount(est.InputTokens, est.OutputTokens)
 	var extra, surplus flow.Amount
 	for i, v := range real.Sub(w.cost) {
 		if v > 0 {

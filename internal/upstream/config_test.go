@@ -113,6 +113,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *upstream.Config) { c.BurstSeconds = -1 }, "burst_seconds: "},
 		{func(c *upstream.Config) { c.SafetyMargin, c.MaxSafetyMargin = 0.98, 0.9 }, "max_safety_margin: must be >= safety_margin"},
 		{func(c *upstream.Config) { c.OutputReservation = "some" }, "output_reservation: must be "},
+		{func(c *upstream.Config) { c.Protocol, c.OutputReservation = llm.OpenAI, "learned" }, "output_reservation: learned needs"},
 		{func(c *upstream.Config) { c.JitterAllowance = 2 * time.Minute }, "jitter_allowance: must be <= 1m"},
 		{func(c *upstream.Config) { c.RequestTimeout = -time.Second }, "request_timeout: must be >= 0"},
 		{func(c *upstream.Config) { c.Retry.MaxDelay = time.Millisecond }, "retry.base_delay: must be <= retry.max_delay"},

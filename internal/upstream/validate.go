@@ -104,6 +104,9 @@ func (c Config) Validate() error {
 	if d.OutputReservation != OutputReservationMaxTokens && d.OutputReservation != OutputReservationLearned {
 		return fmt.Errorf("output_reservation: must be %q or %q, got %q", OutputReservationMaxTokens, OutputReservationLearned, d.OutputReservation)
 	}
+	if d.OutputReservation == OutputReservationLearned && d.Protocol == llm.OpenAI {
+		return errors.New("output_reservation: learned needs a provider that counts only the output produced; OpenAI reserves max_tokens against TPM")
+	}
 	for p := range llm.Priority(llm.NumPriorities) {
 		cl := d.Classes.Get(p)
 		if !(cl.Weight > 0 && cl.Weight <= 1e6) {
