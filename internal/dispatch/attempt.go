@@ -102,7 +102,7 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		known = k.lim.State(now) // what the engine knew before this answer taught it
 	}
-	obs := observations(rl)
+	obs := observations(d.cfg.Protocol, rl)
 	k.lim.Observe(obs, mark, now)
 	if k.org != nil {
 		k.org.lim.Observe(obs, orgMark, now)

@@ -31,6 +31,10 @@ const (
 	// the SDKs honour short hints (openai-go caps at 8 s), and the queue
 	// absorbs longer waits better than a client retry loop.
 	MaxClientRetryAfter = 8 * time.Second
+	// AnthropicRemainingRounding is the precision of Anthropic's token
+	// remaining headers (rounded to the nearest thousand, spec §1.3):
+	// Observe is given half of it less than reported.
+	AnthropicRemainingRounding = 1000
 )
 
 // Config is what New builds a Dispatcher from: the upstream's

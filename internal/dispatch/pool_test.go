@@ -135,7 +135,7 @@ func TestPoolDrainsInHalfTheTime(t *testing.T) {
 	const n = 150
 	lim := mock.Limits{RPM: 60}
 	run := func(k int) (time.Duration, mock.Stats) {
-		p := newPoolRig(t, mock.Config{Limits: lim}, upcfg.Config{APIKeys: keys(k), Limits: upcfg.Limits{RequestsPerMinute: 60}})
+		p := newPoolRig(t, mock.Config{Limits: lim, BurstSeconds: 5}, upcfg.Config{APIKeys: keys(k), Limits: upcfg.Limits{RequestsPerMinute: 60}})
 		took, res := p.drain(t, n, nil)
 		for _, r := range res {
 			require.NoError(t, r.err)
@@ -164,7 +164,7 @@ func TestPoolDrainsInHalfTheTime(t *testing.T) {
 func TestPoolRevokedKeyIsTakenOutAndProbedBack(t *testing.T) {
 	t.Parallel()
 	const n = 120
-	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}},
+	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: 5},
 		upcfg.Config{APIKeys: keys(2), Limits: upcfg.Limits{RequestsPerMinute: 60}, KeyProbeInterval: 20 * time.Second})
 	revokedAt := time.Time{}
 	restored := false

@@ -204,8 +204,13 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	}
 	d, w := t.d, t.w
 	now := d.clk.Now()
-	est := d.cal.adjust(req.Cost)
-	real := flow.NewAmount(est.InputTokens, est.OutputTokens)
+	// The same estimate keeps the reservation it was admitted with,
+	// however the calibration moved since.
+	real := w.cost
+	if req.Cost != w.req.Cost {
+		est := d.cal.adjust(req.Cost)
+		real = flow.NewAmount(est.InputTokens, est.OutputTokens)
+	}
 	var extra, surplus flow.Amount
 	for i, v := range real.Sub(w.cost) {
 		if v > 0 {

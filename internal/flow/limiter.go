@@ -474,6 +474,11 @@ type Observation struct {
 	Limit float64
 	// Remaining is the level the provider reports; < 0 when not reported.
 	Remaining float64
+	// Precision is how much Remaining may exceed the provider's level
+	// (Anthropic rounds token remaining to the nearest thousand: 500).
+	// Lowering the view uses Remaining as it is; raising it (the depth
+	// and the level) uses Remaining − Precision.
+	Precision float64
 }
 
 // Observe applies the provider's rate-limit snapshot, reported in the
@@ -534,7 +539,8 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 		}
 		b.settle(now)
 		// R proves the provider's bucket at least that deep.
-		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth {
+		sure := math.Max(o.Remaining-max(o.Precision, 0), 0) // what the provider surely holds
+		if room := l.lessJitter(b.capacity, sure); room > b.depth {
 			b.depth = math.Min(b.capacity, room)
 		}
 		remaining := o.Remaining
@@ -545,13 +551,13 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 		// The provider charged the request up to a jitter allowance
 		// after we sent it: credit the refill from then on only.
 		dt := math.Max(now.Sub(since.at).Seconds()-allowance.Seconds(), 0)
-		refilled := remaining + b.rate()*dt
-		remaining = refilled - (l.debited[d] - since.debited[d])
+		refill := b.rate() * dt
+		remaining += refill - (l.debited[d] - since.debited[d])
 		lvl := b.at(now, b.dep())
 		// A cluster node holds a share of the bucket the report is about:
 		// the other nodes' debits are not ours to subtract, so no raise.
 		if before, ok := l.hist.before(since.at.Add(-allowance)); ok && b.part() == 1 {
-			raise := math.Min(refilled, b.dep()) - (l.debited[d] - before[d])
+			raise := math.Min(sure+refill, b.dep()) - (l.debited[d] - before[d])
 			if raise > lvl {
 				b.level = raise
 			}
