@@ -93,3 +93,25 @@ func TestAdaptiveMargin(t *testing.T) {
 	_, err = flow.NewLimiter(flow.LimiterConfig{BurstSeconds: 10, SafetyMargin: 0.98, MaxSafetyMargin: 0.9}, t0)
 	require.ErrorContains(t, err, "MaxSafetyMargin")
 }
+
+// TestHeadroomIsAShareOfTheConfiguredBurst: a class's headroom leaves a
+// share of the configured burst unused, not of a depth learned from the
+// provider: after deepening from 5 s to 10 s, a normal request (headroom
+// 0.2) may drain the bucket down to 1 s of refill, not 2 s. (The old
+// Limiter kept 0.2 of the learned depth, refill lost at the end of every
+// drain.)
+func TestHeadroomIsAShareOfTheConfiguredBurst(t *testing.T) {
+	t.Parallel()
+	// 60 RPM = 1/s: 5 s burst = 5 requests; the provider shows 10.
+	l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 60}, 5)
+	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 60, Remaining: 10}}, flow.Mark{}, t0)
+	require.InDelta(t, 10, l.State(t0)[flow.Requests].Depth, 1e-9)
+	l.Refund(flow.Amount{flow.Requests: 10}, t0) // full at the new depth
+	admitted := 0
+	for range 12 {
+		if w, err := l.ReserveKeeping(flow.Amount{flow.Requests: 1}, 0.2, t0); err == nil && w == 0 {
+			admitted++
+		}
+	}
+	require.Equal(t, 9, admitted, "one request (0.2 x 5 s) kept for the urgent classes, not two")
+}

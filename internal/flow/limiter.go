@@ -176,15 +176,15 @@ func (b *bucket) settle(now time.Time) {
 	}
 }
 
-// wait returns how long until cost fits while leaving keep (a share of the
-// depth) in the bucket; 0 when it fits now. A request too big to leave the
-// headroom only needs the bucket full.
-func (b *bucket) wait(cost, keep float64, now time.Time) time.Duration {
+// wait returns how long until cost fits while leaving hold (tokens) in
+// the bucket; 0 when it fits now. A request too big to leave the headroom
+// only needs the bucket full.
+func (b *bucket) wait(cost, hold float64, now time.Time) time.Duration {
 	if b.capacity == 0 || cost <= 0 {
 		return 0
 	}
 	c := math.Max(b.dep(), cost)
-	need := math.Min(cost+keep*b.dep(), c)
+	need := math.Min(cost+hold, c)
 	lvl := b.at(now, c)
 	if lvl >= need {
 		return 0
@@ -343,6 +343,15 @@ func (l *Limiter) initialDepth(capacity float64) float64 {
 	return l.lessJitter(capacity, math.Min(capacity, capacity/60*l.cfg.BurstSeconds))
 }
 
+// headroomDepth is the depth a headroom share applies to: the configured
+// burst (BurstSeconds), not a depth learned from the provider. The
+// headroom is there for an urgent request to be admitted at once; a
+// deeper provider bucket does not need more of it left unused, and what
+// is left unused is refill lost when the queue runs dry.
+func (l *Limiter) headroomDepth(b *bucket) float64 {
+	return math.Min(b.dep(), l.initialDepth(b.capacity)*b.part())
+}
+
 // lessJitter takes the jitter allowance (at capacity's refill rate) off a
 // depth, keeping at least half of it.
 func (l *Limiter) lessJitter(capacity, depth float64) float64 {
@@ -394,7 +403,7 @@ func (l *Limiter) timeUntil(cost Amount, keep float64, now time.Time) (time.Dura
 		if b.capacity > 0 && cost[i] > b.capacity {
 			return 0, fmt.Errorf("%w: %s cost %.0f > capacity %.0f", ErrTooLarge, Dim(i), cost[i], b.capacity)
 		}
-		w = max(w, b.wait(cost[i], keep, now))
+		w = max(w, b.wait(cost[i], keep*l.headroomDepth(b), now))
 	}
 	if p := l.pausedUntil.Sub(now); p > w {
 		w = p
