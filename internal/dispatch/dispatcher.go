@@ -50,7 +50,9 @@ type Dispatcher struct {
 	// unreachableScan is the breaker opening (its half-open instant) whose
 	// queue was last scanned for requests it leaves no time for.
 	unreachableScan time.Time
-	seen            [llm.NumPriorities]time.Time // last arrival per class, for headroom
+	seen            [llm.NumPriorities]time.Time     // last arrival per class, for headroom
+	gap             [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
+	arrivals        [llm.NumPriorities]int           // arrivals per class (gap known from 2)
 	inflight        int
 	state           runState
 	// draining is set by Drain: Do refuses and fails at once; tickets
@@ -402,11 +404,42 @@ type waiter struct {
 // uses the whole bucket. d.mu must be held.
 func (d *Dispatcher) headroom(c llm.Priority, now time.Time) float64 {
 	for u := llm.Critical; u < c; u++ {
-		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.cfg.HeadroomWindow {
+		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.activeWindow(u) {
 			return d.cfg.Headroom[c]
 		}
 	}
 	return 0
+}
+
+// activeWindow is how long after its last request class u still counts
+// as active for the lower classes' headroom: headroom_window, cut to
+// HeadroomGaps of its usual inter-arrival time (never below
+// HeadroomMinWindow) once it has one. A class that arrived steadily and
+// stopped is over well before a minute: the headroom it kept would be
+// refill lost at the end of the drain (sluice demo: 1.7 s). d.mu held.
+func (d *Dispatcher) activeWindow(u llm.Priority) time.Duration {
+	win := d.cfg.HeadroomWindow
+	if g := d.gap[u]; g > 0 || d.gapKnown(u) {
+		win = min(win, max(HeadroomGaps*g, HeadroomMinWindow))
+	}
+	return win
+}
+
+// gapKnown reports whether class u has arrived at least twice. d.mu held.
+func (d *Dispatcher) gapKnown(u llm.Priority) bool { return d.arrivals[u] >= 2 }
+
+// arrived records an arrival of class c at now. d.mu held.
+func (d *Dispatcher) arrived(c llm.Priority, now time.Time) {
+	if prev := d.seen[c]; !prev.IsZero() {
+		g := max(now.Sub(prev), 0)
+		if d.arrivals[c] < 2 {
+			d.gap[c] = g
+		} else {
+			d.gap[c] += (g - d.gap[c]) / 8
+		}
+	}
+	d.arrivals[c]++
+	d.seen[c] = now
 }
 
 // urgentFit is called when head must wait for its buckets to refill. A
@@ -504,7 +537,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		return nil, e
 	}
 	d.sched.Push(&w.item)
-	d.seen[class] = now
+	d.arrived(class, now)
 	d.mu.Unlock()
 	d.obs.Enqueued(class)
 	// The fast path: run the admission step in the caller's goroutine

@@ -69,7 +69,7 @@ func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, err
 		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
 	}
 	d.sched.Push(&w.item)
-	d.seen[w.item.Class] = now
+	d.arrived(w.item.Class, now)
 	d.mu.Unlock()
 	d.obs.Enqueued(w.item.Class)
 	d.kick()
@@ -104,7 +104,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 		d.unpick(key, w.cost, now)
 		return nil, false
 	}
-	d.seen[w.item.Class] = now
+	d.arrived(w.item.Class, now)
 	d.inflight++
 	key.inflight++
 	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}}, true
