@@ -354,6 +354,7 @@ func (d *Dispatcher) admit() time.Duration {
 		d.sched.Take(it)
 		d.inflight++
 		key.inflight++
+		key.granted(w, now)
 		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}
 	}
 	return 0
@@ -629,6 +630,9 @@ func (d *Dispatcher) grantError(w *waiter, err error) error {
 // release frees an admitted request's slot and refunds what it did not
 // use.
 func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amount) {
+	if g.key != nil {
+		g.key.answered(w)
+	}
 	now := d.clk.Now()
 	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
 	if g.key != nil {

@@ -107,6 +107,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	d.arrived(w.item.Class, now)
 	d.inflight++
 	key.inflight++
+	key.granted(w, now)
 	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}}, true
 }
 

@@ -240,6 +240,17 @@ type Limiter struct {
 type Mark struct {
 	at      time.Time
 	debited Amount
+	from    time.Time // see From
+}
+
+// From returns m noting that requests reserved since t may not have
+// reached the provider before the request m was taken for (they were not
+// answered yet when it was sent): Observe's raise subtracts everything
+// debited since t, or since the mark less the jitter allowance if that
+// is earlier.
+func (m Mark) From(t time.Time) Mark {
+	m.from = t
+	return m
 }
 
 // Mark returns the account at now.
@@ -525,6 +536,18 @@ type Observation struct {
 // provider's charge is in R already, and the two cannot be told apart):
 // both err on the safe side.
 func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
+	l.observe(obs, since, now, true)
+}
+
+// Clamp is Observe for a report that may describe another bucket than
+// this Limiter's (an org's account-level Limiter fed a key's headers):
+// limits are learned and levels lowered to R', but nothing is deepened
+// or raised.
+func (l *Limiter) Clamp(obs map[Dim]Observation, since Mark, now time.Time) {
+	l.observe(obs, since, now, false)
+}
+
+func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, raise bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
@@ -549,7 +572,7 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 		b.settle(now)
 		// R proves the provider's bucket at least that deep.
 		sure := math.Max(o.Remaining-max(o.Precision, 0), 0) // what the provider surely holds
-		if room := l.lessJitter(b.capacity, sure); room > b.depth {
+		if room := l.lessJitter(b.capacity, sure); raise && room > b.depth {
 			b.depth = math.Min(b.capacity, room)
 		}
 		remaining := o.Remaining
@@ -565,7 +588,11 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 		lvl := b.at(now, b.dep())
 		// A cluster node holds a share of the bucket the report is about:
 		// the other nodes' debits are not ours to subtract, so no raise.
-		if before, ok := l.hist.before(since.at.Add(-allowance)); ok && b.part() == 1 {
+		lookback := since.at.Add(-allowance)
+		if !since.from.IsZero() && since.from.Before(lookback) {
+			lookback = since.from
+		}
+		if before, ok := l.hist.before(lookback); raise && ok && b.part() == 1 {
 			raise := math.Min(sure+refill, b.dep()) - (l.debited[d] - before[d])
 			if raise > lvl {
 				b.level = raise
