@@ -42,7 +42,7 @@ func TestObserveRaisesAFreshBucket(t *testing.T) {
 	l.Observe(map[flow.Dim]flow.Observation{flow.OutputTokens: {Limit: 60000, Remaining: 9800}}, mark, t1)
 	s := l.State(t1)[flow.OutputTokens]
 	require.InDelta(t, 9700, s.Depth, 1e-6, "as deep as the provider shows, less the jitter allowance")
-	// R'' = min(9,800 + 1,000·0.2, depth 9,700) − everything admitted
+	// R'' = min(9,800, depth 9,700) (no refill credited) − everything admitted
 	// since t0 − 100 ms (all 25 requests: the other 23 of the burst may
 	// reach the provider after this one) = 9,700 − 5,000 = 4,700.
 	require.InDelta(t, 4700, s.Level, 1e-6)

@@ -593,7 +593,10 @@ func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, ra
 			lookback = since.from
 		}
 		if before, ok := l.hist.before(lookback); raise && ok && b.part() == 1 {
-			raise := math.Min(sure+refill, b.dep()) - (l.debited[d] - before[d])
+			// No refill is credited: the provider charged the request
+			// at some instant before its answer, maybe well after we
+			// sent it (a busy CPU, a slow connection).
+			raise := math.Min(sure, b.dep()) - (l.debited[d] - before[d])
 			if raise > lvl {
 				b.level = raise
 			}
