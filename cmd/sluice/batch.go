@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -56,6 +57,7 @@ type batchRun struct {
 	already   int // results in the file from an earlier run
 	tokensIn  int64
 	tokensOut int64
+	costUSD   float64 // the results' X-Sluice-Cost-Usd, summed
 	start     time.Time
 	pending   map[string]int64 // custom_id -> job id submitted and not finished
 	// submitting holds the submit bodies in flight: cut by Ctrl-C, they
@@ -286,6 +288,9 @@ func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
 	if j.Response != nil {
 		r.tokensIn += j.Response.Usage.InputTokens
 		r.tokensOut += j.Response.Usage.OutputTokens
+		if c, err := strconv.ParseFloat(j.Response.Headers[jobs.CostHeader], 64); err == nil && c > 0 {
+			r.costUSD += c
+		}
 	}
 	return nil
 }

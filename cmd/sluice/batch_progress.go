@@ -67,7 +67,7 @@ func (r *batchRun) printProgress(final bool) {
 	if ok {
 		speed = fmt.Sprintf("%.1f/s  ETA %s", rate, eta)
 	}
-	tokens := fmt.Sprintf("tokens in %s out %s", humanCount(r.tokensIn), humanCount(r.tokensOut))
+	tokens := fmt.Sprintf("tokens in %s out %s  cost $%.4f", humanCount(r.tokensIn), humanCount(r.tokensOut), r.costUSD)
 	if !r.terminal {
 		fmt.Fprintf(r.stderr, "batch: %d/%d done (%d errored, %d from an earlier run)  %s  %s\n",
 			finished, total, r.errored, r.already, speed, tokens)
@@ -95,7 +95,7 @@ func (r *batchRun) printSummary() {
 	if r.already > 0 {
 		fmt.Fprintf(r.stderr, " (+%d results from an earlier run)", r.already)
 	}
-	fmt.Fprintf(r.stderr, "; tokens in %d out %d; wall time %s\n", r.tokensIn, r.tokensOut, r.clk.Now().Sub(r.start).Round(time.Millisecond))
+	fmt.Fprintf(r.stderr, "; tokens in %d out %d; cost $%.4f; wall time %s\n", r.tokensIn, r.tokensOut, r.costUSD, r.clk.Now().Sub(r.start).Round(time.Millisecond))
 }
 
 // afterInterrupt deals with the jobs this run submitted that have not

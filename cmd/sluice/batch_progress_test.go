@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 )
 
@@ -41,7 +42,7 @@ func TestBatchRateAfterResume(t *testing.T) {
 // return, no escape), and the run ends with a summary.
 func TestBatchProgressOffATerminal(t *testing.T) {
 	t.Parallel()
-	srv := jobsGateway(t, &countingUpstream{calls: map[string]int{}}, true)
+	srv := jobsGatewayWith(t, &countingUpstream{calls: map[string]int{}}, true, func(c *jobs.Config) { c.Spend = flatSpender(0.0125) })
 	in, out := batchInput(t, 6)
 	var stdout, stderr bytes.Buffer
 	code := runMain(boundedContext(t), []string{"batch", "run", in, "--server", srv.URL, "-o", out}, &stdout, &stderr)
@@ -50,7 +51,8 @@ func TestBatchProgressOffATerminal(t *testing.T) {
 	require.NotContains(t, log, "\r")
 	require.NotContains(t, log, "\x1b[")
 	require.Contains(t, log, "batch: 6/6 done (0 errored, 0 from an earlier run)")
-	require.Contains(t, log, "batch summary: 6 succeeded, 0 errored, 0 canceled; tokens in ")
+	require.Contains(t, log, "batch summary: 6 succeeded, 0 errored, 0 canceled; tokens in 0 out 0; cost $0.0750;",
+		"the cost is the results' X-Sluice-Cost-Usd summed")
 }
 
 // TestBatchInterrupt: Ctrl-C with jobs still queued on the gateway either
@@ -123,4 +125,16 @@ func listJobs(t *testing.T, base, state string) []jobs.JobView {
 	var page jobs.ListResponse
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	return page.Data
+}
+
+// flatSpender charges every job call the same cost.
+type flatSpender float64
+
+func (f flatSpender) Reserve(string, *dispatch.Request) (jobs.SpendHold, error) { return f, nil }
+
+func (f flatSpender) Settle(_ dispatch.End, ended bool) float64 {
+	if !ended {
+		return 0
+	}
+	return float64(f)
 }

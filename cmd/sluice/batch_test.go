@@ -87,10 +87,20 @@ func within(t *testing.T, what string, fn func() error) {
 // down in t's cleanup, each step bounded.
 func jobsGateway(t *testing.T, up jobs.Dispatcher, start bool) *httptest.Server {
 	t.Helper()
+	return jobsGatewayWith(t, up, start, nil)
+}
+
+// jobsGatewayWith is jobsGateway with the job service's config edited.
+func jobsGatewayWith(t *testing.T, up jobs.Dispatcher, start bool, edit func(*jobs.Config)) *httptest.Server {
+	t.Helper()
 	st, err := jobstore.Open(boundedContext(t), "sqlite:"+filepath.Join(t.TempDir(), "q.db"), jobstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { within(t, "closing the store", st.Close) })
-	svc, err := jobs.New(jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": up}, Protocols: map[string]llm.Protocol{"anthropic": llm.Anthropic}})
+	cfg := jobs.Config{Store: st, Dispatchers: map[string]jobs.Dispatcher{"anthropic": up}, Protocols: map[string]llm.Protocol{"anthropic": llm.Anthropic}}
+	if edit != nil {
+		edit(&cfg)
+	}
+	svc, err := jobs.New(cfg)
 	require.NoError(t, err)
 	if start {
 		require.NoError(t, svc.Start(boundedContext(t)))

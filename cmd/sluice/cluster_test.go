@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/mock"
 )
 
@@ -102,11 +103,64 @@ type node struct {
 	done chan error
 }
 
-func startNode(t *testing.T, bin, dir, name, dsn, upstream string, rpm int, shared bool, maxConc int) *node {
+// stores says where a test node keeps its jobs and its shared state.
+type stores struct {
+	jobs    string // store:
+	cluster string // cluster.store: ("": the job store's PostgreSQL)
+}
+
+// postgresStores: jobs and shared state on one PostgreSQL schema.
+func postgresStores(dsn string, shared bool) func(name string) stores {
+	return func(string) stores {
+		if !shared {
+			return stores{jobs: dsn, cluster: "off"}
+		}
+		return stores{jobs: dsn}
+	}
+}
+
+// redisStores: jobs on each node's own SQLite file, shared state on
+// Redis under a prefix of the test's own.
+func redisStores(t *testing.T, url string) func(name string) stores {
+	dir := t.TempDir()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	u, err := url2(url, "sluice-test-"+hex.EncodeToString(b[:]))
+	require.NoError(t, err)
+	return func(name string) stores {
+		return stores{jobs: "sqlite:" + filepath.Join(dir, name+".db"), cluster: u}
+	}
+}
+
+func url2(base, prefix string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("key_prefix", prefix)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// clusterRedisURL returns SLUICE_TEST_REDIS_URL: skipped when unset,
+// failed when set but unreachable.
+func clusterRedisURL(t *testing.T) string {
+	u := os.Getenv("SLUICE_TEST_REDIS_URL")
+	if u == "" {
+		t.Skip("SLUICE_TEST_REDIS_URL is not set; skipping the multi-process cluster test on Redis")
+	}
+	b, err := cluster.OpenRedis(context.Background(), u)
+	require.NoError(t, err, "SLUICE_TEST_REDIS_URL is set but Redis is unreachable")
+	require.NoError(t, b.Close())
+	return u
+}
+
+func startNode(t *testing.T, bin, dir, name string, st stores, upstream string, rpm int, maxConc int) *node {
 	cfg := filepath.Join(dir, name+".yaml")
-	clusterStore := "" // the job store's PostgreSQL
-	if !shared {
-		clusterStore = "store: off"
+	clusterStore := ""
+	if st.cluster != "" {
+		clusterStore = fmt.Sprintf("store: %q", st.cluster)
 	}
 	require.NoError(t, os.WriteFile(cfg, fmt.Appendf(nil, `listen: 127.0.0.1:0
 store: %q
@@ -125,7 +179,7 @@ upstreams:
     limits:
       requests_per_minute: %d
       max_concurrency: %d
-`, dsn, clusterStore, name, upstream, rpm, maxConc), 0o600))
+`, st.jobs, clusterStore, name, upstream, rpm, maxConc), 0o600))
 	cmd := exec.Command(bin, "serve", "--config", cfg)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -145,16 +199,22 @@ upstreams:
 		}
 		n.done <- cmd.Wait()
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-n.done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-n.done
-		}
-	})
+	// The exit status after SIGTERM (or a kill) is not what this test checks.
+	t.Cleanup(func() { _ = stopProcess(cmd, n.done) })
 	return n
+}
+
+// stopProcess sends SIGTERM, kills the process if it has not exited 20 s
+// later, and returns how it ended.
+func stopProcess(cmd *exec.Cmd, done <-chan error) error {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		return <-done
+	}
 }
 
 // TestClusterThreeNodesShareOneQuota runs three sluice serve processes on
@@ -163,7 +223,17 @@ upstreams:
 // retry-after: 5 at one node.
 func TestClusterThreeNodesShareOneQuota(t *testing.T) {
 	t.Parallel()
-	dsn := clusterDSN(t)
+	threeNodesShareOneQuota(t, postgresStores(clusterDSN(t), true))
+}
+
+// TestClusterThreeNodesShareOneQuotaRedis is the same run with the shared
+// state on Redis (and each node's jobs on its own SQLite file).
+func TestClusterThreeNodesShareOneQuotaRedis(t *testing.T) {
+	t.Parallel()
+	threeNodesShareOneQuota(t, redisStores(t, clusterRedisURL(t)))
+}
+
+func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 	bin := buildSluice(t)
 	const rpm, total = 2400, 420 // 40/s, depth 40
 	m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: rpm}, BurstSeconds: 1, TTFT: 20 * time.Millisecond})
@@ -174,7 +244,7 @@ func TestClusterThreeNodesShareOneQuota(t *testing.T) {
 	dir := t.TempDir()
 	var nodes []*node
 	for _, name := range []string{"a", "b", "c"} {
-		nodes = append(nodes, startNode(t, bin, dir, name, dsn, up.URL, rpm, true, 4))
+		nodes = append(nodes, startNode(t, bin, dir, name, storesOf(name), up.URL, rpm, 4))
 	}
 
 	body := `{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
@@ -303,12 +373,25 @@ func TestClusterFigures(t *testing.T) {
 	for _, c := range []struct {
 		n      int
 		shared bool
-	}{{1, true}, {3, false}, {3, true}, {2, true}, {5, true}} {
+		redis  bool
+	}{{1, true, false}, {3, false, false}, {3, true, false}, {2, true, false}, {5, true, false}, {3, true, true}, {5, true, true}} {
 		if only := os.Getenv("SLUICE_CLUSTER_FIGURES_NODES"); only != "" && only != fmt.Sprint(c.n) {
 			continue
 		}
-		t.Run(fmt.Sprintf("nodes=%d/shared=%v", c.n, c.shared), func(t *testing.T) {
-			dsn := clusterDSN(t)
+		store := "postgres"
+		if c.redis {
+			store = "redis"
+		}
+		if only := os.Getenv("SLUICE_CLUSTER_FIGURES_STORE"); only != "" && only != store {
+			continue
+		}
+		t.Run(fmt.Sprintf("nodes=%d/shared=%v/%s", c.n, c.shared, store), func(t *testing.T) {
+			var storesOf func(string) stores
+			if c.redis {
+				storesOf = redisStores(t, clusterRedisURL(t))
+			} else {
+				storesOf = postgresStores(clusterDSN(t), c.shared)
+			}
 			const rpm, total = 3000, 600 // 50/s, as issue 14's RPM
 			m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: rpm}, BurstSeconds: 1, TTFT: 20 * time.Millisecond})
 			require.NoError(t, err)
@@ -318,7 +401,7 @@ func TestClusterFigures(t *testing.T) {
 			dir := t.TempDir()
 			var nodes []*node
 			for i := range c.n {
-				nodes = append(nodes, startNode(t, bin, dir, fmt.Sprintf("n%d", i), dsn, up.URL, rpm, c.shared, 16))
+				nodes = append(nodes, startNode(t, bin, dir, fmt.Sprintf("n%d", i), storesOf(fmt.Sprintf("n%d", i)), up.URL, rpm, 16))
 			}
 			body := `{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 			var next, okN atomic.Int64
@@ -352,7 +435,7 @@ func TestClusterFigures(t *testing.T) {
 			arrived := slices.Clone(rec.arrived)
 			rec.mu.Unlock()
 			busy := arrived[len(arrived)-1].Sub(arrived[0])
-			var syncs float64 // store transactions, from each node's histogram count
+			var syncs, syncSeconds float64 // store transactions and their time, from each node's histogram
 			for _, n := range nodes {
 				resp, err := http.Get(n.base + "/metrics")
 				require.NoError(t, err)
@@ -364,13 +447,18 @@ func TestClusterFigures(t *testing.T) {
 						_, _ = fmt.Sscan(rest, &v)
 						syncs += v
 					}
+					if rest, ok := strings.CutPrefix(line, `sluice_cluster_sync_seconds_sum{upstream="anthropic"} `); ok {
+						var v float64
+						_, _ = fmt.Sscan(rest, &v)
+						syncSeconds += v
+					}
 				}
 			}
 			ideal := float64(total-rpm/60) / (rpm / 60.0)
-			t.Logf("FIGURES nodes=%d shared=%v: ok %d/%d, provider 429s %d (%.1f%%), upstream attempts %d, utilisation %.1f%% (ideal %.1fs with the provider's initial burst, took %.2fs; %.1f%% without it), peak in flight %d, store syncs %.0f (%.3f per admitted request)",
-				c.n, c.shared, okN.Load(), total, st.ByStatus["429"], 100*float64(st.ByStatus["429"])/float64(total),
+			t.Logf("FIGURES nodes=%d shared=%v store=%s: ok %d/%d, provider 429s %d (%.1f%%), upstream attempts %d, utilisation %.1f%% (ideal %.1fs with the provider's initial burst, took %.2fs; %.1f%% without it), peak in flight %d, store syncs %.0f (%.3f per admitted request, %.2f ms each on average)",
+				c.n, c.shared, store, okN.Load(), total, st.ByStatus["429"], 100*float64(st.ByStatus["429"])/float64(total),
 				len(arrived), 100*ideal/busy.Seconds(), ideal, busy.Seconds(), 100*float64(total)/(rpm/60.0)/busy.Seconds(), st.PeakInFlight,
-				syncs, syncs/float64(total))
+				syncs, syncs/float64(total), 1000*syncSeconds/max(syncs, 1))
 		})
 	}
 }

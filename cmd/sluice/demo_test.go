@@ -35,6 +35,9 @@ func TestDemoKeep(t *testing.T) {
 	}
 	interrupt()
 	require.Equal(t, 0, <-code, stderr.String())
-	_, err := http.Get(m[1] + "/v1/status") //nolint:noctx // test
+	resp, err := http.Get(m[1] + "/v1/status") //nolint:noctx // test
+	if err == nil {
+		resp.Body.Close()
+	}
 	require.Error(t, err, "the gateway stopped with Ctrl-C")
 }

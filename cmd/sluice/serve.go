@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/server"
@@ -84,6 +86,13 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		fmt.Fprintf(out, "config ok: %s\n", describeUpstreams(srv.Config()))
 		return nil
 	}
+	// SIGHUP reloads the config file: clients, their limits and the
+	// upstream keys, without dropping a request; a config that is invalid
+	// or changes anything else is refused and logged, the old one stays.
+	// (Caught from before the listener opens: an uncaught SIGHUP kills.)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
@@ -102,7 +111,13 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	}
 	logger.Info("sluice started", "listen", srv.Addr(), "store", describeStore(c.Store, false),
 		"clients", len(c.Clients), "upstreams", len(c.Upstreams))
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			reloadConfig(srv, *configPath, *listen, *grace, logger)
+		}
+	}
 	fmt.Fprintf(out, "shutting down (waiting up to %s for in-flight requests)\n", srv.Config().ShutdownGrace)
 	// ctx is already done; shutdown gets its own bound (grace plus a
 	// margin for stopping the dispatchers).
@@ -143,6 +158,26 @@ func newLogger(w io.Writer, format, level string, terminal bool) (*slog.Logger, 
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// reloadConfig reads the config again (with the same flag overrides) and
+// hands it to the server; a refusal is logged and changes nothing.
+func reloadConfig(srv *server.Server, path, listen string, grace time.Duration, logger *slog.Logger) {
+	cfg, err := loadServeConfig(path)
+	if err == nil {
+		if listen != "" {
+			cfg.Listen = listen
+		}
+		if grace > 0 {
+			cfg.ShutdownGrace = grace
+		}
+		err = srv.Reload(cfg)
+	}
+	if err != nil {
+		logger.Error("config reload refused; the running config stays", "err", err)
+		return
+	}
+	logger.Info("config reloaded (clients, limits, upstream keys)", "clients", len(cfg.Clients))
 }
 
 func loadServeConfig(path string) (server.Config, error) {

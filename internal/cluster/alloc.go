@@ -25,8 +25,9 @@ func floor(n int) float64 {
 // Allocate computes the grant for self given every live lease of its key
 // (self's included, already holding the share it reported). The target of
 // each node is its floor plus the rest in proportion to demand (equal
-// shares when nobody has any); self is granted its target but never more
-// than the others leave, so the shares held never sum above 1 (and the
+// shares when nobody has any), and of slots one each (when there are at
+// least as many as nodes) plus the rest in proportion to slot demand;
+// self is granted its target but never more than the others leave, so the shares held never sum above 1 (and the
 // slots never above maxSlots). Both backends run this same computation
 // (the Redis one in Lua), inside their atomic step.
 func Allocate(leases []Lease, self string, maxSlots int) (share float64, slots int) {
@@ -49,19 +50,36 @@ func Allocate(leases []Lease, self string, maxSlots int) (share float64, slots i
 		return 0, 0
 	}
 	fl := floor(n)
-	target := 1 / float64(n)
-	if demand > 0 {
-		target = fl + (1-fl*float64(n))*me.Demand/demand
+	targetOf := func(l *Lease) float64 {
+		if demand > 0 {
+			return fl + (1-fl*float64(n))*l.Demand/demand
+		}
+		return 1 / float64(n)
 	}
-	if target < me.Share && target > me.Share*(1-Hysteresis) {
+	target := targetOf(me)
+	// What the others lack of their targets beyond what is free.
+	short := -(1 - othersShare - me.Share)
+	for i := range leases {
+		if l := &leases[i]; l.Node != self {
+			short += max(0, targetOf(l)-l.Share)
+		}
+	}
+	if target < me.Share && target > me.Share*(1-Hysteresis) && short <= 1e-9 {
 		// A small cut is not worth its cost (the tokens above the new
-		// depth are dropped): keep the share until the target moves more.
+		// depth are dropped): keep the share until the target moves more,
+		// unless another node is short of its target (a node whose
+		// critical work grows must not wait for a 10% swing).
 		target = me.Share
 	}
 	share = math.Max(0, math.Min(target, 1-othersShare))
 	if maxSlots > 0 {
 		want := maxSlots / n
-		if slotDemand > 0 {
+		switch {
+		case slotDemand > 0 && maxSlots >= n:
+			// A slot each, so a request arriving at an idle node is not
+			// held back by the others' queues; the rest by demand.
+			want = 1 + int(math.Floor(float64(maxSlots-n)*me.SlotDemand/slotDemand))
+		case slotDemand > 0:
 			want = int(math.Floor(float64(maxSlots) * me.SlotDemand / slotDemand))
 		}
 		if me.SlotDemand > 0 || slotDemand == 0 {

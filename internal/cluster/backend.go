@@ -29,7 +29,8 @@ type Backend interface {
 }
 
 // Listener is implemented by a Backend that can announce a published
-// pause at once (PostgreSQL LISTEN/NOTIFY): Listen calls changed with the
+// pause or breaker opening at once (PostgreSQL LISTEN/NOTIFY, Redis
+// pub/sub): Listen calls changed with the
 // key until ctx ends, and the node syncs that key without waiting for its
 // interval.
 type Listener interface {
@@ -59,8 +60,22 @@ type Report struct {
 	MaxSlots int
 	// PausedUntil is the node's own pause to publish (zero: none).
 	PausedUntil time.Time
-	// TTL is how long the lease lives without a renewal.
+	// TTL is how long the lease lives without a renewal (and a probe
+	// token without a renewal).
 	TTL time.Duration
+	// BreakerOpenUntil is the node's own breaker opening to publish: the
+	// end of its open period (zero: none). The latest opening wins, and a
+	// new one takes the probe token back (the probe failed).
+	BreakerOpenUntil time.Time
+	// WantProbe says the node's breaker has served its open period and
+	// it has work to probe with: it is granted the key's one probe token
+	// when the shared opening has ended and no other live node holds the
+	// token. A holder that reports false gives the token back.
+	WantProbe bool
+	// BreakerClosed says the node's probes succeeded and its breaker
+	// closed: when it holds the probe token, the shared opening is
+	// cleared for every node.
+	BreakerClosed bool
 }
 
 func (r Report) validate() error {
@@ -89,6 +104,12 @@ type Grant struct {
 	// Leases are the key's live leases after this sync, this node's
 	// included.
 	Leases []Lease
+	// BreakerOpenUntil is the key's shared breaker opening (zero: closed
+	// cluster-wide). Once it has passed, only the probe token's holder
+	// may probe.
+	BreakerOpenUntil time.Time
+	// Probe says this node holds the key's probe token.
+	Probe bool
 }
 
 // Lease is one node's lease on a key, as stored.
@@ -113,4 +134,57 @@ func Fingerprint(apiKey string) string {
 // different names do not share, and a key rotation starts a fresh quota.
 func Key(upstream, apiKey string) string {
 	return upstream + "/" + Fingerprint(apiKey)
+}
+
+// signals are a key's shared signals as stored: the pause, the breaker's
+// opening and its probe token (zero times: none).
+type signals struct {
+	PausedUntil  time.Time
+	OpenUntil    time.Time
+	ProbeNode    string
+	ProbeExpires time.Time
+}
+
+// step applies a Report to s at now (the store's clock) and reports
+// whether the other nodes should hear of it at once. The Redis script
+// does the same in Lua.
+//
+//   - A pause: the latest wins.
+//   - A breaker opening: the latest wins, and the probe token is taken
+//     back (the probe, if any, failed).
+//   - A close from the probe token's holder clears the opening.
+//   - A node that wants to probe once the opening has passed gets the
+//     token when nobody else holds a live one; the holder renews it by
+//     asking again and gives it back by not asking (it has no work to
+//     probe with), and a holder that dies loses it after TTL.
+func (s signals) step(r Report, now time.Time) (signals, bool) {
+	announce := false
+	if !r.PausedUntil.IsZero() {
+		announce = true
+		if r.PausedUntil.After(s.PausedUntil) {
+			s.PausedUntil = r.PausedUntil
+		}
+	}
+	if !r.BreakerOpenUntil.IsZero() {
+		announce = true
+		if r.BreakerOpenUntil.After(s.OpenUntil) {
+			s.OpenUntil = r.BreakerOpenUntil
+		}
+		s.ProbeNode, s.ProbeExpires = "", time.Time{}
+	}
+	if r.BreakerClosed && !s.OpenUntil.IsZero() && s.ProbeNode == r.Node && !s.ProbeExpires.Before(now) {
+		s.OpenUntil, s.ProbeNode, s.ProbeExpires = time.Time{}, "", time.Time{}
+		announce = true
+	}
+	if s.ProbeNode == r.Node && !r.WantProbe {
+		// The holder has nothing to probe with: another node may.
+		s.ProbeNode, s.ProbeExpires = "", time.Time{}
+	}
+	if s.ProbeExpires.Before(now) {
+		s.ProbeNode, s.ProbeExpires = "", time.Time{}
+	}
+	if !s.OpenUntil.IsZero() && !s.OpenUntil.After(now) && r.WantProbe && (s.ProbeNode == "" || s.ProbeNode == r.Node) {
+		s.ProbeNode, s.ProbeExpires = r.Node, now.Add(r.TTL)
+	}
+	return s, announce
 }

@@ -22,6 +22,10 @@ type Load struct {
 	Capacity       [flow.NumDims]float64
 	MaxConcurrency int
 	PausedUntil    time.Time
+	// Breaker is the local breaker's state; BreakerOpenUntil the end of
+	// its open period while Open.
+	Breaker          flow.BreakerState
+	BreakerOpenUntil time.Time
 }
 
 // classFactor is how much a class's backlog weighs against the least

@@ -77,6 +77,11 @@ type Member interface {
 	Apply(share float64, slots int)
 	// Pause pauses it until until (a pause another node published).
 	Pause(until time.Time)
+	// Breaker applies the shared breaker: openUntil is the shared opening
+	// (zero: closed cluster-wide), probe whether this node holds the
+	// probe token; a cleared opening closes a local breaker whose outage
+	// began before since (zero: never; a fallback runs its own breaker).
+	Breaker(openUntil time.Time, probe bool, since time.Time)
 }
 
 // memberState is the node's view of one member.
@@ -87,6 +92,10 @@ type memberState struct {
 	prevDebited flow.Amount
 	prevAt      time.Time
 	published   time.Time // the latest pause published
+	openPub     time.Time // the latest breaker opening published or applied
+	sharedOpen  bool      // the last grant had a shared breaker opening
+	probe       bool      // the last grant gave us the probe token
+	urgentQueue bool      // the last report had work of the most urgent class queued
 	lastOK      time.Time // when the last successful sync started
 	leases      []Lease
 	pausedUntil time.Time
@@ -224,19 +233,25 @@ func (n *Node) loop(ctx context.Context) {
 			n.syncAll(ctx)
 			continue
 		}
-		// Between syncs: publish a new local pause at once.
+		// Between syncs: publish a new local pause or breaker opening, a
+		// probe's success, or critical work newly queued (its demand
+		// weighs 64x), at once.
 		for _, ms := range n.members {
-			if p := ms.m.Load().PausedUntil; p.After(n.publishedOf(ms)) {
+			if n.urgent(ms, ms.m.Load()) {
 				n.syncOne(ctx, ms)
 			}
 		}
 	}
 }
 
-func (n *Node) publishedOf(ms *memberState) time.Time {
+// urgent reports whether a member's load has news for the cluster that
+// should not wait for the next sync.
+func (n *Node) urgent(ms *memberState, l Load) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return ms.published
+	return l.PausedUntil.After(ms.published) || l.BreakerOpenUntil.After(ms.openPub) ||
+		(ms.sharedOpen && ms.probe && l.Breaker == flow.Closed) ||
+		(l.QueuedCount[0] > 0 && !ms.urgentQueue)
 }
 
 func (n *Node) syncAll(ctx context.Context) {
@@ -283,6 +298,16 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	if load.PausedUntil.After(ms.published) {
 		r.PausedUntil = load.PausedUntil
 	}
+	if load.BreakerOpenUntil.After(ms.openPub) {
+		r.BreakerOpenUntil = load.BreakerOpenUntil
+	}
+	ms.urgentQueue = load.QueuedCount[0] > 0
+	queued := 0
+	for _, q := range load.QueuedCount {
+		queued += q
+	}
+	r.WantProbe = load.Breaker == flow.HalfOpen && (queued > 0 || load.InFlight > 0)
+	r.BreakerClosed = load.Breaker == flow.Closed && ms.sharedOpen && ms.probe
 	if ms.fallback {
 		// Whatever was held in fallback is not a grant: claim afresh.
 		r.Share, r.Slots = 0, load.InFlight
@@ -305,6 +330,9 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 			ms.share = 1 / float64(nodes)
 			ms.slots = max(load.MaxConcurrency/nodes, 1)
 			ms.m.Apply(ms.share, ms.slots)
+			ms.sharedOpen, ms.probe = false, false
+			n.leader = false                             // unsure: no maintenance here until the store answers
+			ms.m.Breaker(time.Time{}, true, time.Time{}) // its own breaker, alone
 			n.log.Warn("cluster store unreachable: falling back to a local share", "key", r.Key, "share", ms.share, "err", err)
 		}
 		return
@@ -324,6 +352,16 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		ms.slots = -1
 	}
 	ms.m.Apply(ms.share, ms.slots)
+	if !r.BreakerOpenUntil.IsZero() {
+		ms.openPub = r.BreakerOpenUntil
+	}
+	if g.BreakerOpenUntil.After(ms.openPub) {
+		ms.openPub = g.BreakerOpenUntil
+	}
+	if ms.sharedOpen || !g.BreakerOpenUntil.IsZero() {
+		ms.m.Breaker(g.BreakerOpenUntil, g.Probe, start)
+	}
+	ms.sharedOpen, ms.probe = !g.BreakerOpenUntil.IsZero(), g.Probe
 	if g.PausedUntil.After(load.PausedUntil) && g.PausedUntil.After(start) {
 		ms.pausedUntil = g.PausedUntil
 		if g.PausedUntil.After(ms.published) {
@@ -356,6 +394,10 @@ type MemberStatus struct {
 	Slots    int
 	Fallback bool
 	Leases   []Lease
+	// BreakerShared says the last grant carried a shared breaker opening;
+	// Probe that this node held the cluster's probe token.
+	BreakerShared bool
+	Probe         bool
 }
 
 // Status returns the node's current view.
@@ -369,7 +411,7 @@ func (n *Node) Status() Status {
 	for _, ms := range n.members {
 		s.Degraded = s.Degraded || ms.fallback
 		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
-			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...)})
+			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe})
 	}
 	return s
 }

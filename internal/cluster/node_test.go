@@ -50,6 +50,7 @@ func (m *stubMember) Pause(until time.Time) {
 		m.paused = until
 	}
 }
+func (m *stubMember) Breaker(time.Time, bool, time.Time) {}
 func (m *stubMember) get() (float64, int, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -58,14 +59,26 @@ func (m *stubMember) get() (float64, int, time.Time) {
 
 func TestNodesSharePausesAndLead(t *testing.T) {
 	t.Parallel()
-	dsn := postgresDSN(t)
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dsn := postgresDSN(t)
+		nodesSharePausesAndLead(t, func() (cluster.Backend, error) { return cluster.OpenPostgres(context.Background(), dsn) })
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		url := redisURL(t) + "?key_prefix=" + t.Name()
+		nodesSharePausesAndLead(t, func() (cluster.Backend, error) { return cluster.OpenRedis(context.Background(), url) })
+	})
+}
+
+func nodesSharePausesAndLead(t *testing.T, open func() (cluster.Backend, error)) {
 	ctx := context.Background()
-	key := cluster.Key("anthropic", "sk-test")
+	key := cluster.Key("anthropic", "sk-test-"+t.Name())
 	cfg := cluster.Config{SyncInterval: 30 * time.Millisecond, LeaseTTL: 900 * time.Millisecond}
 	var nodes []*cluster.Node
 	var members []*stubMember
 	for i, q := range []int{100, 10, 10} {
-		b, err := cluster.OpenPostgres(ctx, dsn)
+		b, err := open()
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, b.Close()) })
 		m := &stubMember{key: key, queued: q}

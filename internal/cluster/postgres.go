@@ -34,6 +34,10 @@ CREATE TABLE IF NOT EXISTS sluice_cluster_signals (
 	key          text PRIMARY KEY,
 	paused_until timestamptz
 );
+ALTER TABLE sluice_cluster_signals
+	ADD COLUMN IF NOT EXISTS open_until timestamptz,
+	ADD COLUMN IF NOT EXISTS probe_node text,
+	ADD COLUMN IF NOT EXISTS probe_expires timestamptz;
 CREATE TABLE IF NOT EXISTS sluice_cluster_leaders (
 	name       text PRIMARY KEY,
 	node       text NOT NULL,
@@ -74,7 +78,9 @@ func (p *Postgres) Close() error {
 	return nil
 }
 
-// Sync implements Backend.
+// Sync implements Backend: one transaction of two batches (the second only
+// when something is written back), serialised per key by an advisory
+// transaction lock.
 func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 	if err := r.validate(); err != nil {
 		return Grant{}, err
@@ -91,80 +97,94 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 				slots = excluded.slots, slot_demand = excluded.slot_demand, expires_at = excluded.expires_at`,
 			r.Key, r.Node, r.Share, r.Demand, r.Slots, r.SlotDemand, r.TTL.Microseconds())
 		b.Queue(`SELECT node, share, demand, slots, slot_demand, expires_at FROM sluice_cluster_leases WHERE key = $1`, r.Key)
-		var paused *time.Time
-		if !r.PausedUntil.IsZero() {
-			paused = &r.PausedUntil
-		}
-		b.Queue(`INSERT INTO sluice_cluster_signals (key, paused_until) VALUES ($1, $2)
-			ON CONFLICT (key) DO UPDATE SET paused_until = GREATEST(sluice_cluster_signals.paused_until, excluded.paused_until)
-			RETURNING paused_until`, r.Key, paused)
-		if paused != nil {
-			// Delivered at commit: the other nodes sync at once (Listen).
-			b.Queue(`SELECT pg_notify('`+pgChannel+`', $1)`, r.Key)
-		}
+		b.Queue(`INSERT INTO sluice_cluster_signals (key) VALUES ($1)
+			ON CONFLICT (key) DO UPDATE SET key = excluded.key
+			RETURNING paused_until, open_until, coalesce(probe_node, ''), probe_expires, now()`, r.Key)
 		res := tx.SendBatch(ctx, b)
-		for range 3 {
-			if _, err := res.Exec(); err != nil {
-				_ = res.Close()
-				return err
-			}
-		}
-		rows, err := res.Query()
-		if err != nil {
-			_ = res.Close()
+		sig, now, err := p.readSync(res, &g)
+		if err := errors.Join(err, res.Close()); err != nil {
 			return err
 		}
-		for rows.Next() {
-			var l Lease
-			if err := rows.Scan(&l.Node, &l.Share, &l.Demand, &l.Slots, &l.SlotDemand, &l.ExpiresAt); err != nil {
-				rows.Close()
-				_ = res.Close()
-				return err
-			}
-			g.Leases = append(g.Leases, l)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			_ = res.Close()
-			return err
-		}
-		var until *time.Time
-		if err := res.QueryRow().Scan(&until); err != nil {
-			_ = res.Close()
-			return err
-		}
-		if until != nil {
-			g.PausedUntil = *until
-		}
-		if paused != nil {
-			if _, err := res.Exec(); err != nil {
-				_ = res.Close()
-				return err
-			}
-		}
-		if err := res.Close(); err != nil {
-			return err
-		}
+		next, announce := sig.step(r, now)
+		g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
 		g.Share, g.Slots = Allocate(g.Leases, r.Node, r.MaxSlots)
 		hold, holdSlots := max(g.Share, r.Share), max(g.Slots, r.Slots)
+		w := &pgx.Batch{}
 		if hold != r.Share || holdSlots != r.Slots {
-			if _, err := tx.Exec(ctx, `UPDATE sluice_cluster_leases SET share = $3, slots = $4 WHERE key = $1 AND node = $2`,
-				r.Key, r.Node, hold, holdSlots); err != nil {
-				return err
-			}
+			w.Queue(`UPDATE sluice_cluster_leases SET share = $3, slots = $4 WHERE key = $1 AND node = $2`,
+				r.Key, r.Node, hold, holdSlots)
 			for i := range g.Leases {
 				if g.Leases[i].Node == r.Node {
 					g.Leases[i].Share, g.Leases[i].Slots = hold, holdSlots
 				}
 			}
 		}
-		return nil
+		if next != sig {
+			w.Queue(`UPDATE sluice_cluster_signals SET paused_until = $2, open_until = $3, probe_node = nullif($4, ''), probe_expires = $5 WHERE key = $1`,
+				r.Key, nullTime(next.PausedUntil), nullTime(next.OpenUntil), next.ProbeNode, nullTime(next.ProbeExpires))
+		}
+		if announce {
+			// Delivered at commit: the other nodes sync at once (Listen).
+			w.Queue(`SELECT pg_notify('`+pgChannel+`', $1)`, r.Key)
+		}
+		if w.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, w).Close()
 	})
 	if err != nil {
 		return Grant{}, fmt.Errorf("cluster sync %s: %w", r.Key, err)
 	}
 	sortLeases(g.Leases)
 	return g, nil
+}
+
+// readSync reads the first batch's answers: the leases into g, then the
+// key's signals and the database's clock.
+func (p *Postgres) readSync(res pgx.BatchResults, g *Grant) (signals, time.Time, error) {
+	for range 3 {
+		if _, err := res.Exec(); err != nil {
+			return signals{}, time.Time{}, err
+		}
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return signals{}, time.Time{}, err
+	}
+	for rows.Next() {
+		var l Lease
+		if err := rows.Scan(&l.Node, &l.Share, &l.Demand, &l.Slots, &l.SlotDemand, &l.ExpiresAt); err != nil {
+			rows.Close()
+			return signals{}, time.Time{}, err
+		}
+		g.Leases = append(g.Leases, l)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return signals{}, time.Time{}, err
+	}
+	var sig signals
+	var paused, open, probeExp *time.Time
+	var now time.Time
+	if err := res.QueryRow().Scan(&paused, &open, &sig.ProbeNode, &probeExp, &now); err != nil {
+		return signals{}, time.Time{}, err
+	}
+	for _, x := range []struct {
+		src *time.Time
+		dst *time.Time
+	}{{paused, &sig.PausedUntil}, {open, &sig.OpenUntil}, {probeExp, &sig.ProbeExpires}} {
+		if x.src != nil {
+			*x.dst = *x.src
+		}
+	}
+	return sig, now, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // Leave implements Backend.
@@ -203,7 +223,7 @@ const pgChannel = "sluice_cluster"
 func (p *Postgres) Listen(ctx context.Context, changed func(key string)) {
 	for ctx.Err() == nil {
 		if err := p.listenOnce(ctx, changed); err != nil && ctx.Err() == nil {
-			t := time.NewTimer(time.Second)
+			t := time.NewTimer(time.Second) //nolint:forbidigo // a reconnect pause against a real server
 			select {
 			case <-ctx.Done():
 			case <-t.C:

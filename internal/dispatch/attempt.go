@@ -234,7 +234,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 			return nil, false, d.giveUp(w, ErrRetriesExhausted, "upstream refused: "+cmp.Or(out.Message, out.Kind.String()))
 		}
 		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: w.attempts, Outcome: out, Protocol: d.cfg.Protocol,
-			Upstream: d.cfg.Name, Key: g.key.fp}, false, nil
+			Upstream: d.cfg.Name, Key: g.key.cred.Load().fp}, false, nil
 	}
 	if w.burnt >= d.cfg.Retry.MaxAttempts {
 		return nil, false, d.giveUp(w, ErrRetriesExhausted, fmt.Sprintf("%d attempts failed, last: %s", w.burnt, describe(out)))
@@ -354,7 +354,7 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *pool
 	if req.Header == nil {
 		req.Header = http.Header{}
 	}
-	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.secret, true)
+	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.cred.Load().secret, true)
 	injectTrace(ctx, req.Header)
 	return req, nil
 }

@@ -38,7 +38,7 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 	}
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
 		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b,
-		Upstream: d.cfg.Name, Key: g.key.fp}
+		Upstream: d.cfg.Name, Key: g.key.cred.Load().fp}
 }
 
 // usageBufs recycles the buffers that keep JSON bodies for ParseUsage.

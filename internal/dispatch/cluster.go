@@ -27,6 +27,10 @@ type ClusterLoad struct {
 	MaxConcurrency int
 	// PausedUntil is the end of this node's pause of the upstream.
 	PausedUntil time.Time
+	// Breaker is the circuit breaker's state, and BreakerOpenUntil the
+	// end of its open period while it is Open (zero otherwise).
+	Breaker          flow.BreakerState
+	BreakerOpenUntil time.Time
 }
 
 // ClusterLoad returns the upstream's load for a cluster sync. With a key
@@ -52,6 +56,7 @@ func (d *Dispatcher) ClusterLoad() ClusterLoad {
 			l.PausedUntil = p
 		}
 	}
+	l.Breaker, l.BreakerOpenUntil = d.brk.State(now)
 	d.mu.Lock()
 	var prev flow.Amount
 	for c := range llm.NumPriorities {
@@ -111,4 +116,30 @@ func (d *Dispatcher) limiters() []*flow.Limiter {
 		}
 	}
 	return out
+}
+
+// ApplyClusterBreaker applies the cluster's shared breaker: openUntil is
+// the shared opening (zero: closed cluster-wide) and probe whether this
+// node holds the cluster's probe token. While an opening is shared, the
+// local breaker opens until it (flow.Breaker.OpenUntil) and, past it,
+// probes only with the token (flow.Breaker.SetProbeLimit). When the
+// opening is cleared (another node's probes succeeded), a breaker whose
+// outage began before since is closed; since zero never closes (a node on
+// its fallback runs its own breaker).
+func (d *Dispatcher) ApplyClusterBreaker(openUntil time.Time, probe bool, since time.Time) {
+	now := d.clk.Now()
+	switch {
+	case openUntil.IsZero():
+		d.brk.SetProbeLimit(-1)
+		if st, _ := d.brk.State(now); st != flow.Closed && !since.IsZero() && d.brk.OutageSince().Before(since) {
+			d.brk.Reset(now)
+		}
+	case probe:
+		d.brk.SetProbeLimit(-1)
+		d.brk.OpenUntil(openUntil, now)
+	default:
+		d.brk.SetProbeLimit(0)
+		d.brk.OpenUntil(openUntil, now)
+	}
+	d.kick()
 }

@@ -42,8 +42,12 @@ type Dispatcher struct {
 
 	rmu sync.Mutex // guards cfg.Rand
 
-	fmu      sync.Mutex // guards lastFail
+	fmu      sync.Mutex // guards lastFail and the fields of why.go below
 	lastFail failure    // the latest attempt that failed for the upstream's health
+	// breakerLog is the breaker's recent history; lastRate and
+	// lastOverload the last 429 and 529 (why.go).
+	breakerLog             []BreakerEvent
+	lastRate, lastOverload Throttle
 
 	mu    sync.Mutex // guards everything below
 	sched *flow.Scheduler
@@ -54,7 +58,10 @@ type Dispatcher struct {
 	gap             [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
 	arrivals        [llm.NumPriorities]int           // arrivals per class (gap known from 2)
 	inflight        int
-	state           runState
+	// reserved sums the estimated cost of the requests in flight, for
+	// operators (Snapshot.Reserved).
+	reserved flow.Amount
+	state    runState
 	// draining is set by Drain: Do refuses and fails at once; tickets
 	// are not affected.
 	draining bool
@@ -135,6 +142,7 @@ func trimSlash(s string) string {
 }
 
 func (d *Dispatcher) breakerChanged(from, to flow.BreakerState) {
+	d.noteBreaker(from, to, "automatic")
 	d.obs.BreakerStateChanged(from, to)
 	d.cfg.States.BreakerChanged(from, to)
 	d.kick()
@@ -355,7 +363,8 @@ func (d *Dispatcher) admit() time.Duration {
 		d.inflight++
 		key.inflight++
 		key.granted(w, now)
-		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}
+		d.reserved = d.reserved.Add(w.cost)
+		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}
 	}
 	return 0
 }
@@ -475,6 +484,9 @@ type grant struct {
 	// key is the pool's key the attempt is sent with; its cost is
 	// reserved in that key's buckets (and its org's).
 	key *poolKey
+	// reserved is the estimate counted in Dispatcher.reserved while the
+	// attempt is in flight.
+	reserved flow.Amount
 }
 
 // Do sends req upstream through the queue and returns the upstream's
@@ -525,8 +537,9 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrStopped, "the gateway is shutting down")
 	}
-	if ok, readyAt := d.brk.Ready(now); !ok && (readyAt.After(w.deadline) || req.FailFast) {
-		// An outage it cannot outlast: say so now, not at its deadline.
+	if ok, readyAt := d.brk.Ready(now); !ok && (readyAt.After(w.deadline) || req.FailFast || d.brk.Held()) {
+		// An outage it cannot outlast (or one an operator holds open): say
+		// so now, not at its deadline.
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrUnavailable, "")
 	}
@@ -641,6 +654,7 @@ func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amou
 	d.brk.Done(g.gen, r, now)
 	d.mu.Lock()
 	d.inflight--
+	d.reserved = d.reserved.Sub(g.reserved)
 	if g.key != nil {
 		g.key.inflight--
 		g.key.probing = false

@@ -22,6 +22,11 @@ type failure struct {
 
 // recordFailure remembers out when it speaks of the upstream's health.
 func (d *Dispatcher) recordFailure(out llm.Outcome, now time.Time) {
+	if out.Kind == llm.Rate || out.Kind == llm.Overload {
+		d.fmu.Lock()
+		d.noteThrottle(out, now)
+		d.fmu.Unlock()
+	}
 	if !outageKind(&out) {
 		return
 	}
@@ -75,6 +80,11 @@ func (d *Dispatcher) describeOutage(e *Error, now time.Time, burnt int) {
 	switch st {
 	case flow.Open:
 		e.OutageSince = since
+		if readyAt.IsZero() { // held open by an operator
+			fmt.Fprintf(&b, ": circuit breaker held open by an operator since %s", since.UTC().Format(time.RFC3339))
+			e.RetryAfter = time.Minute
+			break
+		}
 		fmt.Fprintf(&b, ": circuit breaker open since %s, next probe in %v",
 			since.UTC().Format(time.RFC3339), readyAt.Sub(now).Round(time.Millisecond))
 		e.RetryAfter = max(readyAt.Sub(now), time.Second)

@@ -21,8 +21,9 @@ import (
 // and its place in or out of the pool. An upstream with api_key alone is a
 // pool of one, which is never taken out.
 type poolKey struct {
-	secret  string
-	fp      string // Fingerprint of secret
+	// cred is the key's secret and fingerprint, swapped whole by
+	// RotateKeys (read without d.mu on every attempt).
+	cred    atomic.Pointer[keyCred]
 	lim     *flow.Limiter
 	org     *orgBucket // nil: the key is its own account
 	maxConc int
@@ -72,7 +73,8 @@ func newPool(cfg settings, now time.Time) ([]*poolKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("api_keys[%d]: %w", i, err)
 		}
-		pk := &poolKey{secret: k.Key, fp: Fingerprint(k.Key), lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1)}
+		pk := &poolKey{lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1)}
+		pk.cred.Store(&keyCred{secret: k.Key, fp: Fingerprint(k.Key)})
 		if k.Org != "" {
 			ob := orgs[k.Org]
 			if ob == nil {
@@ -374,7 +376,7 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 	if !keyRevoked(o) {
 		if k.out {
 			k.out = false
-			d.cfg.States.KeyBack(k.fp, now.Sub(k.outSince))
+			d.cfg.States.KeyBack(k.cred.Load().fp, now.Sub(k.outSince))
 			d.kickLocked()
 		}
 		return false
@@ -393,7 +395,7 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 	k.out, k.outSince, k.probeAt = true, now, now.Add(d.cfg.KeyProbeInterval)
 	k.outReason = describe(o)
 	k.revokes.Add(1)
-	d.cfg.States.KeyOut(k.fp, k.outReason, d.cfg.KeyProbeInterval)
+	d.cfg.States.KeyOut(k.cred.Load().fp, k.outReason, d.cfg.KeyProbeInterval)
 	return true
 }
 
@@ -445,7 +447,7 @@ type KeyState struct {
 func (d *Dispatcher) keyStates(now time.Time) []KeyState {
 	out := make([]KeyState, len(d.keys))
 	for i, k := range d.keys {
-		s := KeyState{Fingerprint: k.fp, InFlight: k.inflight, MaxConcurrency: k.maxConc,
+		s := KeyState{Fingerprint: k.cred.Load().fp, InFlight: k.inflight, MaxConcurrency: k.maxConc,
 			Buckets: k.lim.State(now), PausedUntil: k.lim.PausedUntil(),
 			Out: k.out, OutSince: k.outSince, OutReason: k.outReason, ProbeAt: k.probeAt,
 			Requests: k.requests.Load(), RateLimited: k.rates.Load(), Revoked: k.revokes.Load()}
@@ -490,10 +492,10 @@ func (d *Dispatcher) PassKey() string {
 	defer d.mu.Unlock()
 	for _, k := range d.keys {
 		if !k.out {
-			return k.secret
+			return k.cred.Load().secret
 		}
 	}
-	return d.keys[0].secret
+	return d.keys[0].cred.Load().secret
 }
 
 // PredictWait predicts how long a request of cost and class arriving now
@@ -514,4 +516,31 @@ func (d *Dispatcher) PredictWait(cost provider.Cost, class llm.Priority) (wait t
 		return max(wait, readyAt.Sub(now)), true
 	}
 	return wait, false
+}
+
+// keyCred is one key's secret and its Fingerprint.
+type keyCred struct {
+	secret string
+	fp     string
+}
+
+// RotateKeys replaces the secrets of the pool's keys, in order, without
+// dropping a request: attempts already sent keep the secret they were sent
+// with, the next ones take the new one. A key whose secret changed is put
+// back in the pool (a revoked key replaced by a fresh one). The pool keeps
+// its size and its limits: adding or removing keys needs a restart.
+func (d *Dispatcher) RotateKeys(secrets []string) error {
+	if len(secrets) != len(d.keys) {
+		return fmt.Errorf("the pool has %d keys and the new config %d: adding or removing keys needs a restart", len(d.keys), len(secrets))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, k := range d.keys {
+		if k.cred.Load().secret == secrets[i] {
+			continue
+		}
+		k.cred.Store(&keyCred{secret: secrets[i], fp: Fingerprint(secrets[i])})
+		k.out, k.outReason, k.probing = false, "", false
+	}
+	return nil
 }

@@ -35,6 +35,9 @@ type Snapshot struct {
 	// PausedUntil the earliest key's pause end and RateScale the lowest:
 	// for a pool of one, its key's.
 	KeysIn, KeysOut int
+	// Reserved is the estimated cost of the requests in flight, per
+	// dimension: the part of the buckets' use not yet settled.
+	Reserved flow.Amount
 }
 
 // Snapshot returns the dispatcher's current state. It is cheap enough to
@@ -55,6 +58,16 @@ func (d *Dispatcher) Snapshot() Snapshot {
 			s.Buckets[dim].Capacity += k.Buckets[dim].Capacity
 			s.Buckets[dim].Depth += k.Buckets[dim].Depth
 			s.Buckets[dim].Level += k.Buckets[dim].Level
+			if kb := k.Buckets[dim]; !kb.ReportedAt.IsZero() {
+				// The provider's view, summed over the keys that reported.
+				sb := &s.Buckets[dim]
+				if sb.ReportedAt.IsZero() {
+					sb.Reported = flow.Observation{Remaining: 0}
+				}
+				sb.Reported.Limit += max(kb.Reported.Limit, 0)
+				sb.Reported.Remaining += max(kb.Reported.Remaining, 0)
+				sb.ReportedAt = maxTime(sb.ReportedAt, kb.ReportedAt)
+			}
 		}
 		if i == 0 || k.PausedUntil.Before(s.PausedUntil) {
 			s.PausedUntil = k.PausedUntil
@@ -65,6 +78,7 @@ func (d *Dispatcher) Snapshot() Snapshot {
 		s.Queued[c] = d.sched.LenClass(llm.Priority(c))
 	}
 	s.InFlight = d.inflight
+	s.Reserved = d.reserved
 	d.mu.Unlock()
 	return s
 }

@@ -55,7 +55,7 @@ func (d *Dispatcher) noteLimits(k *poolKey, obs map[flow.Dim]flow.Observation) {
 		if old == v || !k.learned[dim].CompareAndSwap(old, v) {
 			continue
 		}
-		d.cfg.States.LimitsLearned(k.fp, dim, o.Limit)
+		d.cfg.States.LimitsLearned(k.cred.Load().fp, dim, o.Limit)
 	}
 }
 
@@ -65,6 +65,6 @@ func (d *Dispatcher) pauseKey(k *poolKey, until, now time.Time, hinted bool) {
 	running := k.lim.PausedUntil().After(now)
 	k.pause(until, now)
 	if !running {
-		d.cfg.States.Paused(k.fp, until, until.Sub(now), hinted)
+		d.cfg.States.Paused(k.cred.Load().fp, until, until.Sub(now), hinted)
 	}
 }

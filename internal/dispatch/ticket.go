@@ -108,7 +108,8 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	d.inflight++
 	key.inflight++
 	key.granted(w, now)
-	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key}}, true
+	d.reserved = d.reserved.Add(w.cost)
+	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}}, true
 }
 
 // ticketWaiter is the waiter of a ticket: a placeholder request of the
@@ -255,7 +256,7 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	w.last = &out
 	if x.errResp != nil && DecideFate(FateParams{Sent: true, Outcome: out}).Kind == Terminal {
 		return &Response{Response: x.errResp, QueueWait: w.queueWait, Attempts: 1, Outcome: out, Protocol: t.d.cfg.Protocol,
-			Upstream: d.cfg.Name, Key: t.g.key.fp}, nil
+			Upstream: d.cfg.Name, Key: t.g.key.cred.Load().fp}, nil
 	}
 	status := statusForGiveUp(&out)
 	return nil, &Error{Reason: ErrCallFailed, Status: status, Type: errorTypeFor(d.cfg.Protocol, status),

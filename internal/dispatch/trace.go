@@ -63,7 +63,7 @@ func (d *Dispatcher) startAttempt(ctx context.Context, w *waiter, g grant, now t
 		attribute.String("sluice.priority", w.item.Class.String()),
 	}
 	if g.key != nil {
-		attrs = append(attrs, attribute.String("sluice.key", g.key.fp))
+		attrs = append(attrs, attribute.String("sluice.key", g.key.cred.Load().fp))
 	}
 	if w.req != nil {
 		if id := w.req.Header.Get("X-Sluice-Request-Id"); /* frontdoor.HeaderRequestID (frontdoor imports dispatch) */ id != "" {

@@ -120,6 +120,12 @@ type Breaker struct {
 	// outage it is in (kept across open → half-open → open); zero while
 	// Closed.
 	outageSince time.Time
+	// held keeps an Open breaker open until Force(Closed): an operator
+	// holding it open during a known incident.
+	held bool
+	// probeLimit caps HalfOpenProbes (< 0: no cap): a cluster node without
+	// the shared probe token probes not at all (SetProbeLimit).
+	probeLimit int
 }
 
 // NewBreaker returns a closed Breaker. rnd jitters the open period (nil: a
@@ -132,7 +138,62 @@ func NewBreaker(cfg BreakerConfig, rnd *rand.Rand, onChange func(from, to Breake
 	if rnd == nil {
 		rnd = rand.New(rand.NewPCG(1, 2))
 	}
-	return &Breaker{cfg: cfg, rnd: rnd, onChange: onChange, expiry: now.Add(cfg.Window)}, nil
+	return &Breaker{cfg: cfg, rnd: rnd, onChange: onChange, expiry: now.Add(cfg.Window), probeLimit: -1}, nil
+}
+
+// probes is how many probes half-open lets through at once; b.mu held.
+func (b *Breaker) maxProbes() int {
+	if b.probeLimit >= 0 {
+		return min(b.cfg.HalfOpenProbes, b.probeLimit)
+	}
+	return b.cfg.HalfOpenProbes
+}
+
+// SetProbeLimit caps how many probes half-open lets through at once
+// (n < 0: HalfOpenProbes, the default). A cluster node sets 0 while
+// another node holds the shared probe token, so only a bounded number of
+// probes go out cluster-wide. Successes still close the breaker after
+// HalfOpenProbes of them.
+func (b *Breaker) SetProbeLimit(n int) {
+	b.mu.Lock()
+	b.probeLimit = n
+	b.mu.Unlock()
+}
+
+// OpenUntil opens the breaker until until, as another node of the cluster
+// saw the upstream fail: a Closed breaker opens (an instant already past
+// makes it half-open at once), an Open one whose period ends earlier is
+// extended, and a HalfOpen one reopens when until is still ahead (a
+// probe failed elsewhere). Results of requests admitted before are
+// ignored (a new generation).
+func (b *Breaker) OpenUntil(until, now time.Time) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	switch {
+	case b.state == Closed, b.state == Open && b.expiry.Before(until), b.state == HalfOpen && until.After(now):
+		b.set(Open, now)
+		b.expiry = until
+	}
+	f2, t2 := b.lastChange()
+	from3, to3 := b.tick(now)
+	b.mu.Unlock()
+	b.notify(from, to)
+	b.notify(f2, t2)
+	b.notify(from3, to3)
+}
+
+// Reset closes the breaker, as the cluster's probe succeeded at another
+// node.
+func (b *Breaker) Reset(now time.Time) {
+	b.mu.Lock()
+	from, to := b.tick(now)
+	if b.state != Closed {
+		b.set(Closed, now)
+	}
+	f2, t2 := b.lastChange()
+	b.mu.Unlock()
+	b.notify(from, to)
+	b.notify(f2, t2)
 }
 
 // State returns the state at now (Open becomes HalfOpen when its period
@@ -141,7 +202,7 @@ func (b *Breaker) State(now time.Time) (BreakerState, time.Time) {
 	b.mu.Lock()
 	from, to := b.tick(now)
 	s, at := b.state, time.Time{}
-	if s == Open {
+	if s == Open && !b.held {
 		at = b.expiry
 	}
 	b.mu.Unlock()
@@ -167,9 +228,11 @@ func (b *Breaker) Ready(now time.Time) (ok bool, readyAt time.Time) {
 	case Closed:
 		ok = true
 	case Open:
-		readyAt = b.expiry
+		if !b.held {
+			readyAt = b.expiry
+		}
 	case HalfOpen:
-		ok = b.probes < b.cfg.HalfOpenProbes
+		ok = b.probes < b.maxProbes()
 	}
 	b.mu.Unlock()
 	b.notify(from, to)
@@ -185,7 +248,7 @@ func (b *Breaker) Allow(now time.Time) (uint64, error) {
 	case Open:
 		err = ErrOpen
 	case HalfOpen:
-		if b.probes >= b.cfg.HalfOpenProbes {
+		if b.probes >= b.maxProbes() {
 			err = ErrOpen
 		} else {
 			b.probes++
@@ -263,7 +326,7 @@ func (b *Breaker) tick(now time.Time) (from, to BreakerState) {
 	switch {
 	case b.state == Closed && !now.Before(b.expiry):
 		b.newGeneration(now)
-	case b.state == Open && !now.Before(b.expiry):
+	case b.state == Open && !b.held && !now.Before(b.expiry):
 		b.set(HalfOpen, now)
 	}
 	b.changed = false
@@ -308,4 +371,26 @@ func (b *Breaker) notify(from, to BreakerState) {
 	if from != to && b.onChange != nil {
 		b.onChange(from, to)
 	}
+}
+
+// Force moves the breaker by hand and returns the state it left: Closed
+// resets it (a fresh window, any hold released); Open opens it and holds
+// it open until the next Force(Closed), with no probe meanwhile. Unlike
+// the automatic transitions it does not call onChange: the caller reports
+// the change (with its cause) itself.
+func (b *Breaker) Force(s BreakerState, now time.Time) BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from := b.state
+	b.held = s == Open
+	b.set(s, now)
+	b.changed = false
+	return from
+}
+
+// Held reports whether an operator holds the breaker open (Force(Open)).
+func (b *Breaker) Held() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held
 }

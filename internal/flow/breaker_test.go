@@ -164,3 +164,48 @@ func TestBreakerOutageSince(t *testing.T) {
 	run(t, b, flow.Healthy, later.Add(time.Minute))
 	require.True(t, b.OutageSince().IsZero())
 }
+
+// TestBreakerClusterControls: OpenUntil opens a closed breaker until the
+// given instant (or half-opens it at once when that has passed), extends
+// a shorter opening and reopens a half-open one; SetProbeLimit(0) holds a
+// half-open breaker without probes; Reset closes it.
+func TestBreakerClusterControls(t *testing.T) {
+	t.Parallel()
+	b, tr := newBreaker(t, flow.BreakerConfig{HalfOpenProbes: 2})
+	until := t0.Add(10 * time.Second)
+	b.OpenUntil(until, t0)
+	s, at := b.State(t0)
+	require.Equal(t, flow.Open, s)
+	require.Equal(t, until, at)
+	require.Equal(t, t0, b.OutageSince())
+	b.OpenUntil(t0.Add(5*time.Second), t0) // earlier: ignored
+	_, at = b.State(t0)
+	require.Equal(t, until, at)
+
+	b.SetProbeLimit(0)
+	s, _ = b.State(until)
+	require.Equal(t, flow.HalfOpen, s)
+	ok, readyAt := b.Ready(until)
+	require.False(t, ok, "no probe without the token")
+	require.True(t, readyAt.IsZero())
+	_, err := b.Allow(until)
+	require.ErrorIs(t, err, flow.ErrOpen)
+	b.SetProbeLimit(-1)
+	_, err = b.Allow(until)
+	require.NoError(t, err)
+
+	// Half-open and another node's probe failed: reopen until its end.
+	b.OpenUntil(until.Add(3*time.Second), until)
+	s, _ = b.State(until)
+	require.Equal(t, flow.Open, s)
+	b.Reset(until)
+	s, _ = b.State(until)
+	require.Equal(t, flow.Closed, s)
+	require.True(t, b.OutageSince().IsZero())
+
+	// An opening already over half-opens a closed breaker at once.
+	b.OpenUntil(until.Add(-time.Second), until)
+	s, _ = b.State(until)
+	require.Equal(t, flow.HalfOpen, s)
+	require.Equal(t, transitions{"closed>open", "open>half_open", "half_open>open", "open>closed", "closed>open", "open>half_open"}, *tr)
+}

@@ -231,6 +231,10 @@ type Limiter struct {
 	widened time.Time
 	// hist is the recent history of debited, for Observe's raise.
 	hist debitHistory
+	// reported is the provider's last report per dimension (Observe),
+	// reportedAt when it came: the provider's view beside ours.
+	reported   [NumDims]Observation
+	reportedAt [NumDims]time.Time
 }
 
 // Mark is the Limiter's account at one instant, taken when a request is
@@ -557,6 +561,9 @@ func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, ra
 			continue
 		}
 		b := &l.b[d]
+		if o.Limit > 0 || o.Remaining >= 0 {
+			l.reported[d], l.reportedAt[d] = o, now
+		}
 		if o.Limit > 0 {
 			want := o.Limit
 			if configured := l.cfg.Limits[d]; configured > 0 {
@@ -670,6 +677,11 @@ type BucketState struct {
 	Depth float64
 	// Level is the room available now (may be negative).
 	Level float64
+	// Reported is the provider's last report of this dimension (its limit
+	// and remaining; Remaining < 0 when it reported none) and ReportedAt
+	// when it came (zero: never reported).
+	Reported   Observation
+	ReportedAt time.Time
 }
 
 // State returns every bucket's state at now.
@@ -680,7 +692,10 @@ func (l *Limiter) State(now time.Time) [NumDims]BucketState {
 	var s [NumDims]BucketState
 	for i := range l.b {
 		b := &l.b[i]
-		s[i] = BucketState{Capacity: b.cp(), Depth: b.dep()}
+		s[i] = BucketState{Capacity: b.cp(), Depth: b.dep(), Reported: l.reported[i], ReportedAt: l.reportedAt[i]}
+		if l.reportedAt[i].IsZero() {
+			s[i].Reported.Remaining = -1
+		}
 		if b.capacity > 0 {
 			s[i].Level = b.at(now, b.dep())
 		}

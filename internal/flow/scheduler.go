@@ -304,3 +304,16 @@ func (s *Scheduler) Drain() []*Item {
 	}
 	return out
 }
+
+// OldestArrival returns the arrival of class c's longest-waiting item
+// (zero when the class is empty): the front of its arrival list, which is
+// in sequence order, and a requeued item keeps its place and arrival.
+func (s *Scheduler) OldestArrival(c llm.Priority) time.Time {
+	if !c.Valid() {
+		return time.Time{}
+	}
+	if e := s.classes[c].byArrival.Front(); e != nil {
+		return e.Value.(*Item).Arrival
+	}
+	return time.Time{}
+}

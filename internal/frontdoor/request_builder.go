@@ -136,6 +136,17 @@ func badRequest(format string, args ...any) *provider.RequestError {
 	return &provider.RequestError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: fmt.Sprintf(format, args...)}
 }
 
+// RequestedPriority is the class a request with headers h from c will be
+// queued in, as Build decides it (the caller's default when X-Priority is
+// absent or invalid), for operators' views before the body is read.
+func RequestedPriority(h http.Header, c Caller) llm.Priority {
+	p, err := priority(h, c, nil)
+	if err != nil {
+		return c.Cap(c.DefaultPriority)
+	}
+	return p
+}
+
 // priority applies step 3 of Build.
 func priority(h http.Header, c Caller, override *llm.Priority) (llm.Priority, error) {
 	p := c.DefaultPriority

@@ -103,7 +103,7 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.cfg.Clock.Now()
-	params := jobstore.CreateBatchParams{Format: proto, Now: now}
+	params := jobstore.CreateBatchParams{Format: proto, Client: s.cfg.ClientOf(r), Now: now}
 	invalid := f.Invalid
 	for _, l := range f.Lines {
 		if err := checkBody(proto, l.Body, now); err != nil {
@@ -170,7 +170,7 @@ func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) (*jobstore.Ba
 	id := r.PathValue("id")
 	b, err := s.store.GetBatch(r.Context(), id)
 	switch {
-	case errors.Is(err, jobstore.ErrNotFound):
+	case errors.Is(err, jobstore.ErrNotFound) || (err == nil && !s.owns(r, b.Client)):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return nil, false
 	case err != nil:
@@ -255,6 +255,9 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if _, ok := s.getBatch(w, r); !ok {
+		return
+	}
 	res, err := s.store.CancelBatch(r.Context(), jobstore.CancelBatchParams{BatchID: id, Now: s.cfg.Clock.Now()})
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):

@@ -162,6 +162,10 @@ type Config struct {
 	// WebhookClient sends webhooks. Defaults to a client with
 	// http.DefaultTransport.
 	WebhookClient *http.Client
+	// WebhookCheck vets a webhook_url at submit (the gateway refuses
+	// private and metadata destinations: webhook.Guard); an error is
+	// answered 400 with its text. Defaults to accepting any http(s) URL.
+	WebhookCheck func(ctx context.Context, url string) error
 	// WebhookRetryFor is how long a delivery is retried (from the job's
 	// finish, or from a redeliver) before it is marked failed. Defaults to
 	// WebhookRetryForDefault.
@@ -193,6 +197,11 @@ type Config struct {
 	// ClientOf names the submitter of an HTTP request (for fairness and
 	// listing). Defaults to the X-Sluice-Client header.
 	ClientOf func(r *http.Request) string
+	// AdminOf reports whether the caller of r may see and manage every
+	// client's jobs and batches, pause upstreams and requeue across
+	// clients; any other caller sees only its own (owner.go). Defaults to
+	// every caller being an admin (one tenant).
+	AdminOf func(r *http.Request) bool
 	// PriorityOf returns the class a job submitted by r gets when it asks
 	// for requested (e.g. capped at the client's max_priority). Defaults to
 	// the requested class.
@@ -207,7 +216,42 @@ type Config struct {
 	// Tracer makes a span per job attempt (the engine hangs the attempt's
 	// upstream call under it). Defaults to a no-op tracer.
 	Tracer trace.Tracer
+	// Spend reserves each call's worst-case cost against its client's
+	// spend budget before it is sent and settles it after (the gateway's
+	// budgets, docs/budgets.md). Defaults to nil: no budgets.
+	Spend Spender
 }
+
+// Spender reserves a job's call against its client's spend budget.
+type Spender interface {
+	// Reserve is called with the call's request (Client set) before it is
+	// sent. A *BudgetError refuses it: the job waits until
+	// BudgetError.RetryAt without burning an attempt, or dies when RetryAt
+	// is zero.
+	Reserve(upstream string, req *dispatch.Request) (SpendHold, error)
+}
+
+// SpendHold is one reserved call.
+type SpendHold interface {
+	// Settle charges the call once: end as the engine read it, or a refund
+	// when ended is false (the call failed or was never sent). It returns
+	// the cost charged, in US dollars.
+	Settle(end dispatch.End, ended bool) float64
+}
+
+// BudgetError is a call refused by its client's spend budget.
+type BudgetError struct {
+	// Status and Message are recorded in the job's history (and, when it
+	// dies, its error).
+	Status  int
+	Message string
+	// RetryAt is when the call may fit (the budget window's reset, or soon
+	// when calls in flight hold it); zero means never (a total cap, a
+	// request larger than the budget): the job dies.
+	RetryAt time.Time
+}
+
+func (e *BudgetError) Error() string { return e.Message }
 
 // WithDefaults returns c with every unset field filled in. It is pure.
 func (c Config) WithDefaults() Config {
@@ -242,6 +286,9 @@ func (c Config) WithDefaults() Config {
 	c.SpoolMaxEntries = cmp.Or(c.SpoolMaxEntries, SpoolMaxEntriesDefault)
 	if c.PriorityOf == nil {
 		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
+	}
+	if c.AdminOf == nil {
+		c.AdminOf = func(*http.Request) bool { return true }
 	}
 	if c.ClientOf == nil {
 		c.ClientOf = func(r *http.Request) string { return r.Header.Get(frontdoor.HeaderClient) }

@@ -64,3 +64,7 @@ func (w *worker) routeFor(c llm.Priority) route {
 // servedByHeader, kept with every result, names the upstream that
 // answered the job: its own, or the fallback that served it.
 const servedByHeader = "X-Sluice-Upstream"
+
+// CostHeader, kept with a result whose call was charged, is the call's
+// cost in US dollars by the gateway's price table (docs/budgets.md).
+const CostHeader = "X-Sluice-Cost-Usd"

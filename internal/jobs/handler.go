@@ -112,6 +112,11 @@ func (s *Service) parseJobOptions(r *http.Request, priority, deadline string, ma
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return 0, time.Time{}, 0, fmt.Errorf("webhook_url must be an absolute http(s) URL, got %q", webhook)
 		}
+		if s.cfg.WebhookCheck != nil {
+			if err := s.cfg.WebhookCheck(r.Context(), webhook); err != nil {
+				return 0, time.Time{}, 0, fmt.Errorf("webhook_url: %w", err)
+			}
+		}
 	}
 	return prio, dl, maxAttempts, nil
 }
@@ -177,6 +182,11 @@ func (s *Service) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusAccepted
 	if res.Existing {
+		if res.Job.Upstream != req.Upstream || !bytes.Equal(res.Job.Body, compact.Bytes()) {
+			writeError(w, http.StatusConflict, "idempotency key %q is already used by job %d with a different request or upstream: use a new key for a new request",
+				key, res.Job.ID)
+			return
+		}
 		status = http.StatusOK
 	} else {
 		s.cfg.Observer.Submitted(req.Upstream, 1)
@@ -209,6 +219,9 @@ func (s *Service) serveGet(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = min(d, s.cfg.MaxLongPoll)
 	}
+	if _, ok := s.ownedJob(w, r, id); !ok {
+		return
+	}
 	j, err := s.waitFinished(r.Context(), id, wait)
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
@@ -240,6 +253,9 @@ func (s *Service) serveGet(w http.ResponseWriter, r *http.Request) {
 func (s *Service) serveRedeliver(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
 	if !ok {
+		return
+	}
+	if _, ok := s.ownedJob(w, r, id); !ok {
 		return
 	}
 	d, err := s.store.Redeliver(r.Context(), jobstore.RedeliverParams{JobID: id, Now: s.cfg.Clock.Now()})
@@ -282,6 +298,9 @@ func (s *Service) serveCancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if _, ok := s.ownedJob(w, r, id); !ok {
+		return
+	}
 	j, err := s.Cancel(r.Context(), id)
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
@@ -298,6 +317,9 @@ func (s *Service) serveCancel(w http.ResponseWriter, r *http.Request) {
 func (s *Service) serveRetry(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
 	if !ok {
+		return
+	}
+	if _, ok := s.ownedJob(w, r, id); !ok {
 		return
 	}
 	n, err := s.store.Requeue(r.Context(), jobstore.RequeueParams{IDs: []int64{id}, Now: s.cfg.Clock.Now()})
@@ -356,7 +378,23 @@ func (s *Service) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	n, err := s.store.Requeue(r.Context(), jobstore.RequeueParams{IDs: req.IDs, Upstream: req.Upstream, BatchID: req.BatchID, All: req.All, Now: s.cfg.Clock.Now()})
+	p := jobstore.RequeueParams{IDs: req.IDs, Upstream: req.Upstream, BatchID: req.BatchID, All: req.All, Now: s.cfg.Clock.Now()}
+	if !s.admin(r) {
+		// A client requeues its own jobs only, named by id or batch;
+		// sweeping requeues (all, by upstream) cross clients: admins only.
+		if req.All || req.Upstream != "" {
+			forbidden(w, "requeueing by upstream or all")
+			return
+		}
+		p.Client = s.cfg.ClientOf(r)
+		if len(req.IDs) == 1 {
+			// One id answers as GET would: 404 when it is not the caller's.
+			if _, ok := s.ownedJob(w, r, req.IDs[0]); !ok {
+				return
+			}
+		}
+	}
+	n, err := s.store.Requeue(r.Context(), p)
 	if err != nil {
 		s.requeueError(w, err)
 		return
@@ -375,6 +413,14 @@ type ListResponse struct {
 func (s *Service) serveList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id")}
+	if !s.admin(r) {
+		if own := s.cfg.ClientOf(r); p.Client == "" || p.Client == own {
+			p.Client = own
+		} else {
+			writeJSON(w, http.StatusOK, ListResponse{Object: "list", Data: []JobView{}}) // another client's: nothing to see
+			return
+		}
+	}
 	if v := q.Get("state"); v != "" {
 		st, err := jobstore.ParseState(v)
 		if err != nil {
@@ -424,6 +470,10 @@ func (s *Service) servePause(w http.ResponseWriter, r *http.Request) {
 	name, action := r.PathValue("name"), r.PathValue("action")
 	if action != "pause" && action != "resume" {
 		writeError(w, http.StatusNotFound, "no route %s %s (want pause or resume)", r.Method, r.URL.Path)
+		return
+	}
+	if !s.admin(r) {
+		forbidden(w, "pausing or resuming an upstream")
 		return
 	}
 	if _, ok := s.cfg.Protocols[name]; !ok {

@@ -101,7 +101,7 @@ func succeed() *fakeDispatcher {
 	}}
 }
 
-func openStore(t *testing.T) jobstore.Store {
+func openStore(t testing.TB) jobstore.Store {
 	t.Helper()
 	st, err := jobstore.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "jobs.db"), jobstore.Options{})
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func openStore(t *testing.T) jobstore.Store {
 // newService builds a service over a fresh store with upstream "claude"
 // (anthropic) served by d and "gpt" (openai) served by gpt; edit tunes the
 // config. It is started unless edit sets Owner to "manual".
-func newService(t *testing.T, st jobstore.Store, d, gpt Dispatcher, edit func(*Config)) *Service {
+func newService(t testing.TB, st jobstore.Store, d, gpt Dispatcher, edit func(*Config)) *Service {
 	t.Helper()
 	if st == nil {
 		st = openStore(t)

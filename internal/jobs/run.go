@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +36,8 @@ type verdict struct {
 	// outcome is the attempt's outcome if the store takes the verdict
 	// as it is (a retry may still kill the job).
 	outcome AttemptOutcome
+	// costUSD is what the call was charged against its client's budget.
+	costUSD float64
 }
 
 // run executes one leased job with its admission ticket: one call with a
@@ -158,6 +161,7 @@ func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, 
 		slog.Int64("duration_ms", d.Milliseconds()),
 		slog.Int64("tokens_in", usage.InputTokens),
 		slog.Int64("tokens_out", usage.OutputTokens),
+		slog.Float64("cost_usd", v.costUSD),
 	)
 }
 
@@ -250,9 +254,18 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, a admission) verdict
 			req.Cost.Model = to
 		}
 	}
+	// Reserved on the upstream that serves the call, at the price of the
+	// model it is sent as.
+	hold, err := w.reserveSpend(cmp.Or(a.via.upstream, w.upstream), req)
+	if err != nil {
+		t.Release()
+		return w.budgetRefused(j, err)
+	}
 	resp, err := t.Call(ctx, req)
 	if err != nil {
-		return w.callFailure(j, err)
+		v := w.callFailure(j, err)
+		v.costUSD = hold.Settle(dispatch.End{}, false)
+		return v
 	}
 	defer resp.Body.Close()
 	var body bytes.Buffer
@@ -272,17 +285,23 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, a admission) verdict
 		}
 	}
 	res.Header[servedByHeader] = []string{cmp.Or(a.via.upstream, w.upstream)}
-	end, _ := resp.End()
+	end, ended := resp.End()
+	costUSD := hold.Settle(end, ended)
+	if costUSD > 0 {
+		res.Header[CostHeader] = []string{strconv.FormatFloat(costUSD, 'f', -1, 64)}
+	}
 	out := end.Outcome
 	if readErr != nil && out.Kind == llm.Success {
 		out = llm.Outcome{Kind: llm.Transient, Status: resp.StatusCode, Message: "reading the upstream response: " + readErr.Error()}
 	}
 	if out.Kind == llm.Success {
 		res.Usage = end.Usage
-		return verdict{complete: res, outcome: AttemptSuccess}
+		return verdict{complete: res, outcome: AttemptSuccess, costUSD: costUSD}
 	}
 	out.Status = cmp.Or(out.Status, resp.StatusCode)
-	return w.fated(j, w.fate(j, true, out, 0), out, res)
+	v := w.fated(j, w.fate(j, true, out, 0), out, res)
+	v.costUSD = costUSD
+	return v
 }
 
 // callFailure turns an error from Ticket.Call into a verdict.

@@ -55,7 +55,7 @@ func ParseState(s string) (State, error) {
 type Job struct {
 	// ID is assigned by the store, increasing with insertion order.
 	ID int64
-	// IdempotencyKey is unique across the store when set.
+	// IdempotencyKey is unique among the Client's jobs when set.
 	IdempotencyKey string
 	// Upstream names the upstream whose dispatcher runs the job.
 	Upstream string

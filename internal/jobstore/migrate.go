@@ -58,9 +58,11 @@ func loadMigrations(d dialect) ([]migration, error) {
 		out = append(out, *m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i, m := range out {
-		if m.Version != i+1 || m.Up == "" || m.Down == "" {
-			return nil, fmt.Errorf("reading migrations: version %d is missing or lacks its up or down file", i+1)
+	// Versions may leave gaps (parallel branches number their steps ahead
+	// of each other): every known version not applied yet is pending.
+	for _, m := range out {
+		if m.Version < 1 || m.Up == "" || m.Down == "" {
+			return nil, fmt.Errorf("reading migrations: version %d lacks its up or down file", m.Version)
 		}
 	}
 	return out, nil
@@ -136,16 +138,30 @@ func (m *Migrator) Status(ctx context.Context) (MigrationStatus, error) {
 	if err != nil {
 		return MigrationStatus{}, fmt.Errorf("reading schema version: %w", err)
 	}
-	st := MigrationStatus{Latest: len(m.all), Applied: applied}
-	if n := len(applied); n > 0 {
-		st.Current = applied[n-1].Version
+	st := MigrationStatus{Applied: applied}
+	if n := len(m.all); n > 0 {
+		st.Latest = m.all[n-1].Version
 	}
-	for _, mg := range m.all {
-		if mg.Version > st.Current {
-			st.Pending = append(st.Pending, fmt.Sprintf("%04d_%s", mg.Version, mg.Name))
-		}
+	done := map[int]bool{}
+	for _, a := range applied {
+		done[a.Version] = true
+		st.Current = max(st.Current, a.Version)
+	}
+	for _, mg := range m.pending(done) {
+		st.Pending = append(st.Pending, fmt.Sprintf("%04d_%s", mg.Version, mg.Name))
 	}
 	return st, nil
+}
+
+// pending lists the known migrations not in done, in version order.
+func (m *Migrator) pending(done map[int]bool) []migration {
+	var out []migration
+	for _, mg := range m.all {
+		if !done[mg.Version] {
+			out = append(out, mg)
+		}
+	}
+	return out
 }
 
 // Up applies every pending migration and returns their versions. It fails
@@ -158,8 +174,12 @@ func (m *Migrator) Up(ctx context.Context, now time.Time) ([]int, error) {
 	if st.Current > st.Latest {
 		return nil, fmt.Errorf("%w: database at version %d, this sluice knows %d", ErrSchemaTooNew, st.Current, st.Latest)
 	}
+	applied := map[int]bool{}
+	for _, a := range st.Applied {
+		applied[a.Version] = true
+	}
 	var done []int
-	for _, mg := range m.all[st.Current:] {
+	for _, mg := range m.pending(applied) {
 		if err := m.conn.apply(ctx, mg, true, now); err != nil {
 			return done, fmt.Errorf("applying migration %04d_%s: %w", mg.Version, mg.Name, err)
 		}
@@ -181,9 +201,17 @@ func (m *Migrator) Down(ctx context.Context, steps int, now time.Time) ([]int, e
 	if st.Current > st.Latest {
 		return nil, fmt.Errorf("%w: database at version %d, this sluice knows %d", ErrSchemaTooNew, st.Current, st.Latest)
 	}
+	byVersion := map[int]migration{}
+	for _, mg := range m.all {
+		byVersion[mg.Version] = mg
+	}
 	var done []int
-	for v := st.Current; v > 0 && len(done) < steps; v-- {
-		mg := m.all[v-1]
+	for i := len(st.Applied) - 1; i >= 0 && len(done) < steps; i-- {
+		v := st.Applied[i].Version
+		mg, ok := byVersion[v]
+		if !ok {
+			return done, fmt.Errorf("%w: database has version %d, which this sluice does not know", ErrSchemaTooNew, v)
+		}
 		if err := m.conn.apply(ctx, mg, false, now); err != nil {
 			return done, fmt.Errorf("reverting migration %04d_%s: %w", mg.Version, mg.Name, err)
 		}
@@ -207,7 +235,7 @@ func ensureSchema(ctx context.Context, conn migrationConn, d dialect, noMigrate 
 	switch {
 	case st.Current > st.Latest:
 		return fmt.Errorf("%w: database at version %d, this sluice knows %d", ErrSchemaTooNew, st.Current, st.Latest)
-	case st.Current == st.Latest:
+	case len(st.Pending) == 0:
 		return nil
 	case noMigrate:
 		return fmt.Errorf("database schema at version %d, this sluice needs %d: run 'sluice migrate up'", st.Current, st.Latest)

@@ -36,6 +36,7 @@ func (s *postgresStore) Requeue(ctx context.Context, p RequeueParams) (int, erro
 	if p.BatchID != "" {
 		w.add(pgInBatch, p.BatchID)
 	}
+	w.addIf("client", p.Client)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("requeueing jobs: %w", err)
@@ -224,8 +225,8 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 	id := p.ID
 	now := storeTime(p.Now)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO sluice_batches (id, format, total, created_at) VALUES ($1, $2, $3, $4)`,
-			id, string(p.Format), len(p.Jobs), pgTime(now)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO sluice_batches (id, format, total, created_at, client) VALUES ($1, $2, $3, $4, $5)`,
+			id, string(p.Format), len(p.Jobs), pgTime(now), p.Client); err != nil {
 			return mapPgErr(err)
 		}
 		// Draw the ids first: the membership rows name them.
@@ -263,14 +264,14 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 		return nil, fmt.Errorf("creating batch: %w", err)
 	}
 	s.notes.signal("")
-	return &Batch{ID: id, Format: p.Format, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)}, CreatedAt: now}, nil
+	return &Batch{ID: id, Format: p.Format, Client: p.Client, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)}, CreatedAt: now}, nil
 }
 
 func (s *postgresStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	b := &Batch{ID: id}
 	var format string
 	created := pgTime(time.Time{})
-	err := s.pool.QueryRow(ctx, `SELECT format, total, created_at FROM sluice_batches WHERE id = $1`, id).Scan(&format, &b.Total, &created)
+	err := s.pool.QueryRow(ctx, `SELECT format, total, created_at, client FROM sluice_batches WHERE id = $1`, id).Scan(&format, &b.Total, &created, &b.Client)
 	if err != nil {
 		return nil, fmt.Errorf("getting batch %s: %w", id, mapPgErr(err))
 	}

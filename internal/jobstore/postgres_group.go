@@ -34,7 +34,7 @@ const pgInsertGroup = `WITH u AS MATERIALIZED (
 			u.av, u.wh, u.nw, u.nw, CASE WHEN u.leased THEN 1 ELSE 0 END, CASE WHEN u.leased THEN u.ow ELSE '' END,
 			CASE WHEN u.leased THEN u.ex END
 		FROM u ORDER BY u.ord
-		ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id),
+		ON CONFLICT (client, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id),
 	n AS (SELECT pg_notify('` + notifyChannel + `', x) FROM unnest($12::text[]) x)
 	SELECT u.ord, u.id, ins.id IS NOT NULL, u.leased, (SELECT count(*) FROM n) FROM u LEFT JOIN ins ON ins.id = u.id`
 
@@ -130,7 +130,7 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 			}
 			continue
 		}
-		j, err := scanPgJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE idempotency_key = $1`, p.IdempotencyKey))
+		j, err := scanPgJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE client = $1 AND idempotency_key = $2`, p.Client, p.IdempotencyKey))
 		if err != nil {
 			errs[i] = fmt.Errorf("inserting job: reading existing key: %w", mapPgErr(err))
 			continue

@@ -31,6 +31,10 @@ func (s *sqliteStore) Requeue(ctx context.Context, p RequeueParams) (int, error)
 		where = append(where, "batch_id = ?")
 		args = append(args, p.BatchID)
 	}
+	if p.Client != "" {
+		where = append(where, "client = ?")
+		args = append(args, p.Client)
+	}
 	var n int
 	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
 		// tx.Tx: the text varies with the id count, so it is not cached.

@@ -14,8 +14,8 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 	id := p.ID
 	now := storeTime(p.Now)
 	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sluice_batches (id, format, total, created_at) VALUES (?, ?, ?, ?)`,
-			id, string(p.Format), len(p.Jobs), micros(now)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sluice_batches (id, format, total, created_at, client) VALUES (?, ?, ?, ?, ?)`,
+			id, string(p.Format), len(p.Jobs), micros(now), p.Client); err != nil {
 			return mapSQLiteErr(err)
 		}
 		stmt, err := tx.PrepareContext(ctx, sqliteInsert)
@@ -37,7 +37,7 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 	if err != nil {
 		return nil, fmt.Errorf("creating batch: %w", err)
 	}
-	return &Batch{ID: id, Format: p.Format, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)}, CreatedAt: now}, nil
+	return &Batch{ID: id, Format: p.Format, Client: p.Client, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)}, CreatedAt: now}, nil
 }
 
 // countInto adds n jobs in state to c.
@@ -65,7 +65,7 @@ func (s *sqliteStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	b := &Batch{ID: id}
 	var format string
 	var created sql.NullInt64
-	err = tx.QueryRowContext(ctx, `SELECT format, total, created_at FROM sluice_batches WHERE id = ?`, id).Scan(&format, &b.Total, &created)
+	err = tx.QueryRowContext(ctx, `SELECT format, total, created_at, client FROM sluice_batches WHERE id = ?`, id).Scan(&format, &b.Total, &created, &b.Client)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("getting batch %s: %w", id, ErrNotFound)
 	}

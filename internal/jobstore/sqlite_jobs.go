@@ -47,9 +47,9 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 		// it back was a fifth of the writer's time under single submits).
 		var id int64
 		var state string
-		err := tx.QueryRowContext(ctx, q+` ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, state`, args...).Scan(&id, &state)
+		err := tx.QueryRowContext(ctx, q+` ON CONFLICT (client, idempotency_key) DO NOTHING RETURNING id, state`, args...).Scan(&id, &state)
 		if errors.Is(err, sql.ErrNoRows) {
-			j, err := scanSQLiteJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE idempotency_key = ?`, p.IdempotencyKey))
+			j, err := scanSQLiteJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE client = ? AND idempotency_key = ?`, p.Client, p.IdempotencyKey))
 			res = InsertResult{Job: j, Existing: true}
 			return err
 		}

@@ -41,8 +41,9 @@ var (
 // and jobstoretest.Run checks that they behave the same. All methods are safe
 // for concurrent use.
 type Store interface {
-	// Insert adds a queued job. When IdempotencyKey names an existing job,
-	// that job is returned with Existing set and nothing is inserted.
+	// Insert adds a queued job. When IdempotencyKey names an existing job
+	// of the same Client (keys are scoped per client), that job is returned
+	// with Existing set and nothing is inserted.
 	Insert(ctx context.Context, p InsertParams) (InsertResult, error)
 	// Get returns a job by id, or ErrNotFound.
 	Get(ctx context.Context, id int64) (*Job, error)
@@ -146,19 +147,28 @@ type Store interface {
 	// it.
 	CountLive(ctx context.Context, now time.Time) ([]LiveCount, error)
 
+	// AddSpend adds each entry's spend to what its client spent on its
+	// upstream and model on its UTC day, all in one transaction.
+	AddSpend(ctx context.Context, p AddSpendParams) error
+	// Spend returns the spend recorded per client, UTC day, upstream and
+	// model, from Since's day on (all of it for a zero Since), in that
+	// order.
+	Spend(ctx context.Context, p SpendParams) ([]SpendEntry, error)
+
 	// Close releases the store's connections and goroutines.
 	Close() error
 }
 
 // InsertParams describes a new job.
 type InsertParams struct {
-	// IdempotencyKey makes the insert idempotent when set.
+	// IdempotencyKey makes the insert idempotent when set; it is unique
+	// per Client.
 	IdempotencyKey string
 	// Upstream is required.
 	Upstream string
 	// Priority must be valid (0..3).
 	Priority llm.Priority
-	// Client is free text.
+	// Client owns the job (free text): it scopes IdempotencyKey.
 	Client string
 	// Path is required, e.g. /v1/messages.
 	Path string
@@ -289,7 +299,9 @@ type RequeueParams struct {
 	Upstream string
 	BatchID  string
 	All      bool
-	Now      time.Time
+	// Client, when set, requeues only that client's jobs (ownership).
+	Client string
+	Now    time.Time
 }
 
 // RescueParams drives one rescuer pass.
@@ -350,7 +362,9 @@ type Batch struct {
 	// Format is the protocol of the batch's source file.
 	Format llm.Protocol
 	// Total is the number of jobs.
-	Total     int
+	Total int
+	// Client owns the batch (CreateBatchParams.Client).
+	Client    string
 	Counts    BatchCounts
 	CreatedAt time.Time
 }
@@ -369,6 +383,8 @@ type CreateBatchParams struct {
 	ID string
 	// Format is the protocol of the source (anthropic or openai).
 	Format llm.Protocol
+	// Client owns the batch; empty for none.
+	Client string
 	// Jobs are inserted as given, each with a CustomID unique in the batch.
 	Jobs []InsertParams
 	Now  time.Time

@@ -266,3 +266,12 @@ func (e edgeStore) DeliveryStats(ctx context.Context) (DeliveryStats, error) {
 	st, err := e.Store.DeliveryStats(ctx)
 	return st, unavailable(ctx, err)
 }
+
+func (e edgeStore) AddSpend(ctx context.Context, p AddSpendParams) error {
+	return unavailable(ctx, e.Store.AddSpend(ctx, p))
+}
+
+func (e edgeStore) Spend(ctx context.Context, p SpendParams) ([]SpendEntry, error) {
+	out, err := e.Store.Spend(ctx, p)
+	return out, unavailable(ctx, err)
+}

@@ -113,27 +113,6 @@ func naiveSender(n *Naive, base string) sender {
 	}
 }
 
-// directSender sends each item once straight to the provider at base.
-func directSender(client *http.Client, base string) sender {
-	return func(ctx context.Context, it Item) (int, int, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+it.Path(), bytes.NewReader(it.Body()))
-		if err != nil {
-			return 0, 0, fmt.Errorf("building request: %w", err)
-		}
-		req.Header = header(it, anthropicKey)
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, 1, fmt.Errorf("calling provider: %w", err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return resp.StatusCode, 1, fmt.Errorf("reading answer: %w", err)
-		}
-		return resp.StatusCode, 1, complete(it, resp.StatusCode, body)
-	}
-}
-
 // runOpenLoop sends each item at its arrival time, whatever is still in
 // flight, and returns the outcomes in item order.
 func runOpenLoop(ctx context.Context, clk clock.Clock, items []Item, send sender) []Outcome {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
 	"strings"
@@ -19,6 +20,11 @@ type client struct {
 	name            string
 	defaultPriority llm.Priority
 	maxPriority     llm.Priority
+	// admin may see and manage every client's jobs and batches and call
+	// the admin routes. With no clients configured every caller is admin.
+	admin bool
+	// limits are the client's per-upstream limits (client_limits.go).
+	limits ClientLimits
 }
 
 // caller is the client as the front door knows it.
@@ -26,45 +32,73 @@ func (c client) caller() frontdoor.Caller {
 	return frontdoor.Caller{Name: c.name, DefaultPriority: c.defaultPriority, MaxPriority: c.maxPriority}
 }
 
-// clientSet finds clients by key. Keys are held only as SHA-256 digests, so
-// the lookup takes the same time whatever the key shares with a real one.
+// clientSet finds clients by key. Keys are held only as SHA-256 digests
+// (a config may give the digest itself, key_sha256), and the lookup
+// compares the caller's digest with every one in constant time, so neither
+// the answer's timing nor memory reveals a key.
 type clientSet struct {
-	byDigest map[[sha256.Size]byte]client
+	entries []clientEntry
+}
+
+type clientEntry struct {
+	digest [sha256.Size]byte
+	client client
 }
 
 func newClientSet(cfgs []ClientConfig) *clientSet {
-	cs := &clientSet{byDigest: map[[sha256.Size]byte]client{}}
+	cs := &clientSet{}
 	for _, c := range cfgs {
 		// Validated by Config.validate; a parse failure cannot happen here.
 		def, _ := llm.ParsePriority(c.DefaultPriority)
 		maxP, _ := llm.ParsePriority(c.MaxPriority)
-		cs.byDigest[sha256.Sum256([]byte(c.Key))] = client{name: c.Name, defaultPriority: def, maxPriority: maxP}
+		cl := client{name: c.Name, defaultPriority: def, maxPriority: maxP, admin: c.Role == RoleAdmin, limits: c.Limits}
+		for _, d := range c.digests() {
+			cs.entries = append(cs.entries, clientEntry{digest: d, client: cl})
+		}
 	}
 	return cs
 }
 
 // open reports whether any key is accepted (no clients configured).
-func (cs *clientSet) open() bool { return len(cs.byDigest) == 0 }
+func (cs *clientSet) open() bool { return len(cs.entries) == 0 }
+
+// byName finds a configured client by its name (a job's owner).
+func (cs *clientSet) byName(name string) (client, bool) {
+	for _, e := range cs.entries {
+		if e.client.name == name {
+			return e.client, true
+		}
+	}
+	return client{}, false
+}
 
 // authenticate identifies the caller from x-api-key or Authorization:
-// Bearer. With no clients configured every request is accepted: a request
-// with a key is named "key-" plus the first 8 hex digits of the key's
-// SHA-256 (so fairness still tells callers apart without logging keys), one
-// without is AnonymousClient. Otherwise the key must belong to a client.
+// Bearer. With no clients configured every request is accepted, as an
+// admin: a request with a key is named "key-" plus the first 8 hex digits
+// of the key's SHA-256 (so fairness still tells callers apart without
+// logging keys), one without is AnonymousClient. Otherwise the key must
+// belong to a client.
 func (cs *clientSet) authenticate(h http.Header) (client, bool) {
 	key := clientKey(h)
 	if cs.open() {
 		if key == "" {
-			return client{name: AnonymousClient, defaultPriority: DefaultPriorityDefault, maxPriority: MaxPriorityDefault}, true
+			return client{name: AnonymousClient, defaultPriority: DefaultPriorityDefault, maxPriority: MaxPriorityDefault, admin: true}, true
 		}
 		d := sha256.Sum256([]byte(key))
-		return client{name: "key-" + hex.EncodeToString(d[:4]), defaultPriority: DefaultPriorityDefault, maxPriority: MaxPriorityDefault}, true
+		return client{name: "key-" + hex.EncodeToString(d[:4]), defaultPriority: DefaultPriorityDefault, maxPriority: MaxPriorityDefault, admin: true}, true
 	}
 	if key == "" {
 		return client{}, false
 	}
-	c, ok := cs.byDigest[sha256.Sum256([]byte(key))]
-	return c, ok
+	d := sha256.Sum256([]byte(key))
+	var found client
+	ok := 0
+	for _, e := range cs.entries { // every entry, no early exit
+		if m := subtle.ConstantTimeCompare(d[:], e.digest[:]); m == 1 {
+			found, ok = e.client, 1
+		}
+	}
+	return found, ok == 1
 }
 
 // clientKey returns the key the client sent, x-api-key first.
@@ -78,3 +112,33 @@ func clientKey(h http.Header) string {
 	}
 	return ""
 }
+
+// requireAdmin lets only admin callers through to next: 401 without a
+// valid key, 403 (permission_error) for a client that is not an admin.
+// With no clients configured every caller is an admin.
+func (s *Server) requireAdmin(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		cl, ok := s.clientSet().authenticate(r.Header)
+		if !ok {
+			writeJobsError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
+			return
+		}
+		if !cl.admin {
+			writeJobsError(w, http.StatusForbidden, "permission_error",
+				"this route needs an admin client key (role: admin); client "+cl.name+" is not an admin")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// clientSet returns the clients in force (a reload swaps them).
+func (s *Server) clientSet() *clientSet { return s.clients.Load() }
+
+// callerOf returns the client a jobs request was authenticated as.
+func callerOf(r *http.Request) (client, bool) {
+	cl, ok := r.Context().Value(jobClientKey{}).(client)
+	return cl, ok
+}
+
+func sha256Sum(s string) [sha256.Size]byte { return sha256.Sum256([]byte(s)) }

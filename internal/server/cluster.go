@@ -20,8 +20,9 @@ const ClusterStoreOff = "off"
 // Store is empty and the job store is PostgreSQL, sharing is on through
 // the job store's database; on SQLite (or store: none) it is off.
 type ClusterConfig struct {
-	// Store is where the shared state lives: postgres://… (or "off").
-	// Defaults to the job store when that is PostgreSQL.
+	// Store is where the shared state lives: postgres://…, redis://… or
+	// rediss://… (a key_prefix=… parameter names the keys' prefix), or
+	// "off". Defaults to the job store when that is PostgreSQL.
 	Store string `yaml:"store"`
 	// NodeID names this node. Defaults to hostname-pid.
 	NodeID string `yaml:"node_id"`
@@ -51,17 +52,27 @@ func isPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
+func isRedis(dsn string) bool {
+	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
+}
+
+// openClusterBackend opens the shared store named by dsn.
+func openClusterBackend(ctx context.Context, dsn string) (cluster.Backend, error) {
+	if isRedis(dsn) {
+		return cluster.OpenRedis(ctx, dsn)
+	}
+	return cluster.OpenPostgres(ctx, dsn)
+}
+
 func (c ClusterConfig) node() cluster.Config {
 	return cluster.Config{NodeID: c.NodeID, SyncInterval: c.SyncInterval, LeaseTTL: c.LeaseTTL}
 }
 
 func (c ClusterConfig) validate() error {
 	switch {
-	case c.Store == "", c.Store == ClusterStoreOff, isPostgres(c.Store):
-	case strings.HasPrefix(c.Store, "redis://"):
-		return errors.New("cluster.store: the Redis backend is not in this build yet; use postgres://…")
+	case c.Store == "", c.Store == ClusterStoreOff, isPostgres(c.Store), isRedis(c.Store):
 	default:
-		return fmt.Errorf("cluster.store: want postgres://… or %q", ClusterStoreOff)
+		return fmt.Errorf("cluster.store: want postgres://…, redis://… or %q", ClusterStoreOff)
 	}
 	if err := c.node().WithDefaults().Validate(); err != nil {
 		return err
@@ -80,11 +91,15 @@ func (m clusterMember) Key() string { return m.key }
 func (m clusterMember) Load() cluster.Load {
 	l := m.d.ClusterLoad()
 	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
-		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil}
+		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil,
+		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil}
 }
 
 func (m clusterMember) Apply(share float64, slots int) { m.d.SetClusterShare(share, slots) }
 func (m clusterMember) Pause(until time.Time)          { m.d.ApplyPause(until) }
+func (m clusterMember) Breaker(openUntil time.Time, probe bool, since time.Time) {
+	m.d.ApplyClusterBreaker(openUntil, probe, since)
+}
 
 // startCluster opens the shared store and starts this node's syncs, when
 // sharing is on. s.mu is held.
@@ -101,7 +116,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 		}
 		members = append(members, clusterMember{d: d, key: cluster.Key(name, poolSecret(s.upstreams[name].cfg))})
 	}
-	b, err := cluster.OpenPostgres(ctx, dsn)
+	b, err := openClusterBackend(ctx, dsn)
 	if err != nil {
 		return fmt.Errorf("starting the cluster node: %w", err)
 	}

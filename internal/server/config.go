@@ -3,8 +3,11 @@ package server
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -12,6 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/quota"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
 	"go.yaml.in/yaml/v3"
 )
@@ -35,6 +40,15 @@ const (
 	RequestBytesWaitDefault = 2 * time.Second
 	// ShutdownGraceDefault is how long Stop lets in-flight requests finish.
 	ShutdownGraceDefault = 30 * time.Second
+	// ReadTimeoutDefault, WriteTimeoutDefault and IdleTimeoutDefault bound
+	// slow clients (Config).
+	ReadTimeoutDefault  = 5 * time.Minute
+	WriteTimeoutDefault = 2 * time.Minute
+	IdleTimeoutDefault  = 2 * time.Minute
+	// MaxHeaderBytesDefault bounds a request's headers.
+	MaxHeaderBytesDefault = 64 << 10
+	// MaxConnectionsDefault caps the open client connections.
+	MaxConnectionsDefault = 4096
 	// DefaultPriorityDefault and MaxPriorityDefault bound a client's classes.
 	DefaultPriorityDefault = llm.Normal
 	MaxPriorityDefault     = llm.Critical
@@ -74,6 +88,28 @@ type Config struct {
 	// ShutdownGrace is how long Stop waits for in-flight requests before
 	// cutting them off. Defaults to 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// ReadHeaderTimeout bounds how long a client may take to send its
+	// request line and headers (slowloris). Defaults to 30s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included. Defaults
+	// to 5m.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing an answer on the gateway's own routes
+	// (jobs API, status, metrics). The provider routes and batch results
+	// clear it: a stream lasts as long as the generation, which the
+	// upstream's request_timeout bounds. Defaults to 2m (above the jobs
+	// API's longest wait, 60s).
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a keep-alive connection idle that long. Defaults
+	// to 2m.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds the request line and headers; larger requests
+	// get 431. Defaults to 64 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections caps the client connections open at once; a
+	// connection beyond it is answered 503 (overloaded_error,
+	// retry-after: 1) and closed. Negative means no cap. Defaults to 4096.
+	MaxConnections int `yaml:"max_connections"`
 	// Upstreams are the provider APIs, each served under /{name}/, each
 	// defaulted and validated by package upstream (docs/config.md lists
 	// the fields). At least one is required. Defaults to none.
@@ -81,6 +117,10 @@ type Config struct {
 	// Clients are the callers allowed in, each with its own key. With none,
 	// any key is accepted. Defaults to none.
 	Clients []ClientConfig `yaml:"clients"`
+	// Prices is the price table that costs requests for spend budgets and
+	// the spend metrics (docs/budgets.md). Defaults to the shipped table
+	// (pricing.Shipped), unknown models priced at its dearest price.
+	Prices pricing.Config `yaml:"prices"`
 }
 
 // ClientConfig is one caller allowed through the gateway.
@@ -89,7 +129,8 @@ type ClientConfig struct {
 	// Defaults to none.
 	Name string `yaml:"name"`
 	// Key is the client's secret, sent as x-api-key or Authorization:
-	// Bearer. Required, unique. Defaults to none.
+	// Bearer. Unique; one of Key, Keys or KeySHA256 is required. Defaults
+	// to none.
 	Key string `yaml:"key"`
 	// DefaultPriority is the class used without X-Priority. Defaults to
 	// normal.
@@ -97,7 +138,93 @@ type ClientConfig struct {
 	// MaxPriority is the most urgent class the client may ask for; more
 	// urgent requests are lowered to it. Defaults to critical.
 	MaxPriority string `yaml:"max_priority"`
+	// Keys are more keys of the same client, valid together with Key: to
+	// rotate, add the new key, move the callers to it, then remove the old
+	// one (a reload, SIGHUP, is enough). Each unique. Defaults to none.
+	Keys []string `yaml:"keys"`
+	// Role is client (its own jobs and batches only) or admin (every
+	// client's jobs and batches, pausing upstreams, requeueing across
+	// clients, per-client status). Defaults to client.
+	Role string `yaml:"role"`
+	// Limits caps what the client may send to each upstream, enforced
+	// before dispatch (client_limits.go). Defaults to no limit.
+	Limits ClientLimits `yaml:"limits"`
+	// KeySHA256 is one more key given as the hex SHA-256 of the key, so
+	// the config file holds nothing a caller could send (generate with
+	// `printf %s "$KEY" | sha256sum`). Defaults to none.
+	KeySHA256 string `yaml:"key_sha256"`
+	// Budget caps the client's spend in US dollars, reserved before each
+	// request is sent (docs/budgets.md). Defaults to none (no cap).
+	Budget BudgetConfig `yaml:"budget"`
 }
+
+// Client roles.
+const (
+	// RoleClient sees and manages only its own jobs and batches.
+	RoleClient = "client"
+	// RoleAdmin sees and manages everything, and may call the admin
+	// routes. With no clients configured every caller is an admin.
+	RoleAdmin = "admin"
+	// RoleDefault is the role of a client that names none.
+	RoleDefault = RoleClient
+)
+
+// allKeys returns the client's plain keys (Key and Keys).
+func (cl ClientConfig) allKeys() []string {
+	var out []string
+	if cl.Key != "" {
+		out = append(out, cl.Key)
+	}
+	return append(out, cl.Keys...)
+}
+
+// digests returns the SHA-256 of every key of the client, KeySHA256
+// included (validated as 64 hex digits).
+func (cl ClientConfig) digests() [][sha256.Size]byte {
+	var out [][sha256.Size]byte
+	for _, k := range cl.allKeys() {
+		out = append(out, sha256.Sum256([]byte(k)))
+	}
+	if cl.KeySHA256 != "" {
+		var d [sha256.Size]byte
+		_, _ = hex.Decode(d[:], []byte(strings.ToLower(cl.KeySHA256)))
+		out = append(out, d)
+	}
+	return out
+}
+
+// BudgetConfig is a client's spend budget in US dollars (priced by the
+// price table, Config.Prices). A request whose worst-case cost does not
+// fit is refused: 429 with retry-after for Day and Month, 402 for Total.
+type BudgetConfig struct {
+	// Day caps the spend per UTC calendar day. Defaults to 0 (no cap).
+	Day float64 `yaml:"day"`
+	// Month caps the spend per UTC calendar month. Defaults to 0 (no cap).
+	Month float64 `yaml:"month"`
+	// Total caps the spend for good (a hard cap: it never resets).
+	// Defaults to 0 (no cap).
+	Total float64 `yaml:"total"`
+}
+
+// limits returns b in the ledger's units.
+func (b BudgetConfig) limits() quota.Limits {
+	return quota.Limits{Day: pricing.FromDollars(b.Day), Month: pricing.FromDollars(b.Month), Total: pricing.FromDollars(b.Total)}
+}
+
+func (b BudgetConfig) validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"day", b.Day}, {"month", b.Month}, {"total", b.Total}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > MaxBudgetUSD {
+			return fmt.Errorf("%s: %v is not an amount of US dollars between 0 and %d", f.name, f.v, MaxBudgetUSD)
+		}
+	}
+	return nil
+}
+
+// MaxBudgetUSD bounds a budget window, in US dollars.
+const MaxBudgetUSD = 1_000_000_000
 
 // LookupEnv reads an environment variable; os.LookupEnv in production.
 type LookupEnv func(name string) (string, bool)
@@ -175,6 +302,12 @@ func (c Config) WithDefaults() Config {
 	c.Store = cmp.Or(c.Store, StoreDefault)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
+	c.ReadHeaderTimeout = cmp.Or(c.ReadHeaderTimeout, ReadHeaderTimeoutDefault)
+	c.ReadTimeout = cmp.Or(c.ReadTimeout, ReadTimeoutDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, IdleTimeoutDefault)
+	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, MaxHeaderBytesDefault)
+	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
 	if c.MaxRequestBytesInFlight == 0 {
 		c.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight()
 	}
@@ -183,10 +316,12 @@ func (c Config) WithDefaults() Config {
 	for i, u := range c.Upstreams {
 		c.Upstreams[i] = u.WithDefaults()
 	}
+	c.Prices = c.Prices.WithDefaults()
 	c.Clients = append([]ClientConfig(nil), c.Clients...)
 	for i, cl := range c.Clients {
 		cl.DefaultPriority = cmp.Or(cl.DefaultPriority, DefaultPriorityDefault.String())
 		cl.MaxPriority = cmp.Or(cl.MaxPriority, MaxPriorityDefault.String())
+		cl.Role = cmp.Or(cl.Role, RoleDefault)
 		c.Clients[i] = cl
 	}
 	return c
@@ -221,6 +356,17 @@ func (c Config) validate() error {
 	if c.ShutdownGrace < 0 {
 		return errors.New("shutdown_grace: must be >= 0")
 	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read_header_timeout", c.ReadHeaderTimeout}, {"read_timeout", c.ReadTimeout}, {"write_timeout", c.WriteTimeout}, {"idle_timeout", c.IdleTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: must be >= 0", d.name)
+		}
+	}
+	if c.MaxHeaderBytes < 1024 {
+		return errors.New("max_header_bytes: must be at least 1024")
+	}
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")
 	}
@@ -245,18 +391,27 @@ func (c Config) validate() error {
 			}
 		}
 	}
-	clientNames, keys := map[string]bool{}, map[string]bool{}
+	clientNames, keys := map[string]bool{}, map[[sha256.Size]byte]bool{}
 	for i, cl := range c.Clients {
 		if err := cl.validate(); err != nil {
 			return fmt.Errorf("clients[%d].%w", i, err)
 		}
+		if err := cl.Limits.validate(names); err != nil {
+			return fmt.Errorf("clients[%d].limits.%w", i, err)
+		}
 		if clientNames[cl.Name] {
 			return fmt.Errorf("clients[%d].name: duplicate client %q", i, cl.Name)
 		}
-		if keys[cl.Key] {
-			return fmt.Errorf("clients[%d].key: the same key is used by another client", i)
+		for _, d := range cl.digests() {
+			if keys[d] {
+				return fmt.Errorf("clients[%d].keys: a key is used twice (by this client or another)", i)
+			}
+			keys[d] = true
 		}
-		clientNames[cl.Name], keys[cl.Key] = true, true
+		clientNames[cl.Name] = true
+	}
+	if err := c.Prices.Validate(); err != nil {
+		return fmt.Errorf("prices.%w", err)
 	}
 	if len(c.Clients) == 0 && !c.AllowPublic && !isLoopback(c.Listen) {
 		return fmt.Errorf("listen: %s is not a loopback address and no clients are configured, so anyone could use the upstream keys: configure clients or set allow_public: true", c.Listen)
@@ -285,8 +440,21 @@ func (cl ClientConfig) validate() error {
 	if strings.TrimSpace(cl.Name) == "" {
 		return errors.New("name: required")
 	}
-	if cl.Key == "" {
-		return errors.New("key: required (e.g. key: ${SLUICE_KEY_WEB})")
+	if cl.Key == "" && len(cl.Keys) == 0 && cl.KeySHA256 == "" {
+		return errors.New("key: required (e.g. key: ${SLUICE_KEY_WEB}, or keys: [...], or key_sha256: HEX)")
+	}
+	for j, k := range cl.Keys {
+		if k == "" {
+			return fmt.Errorf("keys[%d]: empty key", j)
+		}
+	}
+	if cl.KeySHA256 != "" {
+		if d, err := hex.DecodeString(cl.KeySHA256); err != nil || len(d) != sha256.Size {
+			return errors.New("key_sha256: want the 64 hex digits of the key's SHA-256")
+		}
+	}
+	if cl.Role != RoleClient && cl.Role != RoleAdmin {
+		return fmt.Errorf("role: %q is not admin or client", cl.Role)
 	}
 	def, err := llm.ParsePriority(cl.DefaultPriority)
 	if err != nil {
@@ -298,6 +466,9 @@ func (cl ClientConfig) validate() error {
 	}
 	if def < maxP {
 		return fmt.Errorf("default_priority: %s is more urgent than max_priority %s", def, maxP)
+	}
+	if err := cl.Budget.validate(); err != nil {
+		return fmt.Errorf("budget.%w", err)
 	}
 	return nil
 }

@@ -77,8 +77,8 @@ func TestParseConfigFull(t *testing.T) {
 	require.Equal(t, "sk-local", o.APIKey)
 	require.Equal(t, "http://127.0.0.1:1234", o.BaseURL)
 	require.Equal(t, []ClientConfig{
-		{Name: "web", Key: "web-key", DefaultPriority: "high", MaxPriority: "critical"},
-		{Name: "batch", Key: "k2", DefaultPriority: "low", MaxPriority: "2"},
+		{Name: "web", Key: "web-key", DefaultPriority: "high", MaxPriority: "critical", Role: RoleClient},
+		{Name: "batch", Key: "k2", DefaultPriority: "low", MaxPriority: "2", Role: RoleClient},
 	}, cfg.Clients)
 }
 
@@ -193,7 +193,14 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"client max_priority", "upstreams:\n" + up0 + "clients: [{name: a, key: k, max_priority: 7}]\n", "clients[0].max_priority: unknown priority"},
 		{"client default above max", "upstreams:\n" + up0 + "clients: [{name: a, key: k, default_priority: critical, max_priority: normal}]\n", "clients[0].default_priority: critical is more urgent"},
 		{"client duplicate name", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: a, key: j}]\n", "clients[1].name: duplicate"},
-		{"client duplicate key", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key: k}]\n", "clients[1].key: the same key"},
+		{"client duplicate key", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key: k}]\n", "clients[1].keys: a key is used twice"},
+		{"client key reused in keys", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key: j, keys: [k]}]\n", "clients[1].keys: a key is used twice"},
+		{"client key hashed twice", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key_sha256: 8254c329a92850f6d539dd376f4816ee2764517da5e0235514af433164480d7a}]\n", "clients[1].keys: a key is used twice"},
+		{"client bad key_sha256", "upstreams:\n" + up0 + "clients: [{name: a, key_sha256: xyz}]\n", "clients[0].key_sha256: want the 64 hex"},
+		{"client no key", "upstreams:\n" + up0 + "clients: [{name: a}]\n", "clients[0].key: required"},
+		{"client bad role", "upstreams:\n" + up0 + "clients: [{name: a, key: k, role: root}]\n", "clients[0].role: \"root\" is not admin or client"},
+		{"client negative limit", "upstreams:\n" + up0 + "clients: [{name: a, key: k, limits: {requests_per_minute: -1}}]\n", "clients[0].limits.requests_per_minute: must be >= 0"},
+		{"client limit unknown upstream", "upstreams:\n" + up0 + "clients: [{name: a, key: k, limits: {upstreams: {nope: {max_concurrency: 1}}}}]\n", "clients[0].limits.upstreams.nope: no upstream is named"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

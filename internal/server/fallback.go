@@ -26,11 +26,13 @@ const (
 // shares the request's one deadline. A response is only ever taken from
 // one upstream: Do returns before any byte reaches the client, so a
 // stream never switches once it has started. The answer says who served
-// it (Response.Upstream).
+// it (Response.Upstream). Each engine call goes through send, which
+// reserves its worst case against the client's budget at the price of the
+// model it is sent as.
 func (s *Server) doRouted(ctx context.Context, u *upstream, req *dispatch.Request, h http.Header) (*dispatch.Response, error) {
 	if len(u.cfg.Fallbacks) == 0 || strings.EqualFold(strings.TrimSpace(h.Get(HeaderFallback)), "off") ||
 		!u.cfg.FallbackClass(req.Priority) {
-		return u.engine.Do(ctx, req)
+		return s.send(ctx, u, req)
 	}
 	if req.Deadline.IsZero() {
 		// One end-to-end deadline: the primary's class default, fixed now.
@@ -38,7 +40,7 @@ func (s *Server) doRouted(ctx context.Context, u *upstream, req *dispatch.Reques
 	}
 	first := *req
 	first.FailFast = true
-	resp, err := u.engine.Do(ctx, &first)
+	resp, err := s.send(ctx, u, &first)
 	reason := fallbackReason(err, u)
 	if reason == "" {
 		return resp, err
@@ -50,9 +52,12 @@ func (s *Server) doRouted(ctx context.Context, u *upstream, req *dispatch.Reques
 		}
 		next := *req
 		next.Body = frontdoor.RewriteModel(req.Body, f.Models)
+		if to, ok := f.Models[req.Cost.Model]; ok {
+			next.Cost.Model = to // priced as the model it is sent as
+		}
 		next.FailFast = i < len(u.cfg.Fallbacks)-1
 		s.metrics.fallbackTaken(u.cfg.Name, f.Upstream, reason)
-		fresp, ferr := fu.engine.Do(ctx, &next)
+		fresp, ferr := s.send(ctx, fu, &next)
 		if ferr == nil {
 			return fresp, nil
 		}

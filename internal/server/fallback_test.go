@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -258,4 +259,61 @@ func TestJobFallsBackThroughGateway(t *testing.T) {
 	require.Equal(t, "backup", job.Response.Headers["X-Sluice-Upstream"])
 	require.Equal(t, int64(1), down.Stats().Overall.ByStatus["529"], "the primary saw the call that opened its breaker, then nothing")
 	require.Equal(t, int64(1), up.Stats().Overall.ByStatus["200"])
+}
+
+// TestJobsPacedByTheirClientLimit: a client's jobs go out at its own
+// requests_per_minute through the real gateway, worker and mock: all
+// served, none burning an attempt on the limit, and never faster than
+// the limit allows.
+func TestJobsPacedByTheirClientLimit(t *testing.T) {
+	t.Parallel()
+	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	const n, rpm = 8, 120 // two a second, a burst of two
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
+		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch", Limits: ClientLimits{LimitValues: LimitValues{RequestsPerMinute: rpm}}}}},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	var ids []string
+	for i := range n {
+		code, body := call(t, "POST", base+"/v1/jobs", "ck-batch", fmt.Sprintf(`{"upstream":"claude",
+			"request":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"job %d"}]}}`, i))
+		require.Equal(t, http.StatusAccepted, code, string(body))
+		var j struct {
+			ID json.Number `json:"id"`
+		}
+		require.NoError(t, json.Unmarshal(body, &j))
+		ids = append(ids, j.ID.String())
+	}
+	var first, last time.Time
+	for _, id := range ids {
+		var j struct {
+			State      string    `json:"state"`
+			Attempts   int       `json:"attempts"`
+			FinishedAt time.Time `json:"finished_at"`
+		}
+		require.Eventually(t, func() bool {
+			_, b := call(t, "GET", base+"/v1/jobs/"+id+"?wait=5s", "ck-batch", "")
+			require.NoError(t, json.Unmarshal(b, &j))
+			return j.State == "succeeded"
+		}, 60*time.Second, time.Millisecond, "job %s", id)
+		require.LessOrEqual(t, j.Attempts, 1, "the limit burns no attempt")
+		if first.IsZero() || j.FinishedAt.Before(first) {
+			first = j.FinishedAt
+		}
+		if j.FinishedAt.After(last) {
+			last = j.FinishedAt
+		}
+	}
+	// n calls at two a second after a burst of two: at least 2.5 s from
+	// the first answer to the last (less a little for answer times).
+	require.GreaterOrEqual(t, last.Sub(first), time.Duration(float64(n-2-1)*float64(time.Minute)/rpm),
+		"the client's jobs never went faster than its limit")
+	require.Equal(t, int64(n), m.Stats().Overall.ByStatus["200"])
 }

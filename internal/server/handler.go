@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 )
@@ -18,13 +20,16 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.serveNotFound(w, r)
 		return
 	}
+	// A stream lasts as long as the generation (the upstream's
+	// request_timeout bounds it): no server write deadline here.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	rl := &requestLine{id: frontdoor.NewRequestID(), upstream: name, priority: priorityUnknown, start: s.clock.Now()}
 	sw := &statusWriter{ResponseWriter: w}
 	ctx, span := s.startRequestSpan(r, rl)
 	r = r.WithContext(ctx)
 	rl.traceID = span.SpanContext().TraceID()
 	defer func() { s.endRequestSpan(span, rl, sw.status) }()
-	cl, ok := s.clients.authenticate(r.Header)
+	cl, ok := s.clientSet().authenticate(r.Header)
 	if !ok {
 		s.outcome(rl, "", outcomeUnauthorized)
 		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusUnauthorized,
@@ -35,7 +40,29 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	rl.client = cl.name
 	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
+		lu := s.live.upstream(name) // live.go
+		lu.opened(rl, askedPriority(r, cl))
 		s.serveScheduled(sw, r, u, cl, rl, rest)
+		lu.closed(rl)
+		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
+		s.finished(rl)
+		return
+	}
+	// Pass-through bodies are held to the same limit as scheduled ones.
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusRequestEntityTooLarge,
+			Message: fmt.Sprintf("request body exceeds the gateway's limit of %d bytes (max_body_bytes)", s.cfg.MaxBodyBytes)})
+		s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)
+		return
+	}
+	r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
+	if s.spend.unmetered(cl.name, r.Method, rest) {
+		// A budget is only as good as its meter: a client with a budget
+		// may not reach the provider's billable routes unscheduled.
+		s.outcome(rl, "", outcomeBudget)
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
+			Message: fmt.Sprintf("client %s has a spend budget, so only %s is served on this upstream (metered); %s %s is not passed through",
+				cl.name, u.scheduledPath(), r.Method, rest)})
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}

@@ -101,7 +101,7 @@ func (s *Server) storeCheck(ctx context.Context) ReadyCheck {
 }
 
 // fixedRoutes are the gateway's own GET routes, for 405 answers.
-var fixedRoutes = []string{"/healthz", "/livez", "/readyz", "/metrics", "/v1/status"}
+var fixedRoutes = []string{"/healthz", "/livez", "/readyz", "/metrics", "/v1/status", "/v1/status/history", "/ui"}
 
 // serveNotFound answers a path no route serves: 405 (with Allow) for a
 // wrong method on one of the gateway's own GET routes, else 404. Both in a

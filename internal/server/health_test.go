@@ -26,6 +26,12 @@ func TestHealthAndUnknownRoutes(t *testing.T) {
 		{http.MethodGet, "/foo/bar", 404, "no such route: /foo/bar"},
 		{http.MethodPost, "/v1/status", 405, "method POST is not allowed on /v1/status"},
 		{http.MethodDelete, "/readyz", 405, "not allowed"},
+		{http.MethodGet, "/ui", 200, "<title>Sluice</title>"},
+		{http.MethodGet, "/ui/app.js", 200, "/v1/status/history"},
+		{http.MethodPost, "/ui", 405, "not allowed on /ui"},
+		{http.MethodGet, "/ui/nope.js", 404, "no such route: /ui/nope.js"},
+		{http.MethodGet, "/ui/", 200, "<title>Sluice</title>"},
+		{http.MethodDelete, "/v1/status/history", 405, "not allowed"},
 	}
 	for _, tt := range tests {
 		r, body := ts.do(t, tt.method, tt.path, "", nil)

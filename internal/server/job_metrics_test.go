@@ -46,7 +46,8 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	srv, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
-		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}}},
+		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}},
+		Jobs:      JobsConfig{Webhooks: WebhooksConfig{Allow: []string{"127.0.0.1"}}}},
 		withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))

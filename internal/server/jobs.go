@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // The durable job queue runs inside the gateway: jobs are dispatched by the
@@ -28,14 +31,16 @@ const headerClient = frontdoor.HeaderClient
 // jobClientKey carries the authenticated client to the job service's hooks.
 type jobClientKey struct{}
 
-// jobRoutes are the paths the job service answers.
+// jobRoutes are the paths the job service answers. Pausing and resuming an
+// upstream is also behind requireAdmin (routes); the job service checks
+// ownership of every job and batch itself (jobs.Config.AdminOf).
 var jobRoutes = []string{"/v1/jobs", "/v1/jobs/", "/v1/batches", "/v1/batches/", "/v1/upstreams/"}
 
 // serveJobs authenticates the client and hands the request to the job
 // service. The client's name (never its key) is passed on for fairness and
 // listing.
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
-	cl, ok := s.clients.authenticate(r.Header)
+	cl, ok := s.clientSet().authenticate(r.Header)
 	if !ok {
 		writeJobsError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
 		return
@@ -50,6 +55,10 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Header.Set(headerClient, cl.name)
+	if strings.HasSuffix(r.URL.Path, "/results") {
+		// A large batch's results may take longer than WriteTimeout.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	}
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/jobs" || r.URL.Path == "/v1/batches") {
 		// Submissions hold their body until it is stored: reserve it first,
 		// give it back once the handler (and so the store write) is done.
@@ -104,15 +113,25 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if s.metrics.jobs != nil {
 		obs = s.metrics.jobs
 	}
+	guard, err := webhook.NewGuard(jc.Webhooks.Allow) // validated with the config
+	if err != nil {
+		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
+	}
 	svc, err := jobs.New(jobs.Config{
+		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
 		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
 		WebhookMaxDelay: jc.Webhooks.MaxDelay, WebhookTimeout: jc.Webhooks.Timeout,
+		Spend:    jobSpender{s},
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
+		AdminOf: func(r *http.Request) bool {
+			cl, ok := callerOf(r)
+			return ok && cl.admin
+		},
 		PriorityOf: func(r *http.Request, p llm.Priority) llm.Priority {
-			if cl, ok := r.Context().Value(jobClientKey{}).(client); ok {
+			if cl, ok := callerOf(r); ok {
 				return cl.caller().Cap(p) // capped at the client's max_priority, as on the proxy routes
 			}
 			return p
@@ -127,11 +146,15 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())
 	}
+	// The spend kept in the store, before any request is charged.
+	if err := s.spend.start(ctx, st); err != nil {
+		return errors.Join(err, s.closeStore())
+	}
 	if err := svc.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.spend.close(ctx), s.closeStore())
 	}
 	if err := cleaner.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.spend.close(ctx), s.closeStore())
 	}
 	s.jobs.Store(svc)
 	s.cleaner = cleaner
@@ -156,6 +179,9 @@ func (s *Server) stopJobs(ctx context.Context) error {
 		errs = append(errs, s.cleaner.Stop(ctx))
 		s.cleaner = nil
 	}
+	// The spend settled since the last flush, once no job can add to it
+	// (live requests were drained before), then the store.
+	errs = append(errs, s.spend.close(ctx))
 	errs = append(errs, s.closeStore())
 	return errors.Join(errs...)
 }

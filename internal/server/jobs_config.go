@@ -2,8 +2,11 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // JobsConfig tunes the durable job queue (POST /v1/jobs, /v1/batches). Zero
@@ -80,6 +83,11 @@ type WebhooksConfig struct {
 	MaxDelay time.Duration `yaml:"max_delay"`
 	// Timeout bounds one POST. Defaults to 10s.
 	Timeout time.Duration `yaml:"timeout"`
+	// Allow lists the loopback and private destinations webhooks may be
+	// sent to: CIDRs ("10.0.0.0/8"), IPs or host names. Link-local and
+	// metadata addresses are refused whatever it says; public addresses
+	// are always allowed (internal/webhook.Guard). Defaults to none.
+	Allow []string `yaml:"allow"`
 }
 
 func (j JobsConfig) validate() error {
@@ -110,6 +118,9 @@ func (j JobsConfig) validate() error {
 		return errors.New("retention.dead: must be >= 0")
 	case j.Retention.Canceled < 0:
 		return errors.New("retention.canceled: must be >= 0")
+	}
+	if _, err := webhook.NewGuard(j.Webhooks.Allow); err != nil {
+		return fmt.Errorf("webhooks.%w", err)
 	}
 	return nil
 }

@@ -144,7 +144,7 @@ func TestJobsPriorityCappedByClient(t *testing.T) {
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
 		Clients: []ClientConfig{{Name: "batch", Key: "ck-batch", MaxPriority: "normal"},
-			{Name: "web", Key: "ck-web", MaxPriority: "critical"}}},
+			{Name: "web", Key: "ck-web", MaxPriority: "critical", Role: RoleAdmin}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

@@ -25,6 +25,7 @@ const (
 	outcomeUnauthorized  = "unauthorized"   // unknown or missing client key
 	outcomeCanceled      = "canceled"       // client went away
 	outcomeError         = "error"          // unexpected engine failure
+	outcomeBudget        = "budget"         // refused by the client's spend budget (spend.go)
 )
 
 // priorityUnknown labels requests rejected before their class was known.
@@ -53,6 +54,7 @@ type metrics struct {
 	tokens      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	latency     *prometheus.HistogramVec
+	live        *live // the dashboard's counts, fed by the observers
 	// jobs are the job queue's metrics; nil when the queue is disabled.
 	jobs *jobMetrics
 	pool *poolMetrics // metrics_pool.go
@@ -61,10 +63,11 @@ type metrics struct {
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	m := &metrics{
 		registry: reg,
+		live:     s.live,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total",
-			Help: "Scheduled proxy requests by upstream, priority class and outcome.",
-		}, []string{"upstream", "priority", "outcome"}),
+			Help: "Scheduled proxy requests by upstream, priority class, outcome and client (a configured client's name, default for a keyless caller of an open gateway, other, unknown).",
+		}, []string{"upstream", "priority", "outcome", "client"}),
 		passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_passthrough_requests_total",
 			Help: "Requests forwarded unscheduled (paths other than messages/chat completions).",
@@ -125,11 +128,11 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
 }
 
-func (m *metrics) request(upstream, priority, outcome string) {
+func (m *metrics) request(upstream, priority, outcome, client string) {
 	if priority == "" {
 		priority = priorityUnknown
 	}
-	m.requests.WithLabelValues(upstream, priority, outcome).Inc()
+	m.requests.WithLabelValues(upstream, priority, outcome, client).Inc()
 }
 
 func (m *metrics) passthroughRequest(upstream string) {
@@ -138,7 +141,7 @@ func (m *metrics) passthroughRequest(upstream string) {
 
 // observer returns the dispatch.Observer for one upstream.
 func (m *metrics) observer(upstream string) dispatch.Observer {
-	o := &upstreamObserver{m: m, upstream: upstream, latency: m.latency.WithLabelValues(upstream)}
+	o := &upstreamObserver{m: m, upstream: upstream, latency: m.latency.WithLabelValues(upstream), live: m.live.upstream(upstream)}
 	for c := range llm.NumPriorities {
 		o.queueWait[c] = m.queueWait.WithLabelValues(upstream, llm.Priority(c).String())
 	}
@@ -153,6 +156,7 @@ func (m *metrics) observer(upstream string) dispatch.Observer {
 type upstreamObserver struct {
 	m        *metrics
 	upstream string
+	live     *liveUpstream // the dashboard's counts (live.go)
 	// The series every request touches, resolved once: a label lookup per
 	// request costs more than the observation.
 	queueWait [llm.NumPriorities]prometheus.Observer
@@ -174,6 +178,18 @@ func (o *upstreamObserver) Admitted(class llm.Priority, queueWait time.Duration)
 
 func (o *upstreamObserver) Attempted(outcome llm.OutcomeKind, status int, latency time.Duration) {
 	o.m.attempts.WithLabelValues(o.upstream, outcome.String(), statusLabel(status)).Inc()
+	if o.live != nil {
+		switch outcome {
+		case llm.Success:
+			o.live.success.Add(1)
+		case llm.Rate:
+			o.live.rate429.Add(1)
+		case llm.Overload:
+			o.live.over529.Add(1)
+		default:
+			// The dashboard's outcome rates show these three and sheds.
+		}
+	}
 	o.latency.Observe(latency.Seconds())
 }
 
@@ -183,6 +199,9 @@ func (o *upstreamObserver) Retried(outcome llm.OutcomeKind) {
 
 func (o *upstreamObserver) Shed(_ llm.Priority, reason error) {
 	o.m.shed.WithLabelValues(o.upstream, shedReason(reason)).Inc()
+	if o.live != nil {
+		o.live.shed.Add(1)
+	}
 }
 
 func (o *upstreamObserver) RateLimited(overshoot bool) {

@@ -27,12 +27,15 @@ type requestLine struct {
 	tokensIn  int64
 	tokensOut int64
 	traceID   trace.TraceID // zero unless traced (logged as trace_id)
+	// spend is the request's budget reservation; its settled cost is
+	// logged as cost_usd.
+	spend *spendHold
 }
 
 // outcome records the request's outcome in sluice_requests_total and in
 // its log line: one place, so the two always agree.
 func (s *Server) outcome(rl *requestLine, priority, outcome string) {
-	s.metrics.request(rl.upstream, priority, outcome)
+	s.metrics.request(rl.upstream, priority, outcome, clientLabel(s.live.clients.configured, rl.client))
 	if priority == "" {
 		priority = priorityUnknown
 	}
@@ -65,7 +68,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
 		slog.Int64("tokens_in", rl.tokensIn),
 		slog.Int64("tokens_out", rl.tokensOut),
-		// cost_usd: the spend track adds the estimated cost here.
+		slog.Float64("cost_usd", rl.spend.costSoFar().Dollars()),
 	}
 	if rl.traceID.IsValid() {
 		attrs = append(attrs, slog.String("trace_id", rl.traceID.String()))

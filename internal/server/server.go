@@ -26,7 +26,7 @@ import (
 )
 
 // ReadHeaderTimeoutDefault bounds how long a client may take to send its
-// request headers (slowloris protection).
+// request headers (slowloris protection): Config.ReadHeaderTimeout.
 const ReadHeaderTimeoutDefault = 30 * time.Second
 
 // Errors callers branch on.
@@ -115,13 +115,20 @@ type Server struct {
 	log       *slog.Logger
 	tracer    trace.Tracer
 	upstreams map[string]*upstream
-	order     []string // upstream names in config order
-	clients   *clientSet
+	order     []string                  // upstream names in config order
+	clients   atomic.Pointer[clientSet] // swapped by Reload
+	reloadMu  sync.Mutex                // serializes Reload (reload.go)
 	registry  *prometheus.Registry
 	metrics   *metrics
-	budget    *byteBudget // request bytes in flight (budget.go)
-	handler   http.Handler
-	noListen  bool
+	budget    *byteBudget     // request bytes in flight (budget.go)
+	gates     *clientGates    // per-client limits (client_limits.go)
+	spend     *spender        // spend budgets and accounting (spend.go)
+	live      *live           // outcomes, latencies and client usage (live.go)
+	history   *historySampler // the last minutes, for the dashboard (history.go)
+	// statusJobs caches /v1/status's job counts (status_why.go).
+	statusJobs statusJobs
+	handler    http.Handler
+	noListen   bool
 
 	mu        sync.Mutex
 	started   bool
@@ -235,15 +242,27 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		log:            o.logger,
 		tracer:         o.tracerOrNoop(),
 		upstreams:      map[string]*upstream{},
-		clients:        newClientSet(cfg.Clients),
 		registry:       prometheus.NewRegistry(),
 		baseCtx:        baseCtx,
 		cancelRequests: cancel,
 		store:          o.store,
 		noListen:       o.noListen,
 	}
+	s.clients.Store(newClientSet(cfg.Clients))
+	s.gates = newClientGates(s.clock)
+	names := make([]string, 0, len(cfg.Upstreams))
+	for _, uc := range cfg.Upstreams {
+		names = append(names, uc.Name)
+	}
+	s.live = newLive(names, cfg.Clients)
+	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
+	sp, err := newSpender(cfg, s.clock, s.log, newSpendMetrics(s.registry, s))
+	if err != nil {
+		return nil, fmt.Errorf("validating config: %w", err)
+	}
+	s.spend = sp
 	for _, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.BaseURL)
 		if err != nil { // validated above; kept for safety
@@ -267,7 +286,8 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Config returns the defaulted configuration the server runs with.
+// Config returns the defaulted configuration the server started with
+// (Reload may have changed its clients and upstream keys since).
 func (s *Server) Config() Config { return s.cfg }
 
 // Handler returns the gateway's routes, for tests or to mount in another
@@ -285,9 +305,14 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /readyz", s.serveReadyz)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
+	mux.HandleFunc("GET /v1/status/history", s.serveHistory)
+	mux.HandleFunc("POST /v1/upstreams/{name}/breaker", s.requireAdmin(s.serveBreaker))
+	mux.HandleFunc("GET /ui", s.serveUI)
+	mux.Handle("GET /ui/", s.uiAssets())
 	for _, p := range jobRoutes {
 		mux.HandleFunc(p, s.serveJobs)
 	}
+	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", s.requireAdmin(s.serveJobs))
 	// Only configured upstreams get a subtree: any other path is a 404
 	// (a wildcard subtree would redirect /foo to /foo/ first).
 	for _, name := range s.order {
@@ -331,6 +356,12 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	started = append(started, clusterLifecycle{s})
+	// The history sampler reads the engines only.
+	if err := s.history.Start(ctx); err != nil {
+		s.undoStart(ctx, started)
+		return fmt.Errorf("starting the history sampler: %w", err)
+	}
+	started = append(started, s.history)
 	// Then the job queue, which hands work to the dispatchers.
 	if err := s.startJobs(ctx); err != nil {
 		s.undoStart(ctx, started)
@@ -346,10 +377,15 @@ func (s *Server) Start(ctx context.Context) error {
 		s.undoStart(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
 		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConnections) // limit_listener.go
 	s.ln = ln
 	s.http = &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: ReadHeaderTimeoutDefault,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
@@ -455,7 +491,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			lcs = append(lcs, lc)
 		}
 	}
-	lcs = append(lcs, clusterLifecycle{s})
+	lcs = append(lcs, clusterLifecycle{s}, s.history)
 	errs = append(errs, stopAll(ctx, lcs))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping server: %w", err)

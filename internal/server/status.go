@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -23,18 +24,52 @@ type StatusResponse struct {
 	Time      time.Time        `json:"time"`
 	Upstreams []UpstreamStatus `json:"upstreams"`
 	Cluster   *ClusterStatus   `json:"cluster,omitempty"` // status_cluster.go
+	// Clients is each client's use of the gateway since it started.
+	// Admin callers only.
+	Clients []ClientUsage `json:"clients,omitempty"`
+	// ClientLimits is each limited client's room on each upstream
+	// (client_limits.go). Admin callers only.
+	ClientLimits []ClientLimitStatus `json:"client_limits,omitempty"`
+	// Spend is each client's spend and budget windows (status_spend.go).
+	// Admin callers only.
+	Spend *SpendStatus `json:"spend,omitempty"`
+}
+
+// forCaller drops the per-client sections a caller that is not an admin
+// may not see (other clients' names and usage).
+func (st *StatusResponse) forCaller(admin bool) {
+	if !admin {
+		st.ClientLimits = nil
+		st.Spend = nil
+		st.Clients = nil
+		for i := range st.Upstreams {
+			for j := range st.Upstreams[i].Oldest {
+				st.Upstreams[i].Oldest[j].Client = ""
+			}
+		}
+	}
 }
 
 // UpstreamStatus is one upstream's scheduling state.
 type UpstreamStatus struct {
 	Name     string       `json:"name"`
 	Protocol llm.Protocol `json:"protocol"`
-	// Queued is the queue length per class.
-	Queued map[string]int `json:"queued"`
+	// Queued is the queue length per class; OldestWait the seconds the
+	// longest-waiting request of each non-empty class has waited.
+	Queued     map[string]int     `json:"queued"`
+	OldestWait map[string]float64 `json:"oldest_wait_seconds"`
+	// WaitingOn says what the head of the queue waits on (null: nothing
+	// waits). See status_why.go.
+	WaitingOn *WaitingOn `json:"waiting_on"`
 	// InFlight and ConcurrencyLimit: requests being sent or streamed, and
 	// the adaptive limit they are held to.
 	InFlight         int `json:"in_flight"`
 	ConcurrencyLimit int `json:"concurrency_limit"`
+	// OpenRequests counts the live requests the gateway is serving for
+	// the upstream (queued, in flight or streaming); Oldest lists the
+	// oldest of them with their age.
+	OpenRequests int           `json:"open_requests"`
+	Oldest       []OpenRequest `json:"oldest_open_requests"`
 	// Buckets are the quota buckets that have a known limit, by dimension.
 	Buckets map[string]BucketStatus `json:"buckets"`
 	// PausedUntil is set while the upstream is paused after a rate limit.
@@ -44,28 +79,53 @@ type UpstreamStatus struct {
 	RateScale float64 `json:"rate_scale"`
 	// Breaker is closed, open or half-open; BreakerReadyAt is when an open
 	// breaker will let probes through.
-	Breaker        string      `json:"breaker"`
-	BreakerReadyAt *time.Time  `json:"breaker_ready_at,omitempty"`
-	Keys           []KeyStatus `json:"keys,omitempty"` // the key pool (status_pool.go)
+	Breaker        string     `json:"breaker"`
+	BreakerReadyAt *time.Time `json:"breaker_ready_at,omitempty"`
+	// BreakerHeld is true while an operator holds the breaker open;
+	// BreakerHistory lists its last changes, oldest first.
+	BreakerHeld    bool                 `json:"breaker_held,omitempty"`
+	BreakerHistory []BreakerEventStatus `json:"breaker_history"`
+	// Last429 and Last529 are the last rate-limit and overloaded answers.
+	Last429 *ThrottleStatus `json:"last_429"`
+	Last529 *ThrottleStatus `json:"last_529"`
+	// Jobs counts the upstream's jobs in the durable queue (absent when the
+	// queue is off).
+	Jobs *JobCounts  `json:"jobs,omitempty"`
+	Keys []KeyStatus `json:"keys,omitempty"` // the key pool (status_pool.go)
 }
 
-// BucketStatus is one quota bucket.
+// BucketStatus is one quota bucket, in its dimension's unit (tokens or
+// requests), rounded: whole tokens, requests to a tenth.
 type BucketStatus struct {
 	// LimitPerMinute is the limit Sluice holds itself to (after the safety
 	// margin).
 	LimitPerMinute float64 `json:"limit_per_minute"`
 	// Depth is how much the bucket holds when full.
 	Depth float64 `json:"depth"`
-	// Level is the room available now; negative after an overrun.
+	// Level is the room available now (the headroom); negative after an
+	// overrun. Used is Depth minus Level: taken and not yet refilled,
+	// in-flight reservations included.
 	Level float64 `json:"level"`
+	Used  float64 `json:"used"`
+	// Reserved is the part of Used held by requests in flight (their
+	// estimate, not yet settled); upstream-level buckets only.
+	Reserved float64 `json:"reserved,omitempty"`
+	// ProviderLimit and ProviderRemaining are the provider's own view, as
+	// its rate-limit headers last reported it at ProviderAt (absent until
+	// it reports).
+	ProviderLimit     *float64   `json:"provider_limit,omitempty"`
+	ProviderRemaining *float64   `json:"provider_remaining,omitempty"`
+	ProviderAt        *time.Time `json:"provider_at,omitempty"`
 }
 
-func (s *Server) status() StatusResponse {
+func (s *Server) status(ctx context.Context) StatusResponse {
 	now := s.clock.Now()
-	out := StatusResponse{Time: now.UTC(), Upstreams: []UpstreamStatus{}}
+	out := StatusResponse{Time: now.UTC(), Upstreams: []UpstreamStatus{}, Clients: s.live.clients.list()}
+	jobs := s.jobCountsFor(ctx)
 	for _, name := range s.order {
 		u := s.upstreams[name]
-		st := UpstreamStatus{Name: name, Protocol: u.cfg.Protocol, Queued: map[string]int{}, Buckets: map[string]BucketStatus{}}
+		st := UpstreamStatus{Name: name, Protocol: u.cfg.Protocol, Queued: map[string]int{}, OldestWait: map[string]float64{},
+			Buckets: map[string]BucketStatus{}, BreakerHistory: []BreakerEventStatus{}, Jobs: jobs[name]}
 		if sn, ok := u.engine.(snapshotter); ok {
 			snap := sn.Snapshot()
 			for c, n := range snap.Queued {
@@ -74,7 +134,9 @@ func (s *Server) status() StatusResponse {
 			st.InFlight, st.ConcurrencyLimit, st.RateScale = snap.InFlight, snap.ConcurrencyLimit, snap.RateScale
 			for d, b := range snap.Buckets {
 				if b.Capacity > 0 {
-					st.Buckets[flow.Dim(d).String()] = BucketStatus{LimitPerMinute: b.Capacity, Depth: b.Depth, Level: b.Level}
+					bs := bucketStatus(flow.Dim(d), b)
+					bs.Reserved = roundIn(flow.Dim(d), max(snap.Reserved[d], 0))
+					st.Buckets[flow.Dim(d).String()] = bs
 				}
 			}
 			if snap.PausedUntil.After(now) {
@@ -87,26 +149,31 @@ func (s *Server) status() StatusResponse {
 				st.BreakerReadyAt = &t
 			}
 		}
+		explain(&st, u.engine, now) // status_why.go
+		st.OpenRequests, st.Oldest = s.live.upstream(name).openRequests(now, s.live.clients.configured)
 		st.Keys = poolStatus(u, now)
 		out.Upstreams = append(out.Upstreams, st)
 	}
 	out.Cluster = s.clusterStatus()
+	out.ClientLimits = s.gates.status(now)
+	out.Spend = s.spendStatus(now)
 	return out
 }
 
 // serveStatus answers GET /v1/status. It reveals queue and quota state but
 // no keys; with clients configured it needs a client key.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.clients.authenticate(r.Header); !ok {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusUnauthorized)
-		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"authentication_error","message":"invalid or missing Sluice client key"}}`))
+	cl, ok := s.clientSet().authenticate(r.Header)
+	if !ok {
+		writeStatusUnauthorized(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.status())
+	st := s.status(r.Context())
+	st.forCaller(cl.admin)
+	_ = enc.Encode(st)
 }
 
 // snapshotCollector turns the dispatchers' snapshots into gauges at scrape
@@ -128,12 +195,14 @@ var (
 		[]string{"upstream", "state"}, nil)
 	descPaused = prometheus.NewDesc("sluice_paused_seconds", "Seconds until the upstream's rate-limit pause ends (0 when not paused).",
 		[]string{"upstream"}, nil)
+	descOldestWait = prometheus.NewDesc("sluice_queue_oldest_wait_seconds", "How long the longest-waiting queued request of each class has waited (0 when the class is empty).",
+		[]string{"upstream", "priority"}, nil)
 )
 
 var breakerStates = []flow.BreakerState{flow.Closed, flow.Open, flow.HalfOpen}
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descConcLimit, descBucketLevel, descBucketLimit, descBreaker, descPaused} {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descConcLimit, descBucketLevel, descBucketLimit, descBreaker, descPaused, descOldestWait} {
 		ch <- d
 	}
 }
@@ -167,5 +236,15 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, v, name, st.String())
 		}
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, max(snap.PausedUntil.Sub(now).Seconds(), 0), name)
+		if ex, ok := c.s.upstreams[name].engine.(explainer); ok {
+			x := ex.Explain()
+			for p, at := range x.OldestArrival {
+				v := 0.0
+				if !at.IsZero() {
+					v = max(now.Sub(at).Seconds(), 0)
+				}
+				ch <- prometheus.MustNewConstMetric(descOldestWait, prometheus.GaugeValue, v, name, llm.Priority(p).String())
+			}
+		}
 	}
 }

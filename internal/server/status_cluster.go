@@ -18,11 +18,16 @@ type ClusterStatus struct {
 
 // ClusterUpstreamStatus is one upstream's shared quota.
 type ClusterUpstreamStatus struct {
-	Name     string             `json:"name"`
-	Share    float64            `json:"share"`
-	Slots    int                `json:"slots"`
-	Fallback bool               `json:"fallback"`
-	Nodes    []ClusterNodeShare `json:"nodes"`
+	Name     string  `json:"name"`
+	Share    float64 `json:"share"`
+	Slots    int     `json:"slots"`
+	Fallback bool    `json:"fallback"`
+	// BreakerShared: an outage seen by some node holds this upstream's
+	// breaker open (or half-open) on every node; Probe: this node holds
+	// the cluster's one probe token.
+	BreakerShared bool               `json:"breaker_shared"`
+	Probe         bool               `json:"probe"`
+	Nodes         []ClusterNodeShare `json:"nodes"`
 }
 
 // ClusterNodeShare is one node's lease.
@@ -45,7 +50,7 @@ func (s *Server) clusterStatus() *ClusterStatus {
 		Upstreams: []ClusterUpstreamStatus{}}
 	for _, m := range st.Members {
 		u := ClusterUpstreamStatus{Name: upstreamOf(m.Key), Share: m.Share, Slots: m.Slots, Fallback: m.Fallback,
-			Nodes: []ClusterNodeShare{}}
+			BreakerShared: m.BreakerShared, Probe: m.Probe, Nodes: []ClusterNodeShare{}}
 		for _, l := range m.Leases {
 			u.Nodes = append(u.Nodes, ClusterNodeShare{Node: l.Node, Share: l.Share, Slots: l.Slots, Demand: l.Demand,
 				ExpiresAt: l.ExpiresAt.UTC()})

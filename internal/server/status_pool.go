@@ -45,7 +45,7 @@ func poolStatus(u *upstream, now time.Time) []KeyStatus {
 		m := map[string]BucketStatus{}
 		for d, b := range bs {
 			if b.Capacity > 0 {
-				m[flow.Dim(d).String()] = BucketStatus{LimitPerMinute: b.Capacity, Depth: b.Depth, Level: b.Level}
+				m[flow.Dim(d).String()] = bucketStatus(flow.Dim(d), b)
 			}
 		}
 		return m

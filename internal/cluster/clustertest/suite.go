@@ -41,6 +41,10 @@ func Run(t *testing.T, open Open) {
 	t.Run("Leave", func(t *testing.T) { t.Parallel(); leave(t, open(t)) })
 	t.Run("PauseLatestWins", func(t *testing.T) { t.Parallel(); pause(t, open(t)) })
 	t.Run("Leadership", func(t *testing.T) { t.Parallel(); leadership(t, open(t)) })
+	t.Run("BreakerOpensForAll", func(t *testing.T) { t.Parallel(); breakerOpens(t, open(t)) })
+	t.Run("OneProbeTokenClusterWide", func(t *testing.T) { t.Parallel(); probeToken(t, open(t)) })
+	t.Run("ProbeTokenExpires", func(t *testing.T) { t.Parallel(); probeExpiry(t, open(t)) })
+	t.Run("IdleHolderGivesTokenBack", func(t *testing.T) { t.Parallel(); probeRelease(t, open(t)) })
 }
 
 func loneNode(t *testing.T, b cluster.Backend) {
@@ -216,7 +220,7 @@ func leave(t *testing.T, b cluster.Backend) {
 func pause(t *testing.T, b cluster.Backend) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	until := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
+	until := time.Now().Add(5 * time.Second).Truncate(time.Millisecond) //nolint:forbidigo // the shared store expires on its own wall clock
 	r := report(key, "a", 0, 1)
 	r.PausedUntil = until
 	g, err := b.Sync(ctx, r)
@@ -252,4 +256,170 @@ func leadership(t *testing.T, b cluster.Backend) {
 	ok, err = b.Lead(ctx, name, "a", time.Minute)
 	require.NoError(t, err)
 	require.False(t, ok)
+}
+
+func breakerOpens(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	until := time.Now().Add(time.Minute).Truncate(time.Millisecond) //nolint:forbidigo // the shared store expires on its own wall clock
+	r := report(key, "a", 0, 1)
+	r.BreakerOpenUntil = until
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.BreakerOpenUntil.Equal(until), "%v", g.BreakerOpenUntil)
+	g, err = b.Sync(ctx, report(key, "b", 0, 1))
+	require.NoError(t, err)
+	require.True(t, g.BreakerOpenUntil.Equal(until), "another node sees the opening")
+	// Nobody probes before the opening ends.
+	r = report(key, "b", 0, 1)
+	r.WantProbe = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.False(t, g.Probe)
+	// An earlier opening does not shorten it; a close from a node without
+	// the token does not clear it.
+	r = report(key, "c", 0, 1)
+	r.BreakerOpenUntil = until.Add(-time.Second)
+	_, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	r = report(key, "c", 0, 1)
+	r.BreakerClosed = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.BreakerOpenUntil.Equal(until))
+}
+
+// openPast publishes an opening that has already ended, so probing may
+// start at once.
+func openPast(t *testing.T, b cluster.Backend, key string) {
+	t.Helper()
+	r := report(key, "a", 0, 1)
+	r.BreakerOpenUntil = time.Now().Add(-time.Second).Truncate(time.Millisecond) //nolint:forbidigo // the shared store expires on its own wall clock
+	_, err := b.Sync(context.Background(), r)
+	require.NoError(t, err)
+}
+
+func probeToken(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	openPast(t, b, key)
+	// Many nodes want to probe at once: exactly one holds the token.
+	var mu sync.Mutex
+	holders := map[string]bool{}
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := fmt.Sprintf("n%d", i)
+			for range 5 {
+				r := report(key, node, 0, 1)
+				r.WantProbe = true
+				g, err := b.Sync(ctx, r)
+				if !assertNoError(t, err) {
+					return
+				}
+				if g.Probe {
+					mu.Lock()
+					holders[node] = true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, holders, 1, "one probe token cluster-wide: %v", holders)
+	var holder string
+	for h := range holders {
+		holder = h
+	}
+	other := "n0"
+	if holder == other {
+		other = "n1"
+	}
+	// The holder keeps it; a close from it clears the opening for all.
+	r := report(key, holder, 0, 1)
+	r.WantProbe = true
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe)
+	r = report(key, holder, 0, 1)
+	r.BreakerClosed = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.BreakerOpenUntil.IsZero(), "closed for all")
+	require.False(t, g.Probe)
+	g, err = b.Sync(ctx, report(key, other, 0, 1))
+	require.NoError(t, err)
+	require.True(t, g.BreakerOpenUntil.IsZero())
+	// A new opening takes the token back.
+	openPast(t, b, key)
+	r = report(key, other, 0, 1)
+	r.WantProbe = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe)
+	r = report(key, holder, 0, 1)
+	r.BreakerOpenUntil = time.Now().Add(-500 * time.Millisecond).Truncate(time.Millisecond)
+	r.WantProbe = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe, "the failed probe's token is free again, the reopener may take it")
+	r = report(key, other, 0, 1)
+	r.WantProbe = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.False(t, g.Probe)
+}
+
+func probeExpiry(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	openPast(t, b, key)
+	r := report(key, "a", 0, 1)
+	r.WantProbe, r.TTL = true, 200*time.Millisecond
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe)
+	// a dies holding the token: b gets it once it expires.
+	require.Eventually(t, func() bool {
+		r := report(key, "b", 0, 1)
+		r.WantProbe = true
+		g, err := b.Sync(ctx, r)
+		require.NoError(t, err)
+		return g.Probe
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+// assertNoError reports err from a goroutine other than the test's.
+func assertNoError(t *testing.T, err error) bool {
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+		return false
+	}
+	return true
+}
+
+func probeRelease(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	openPast(t, b, key)
+	r := report(key, "a", 0, 1)
+	r.WantProbe = true
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe)
+	r = report(key, "b", 0, 1)
+	r.WantProbe = true
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.False(t, g.Probe, "a holds it")
+	// a has no work to probe with any more: it gives the token back.
+	g, err = b.Sync(ctx, report(key, "a", 0, 1))
+	require.NoError(t, err)
+	require.False(t, g.Probe)
+	require.False(t, g.BreakerOpenUntil.IsZero(), "the opening stays")
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.True(t, g.Probe, "b probes at once, without waiting for a's token to expire")
 }

@@ -61,6 +61,8 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"OutboxRetention", testOutboxRetention},
 		{"OutboxConcurrentClaimers", testOutboxConcurrentClaimers},
 		{"CompleteSpooled", testCompleteSpooled},
+		{"Ownership", testOwnership},
+		{"Spend", testSpend},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

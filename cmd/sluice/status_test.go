@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/server"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// statusGateway is a gateway on the mock provider, with one request served.
+func statusGateway(t *testing.T) string {
+	t.Helper()
+	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", OutputTokens: mock.OutputRange{Min: 3, Max: 3}, Limits: mock.Limits{RPM: 600}})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	g, err := server.New(server.Config{Store: server.StoreNone, Listen: "127.0.0.1:0",
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}}}, server.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	req, err := http.NewRequestWithContext(t.Context(), "POST", base+"/claude/v1/messages",
+		strings.NewReader(`{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return base
+}
+
+func TestStatusAndBreakerCommands(t *testing.T) {
+	t.Parallel()
+	base := statusGateway(t)
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := runMain(t.Context(), args, &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+
+	code, out, errOut := run("status", "--server", base)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "claude (anthropic)  breaker closed  nothing waits")
+	require.Regexp(t, `queued\s+critical 0, high 0, normal 0, low 0`, out)
+	require.Regexp(t, `requests\s+used [0-9.]+ of [0-9.]+, headroom [0-9.]+, limit 588/min, provider: [0-9]+ left of 600`, out)
+	require.Contains(t, out, "default")
+
+	code, out, errOut = run("upstream", "breaker", "open", "claude", "--server", base)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "upstream claude: breaker closed → open (held open until 'sluice upstream breaker reset claude')\n", out)
+	code, out, _ = run("status", "--server", base)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "breaker open (held by an operator)")
+	require.Contains(t, out, "closed→open (operator open)")
+	code, out, errOut = run("upstream", "breaker", "reset", "claude", "--server", base)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "upstream claude: breaker open → closed\n", out)
+
+	code, _, errOut = run("upstream", "breaker", "reset", "nope", "--server", base)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "unknown upstream nope")
+	code, _, errOut = run("upstream", "breaker", "explode", "claude")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "want breaker reset|open NAME")
+
+	code, out, _ = run("status", "--json", "--server", base)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"waiting_on": null`)
+
+	// --watch redraws until interrupted.
+	ctx, cancel := context.WithTimeout(t.Context(), 250*time.Millisecond)
+	defer cancel()
+	var wout, werr bytes.Buffer
+	require.Equal(t, 0, runMain(ctx, []string{"status", "--watch", "--interval", "50ms", "--server", base}, &wout, &werr), werr.String())
+	require.GreaterOrEqual(t, strings.Count(wout.String(), "sluice status  "), 2)
+}

@@ -1,0 +1,308 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	neturl "net/url"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is the Backend on a Redis server (cluster.store: redis://…). Each
+// Sync, Leave and Lead is one Lua script, so every step is atomic on the
+// server: the expiry, the renewal, the allocation (Allocate, written again
+// in Lua) and the write-back happen together, with no read here and write
+// there. Expiry is measured on the server's clock (TIME), so the nodes'
+// clocks need not agree.
+//
+// Per key K the state is two hashes sharing the hash tag {K} (so one
+// script touches one slot): PREFIX:{K}:leases (node → "share demand slots
+// slot_demand expires_us") and PREFIX:{K}:signals (paused_until,
+// open_until, probe_node, probe_expires, in microseconds since the epoch);
+// the leadership is PREFIX:leader:{name}. PREFIX is RedisPrefixDefault
+// unless the URL says key_prefix. A published pause or breaker opening is
+// announced on the channel PREFIX (Listen).
+type Redis struct {
+	client *redis.Client
+	prefix string
+}
+
+// RedisPrefixDefault is the prefix of every key and of the pub/sub channel
+// (a published pause or breaker opening is announced on the channel
+// named the prefix, the payload being the key). The store URL's
+// key_prefix parameter overrides it, so clusters can share a server.
+const RedisPrefixDefault = "sluice:cluster"
+
+// OpenRedis connects to url (redis://[user:password@]host:port/db, with
+// an optional key_prefix=… parameter) and checks the server answers.
+func OpenRedis(ctx context.Context, url string) (*Redis, error) {
+	prefix := RedisPrefixDefault
+	if u, err := neturl.Parse(url); err == nil {
+		q := u.Query()
+		if p := q.Get("key_prefix"); p != "" {
+			prefix = p
+		}
+		q.Del("key_prefix")
+		u.RawQuery = q.Encode()
+		url = u.String()
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("cluster store: %w", err)
+	}
+	opt.PoolSize = 4
+	opt.DisableIdentity = true // no CLIENT SETINFO: older servers reject it
+	c := redis.NewClient(opt)
+	if err := c.Ping(ctx).Err(); err != nil {
+		return nil, errors.Join(fmt.Errorf("cluster store: %w", err), c.Close())
+	}
+	return &Redis{client: c, prefix: prefix}, nil
+}
+
+// Close implements Backend.
+func (r *Redis) Close() error { return r.client.Close() }
+
+func (r *Redis) keys(key string) []string {
+	return []string{r.prefix + ":{" + key + "}:leases", r.prefix + ":{" + key + "}:signals"}
+}
+
+// redisSync is Sync in one script. KEYS: leases, signals. ARGV: node,
+// share, demand, slots, slot_demand, max_slots, ttl_us, paused_until_us,
+// open_until_us, want_probe, closed, channel, key (times 0: none).
+//
+// The allocation is Allocate's, line for line.
+var redisSync = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local node = ARGV[1]
+local share, demand = tonumber(ARGV[2]), tonumber(ARGV[3])
+local slots, slotDemand = tonumber(ARGV[4]), tonumber(ARGV[5])
+local maxSlots, ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
+local paused, openUntil = tonumber(ARGV[8]), tonumber(ARGV[9])
+local wantProbe, closed = ARGV[10] == '1', ARGV[11] == '1'
+local function num(x) return string.format('%.17g', x) end
+local function enc(l) return num(l.share)..' '..num(l.demand)..' '..num(l.slots)..' '..num(l.slotDemand)..' '..num(l.exp) end
+
+-- Drop expired leases; renew ours.
+local leases = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local f = {}
+  for v in string.gmatch(all[i+1], '%S+') do f[#f+1] = tonumber(v) end
+  if all[i] ~= node then
+    if f[5] < now then
+      redis.call('HDEL', KEYS[1], all[i])
+    else
+      leases[#leases+1] = {node=all[i], share=f[1], demand=f[2], slots=f[3], slotDemand=f[4], exp=f[5]}
+    end
+  end
+end
+local me = {node=node, share=share, demand=demand, slots=slots, slotDemand=slotDemand, exp=now+ttl}
+leases[#leases+1] = me
+
+-- Allocate.
+local n = #leases
+local sumDemand, sumSlotDemand, othersShare, othersSlots = 0, 0, 0, 0
+for _, l in ipairs(leases) do
+  sumDemand = sumDemand + l.demand
+  sumSlotDemand = sumSlotDemand + l.slotDemand
+  if l.node ~= node then
+    othersShare = othersShare + l.share
+    othersSlots = othersSlots + l.slots
+  end
+end
+local fl = math.min(0.05, 1 / (2 * n))
+local function targetOf(d)
+  if sumDemand > 0 then return fl + (1 - fl * n) * d / sumDemand end
+  return 1 / n
+end
+local target = targetOf(demand)
+local short = -(1 - othersShare - share)
+for _, l in ipairs(leases) do
+  if l.node ~= node then short = short + math.max(0, targetOf(l.demand) - l.share) end
+end
+if target < share and target > share * (1 - 0.1) and short <= 1e-9 then
+  target = share
+end
+local gShare = math.max(0, math.min(target, 1 - othersShare))
+local gSlots = 0
+if maxSlots > 0 then
+  local want = math.floor(maxSlots / n)
+  if sumSlotDemand > 0 and maxSlots >= n then
+    want = 1 + math.floor((maxSlots - n) * slotDemand / sumSlotDemand)
+  elseif sumSlotDemand > 0 then
+    want = math.floor(maxSlots * slotDemand / sumSlotDemand)
+  end
+  if slotDemand > 0 or sumSlotDemand == 0 then
+    want = math.max(want, 1)
+  end
+  gSlots = math.max(0, math.min(want, maxSlots - othersSlots))
+end
+me.share = math.max(gShare, share)
+me.slots = math.max(gSlots, slots)
+redis.call('HSET', KEYS[1], node, enc(me))
+-- The hash outlives its longest lease; never shorten it.
+if redis.call('PTTL', KEYS[1]) < (ttl / 1000) * 2 then
+  redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) * 2)
+end
+
+-- Signals: the pause (latest wins), the breaker and its probe token.
+local announce = false
+local sig = redis.call('HMGET', KEYS[2], 'paused_until', 'open_until', 'probe_node', 'probe_expires')
+local curPaused, curOpen = tonumber(sig[1]) or 0, tonumber(sig[2]) or 0
+local probeNode, probeExp = sig[3] or '', tonumber(sig[4]) or 0
+if paused > 0 then
+  announce = true
+  if paused > curPaused then curPaused = paused end
+end
+if openUntil > 0 then
+  announce = true
+  if openUntil > curOpen then curOpen = openUntil end
+  probeNode, probeExp = '', 0
+end
+if closed and curOpen > 0 and probeNode == node and probeExp >= now then
+  curOpen, probeNode, probeExp = 0, '', 0
+  announce = true
+end
+if probeNode == node and not wantProbe then probeNode, probeExp = '', 0 end
+if probeExp < now then probeNode, probeExp = '', 0 end
+if curOpen > 0 and curOpen <= now and wantProbe and (probeNode == '' or probeNode == node) then
+  probeNode, probeExp = node, now + ttl
+end
+redis.call('HSET', KEYS[2], 'paused_until', num(curPaused), 'open_until', num(curOpen), 'probe_node', probeNode, 'probe_expires', num(probeExp))
+if redis.call('PTTL', KEYS[2]) < 86400000 then redis.call('PEXPIRE', KEYS[2], 86400000) end
+if announce then redis.call('PUBLISH', ARGV[12], ARGV[13]) end
+
+local out = {num(gShare), gSlots, num(curPaused), num(curOpen), (probeNode == node) and 1 or 0}
+for _, l in ipairs(leases) do
+  out[#out+1] = l.node
+  out[#out+1] = enc(l)
+end
+return out
+`)
+
+func usOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func timeOfUS(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// Sync implements Backend.
+func (r *Redis) Sync(ctx context.Context, rep Report) (Grant, error) {
+	if err := rep.validate(); err != nil {
+		return Grant{}, err
+	}
+	res, err := redisSync.Run(ctx, r.client, r.keys(rep.Key),
+		rep.Node, rep.Share, rep.Demand, rep.Slots, rep.SlotDemand, rep.MaxSlots, max(rep.TTL.Microseconds(), 1),
+		usOf(rep.PausedUntil), usOf(rep.BreakerOpenUntil), flag(rep.WantProbe), flag(rep.BreakerClosed),
+		r.prefix, rep.Key).Slice()
+	if err != nil {
+		return Grant{}, fmt.Errorf("cluster sync %s: %w", rep.Key, err)
+	}
+	g, err := decodeRedisGrant(res)
+	if err != nil {
+		return Grant{}, fmt.Errorf("cluster sync %s: %w", rep.Key, err)
+	}
+	sortLeases(g.Leases)
+	return g, nil
+}
+
+var errRedisReply = errors.New("unexpected reply from the sync script")
+
+func decodeRedisGrant(res []any) (Grant, error) {
+	if len(res) < 5 || (len(res)-5)%2 != 0 {
+		return Grant{}, errRedisReply
+	}
+	str := func(v any) string { s, _ := v.(string); return s }
+	i64 := func(v any) int64 { n, _ := v.(int64); return n }
+	var g Grant
+	var err error
+	if g.Share, err = strconv.ParseFloat(str(res[0]), 64); err != nil {
+		return Grant{}, errors.Join(errRedisReply, err)
+	}
+	g.Slots = int(i64(res[1]))
+	paused, err1 := strconv.ParseFloat(str(res[2]), 64)
+	open, err2 := strconv.ParseFloat(str(res[3]), 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return Grant{}, errors.Join(errRedisReply, err)
+	}
+	g.PausedUntil, g.BreakerOpenUntil = timeOfUS(int64(paused)), timeOfUS(int64(open))
+	g.Probe = i64(res[4]) == 1
+	for i := 5; i < len(res); i += 2 {
+		var f [5]float64
+		if _, err := fmt.Sscan(str(res[i+1]), &f[0], &f[1], &f[2], &f[3], &f[4]); err != nil {
+			return Grant{}, errors.Join(errRedisReply, err)
+		}
+		g.Leases = append(g.Leases, Lease{Node: str(res[i]), Share: f[0], Demand: f[1], Slots: int(f[2]),
+			SlotDemand: f[3], ExpiresAt: timeOfUS(int64(f[4]))})
+	}
+	return g, nil
+}
+
+// Leave implements Backend.
+func (r *Redis) Leave(ctx context.Context, key, node string) error {
+	if err := r.client.HDel(ctx, r.keys(key)[0], node).Err(); err != nil {
+		return fmt.Errorf("cluster leave %s: %w", key, err)
+	}
+	return nil
+}
+
+// redisLead takes the leadership when it is free (expired keys vanish) or
+// renews it for its holder. KEYS: leadership. ARGV: node, ttl_ms.
+var redisLead = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur or cur == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// Lead implements Backend.
+func (r *Redis) Lead(ctx context.Context, name, node string, ttl time.Duration) (bool, error) {
+	n, err := redisLead.Run(ctx, r.client, []string{r.prefix + ":leader:{" + name + "}"}, node, max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		return false, fmt.Errorf("cluster lead %s: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+// Listen implements Listener: it subscribes to the cluster's channel and
+// calls changed with the key of every pause or breaker opening another
+// node publishes, until ctx ends. The client resubscribes after a lost
+// connection; a message published meanwhile is lost, and the periodic
+// sync applies the signal within its interval.
+func (r *Redis) Listen(ctx context.Context, changed func(key string)) {
+	ps := r.client.Subscribe(ctx, r.prefix)
+	defer func() { _ = ps.Close() }()
+	ch := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			changed(m.Payload)
+		}
+	}
+}

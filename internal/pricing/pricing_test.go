@@ -1,0 +1,139 @@
+package pricing_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/provider"
+)
+
+func TestLookup(t *testing.T) {
+	t.Parallel()
+	tab, err := pricing.NewTable(pricing.Config{Models: map[string]pricing.Price{"My-Model": {Input: 1, Output: 2}}})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		model, entry string
+		known        bool
+	}{
+		{"claude-sonnet-4-5", "claude-sonnet-4-5", true},
+		{"claude-sonnet-4-5-20250929", "claude-sonnet-4-5", true},
+		{"claude-sonnet-4-20250514", "claude-sonnet-4", true},
+		{"claude-opus-4-1-20250805", "claude-opus-4-1", true},
+		{"claude-opus-4-5-20251101", "claude-opus-4-5", true},
+		{"claude-3-5-haiku-latest", "claude-3-5-haiku", true},
+		{"gpt-4o-2024-11-20", "gpt-4o", true},
+		{"gpt-4o-2024-05-13", "gpt-4o-2024-05-13", true},
+		{"gpt-4o-mini-2024-07-18", "gpt-4o-mini", true},
+		{"GPT-4.1-MINI", "gpt-4.1-mini", true},
+		{"gpt-5.1-2025-11-13", "gpt-5.1", true},
+		{"o3-mini-2025-01-31", "o3-mini", true},
+		{"my-model", "my-model", true},
+		{"my-model-v2", "my-model", true},
+		{"gpt-4oz", pricing.UnknownEntry, false}, // no separator after "gpt-4o"
+		{"o5", pricing.UnknownEntry, false},
+		{"", pricing.UnknownEntry, false},
+	} {
+		m, err := tab.Lookup(tc.model)
+		require.NoError(t, err, tc.model)
+		require.Equal(t, tc.entry, m.Entry, tc.model)
+		require.Equal(t, tc.known, m.Known, tc.model)
+	}
+}
+
+func TestUnknownModels(t *testing.T) {
+	t.Parallel()
+	tab, err := pricing.NewTable(pricing.Config{})
+	require.NoError(t, err)
+	m, err := tab.Lookup("brand-new-model")
+	require.NoError(t, err)
+	// The fallback is the dearest price shipped: an unknown model never
+	// costs a budget less than any known one.
+	for name, p := range pricing.Shipped() {
+		require.GreaterOrEqual(t, m.Price.Input, p.Input, name)
+		require.GreaterOrEqual(t, m.Price.Output, p.Output, name)
+	}
+
+	refuse, err := pricing.NewTable(pricing.Config{Unknown: pricing.UnknownRefuse})
+	require.NoError(t, err)
+	_, err = refuse.Lookup("brand-new-model")
+	require.ErrorIs(t, err, pricing.ErrUnknownModel)
+	require.ErrorContains(t, err, "brand-new-model")
+
+	fb := pricing.Price{Input: 1, Output: 1}
+	custom, err := pricing.NewTable(pricing.Config{Fallback: &fb, NoShipped: true})
+	require.NoError(t, err)
+	require.Zero(t, custom.Len())
+	m, err = custom.Lookup("claude-sonnet-4-5")
+	require.NoError(t, err)
+	require.False(t, m.Known)
+	require.InDelta(t, 1.0, m.Price.Output, 0)
+}
+
+func TestCost(t *testing.T) {
+	t.Parallel()
+	p := pricing.Price{Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75}
+	u := llm.Usage{InputTokens: 1000, OutputTokens: 1000, CacheReadInputTokens: 1000, CacheCreationInputTokens: 1000}
+	// Anthropic: each count priced apart: (3 + 15 + 0.3 + 3.75) / 1000 dollars.
+	require.Equal(t, pricing.FromDollars(0.02205), p.Cost(llm.Anthropic, u))
+	// OpenAI: the cached tokens are inside the input tokens.
+	o := pricing.Price{Input: 2.5, Output: 10, CacheRead: 1.25}
+	u = llm.Usage{InputTokens: 1000, OutputTokens: 100, CacheReadInputTokens: 400}
+	require.Equal(t, pricing.FromDollars((600*2.5+400*1.25+100*10)/1e6), o.Cost(llm.OpenAI, u))
+	// Worst case: input at the dearer of input and cache write, all of max_tokens.
+	require.Equal(t, pricing.FromDollars((1000*3.75+4096*15)/1e6), p.Worst(provider.Cost{InputTokens: 1000, OutputTokens: 4096}))
+	// Rounding is up, never down.
+	require.Equal(t, pricing.Amount(1), pricing.Price{Input: 0.0001}.Cost(llm.Anthropic, llm.Usage{InputTokens: 1}))
+	require.Zero(t, p.Cost(llm.Anthropic, llm.Usage{InputTokens: -5}))
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	nan := math.NaN()
+	for _, tc := range []struct {
+		cfg  pricing.Config
+		want string
+	}{
+		{pricing.Config{Unknown: "maybe"}, "unknown:"},
+		{pricing.Config{Models: map[string]pricing.Price{"m": {Input: -1}}}, "models.m.input"},
+		{pricing.Config{Models: map[string]pricing.Price{"m": {Output: nan}}}, "models.m.output"},
+		{pricing.Config{Models: map[string]pricing.Price{"m": {CacheRead: 1e9}}}, "models.m.cache_read"},
+		{pricing.Config{Models: map[string]pricing.Price{" ": {}}}, "models: a model name is empty"},
+		{pricing.Config{Models: map[string]pricing.Price{"M": {}, "m": {}}}, "case-insensitive"},
+		{pricing.Config{Fallback: &pricing.Price{CacheWrite: -2}}, "fallback.cache_write"},
+	} {
+		require.ErrorContains(t, tc.cfg.Validate(), tc.want)
+	}
+	require.NoError(t, pricing.Config{Models: map[string]pricing.Price{"m": {Input: 1, Output: 2}}}.Validate())
+}
+
+func TestShippedPricesAreValid(t *testing.T) {
+	t.Parallel()
+	for name, p := range pricing.Shipped() {
+		require.NoError(t, p.Validate(), name)
+		require.Positive(t, p.Input, name)
+		require.Positive(t, p.Output, name)
+		require.GreaterOrEqual(t, p.Output, p.Input, name)
+	}
+}
+
+func TestLongContextPrice(t *testing.T) {
+	t.Parallel()
+	tab, err := pricing.NewTable(pricing.Config{})
+	require.NoError(t, err)
+	m, err := tab.Lookup("claude-sonnet-4-5-20250929")
+	require.NoError(t, err)
+	short := llm.Usage{InputTokens: 100_000, CacheReadInputTokens: 100_000, OutputTokens: 1000}
+	require.Equal(t, pricing.FromDollars(0.3+0.03+0.015), m.Price.Cost(llm.Anthropic, short))
+	long := llm.Usage{InputTokens: 100_000, CacheReadInputTokens: 100_001, OutputTokens: 1000}
+	require.Equal(t, pricing.FromDollars(0.6+100_001*0.6/1e6+0.0225), m.Price.Cost(llm.Anthropic, long))
+	require.Equal(t, pricing.FromDollars(250_000*7.5/1e6+1000*22.5/1e6), m.Price.Worst(provider.Cost{InputTokens: 250_000, OutputTokens: 1000}))
+
+	bad := pricing.Price{Input: 1, Output: 1, LongContextAbove: 10}
+	require.ErrorContains(t, bad.Validate(), "long_context: required")
+	bad.LongContext = &pricing.Price{Input: -1}
+	require.ErrorContains(t, bad.Validate(), "long_context.input")
+}

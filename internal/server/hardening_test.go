@@ -1,0 +1,92 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// TestMaxConnectionsAnswers503: a connection beyond max_connections gets a
+// complete 503 at once (not a hang), and a slot freed is usable again.
+func TestMaxConnectionsAnswers503(t *testing.T) {
+	t.Parallel()
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", MaxConnections: 1,
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up"}}},
+		withEngine("claude", &fakeEngine{}), WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	var d net.Dialer
+	first, err := d.DialContext(t.Context(), "tcp", g.Addr())
+	require.NoError(t, err)
+	_, err = first.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(first), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode) // the first connection holds the only slot (keep-alive)
+
+	second, err := d.DialContext(t.Context(), "tcp", g.Addr())
+	require.NoError(t, err)
+	defer second.Close()
+	require.NoError(t, second.SetReadDeadline(time.Now().Add(5*time.Second)))
+	resp2, err := http.ReadResponse(bufio.NewReader(second), nil)
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	resp = resp2
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	require.Contains(t, string(body), "max_connections")
+	requireAPIError(t, body, "overloaded_error")
+
+	require.NoError(t, first.Close())
+	require.Eventually(t, func() bool {
+		code, _ := call(t, "GET", "http://"+g.Addr()+"/healthz", "", "")
+		return code == 200
+	}, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestRequestLimitsOnEveryRoute: oversized headers get 431, oversized
+// bodies 413 on the pass-through, scheduled and jobs routes; the server
+// carries the configured timeouts.
+func TestRequestLimitsOnEveryRoute(t *testing.T) {
+	t.Parallel()
+	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0", MaxBodyBytes: 1024, MaxHeaderBytes: 2048,
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up", BaseURL: "http://127.0.0.1:1"}},
+		Jobs:      JobsConfig{}},
+		withEngine("claude", &fakeEngine{}), WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	require.Equal(t, ReadHeaderTimeoutDefault, g.http.ReadHeaderTimeout)
+	require.Equal(t, ReadTimeoutDefault, g.http.ReadTimeout)
+	require.Equal(t, WriteTimeoutDefault, g.http.WriteTimeout)
+	require.Equal(t, IdleTimeoutDefault, g.http.IdleTimeout)
+	base := "http://" + g.Addr()
+
+	req, err := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/status", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Big", strings.Repeat("a", 8<<10))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+
+	big := `{"pad":"` + strings.Repeat("a", 2048) + `"}`
+	for _, path := range []string{"/claude/v1/models", "/claude/v1/messages"} {
+		code, body := call(t, "POST", base+path, "", big)
+		require.Equal(t, http.StatusRequestEntityTooLarge, code, "%s: %s", path, body)
+		requireProviderError(t, llm.Anthropic, body, "request_too_large")
+	}
+}

@@ -1,0 +1,193 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/llm"
+)
+
+// The history sampler keeps the last few minutes of each upstream's queue
+// depth per class, outcomes per second and latency quantiles per class in
+// a ring, for GET /v1/status/history and the dashboard's charts.
+
+const (
+	// HistoryIntervalDefault is the time between two samples.
+	HistoryIntervalDefault = 2 * time.Second
+	// HistorySamplesDefault is how many samples the ring keeps: five
+	// minutes at the default interval.
+	HistorySamplesDefault = 150
+)
+
+// HistorySample is one instant of one upstream.
+type HistorySample struct {
+	Time time.Time `json:"time"`
+	// Queued is the queue length per class.
+	Queued map[string]int `json:"queued"`
+	// InFlight is how many requests were being sent or streamed.
+	InFlight int `json:"in_flight"`
+	// Rates are outcomes per second since the previous sample: success,
+	// 429, 529 (overloaded) and shed (Sluice gave up or refused).
+	Rates OutcomeRates `json:"rates"`
+	// Latency holds, per class, the p50/p95/p99 of the time in the
+	// gateway of the requests finished since the previous sample (absent
+	// for a class with none).
+	Latency map[string]Quantiles `json:"latency"`
+}
+
+// OutcomeRates are outcomes per second.
+type OutcomeRates struct {
+	Success float64 `json:"success"`
+	R429    float64 `json:"429"`
+	R529    float64 `json:"529"`
+	Shed    float64 `json:"shed"`
+}
+
+// Quantiles are latencies in seconds.
+type Quantiles struct {
+	P50   float64 `json:"p50"`
+	P95   float64 `json:"p95"`
+	P99   float64 `json:"p99"`
+	Count int     `json:"count"`
+}
+
+// HistoryResponse is GET /v1/status/history's body.
+type HistoryResponse struct {
+	IntervalSeconds float64                    `json:"interval_seconds"`
+	Upstreams       map[string][]HistorySample `json:"upstreams"`
+}
+
+// historySampler samples the gateway every interval into a ring. It has
+// its own Start/Stop lifecycle; Stop is idempotent and safe before Start.
+type historySampler struct {
+	s        *Server
+	clock    clock.Clock
+	interval time.Duration
+	size     int
+
+	mu      sync.Mutex
+	rings   map[string][]HistorySample
+	prev    map[string][4]uint64
+	prevAt  time.Time
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped bool
+}
+
+func newHistorySampler(s *Server, clk clock.Clock, interval time.Duration, size int) *historySampler {
+	return &historySampler{s: s, clock: clk, interval: interval, size: size,
+		rings: map[string][]HistorySample{}, prev: map[string][4]uint64{}}
+}
+
+// Start samples once now, then every interval until Stop.
+func (h *historySampler) Start(context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped || h.done != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	h.sampleLocked(h.clock.Now())
+	go h.loop(ctx, h.done)
+	return nil
+}
+
+func (h *historySampler) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := h.clock.NewTimer(h.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		h.sample(h.clock.Now())
+		t.Reset(h.interval)
+	}
+}
+
+// Stop ends the sampling and waits for the loop to exit.
+func (h *historySampler) Stop(ctx context.Context) error {
+	h.mu.Lock()
+	h.stopped = true
+	cancel, done := h.cancel, h.done
+	h.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (h *historySampler) sample(now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sampleLocked(now)
+}
+
+func (h *historySampler) sampleLocked(now time.Time) {
+	dt := now.Sub(h.prevAt).Seconds()
+	first := h.prevAt.IsZero()
+	h.prevAt = now
+	for _, name := range h.s.order {
+		sm := HistorySample{Time: now.UTC(), Queued: map[string]int{}, Latency: map[string]Quantiles{}}
+		if sn, ok := h.s.upstreams[name].engine.(snapshotter); ok {
+			snap := sn.Snapshot()
+			for c, n := range snap.Queued {
+				sm.Queued[llm.Priority(c).String()] = n
+			}
+			sm.InFlight = snap.InFlight
+		}
+		if lu := h.s.live.upstream(name); lu != nil {
+			cur := [4]uint64{lu.success.Load(), lu.rate429.Load(), lu.over529.Load(), lu.shed.Load()}
+			if p, ok := h.prev[name]; ok && !first && dt > 0 {
+				rate := func(i int) float64 { return math.Round(float64(cur[i]-p[i])/dt*100) / 100 }
+				sm.Rates = OutcomeRates{Success: rate(0), R429: rate(1), R529: rate(2), Shed: rate(3)}
+			}
+			h.prev[name] = cur
+			for c, ls := range lu.takeLatencies() {
+				if len(ls) > 0 {
+					sm.Latency[llm.Priority(c).String()] = Quantiles{P50: quantile(ls, .5), P95: quantile(ls, .95),
+						P99: quantile(ls, .99), Count: len(ls)}
+				}
+			}
+		}
+		ring := append(h.rings[name], sm)
+		if len(ring) > h.size {
+			ring = append(ring[:0], ring[len(ring)-h.size:]...)
+		}
+		h.rings[name] = ring
+	}
+}
+
+func (h *historySampler) history() HistoryResponse {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := HistoryResponse{IntervalSeconds: h.interval.Seconds(), Upstreams: map[string][]HistorySample{}}
+	for _, name := range h.s.order {
+		out.Upstreams[name] = append([]HistorySample{}, h.rings[name]...)
+	}
+	return out
+}
+
+// serveHistory answers GET /v1/status/history (same access as /v1/status).
+func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.clientSet().authenticate(r.Header); !ok {
+		writeStatusUnauthorized(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.history.history())
+}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+// spendMetrics are the spend budgets' metrics (docs/budgets.md). Labels
+// are bounded: clients come from the config (or the key digest when none
+// are configured), upstreams from the config, models are price-table
+// entries or "unknown", windows are day, month and total.
+type spendMetrics struct {
+	spentUSD *prometheus.CounterVec
+	refusals *prometheus.CounterVec
+}
+
+func newSpendMetrics(reg *prometheus.Registry, s *Server) *spendMetrics {
+	m := &spendMetrics{
+		spentUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_spend_usd_total",
+			Help: "US dollars spent (settled at the price table) since the gateway started, by client, upstream and price-table model.",
+		}, []string{"client", "upstream", "model"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_budget_refusals_total",
+			Help: "Requests refused by their client's spend budget, by window (day, month, total) and reason (exhausted, pending, too_large, unknown_model).",
+		}, []string{"client", "window", "reason"}),
+	}
+	reg.MustRegister(m.spentUSD, m.refusals, &budgetCollector{s: s})
+	return m
+}
+
+func (m *spendMetrics) spent(l spendLabel, cost pricing.Amount) {
+	if m == nil {
+		return
+	}
+	m.spentUSD.WithLabelValues(l.client, l.upstream, l.model).Add(cost.Dollars())
+}
+
+func (m *spendMetrics) refused(client string, err error) {
+	if m == nil {
+		return
+	}
+	window, reason := "", "unknown_model"
+	if e, ok := errors.AsType[*quota.ExceededError](err); ok {
+		window, reason = string(e.Window), "exhausted"
+		switch {
+		case e.TooLarge:
+			reason = "too_large"
+		case e.Pending:
+			reason = "pending"
+		}
+	}
+	m.refusals.WithLabelValues(client, window, reason).Inc()
+}
+
+var (
+	reservedDesc = prometheus.NewDesc("sluice_spend_reserved_usd",
+		"US dollars reserved by a client's requests in flight (their worst case), not yet settled.", []string{"client"}, nil)
+	remainingDesc = prometheus.NewDesc("sluice_budget_remaining_usd",
+		"US dollars left in a client's budget window (limit - spent - reserved); only windows with a limit.", []string{"client", "window"}, nil)
+	limitDesc = prometheus.NewDesc("sluice_budget_limit_usd",
+		"A client's budget per window, in US dollars; only windows with a limit.", []string{"client", "window"}, nil)
+)
+
+// budgetCollector reads the ledger on scrape: O(clients).
+type budgetCollector struct{ s *Server }
+
+func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- reservedDesc
+	ch <- remainingDesc
+	ch <- limitDesc
+}
+
+func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
+	sp := c.s.spend
+	if sp == nil {
+		return
+	}
+	for _, a := range sp.ledger.Accounts(sp.clock.Now()) {
+		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, a.Day.Reserved.Dollars(), a.Client)
+		for _, w := range quota.Windows {
+			u := a.Of(w)
+			if u.Limit <= 0 {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, u.Remaining().Dollars(), a.Client, string(w))
+			ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, u.Limit.Dollars(), a.Client, string(w))
+		}
+	}
+}

@@ -1,0 +1,379 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+// Spend budgets (docs/budgets.md). Every scheduled request, live or a
+// job's call, goes through spender.reserve before the engine sees it: its
+// worst case (the input estimate plus max_tokens, priced by the table) is
+// reserved against its client's budget, and settled with the cost of the
+// usage the engine read from the answer once the body ends (refunded when
+// the call failed without usage). Settled spend is added to the store in
+// batches every SpendFlushEvery and on Stop, and read back at Start, so
+// budgets survive restarts.
+
+// SpendFlushEvery is how often settled spend is written to the store.
+const SpendFlushEvery = 5 * time.Second
+
+// maxUnknownModelsLogged bounds the set of unpriced model names warned
+// about once each.
+const maxUnknownModelsLogged = 1000
+
+// spender is the gateway's budgets and spend accounting. Safe for
+// concurrent use; reserve and settle are O(1) and never touch the store.
+type spender struct {
+	prices  *pricing.Table
+	ledger  *quota.Ledger
+	clock   clock.Clock
+	log     *slog.Logger
+	budgets atomic.Pointer[map[string]bool] // clients with a budget (replaced whole by setBudgets)
+	metrics *spendMetrics
+
+	mu      sync.Mutex
+	pending map[spendKey]*spendDelta // settled, not yet in the store
+	totals  map[spendLabel]*spendDelta
+	unknown map[string]bool // unpriced models already warned about
+
+	store jobstore.Store // nil: spend kept in memory only
+	// shared is set when other gateways may write to the same store
+	// (PostgreSQL): after each flush the windows are rebased on the
+	// store's sums, so every node enforces what all of them spent.
+	shared    bool
+	flushFail bool // the last flush failed (logged once)
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// spendLabel is the bounded breakdown of spend: the client, the upstream
+// and the price table's entry (never the raw model name from a request).
+type spendLabel struct{ client, upstream, model string }
+
+type spendKey struct {
+	spendLabel
+	day time.Time
+}
+
+type spendDelta struct {
+	nanos    pricing.Amount
+	requests int64
+}
+
+func newSpender(cfg Config, clk clock.Clock, log *slog.Logger, m *spendMetrics) (*spender, error) {
+	tab, err := pricing.NewTable(cfg.Prices)
+	if err != nil {
+		return nil, fmt.Errorf("prices.%w", err)
+	}
+	sp := &spender{prices: tab, ledger: quota.NewLedger(), clock: clk, log: log, metrics: m,
+		shared:  isPostgres(cfg.Store),
+		pending: map[spendKey]*spendDelta{}, totals: map[spendLabel]*spendDelta{}, unknown: map[string]bool{}}
+	sp.setBudgets(cfg.Clients)
+	return sp, nil
+}
+
+// setBudgets applies the clients' budgets, keeping every client's spend
+// and reservations (a config reload calls it with the new clients; a
+// client no longer listed keeps its spend but loses its limits).
+func (sp *spender) setBudgets(clients []ClientConfig) {
+	now := sp.clock.Now()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	listed := map[string]bool{}
+	for _, c := range clients {
+		lim := c.Budget.limits()
+		sp.ledger.SetLimits(c.Name, lim, now)
+		listed[c.Name] = lim.Any()
+	}
+	if old := sp.budgets.Load(); old != nil {
+		for c := range *old {
+			if _, ok := listed[c]; !ok {
+				sp.ledger.SetLimits(c, quota.Limits{}, now)
+			}
+		}
+	}
+	sp.budgets.Store(&listed)
+}
+
+// hasBudget reports whether client has a budget.
+func (sp *spender) hasBudget(client string) bool {
+	b := sp.budgets.Load()
+	return b != nil && (*b)[client]
+}
+
+// unmetered reports whether a pass-through request of client must be
+// refused because the client has a budget and the request may be billed:
+// anything but GET, HEAD, DELETE and token counting
+// (/v1/messages/count_tokens), which the providers do not charge.
+func (sp *spender) unmetered(client, method, path string) bool {
+	if sp == nil || !sp.hasBudget(client) {
+		return false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		return false
+	}
+	return !strings.HasSuffix(path, "/count_tokens")
+}
+
+// errBudget is a request refused by its client's budget (or by the price
+// table, for an unpriced model of a client with a budget); spendProblem
+// renders it.
+type errBudget struct{ err error }
+
+func (e *errBudget) Error() string { return e.err.Error() }
+func (e *errBudget) Unwrap() error { return e.err }
+
+// spendHold is one request's reservation. settle is called once its body
+// ended or was closed; later calls do nothing.
+type spendHold struct {
+	sp       *spender
+	label    spendLabel
+	price    pricing.Price
+	protocol llm.Protocol
+	hold     quota.Hold
+
+	once sync.Once
+	cost pricing.Amount // what it settled at
+	mu   sync.Mutex     // guards cost for the log line
+}
+
+// reserve prices req (for client, on upstream speaking protocol) and
+// reserves its worst case. It fails with *errBudget when the client's
+// budget cannot hold it.
+func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *dispatch.Request) (*spendHold, error) {
+	m, err := sp.prices.Lookup(req.Cost.Model)
+	if !m.Known {
+		sp.warnUnknown(req.Cost.Model, err != nil && sp.hasBudget(client))
+	}
+	if err != nil && sp.hasBudget(client) {
+		sp.metrics.refused(client, err)
+		return nil, &errBudget{err: err}
+	}
+	need := m.Price.Worst(req.Cost)
+	now := sp.clock.Now()
+	h, err := sp.ledger.Reserve(client, need, now)
+	if err != nil {
+		if e, ok := errors.AsType[*quota.ExceededError](err); ok && e.First {
+			sp.log.Warn("budget exhausted: refusing the client's requests until it resets", "client", client,
+				"window", string(e.Window), "limit_usd", e.Limit.Dollars(), "used_usd", e.Used.Dollars(),
+				"resets_at", e.ResetsAt)
+		}
+		sp.metrics.refused(client, err)
+		return nil, &errBudget{err: err}
+	}
+	return &spendHold{sp: sp, label: spendLabel{client: client, upstream: upstream, model: m.Entry},
+		price: m.Price, protocol: protocol, hold: h}, nil
+}
+
+func (sp *spender) warnUnknown(model string, refused bool) {
+	sp.mu.Lock()
+	seen, full := sp.unknown[model], len(sp.unknown) >= maxUnknownModelsLogged
+	if !seen && !full {
+		sp.unknown[model] = true
+	}
+	sp.mu.Unlock()
+	if seen || full {
+		return // warned already, or too many names to remember: never a line per request
+	}
+	if refused {
+		sp.log.Warn("no price for a model: refusing it for clients with a budget (prices.unknown: refuse)", "model", model)
+		return
+	}
+	sp.log.Warn("no price for a model: its spend is counted at the fallback price (add it under prices.models)", "model", model)
+}
+
+// settle charges what the call cost: the usage the engine read when there
+// is one; the worst case for a success that reported none; nothing (a
+// refund) for a call that failed without usage. It returns the cost.
+func (h *spendHold) settle(end dispatch.End, ended bool) pricing.Amount {
+	if h == nil {
+		return 0
+	}
+	h.once.Do(func() {
+		var cost pricing.Amount
+		switch {
+		case ended && end.HasUsage:
+			cost = h.price.Cost(h.protocol, end.Usage)
+		case ended && end.Outcome.Kind == llm.Success:
+			cost = h.hold.Amount()
+		}
+		h.mu.Lock()
+		h.cost = cost
+		h.mu.Unlock()
+		h.sp.charge(h, cost)
+	})
+	return h.costSoFar()
+}
+
+// refund gives the whole reservation back (nothing was sent, or nothing
+// was billed).
+func (h *spendHold) refund() { h.settle(dispatch.End{}, false) }
+
+func (h *spendHold) costSoFar() pricing.Amount {
+	if h == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cost
+}
+
+func (sp *spender) charge(h *spendHold, cost pricing.Amount) {
+	now := sp.clock.Now()
+	sp.metrics.spent(h.label, cost)
+	// The ledger and the pending spend change together under sp.mu, so a
+	// rebase (sync) sees each settled cost exactly once: in the store or
+	// in pending.
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.ledger.Settle(h.hold, cost, now)
+	if cost == 0 {
+		return
+	}
+	k := spendKey{spendLabel: h.label, day: quota.DayStart(now)}
+	d := sp.pending[k]
+	if d == nil {
+		d = &spendDelta{}
+		sp.pending[k] = d
+	}
+	d.nanos += cost
+	d.requests++
+	sp.addTotal(h.label, cost, 1)
+}
+
+func (sp *spender) addTotal(l spendLabel, cost pricing.Amount, n int64) {
+	t := sp.totals[l]
+	if t == nil {
+		t = &spendDelta{}
+		sp.totals[l] = t
+	}
+	t.nanos += cost
+	t.requests += n
+}
+
+// spendBody settles its request's hold when the body ends or is closed,
+// with what the engine read from it.
+type spendBody struct {
+	io.ReadCloser
+	resp *dispatch.Response
+	hold *spendHold
+}
+
+func (b *spendBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.settle()
+	}
+	return n, err
+}
+
+func (b *spendBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.settle()
+	return err
+}
+
+func (b *spendBody) settle() {
+	end, ok := b.resp.End()
+	b.hold.settle(end, ok)
+}
+
+// holdOf returns the hold of a response sent through send, or nil.
+func holdOf(resp *dispatch.Response) *spendHold {
+	if b, ok := resp.Body.(*spendBody); ok {
+		return b.hold
+	}
+	return nil
+}
+
+// send reserves req's worst case against its client's budget, then hands
+// it to u's engine; the reservation is settled when the answer's body ends
+// or is closed, or refunded when the engine gives up. Every live request
+// goes to an engine through send (doRouted).
+func (s *Server) send(ctx context.Context, u *upstream, req *dispatch.Request) (*dispatch.Response, error) {
+	if s.spend == nil { // a bare Server of a test
+		return u.engine.Do(ctx, req)
+	}
+	h, err := s.spend.reserve(req.Client, u.cfg.Name, u.cfg.Protocol, req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := u.engine.Do(ctx, req)
+	if err != nil {
+		h.refund()
+		return nil, err
+	}
+	if resp.Body == nil {
+		h.settle(resp.End())
+		return resp, nil
+	}
+	resp.Body = &spendBody{ReadCloser: resp.Body, resp: resp, hold: h}
+	return resp, nil
+}
+
+// jobSpender is the job service's door to the budgets (jobs.Spender): a
+// job's call reserves and settles exactly as a live request does.
+type jobSpender struct{ s *Server }
+
+func (j jobSpender) Reserve(upstream string, req *dispatch.Request) (jobs.SpendHold, error) {
+	u := j.s.upstreams[upstream]
+	if u == nil {
+		return nil, fmt.Errorf("no upstream %q", upstream)
+	}
+	// The client's own limits first (client_limits.go): a job over them
+	// waits in the store for its client's next turn.
+	var adm *clientAdmission
+	if cl, ok := j.s.clients.Load().byName(req.Client); ok {
+		a, err := j.s.admitClientJob(cl, u, req)
+		if err != nil {
+			return nil, err
+		}
+		adm = a
+	}
+	h, err := j.s.spend.reserve(req.Client, upstream, u.cfg.Protocol, req)
+	if err != nil {
+		adm.refund()
+		adm.done(0, 0)
+		now := j.s.clock.Now()
+		pr := spendProblem(u.cfg.Protocol, err, now)
+		be := &jobs.BudgetError{Status: pr.Status, Message: pr.Message}
+		if pr.Status == http.StatusTooManyRequests {
+			be.RetryAt = now.Add(pr.RetryAfter)
+		}
+		return nil, be
+	}
+	return jobHold{h: h, adm: adm}, nil
+}
+
+// jobHold is a job call's spend reservation and client admission.
+type jobHold struct {
+	h   *spendHold
+	adm *clientAdmission // nil: the client has no limits on the upstream
+}
+
+func (j jobHold) Settle(end dispatch.End, ended bool) float64 {
+	if ended {
+		j.adm.done(end.Usage.InputTokens, end.Usage.OutputTokens)
+	} else {
+		j.adm.refund()
+		j.adm.done(0, 0)
+	}
+	return j.h.settle(end, ended).Dollars()
+}

@@ -1,0 +1,165 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrForbiddenDestination means a webhook URL points at an address the
+// gateway refuses to call.
+var ErrForbiddenDestination = errors.New("webhook destination not allowed")
+
+// Guard decides which addresses the gateway may send webhooks to, so that
+// a client cannot make it call internal services (server-side request
+// forgery):
+//
+//   - link-local addresses (169.254.0.0/16, fe80::/10: cloud metadata
+//     services live there), the other metadata addresses
+//     (fd00:ec2::254, 100.100.100.200), unspecified and multicast
+//     addresses are refused always;
+//   - loopback (127.0.0.0/8, ::1) and private ranges (10/8, 172.16/12,
+//     192.168/16, 100.64/10, fc00::/7) are refused unless an Allow entry
+//     covers them: a CIDR or IP that contains the address, or the URL's
+//     host name itself;
+//   - every other (public) address is allowed.
+//
+// The check runs twice: on the URL when a job is submitted (CheckURL, the
+// host name resolved), and on the address actually dialled (Transport,
+// through net.Dialer.Control), so a name that resolved to a public address
+// at submit and to a private one later (DNS rebinding) is still refused.
+// A Guard is immutable and safe for concurrent use.
+type Guard struct {
+	prefixes []netip.Prefix
+	hosts    map[string]bool
+	resolver *net.Resolver
+}
+
+// alwaysRefused are the metadata addresses outside the link-local ranges.
+var alwaysRefused = []netip.Prefix{
+	netip.MustParsePrefix("fd00:ec2::254/128"),  // AWS IMDS over IPv6
+	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud metadata
+	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud metadata (legacy)
+	netip.MustParsePrefix("0.0.0.0/8"),          // "this network"
+	netip.MustParsePrefix("255.255.255.255/32"), // broadcast
+}
+
+// sharedAddressSpace is 100.64.0.0/10 (carrier-grade NAT), private too.
+var sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10")
+
+// NewGuard builds a Guard from allow entries: CIDRs ("10.0.0.0/8"), IPs
+// ("127.0.0.1") or host names ("hooks.internal"). An invalid entry is an
+// error naming it.
+func NewGuard(allow []string) (*Guard, error) {
+	g := &Guard{hosts: map[string]bool{}, resolver: net.DefaultResolver}
+	for i, a := range allow {
+		a = strings.TrimSpace(a)
+		switch {
+		case a == "":
+			return nil, fmt.Errorf("allow[%d]: empty entry", i)
+		case strings.Contains(a, "/"):
+			p, err := netip.ParsePrefix(a)
+			if err != nil {
+				return nil, fmt.Errorf("allow[%d]: %q is not a CIDR: %w", i, a, err)
+			}
+			g.prefixes = append(g.prefixes, p.Masked())
+		default:
+			if ip, err := netip.ParseAddr(a); err == nil {
+				g.prefixes = append(g.prefixes, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+				continue
+			}
+			g.hosts[strings.ToLower(strings.TrimSuffix(a, "."))] = true
+		}
+	}
+	return g, nil
+}
+
+// CheckIP reports whether ip may be called for a URL whose host is host
+// (a name or an IP literal): nil, or an error wrapping
+// ErrForbiddenDestination that says why.
+func (g *Guard) CheckIP(host string, ip netip.Addr) error {
+	ip = ip.Unmap()
+	for _, p := range alwaysRefused {
+		if p.Contains(ip) {
+			return fmt.Errorf("%w: %s is a metadata or reserved address", ErrForbiddenDestination, ip)
+		}
+	}
+	switch {
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		return fmt.Errorf("%w: %s is link-local (where cloud metadata services live)", ErrForbiddenDestination, ip)
+	case ip.IsUnspecified(), ip.IsMulticast(), ip.IsInterfaceLocalMulticast():
+		return fmt.Errorf("%w: %s is not a unicast address", ErrForbiddenDestination, ip)
+	}
+	if !ip.IsLoopback() && !ip.IsPrivate() && !sharedAddressSpace.Contains(ip) {
+		return nil
+	}
+	if g.hosts[strings.ToLower(strings.TrimSuffix(host, "."))] {
+		return nil
+	}
+	for _, p := range g.prefixes {
+		if p.Contains(ip) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s is a loopback or private address; add it (or the host %q) to jobs.webhooks.allow to permit it",
+		ErrForbiddenDestination, ip, host)
+}
+
+// CheckURL checks a webhook URL at submit: an absolute http(s) URL whose
+// host's every address passes CheckIP.
+func (g *Guard) CheckURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("webhook_url must be an absolute http(s) URL, got %q", raw)
+	}
+	host := u.Hostname()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return g.CheckIP(host, ip)
+	}
+	ips, err := g.resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return fmt.Errorf("webhook_url: resolving %q: %w", host, err)
+	}
+	for _, ip := range ips {
+		if err := g.CheckIP(host, ip); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DialContext dials like a net.Dialer with timeout, refusing at connect
+// time any address CheckIP refuses for the host being dialled.
+func (g *Guard) DialContext(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second,
+			Control: func(_, address string, _ syscall.RawConn) error {
+				ap, err := netip.ParseAddrPort(address)
+				if err != nil {
+					return fmt.Errorf("%w: cannot read the dialled address %q", ErrForbiddenDestination, address)
+				}
+				return g.CheckIP(host, ap.Addr())
+			}}
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+// Transport returns an HTTP transport for webhooks that dials through the
+// guard and uses no proxy (a proxy would dial on the guard's behalf).
+func (g *Guard) Transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = g.DialContext(30 * time.Second)
+	return t
+}
