@@ -81,6 +81,16 @@ type Upstream struct {
 	// SafetyMargin is the share of each quota used, in (0, 1]. Defaults to
 	// 0.98.
 	SafetyMargin float64 `yaml:"safety_margin"`
+	// MaxSafetyMargin is the share of each quota used while no provider
+	// 429 is seen, in [SafetyMargin, 1]; after a 429 the margin drops to
+	// SafetyMargin and narrows back over a minute. Defaults to 0.995 when
+	// SafetyMargin is not set, else to SafetyMargin (fixed).
+	MaxSafetyMargin float64 `yaml:"max_safety_margin"`
+	// OutputReservation is what a request reserves against the output
+	// quota before its usage is known: "max_tokens" (the default, for a
+	// provider that reserves it too) or "learned" (a high quantile of
+	// what requests to the same model used).
+	OutputReservation string `yaml:"output_reservation"`
 	// JitterAllowance keeps the quota buckets this much refill shallower
 	// than the provider's burst, so requests delayed unevenly on their way
 	// cannot reach it faster than it refills; negative turns it off; at
@@ -243,21 +253,23 @@ func (u Upstream) config() upstream.Config {
 		}
 	}
 	return upstream.Config{
-		Name:             u.Name,
-		Protocol:         llm.Protocol(u.Protocol),
-		BaseURL:          u.BaseURL,
-		APIKey:           u.APIKey,
-		APIKeys:          keys,
-		Orgs:             orgs,
-		KeyProbeInterval: u.KeyProbeInterval,
-		Profile:          upstream.Profile(u.Profile),
-		Limits:           limits(u.Limits),
-		BurstSeconds:     u.BurstSeconds,
-		SafetyMargin:     u.SafetyMargin,
-		JitterAllowance:  u.JitterAllowance,
-		MinConcurrency:   u.MinConcurrency,
-		RequestTimeout:   u.RequestTimeout,
-		HeadroomWindow:   u.HeadroomWindow,
+		Name:              u.Name,
+		Protocol:          llm.Protocol(u.Protocol),
+		BaseURL:           u.BaseURL,
+		APIKey:            u.APIKey,
+		APIKeys:           keys,
+		Orgs:              orgs,
+		KeyProbeInterval:  u.KeyProbeInterval,
+		Profile:           upstream.Profile(u.Profile),
+		Limits:            limits(u.Limits),
+		BurstSeconds:      u.BurstSeconds,
+		SafetyMargin:      u.SafetyMargin,
+		MaxSafetyMargin:   u.MaxSafetyMargin,
+		OutputReservation: u.OutputReservation,
+		JitterAllowance:   u.JitterAllowance,
+		MinConcurrency:    u.MinConcurrency,
+		RequestTimeout:    u.RequestTimeout,
+		HeadroomWindow:    u.HeadroomWindow,
 		Retry: upstream.Retry{
 			BaseDelay:   u.Retry.BaseDelay,
 			MaxDelay:    u.Retry.MaxDelay,

@@ -76,12 +76,17 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	// request's arrival: Observe compares them with ours as of here.
 	k := g.key
 	k.requests.Add(1)
-	mark := k.lim.Mark(d.clk.Now())
+	// The report may not count attempts reserved before this one and
+	// not answered yet (they may reach the provider after it): the raise
+	// subtracts everything reserved since the oldest of them.
+	sendAt := d.clk.Now()
+	mark := k.lim.Mark(sendAt).From(k.oldestUnanswered(w, sendAt))
 	var orgMark flow.Mark
 	if k.org != nil {
 		orgMark = k.org.lim.Mark(d.clk.Now())
 	}
 	resp, err := d.cfg.HTTPClient.Do(hreq)
+	k.answered(w)
 	now := d.clk.Now()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -102,10 +107,12 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		known = k.lim.State(now) // what the engine knew before this answer taught it
 	}
-	obs := observations(rl)
+	obs := observations(d.cfg.Protocol, rl)
 	k.lim.Observe(obs, mark, now)
 	if k.org != nil {
-		k.org.lim.Observe(obs, orgMark, now)
+		// A key's headers describe the key's buckets: they may lower the
+		// org's view, never raise it.
+		k.org.lim.Clamp(obs, orgMark, now)
 	}
 	d.noteLimits(k, obs)
 

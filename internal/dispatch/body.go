@@ -213,6 +213,10 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		result = flow.Neutral
 		b.ended.Outcome = llm.Outcome{Kind: llm.Transient, Message: "the response was closed before its end"}
 	}
+	if ok && result == flow.Healthy {
+		// A complete answer: its usage calibrates the next estimates.
+		d.cal.observe(w.req.Cost, actualAmount(p, usage))
+	}
 	if result == flow.Healthy {
 		d.mu.Lock()
 		inflight := d.inflight

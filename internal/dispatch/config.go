@@ -31,6 +31,17 @@ const (
 	// the SDKs honour short hints (openai-go caps at 8 s), and the queue
 	// absorbs longer waits better than a client retry loop.
 	MaxClientRetryAfter = 8 * time.Second
+	// HeadroomGaps is how many of its usual inter-arrival times a more
+	// urgent class stays active after its last request, for the lower
+	// classes' headroom (bounded by headroom_window).
+	HeadroomGaps = 10
+	// HeadroomMinWindow is the least time a more urgent class stays
+	// active after its last request.
+	HeadroomMinWindow = 2 * time.Second
+	// AnthropicRemainingRounding is the precision of Anthropic's token
+	// remaining headers (rounded to the nearest thousand, spec §1.3):
+	// Observe is given half of it less than reported.
+	AnthropicRemainingRounding = 1000
 )
 
 // Config is what New builds a Dispatcher from: the upstream's
@@ -143,6 +154,7 @@ func (s settings) limiterConfig() flow.LimiterConfig {
 		},
 		BurstSeconds:    s.BurstSeconds,
 		SafetyMargin:    s.SafetyMargin,
+		MaxSafetyMargin: s.MaxSafetyMargin,
 		JitterAllowance: s.JitterAllowance,
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // Dispatcher is one upstream's engine. A single goroutine decides what is
@@ -35,6 +36,7 @@ type Dispatcher struct {
 	brk     *flow.Breaker
 	aimd    *flow.AIMD
 	budget  *flow.RetryBudget
+	cal     *calibrator // learns the estimates' bias from reported usage
 	backoff flow.Backoff
 	base    string
 
@@ -52,7 +54,9 @@ type Dispatcher struct {
 	// unreachableScan is the breaker opening (its half-open instant) whose
 	// queue was last scanned for requests it leaves no time for.
 	unreachableScan time.Time
-	seen            [llm.NumPriorities]time.Time // last arrival per class, for headroom
+	seen            [llm.NumPriorities]time.Time     // last arrival per class, for headroom
+	gap             [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
+	arrivals        [llm.NumPriorities]int           // arrivals per class (gap known from 2)
 	inflight        int
 	// reserved sums the estimated cost of the requests in flight, for
 	// operators (Snapshot.Reserved).
@@ -122,6 +126,7 @@ func New(c Config) (*Dispatcher, error) {
 	if d.budget, err = flow.NewRetryBudget(cfg.Retry.BudgetRatio, cfg.Retry.BudgetMin, 0); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
+	d.cal = newCalibrator(cfg.OutputReservation == upstream.OutputReservationLearned)
 	breakerRand := rand.New(rand.NewPCG(cfg.Rand.Uint64(), cfg.Rand.Uint64()))
 	if d.brk, err = flow.NewBreaker(cfg.breakerConfig(), breakerRand, d.breakerChanged, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
@@ -357,6 +362,7 @@ func (d *Dispatcher) admit() time.Duration {
 		d.sched.Take(it)
 		d.inflight++
 		key.inflight++
+		key.granted(w, now)
 		d.reserved = d.reserved.Add(w.cost)
 		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}
 	}
@@ -408,11 +414,42 @@ type waiter struct {
 // uses the whole bucket. d.mu must be held.
 func (d *Dispatcher) headroom(c llm.Priority, now time.Time) float64 {
 	for u := llm.Critical; u < c; u++ {
-		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.cfg.HeadroomWindow {
+		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.activeWindow(u) {
 			return d.cfg.Headroom[c]
 		}
 	}
 	return 0
+}
+
+// activeWindow is how long after its last request class u still counts
+// as active for the lower classes' headroom: headroom_window, cut to
+// HeadroomGaps of its usual inter-arrival time (never below
+// HeadroomMinWindow) once it has one. A class that arrived steadily and
+// stopped is over well before a minute: the headroom it kept would be
+// refill lost at the end of the drain (sluice demo: 1.7 s). d.mu held.
+func (d *Dispatcher) activeWindow(u llm.Priority) time.Duration {
+	win := d.cfg.HeadroomWindow
+	if g := d.gap[u]; g > 0 || d.gapKnown(u) {
+		win = min(win, max(HeadroomGaps*g, HeadroomMinWindow))
+	}
+	return win
+}
+
+// gapKnown reports whether class u has arrived at least twice. d.mu held.
+func (d *Dispatcher) gapKnown(u llm.Priority) bool { return d.arrivals[u] >= 2 }
+
+// arrived records an arrival of class c at now. d.mu held.
+func (d *Dispatcher) arrived(c llm.Priority, now time.Time) {
+	if prev := d.seen[c]; !prev.IsZero() {
+		g := max(now.Sub(prev), 0)
+		if d.arrivals[c] < 2 {
+			d.gap[c] = g
+		} else {
+			d.gap[c] += (g - d.gap[c]) / 8
+		}
+	}
+	d.arrivals[c]++
+	d.seen[c] = now
 }
 
 // urgentFit is called when head must wait for its buckets to refill. A
@@ -464,9 +501,10 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		return nil, errors.New("dispatching: nil request")
 	}
 	now := d.clk.Now()
+	est := d.cal.adjust(req.Cost)
 	w := &waiter{
 		req:   req,
-		cost:  flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens),
+		cost:  flow.NewAmount(est.InputTokens, est.OutputTokens),
 		grant: make(chan grant, 1),
 		ctx:   ctx,
 	}
@@ -485,7 +523,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	w.item = flow.Item{
 		Class:   class,
 		Client:  req.Client,
-		Size:    float64(req.Cost.InputTokens + req.Cost.OutputTokens),
+		Size:    float64(est.InputTokens + est.OutputTokens),
 		Cost:    w.cost,
 		Arrival: now,
 		Value:   w,
@@ -513,7 +551,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		return nil, e
 	}
 	d.sched.Push(&w.item)
-	d.seen[class] = now
+	d.arrived(class, now)
 	d.mu.Unlock()
 	d.obs.Enqueued(class)
 	// The fast path: run the admission step in the caller's goroutine
@@ -605,6 +643,9 @@ func (d *Dispatcher) grantError(w *waiter, err error) error {
 // release frees an admitted request's slot and refunds what it did not
 // use.
 func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amount) {
+	if g.key != nil {
+		g.key.answered(w)
+	}
 	now := d.clk.Now()
 	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
 	if g.key != nil {

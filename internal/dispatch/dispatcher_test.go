@@ -134,9 +134,10 @@ func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dis
 			Protocol: llm.Anthropic,
 			BaseURL:  u.URL,
 			APIKey:   "sk-upstream",
-			// The tests check exact bucket math; the allowance has its own
-			// tests in internal/flow.
+			// The tests check exact bucket math; the allowance and the
+			// adaptive margin have their own tests in internal/flow.
 			JitterAllowance: -1,
+			MaxSafetyMargin: upcfg.SafetyMarginDefault,
 		},
 		Clock:    fc,
 		Observer: rec,

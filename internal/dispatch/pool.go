@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,13 @@ type poolKey struct {
 	lim     *flow.Limiter
 	org     *orgBucket // nil: the key is its own account
 	maxConc int
+
+	// unanswered holds when each granted attempt on this key was
+	// reserved, until its answer's headers (or its end) came back: the
+	// provider may not have charged those yet when it reports on another
+	// request (Observe's raise).
+	umu        sync.Mutex
+	unanswered map[*waiter]time.Time
 
 	// Guarded by Dispatcher.mu.
 	inflight  int
@@ -102,6 +110,37 @@ func (k *poolKey) usable(now time.Time) bool {
 		return !k.probing && !now.Before(k.probeAt)
 	}
 	return k.inflight < k.maxConc
+}
+
+// granted records that w's attempt was reserved on k at now.
+func (k *poolKey) granted(w *waiter, now time.Time) {
+	k.umu.Lock()
+	defer k.umu.Unlock()
+	if k.unanswered == nil {
+		k.unanswered = map[*waiter]time.Time{}
+	}
+	k.unanswered[w] = now
+}
+
+// answered records that w's attempt was answered (or ended); idempotent.
+func (k *poolKey) answered(w *waiter) {
+	k.umu.Lock()
+	defer k.umu.Unlock()
+	delete(k.unanswered, w)
+}
+
+// oldestUnanswered is when the oldest attempt on k other than w's and not
+// yet answered was reserved, now when there is none.
+func (k *poolKey) oldestUnanswered(w *waiter, now time.Time) time.Time {
+	k.umu.Lock()
+	defer k.umu.Unlock()
+	o := now
+	for x, t := range k.unanswered {
+		if x != w && t.Before(o) {
+			o = t
+		}
+	}
+	return o
 }
 
 // room is how long until cost fits k and its org while leaving keep, and

@@ -135,7 +135,7 @@ func TestPoolDrainsInHalfTheTime(t *testing.T) {
 	const n = 150
 	lim := mock.Limits{RPM: 60}
 	run := func(k int) (time.Duration, mock.Stats) {
-		p := newPoolRig(t, mock.Config{Limits: lim}, upcfg.Config{APIKeys: keys(k), Limits: upcfg.Limits{RequestsPerMinute: 60}})
+		p := newPoolRig(t, mock.Config{Limits: lim, BurstSeconds: 5}, upcfg.Config{APIKeys: keys(k), Limits: upcfg.Limits{RequestsPerMinute: 60}})
 		took, res := p.drain(t, n, nil)
 		for _, r := range res {
 			require.NoError(t, r.err)
@@ -164,7 +164,7 @@ func TestPoolDrainsInHalfTheTime(t *testing.T) {
 func TestPoolRevokedKeyIsTakenOutAndProbedBack(t *testing.T) {
 	t.Parallel()
 	const n = 120
-	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}},
+	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: 5},
 		upcfg.Config{APIKeys: keys(2), Limits: upcfg.Limits{RequestsPerMinute: 60}, KeyProbeInterval: 20 * time.Second})
 	revokedAt := time.Time{}
 	restored := false
@@ -202,8 +202,10 @@ func countRevokedTries(r result) int {
 
 // TestPoolOrgSharesAccountLimit: two keys of one org, the mock enforcing
 // an account-level limit as low as one key's: the pool draws from the
-// org's bucket too, so it sees no more 429s than one key does, and takes
-// as long.
+// org's bucket too, so it sees no more 429s than one key does, and is no
+// faster. (It is slower since a key's headers raise the key's own view to
+// the provider's full burst: they describe the key's bucket, so they may
+// only lower the org's, which spends the account's burst as it refills.)
 func TestPoolOrgSharesAccountLimit(t *testing.T) {
 	t.Parallel()
 	const n = 120
@@ -223,5 +225,5 @@ func TestPoolOrgSharesAccountLimit(t *testing.T) {
 	}
 	t.Logf("one key %v (429s %d), two keys in one org %v (429s %d)", t1, status429(one.mock.Stats()), t2, status429(two.mock.Stats()))
 	require.LessOrEqual(t, status429(two.mock.Stats()), status429(one.mock.Stats()))
-	require.InDelta(t, t1.Seconds(), t2.Seconds(), t1.Seconds()*0.05)
+	require.GreaterOrEqual(t, t2.Seconds(), t1.Seconds()*0.95, "the account's limit holds for the pool")
 }

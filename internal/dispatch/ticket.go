@@ -69,7 +69,7 @@ func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, err
 		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
 	}
 	d.sched.Push(&w.item)
-	d.seen[w.item.Class] = now
+	d.arrived(w.item.Class, now)
 	d.mu.Unlock()
 	d.obs.Enqueued(w.item.Class)
 	d.kick()
@@ -104,9 +104,10 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 		d.unpick(key, w.cost, now)
 		return nil, false
 	}
-	d.seen[w.item.Class] = now
+	d.arrived(w.item.Class, now)
 	d.inflight++
 	key.inflight++
+	key.granted(w, now)
 	d.reserved = d.reserved.Add(w.cost)
 	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}}, true
 }
@@ -118,9 +119,10 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 	if !class.Valid() {
 		class = llm.Normal
 	}
+	est := d.cal.adjust(p.Cost)
 	w := &waiter{
 		req:      &Request{Priority: class, Client: p.Client, Cost: p.Cost},
-		cost:     flow.NewAmount(p.Cost.InputTokens, p.Cost.OutputTokens),
+		cost:     flow.NewAmount(est.InputTokens, est.OutputTokens),
 		grant:    make(chan grant, 1),
 		deadline: p.Deadline,
 		waitFrom: now,
@@ -132,7 +134,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 	w.item = flow.Item{
 		Class:   class,
 		Client:  p.Client,
-		Size:    float64(p.Cost.InputTokens + p.Cost.OutputTokens),
+		Size:    float64(est.InputTokens + est.OutputTokens),
 		Cost:    w.cost,
 		Arrival: now,
 		Value:   w,
@@ -204,7 +206,13 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	}
 	d, w := t.d, t.w
 	now := d.clk.Now()
-	real := flow.NewAmount(req.Cost.InputTokens, req.Cost.OutputTokens)
+	// The same estimate keeps the reservation it was admitted with,
+	// however the calibration moved since.
+	real := w.cost
+	if req.Cost != w.req.Cost {
+		est := d.cal.adjust(req.Cost)
+		real = flow.NewAmount(est.InputTokens, est.OutputTokens)
+	}
 	var extra, surplus flow.Amount
 	for i, v := range real.Sub(w.cost) {
 		if v > 0 {

@@ -23,7 +23,7 @@ var dimOf = map[provider.Dimension]flow.Dim{
 
 // observations converts the provider's rate-limit snapshot for the
 // limiter.
-func observations(rl provider.RateLimits) map[flow.Dim]flow.Observation {
+func observations(p llm.Protocol, rl provider.RateLimits) map[flow.Dim]flow.Observation {
 	if len(rl) == 0 {
 		return nil
 	}
@@ -33,7 +33,12 @@ func observations(rl provider.RateLimits) map[flow.Dim]flow.Observation {
 		if !ok {
 			continue
 		}
-		obs[d] = flow.Observation{Limit: float64(b.Limit), Remaining: float64(b.Remaining)}
+		o := flow.Observation{Limit: float64(b.Limit), Remaining: float64(b.Remaining)}
+		if p == llm.Anthropic && d != flow.Requests {
+			// Anthropic rounds token remaining to the nearest thousand.
+			o.Precision = AnthropicRemainingRounding / 2
+		}
+		obs[d] = o
 	}
 	return obs
 }

@@ -83,7 +83,21 @@ type LimiterConfig struct {
 	// half of what it would be without it. Zero or
 	// negative means none.
 	JitterAllowance time.Duration
+	// MaxSafetyMargin, when above SafetyMargin, makes the margin adaptive:
+	// the Limiter uses MaxSafetyMargin of each limit while no 429 is seen,
+	// drops to SafetyMargin at a 429 (Pause) and narrows back linearly
+	// over MarginRecovery. Zero (or at most SafetyMargin) keeps the
+	// margin fixed at SafetyMargin.
+	MaxSafetyMargin float64
+	// MarginRecovery is how long the margin takes to narrow from
+	// SafetyMargin back to MaxSafetyMargin after a 429. Defaults to
+	// MarginRecoveryDefault.
+	MarginRecovery time.Duration
 }
+
+// MarginRecoveryDefault is how long an adaptive margin takes to narrow
+// back after a 429.
+const MarginRecoveryDefault = time.Minute
 
 func (c LimiterConfig) validate() error {
 	for i, l := range c.Limits {
@@ -100,6 +114,12 @@ func (c LimiterConfig) validate() error {
 	if c.JitterAllowance > time.Minute {
 		return fmt.Errorf("JitterAllowance must be at most 1m, got %v", c.JitterAllowance)
 	}
+	if c.MaxSafetyMargin != 0 && !(c.MaxSafetyMargin >= c.SafetyMargin && c.MaxSafetyMargin <= 1) {
+		return fmt.Errorf("MaxSafetyMargin must be 0 or in [SafetyMargin, 1], got %v", c.MaxSafetyMargin)
+	}
+	if c.MarginRecovery < 0 {
+		return fmt.Errorf("MarginRecovery must be >= 0, got %v", c.MarginRecovery)
+	}
 	return nil
 }
 
@@ -110,6 +130,7 @@ func (c LimiterConfig) validate() error {
 // request of that cost, so a request larger than the depth (but within the
 // capacity) can still accumulate enough room to be sent.
 type bucket struct {
+	limit    float64 // the per-minute limit capacity derives from; 0 = unknown
 	capacity float64 // 0 = unlimited
 	depth    float64
 	level    float64
@@ -155,15 +176,15 @@ func (b *bucket) settle(now time.Time) {
 	}
 }
 
-// wait returns how long until cost fits while leaving keep (a share of the
-// depth) in the bucket; 0 when it fits now. A request too big to leave the
-// headroom only needs the bucket full.
-func (b *bucket) wait(cost, keep float64, now time.Time) time.Duration {
+// wait returns how long until cost fits while leaving hold (tokens) in
+// the bucket; 0 when it fits now. A request too big to leave the headroom
+// only needs the bucket full.
+func (b *bucket) wait(cost, hold float64, now time.Time) time.Duration {
 	if b.capacity == 0 || cost <= 0 {
 		return 0
 	}
 	c := math.Max(b.dep(), cost)
-	need := math.Min(cost+keep*b.dep(), c)
+	need := math.Min(cost+hold, c)
 	lvl := b.at(now, c)
 	if lvl >= need {
 		return 0
@@ -204,6 +225,12 @@ type Limiter struct {
 	debited Amount
 	// share is this node's share of every bucket (SetShare), in (0, 1].
 	share float64
+	// margin is the safety margin in force (see marginAt); widened is
+	// the last 429 (Pause), zero when none was seen.
+	margin  float64
+	widened time.Time
+	// hist is the recent history of debited, for Observe's raise.
+	hist debitHistory
 	// reported is the provider's last report per dimension (Observe),
 	// reportedAt when it came: the provider's view beside ours.
 	reported   [NumDims]Observation
@@ -217,6 +244,17 @@ type Limiter struct {
 type Mark struct {
 	at      time.Time
 	debited Amount
+	from    time.Time // see From
+}
+
+// From returns m noting that requests reserved since t may not have
+// reached the provider before the request m was taken for (they were not
+// answered yet when it was sent): Observe's raise subtracts everything
+// debited since t, or since the mark less the jitter allowance if that
+// is earlier.
+func (m Mark) From(t time.Time) Mark {
+	m.from = t
+	return m
 }
 
 // Mark returns the account at now.
@@ -278,6 +316,9 @@ func (l *Limiter) Scale(now time.Time) float64 {
 // refresh settles every bucket at the rate it had, then applies the
 // throttle's multiplier at now; l.mu held.
 func (l *Limiter) refresh(now time.Time) {
+	if m := l.marginAt(now); m != l.margin {
+		l.setMargin(m, now)
+	}
 	s := l.throttle.scaleAt(now)
 	for i := range l.b {
 		b := &l.b[i]
@@ -298,9 +339,10 @@ func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{cfg: cfg, share: 1}
+	l.margin = l.marginAt(now)
 	for i, lim := range cfg.Limits {
 		if lim > 0 {
-			l.setCapacity(Dim(i), l.withMargin(lim), now)
+			l.setLimit(Dim(i), lim, now)
 		}
 	}
 	return l, nil
@@ -309,11 +351,20 @@ func NewLimiter(cfg LimiterConfig, now time.Time) (*Limiter, error) {
 // withMargin applies the safety margin, never leaving less than one unit
 // of a limit of at least one (1 RPM stays usable).
 func (l *Limiter) withMargin(limit float64) float64 {
-	return math.Max(limit*l.cfg.SafetyMargin, math.Min(limit, 1))
+	return math.Max(limit*l.margin, math.Min(limit, 1))
 }
 
 func (l *Limiter) initialDepth(capacity float64) float64 {
 	return l.lessJitter(capacity, math.Min(capacity, capacity/60*l.cfg.BurstSeconds))
+}
+
+// headroomDepth is the depth a headroom share applies to: the configured
+// burst (BurstSeconds), not a depth learned from the provider. The
+// headroom is there for an urgent request to be admitted at once; a
+// deeper provider bucket does not need more of it left unused, and what
+// is left unused is refill lost when the queue runs dry.
+func (l *Limiter) headroomDepth(b *bucket) float64 {
+	return math.Min(b.dep(), l.initialDepth(b.capacity)*b.part())
 }
 
 // lessJitter takes the jitter allowance (at capacity's refill rate) off a
@@ -323,6 +374,13 @@ func (l *Limiter) lessJitter(capacity, depth float64) float64 {
 		return depth
 	}
 	return math.Max(depth/2, depth-capacity/60*l.cfg.JitterAllowance.Seconds())
+}
+
+// setLimit (re)sizes a bucket for a per-minute limit: its capacity is
+// the limit times the margin in force; l.mu held or not yet shared.
+func (l *Limiter) setLimit(d Dim, limit float64, now time.Time) {
+	l.b[d].limit = limit
+	l.setCapacity(d, l.withMargin(limit), now)
 }
 
 // setCapacity (re)sizes a bucket; l.mu held or not yet shared.
@@ -360,7 +418,7 @@ func (l *Limiter) timeUntil(cost Amount, keep float64, now time.Time) (time.Dura
 		if b.capacity > 0 && cost[i] > b.capacity {
 			return 0, fmt.Errorf("%w: %s cost %.0f > capacity %.0f", ErrTooLarge, Dim(i), cost[i], b.capacity)
 		}
-		w = max(w, b.wait(cost[i], keep, now))
+		w = max(w, b.wait(cost[i], keep*l.headroomDepth(b), now))
 	}
 	if p := l.pausedUntil.Sub(now); p > w {
 		w = p
@@ -397,6 +455,7 @@ func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time
 		b.level = math.Min(b.level, math.Max(b.dep(), cost[i])) - cost[i]
 	}
 	l.debited = l.debited.Add(cost)
+	l.hist.record(now, l.debited)
 	return 0, nil
 }
 
@@ -413,10 +472,15 @@ func (l *Limiter) Refund(amount Amount, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
+	debits := false
 	for i, a := range amount {
 		if a < 0 {
 			l.debited[i] -= a
+			debits = true
 		}
+	}
+	if debits {
+		l.hist.record(now, l.debited)
 	}
 	for i := range l.b {
 		b := &l.b[i]
@@ -434,6 +498,11 @@ type Observation struct {
 	Limit float64
 	// Remaining is the level the provider reports; < 0 when not reported.
 	Remaining float64
+	// Precision is how much Remaining may exceed the provider's level
+	// (Anthropic rounds token remaining to the nearest thousand: 500).
+	// Lowering the view uses Remaining as it is; raising it (the depth
+	// and the level) uses Remaining − Precision.
+	Precision float64
 }
 
 // Observe applies the provider's rate-limit snapshot, reported in the
@@ -450,23 +519,43 @@ type Observation struct {
 //	R' = R + rate·(now − since − allowance) − (debited now − debited at since)
 //
 // Each level is clamped to R' (Sluice never assumes more room than the
-// provider has). When R itself shows more room than the bucket's depth
-// while the bucket is full, the depth doubles, up to the capacity: R
-// proves the provider's bucket that deep, R' does not (it ignores the
-// provider's own cap). Without a
-// Mark, R' = R (no refill credited, nothing taken since: pessimistic when
-// the bucket refilled faster than it was spent, optimistic otherwise).
-// The provider charged the request some time after we sent it, at most the
-// jitter allowance if the delivery stayed within it, so the refill is
-// credited from the mark plus the allowance: never more than the provider
-// refilled. Requests sent between the mark and the provider's charge may
-// be counted on both sides, and refunds since the mark are not credited
-// (one made before the provider's charge is in R already, and the two
-// cannot be told apart): both err on the safe side.
+// provider has). The provider's report also raises the view: R proves the
+// provider's bucket at least R deep, so a shallower bucket deepens to R
+// (less the jitter allowance, up to the capacity), and a level below what
+// the provider holds is raised to
+//
+//	R'' = min(R + rate·(now − since − allowance), depth) − (debited now − debited at since − allowance)
+//
+// which also takes off every request admitted within the jitter allowance
+// before this one (it may reach the provider after this one, so R may not
+// count it) and caps the refill at the bucket's depth (the provider's
+// bucket stops refilling when full). A fresh upstream thus starts at the
+// provider's real level after its first answer, not at a guessed depth.
+// Without a Mark, R' = R and nothing is raised. The provider charged the
+// request some time after we sent it, at most the jitter allowance if the
+// delivery stayed within it, so the refill is credited from the mark plus
+// the allowance: never more than the provider refilled. Requests sent
+// between the mark and the provider's charge may be counted on both
+// sides, and refunds since the mark are not credited (one made before the
+// provider's charge is in R already, and the two cannot be told apart):
+// both err on the safe side.
 func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
+	l.observe(obs, since, now, true)
+}
+
+// Clamp is Observe for a report that may describe another bucket than
+// this Limiter's (an org's account-level Limiter fed a key's headers):
+// limits are learned and levels lowered to R', but nothing is deepened
+// or raised.
+func (l *Limiter) Clamp(obs map[Dim]Observation, since Mark, now time.Time) {
+	l.observe(obs, since, now, false)
+}
+
+func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, raise bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
+	allowance := max(l.cfg.JitterAllowance, 0)
 	for d, o := range obs {
 		if d < 0 || d >= NumDims {
 			continue
@@ -476,32 +565,48 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 			l.reported[d], l.reportedAt[d] = o, now
 		}
 		if o.Limit > 0 {
-			want := l.withMargin(o.Limit)
-			if configured := l.withMargin(l.cfg.Limits[d]); configured > 0 {
+			want := o.Limit
+			if configured := l.cfg.Limits[d]; configured > 0 {
 				want = math.Min(want, configured)
 			}
-			if want != b.capacity {
-				l.setCapacity(d, want, now)
+			if want != b.limit {
+				l.setLimit(d, want, now)
 			}
 		}
 		if b.capacity == 0 || o.Remaining < 0 {
 			continue
 		}
 		b.settle(now)
-		remaining := o.Remaining
-		if !since.at.IsZero() {
-			// The provider charged the request up to a jitter allowance
-			// after we sent it: credit the refill from then on only.
-			dt := math.Max(now.Sub(since.at).Seconds()-max(l.cfg.JitterAllowance, 0).Seconds(), 0)
-			remaining += b.rate()*dt - (l.debited[d] - since.debited[d])
+		// R proves the provider's bucket at least that deep.
+		sure := math.Max(o.Remaining-max(o.Precision, 0), 0) // what the provider surely holds
+		if room := l.lessJitter(b.capacity, sure); raise && room > b.depth {
+			b.depth = math.Min(b.capacity, room)
 		}
+		remaining := o.Remaining
+		if since.at.IsZero() {
+			b.level = math.Min(b.level, remaining)
+			continue
+		}
+		// The provider charged the request up to a jitter allowance
+		// after we sent it: credit the refill from then on only.
+		dt := math.Max(now.Sub(since.at).Seconds()-allowance.Seconds(), 0)
+		refill := b.rate() * dt
+		remaining += refill - (l.debited[d] - since.debited[d])
 		lvl := b.at(now, b.dep())
-		// Deepen from R itself: it is what the provider held at one
-		// instant, so its bucket is at least that deep. R' is only an
-		// upper bound on its level now (the refill credited may have
-		// overflowed a bucket we do not know the depth of).
-		if room := l.lessJitter(b.capacity, o.Remaining); room > b.depth && lvl >= b.dep()*0.999 {
-			b.depth = math.Min(math.Min(b.capacity, room), b.depth*2)
+		// A cluster node holds a share of the bucket the report is about:
+		// the other nodes' debits are not ours to subtract, so no raise.
+		lookback := since.at.Add(-allowance)
+		if !since.from.IsZero() && since.from.Before(lookback) {
+			lookback = since.from
+		}
+		if before, ok := l.hist.before(lookback); raise && ok && b.part() == 1 {
+			// No refill is credited: the provider charged the request
+			// at some instant before its answer, maybe well after we
+			// sent it (a busy CPU, a slow connection).
+			raise := math.Min(sure, b.dep()) - (l.debited[d] - before[d])
+			if raise > lvl {
+				b.level = raise
+			}
 		}
 		b.level = math.Min(b.level, remaining)
 	}
@@ -513,6 +618,8 @@ func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 func (l *Limiter) Pause(until, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// A 429: the margin widens back to SafetyMargin, then narrows again.
+	l.widened = now
 	l.refresh(now)
 	if until.After(l.pausedUntil) {
 		l.pausedUntil = until

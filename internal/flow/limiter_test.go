@@ -110,10 +110,11 @@ func TestLimiterObserve(t *testing.T) {
 	l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 50, Remaining: -1}}, flow.Mark{}, t0)
 	require.InDelta(t, 50, l.State(t0)[flow.Requests].Capacity, 1e-9)
 
-	// More room reported than the depth while the bucket is full: deepen.
+	// More room reported than the depth: the provider's bucket is at
+	// least that deep, so ours deepens to it at once.
 	l = newLimiter(t, [flow.NumDims]float64{flow.Tokens: 60000}, 1) // depth 1000
 	l.Observe(map[flow.Dim]flow.Observation{flow.Tokens: {Limit: 60000, Remaining: 50000}}, flow.Mark{}, t0)
-	require.InDelta(t, 2000, l.State(t0)[flow.Tokens].Depth, 1e-9, "doubles, bounded by what is reported")
+	require.InDelta(t, 50000, l.State(t0)[flow.Tokens].Depth, 1e-9, "as deep as what is reported")
 	l.Pause(t0.Add(time.Second), t0)
 	require.InDelta(t, 1000, l.State(t0)[flow.Tokens].Depth, 1e-9, "a RATE pause makes it shallow again")
 }

@@ -28,7 +28,7 @@ func (l *Limiter) Room(cost Amount, keep float64, now time.Time) (time.Duration,
 			return 0, 0, err
 		}
 		c := math.Max(b.depth, cost[i])
-		need := math.Min(cost[i]+keep*b.depth, c)
+		need := math.Min(cost[i]+keep*math.Min(b.depth, l.initialDepth(b.capacity)), c)
 		lvl := b.at(now, c)
 		if lvl < need {
 			w = max(w, secs((need-lvl)/b.rate()))

@@ -25,8 +25,24 @@ const (
 	// providers enforce per-minute limits over shorter intervals, so start
 	// shallow and deepen only when the provider's headers show room.
 	BurstSecondsDefault = 5.0
-	// SafetyMarginDefault is the share of each quota Sluice uses.
+	// SafetyMarginDefault is the share of each quota Sluice uses after a
+	// provider 429 (the wide margin).
 	SafetyMarginDefault = 0.98
+	// MaxSafetyMarginDefault is the share of each quota Sluice uses while
+	// no 429 is seen (the narrow margin), when safety_margin is not set.
+	MaxSafetyMarginDefault = 0.995
+	// OutputReservationMaxTokens reserves a request's max_tokens against
+	// the output quota until its usage is known, as providers that charge
+	// max_tokens at admission do (OpenAI TPM, Anthropic OTPM as documented
+	// in 2025).
+	OutputReservationMaxTokens = "max_tokens"
+	// OutputReservationLearned reserves what requests to the same model
+	// have used at most (a high quantile of output/max_tokens), for a
+	// provider that charges only the output produced (Anthropic OTPM as
+	// documented in 2026).
+	OutputReservationLearned = "learned"
+	// OutputReservationDefault is the safe choice: the worst case.
+	OutputReservationDefault = OutputReservationMaxTokens
 	// JitterAllowanceDefault is how much refill the buckets stay below the
 	// provider's burst, for requests delayed unevenly on their way.
 	JitterAllowanceDefault = 100 * time.Millisecond
@@ -136,6 +152,19 @@ type Config struct {
 	// SafetyMargin is the share of each quota Sluice lets itself use, in
 	// (0, 1]. Defaults to the profile's, else 0.98 (SafetyMarginDefault).
 	SafetyMargin float64 `yaml:"safety_margin"`
+	// MaxSafetyMargin is the share of each quota used while no provider
+	// 429 is seen, in [safety_margin, 1]: after a 429 the margin drops to
+	// SafetyMargin and narrows back linearly over a minute. Defaults to
+	// 0.995 (MaxSafetyMarginDefault) when safety_margin is not set, else
+	// to safety_margin (a fixed margin).
+	MaxSafetyMargin float64 `yaml:"max_safety_margin"`
+	// OutputReservation is what a request reserves against the output
+	// quota before its usage is known: max_tokens (the worst case, for a
+	// provider that reserves it too) or learned (a high quantile of what
+	// requests to the same model used, for a provider that counts only
+	// the output produced). Defaults to max_tokens
+	// (OutputReservationDefault).
+	OutputReservation string `yaml:"output_reservation"`
 	// JitterAllowance keeps the quota buckets this much refill shallower
 	// than the provider's burst, so requests delayed unevenly on their way
 	// cannot reach it faster than it refills; negative turns it off; at
@@ -289,7 +318,14 @@ func (c Config) WithDefaults() Config {
 	c.Limits.MaxConcurrency = cmp.Or(c.Limits.MaxConcurrency, MaxConcurrencyDefault)
 	c.MinConcurrency = cmp.Or(c.MinConcurrency, min(MinConcurrencyDefault, max(c.Limits.MaxConcurrency, 1)))
 	c.BurstSeconds = cmp.Or(c.BurstSeconds, BurstSecondsDefault)
+	if c.MaxSafetyMargin == 0 {
+		c.MaxSafetyMargin = c.SafetyMargin // a margin the user chose stays fixed
+		if c.SafetyMargin == 0 {
+			c.MaxSafetyMargin = MaxSafetyMarginDefault
+		}
+	}
 	c.SafetyMargin = cmp.Or(c.SafetyMargin, SafetyMarginDefault)
+	c.OutputReservation = cmp.Or(c.OutputReservation, OutputReservationDefault)
 	c.JitterAllowance = cmp.Or(c.JitterAllowance, JitterAllowanceDefault)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.HeadroomWindow = cmp.Or(c.HeadroomWindow, HeadroomWindowDefault)

@@ -28,6 +28,10 @@ func TestWithDefaultsBalanced(t *testing.T) {
 	require.Equal(t, 4, d.MinConcurrency)
 	require.Equal(t, 5.0, d.BurstSeconds)
 	require.Equal(t, 0.98, d.SafetyMargin)
+	require.Equal(t, 0.995, d.MaxSafetyMargin, "adaptive: narrow while no 429 is seen")
+	require.Equal(t, upstream.OutputReservationMaxTokens, d.OutputReservation)
+	chosen := upstream.Config{Name: "a", Protocol: llm.Anthropic, APIKey: "k", SafetyMargin: 0.9}.WithDefaults()
+	require.Equal(t, 0.9, chosen.MaxSafetyMargin, "a margin the user chose stays fixed")
 	require.Equal(t, 100*time.Millisecond, d.JitterAllowance)
 	require.Equal(t, 10*time.Minute, d.RequestTimeout)
 	require.Equal(t, time.Minute, d.HeadroomWindow)
@@ -107,6 +111,9 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *upstream.Config) { c.MinConcurrency = 100; c.Limits.MaxConcurrency = 10 }, "min_concurrency: must be <= limits.max_concurrency"},
 		{func(c *upstream.Config) { c.SafetyMargin = 1.5 }, "safety_margin: must be > 0 and <= 1"},
 		{func(c *upstream.Config) { c.BurstSeconds = -1 }, "burst_seconds: "},
+		{func(c *upstream.Config) { c.SafetyMargin, c.MaxSafetyMargin = 0.98, 0.9 }, "max_safety_margin: must be >= safety_margin"},
+		{func(c *upstream.Config) { c.OutputReservation = "some" }, "output_reservation: must be "},
+		{func(c *upstream.Config) { c.Protocol, c.OutputReservation = llm.OpenAI, "learned" }, "output_reservation: learned needs"},
 		{func(c *upstream.Config) { c.JitterAllowance = 2 * time.Minute }, "jitter_allowance: must be <= 1m"},
 		{func(c *upstream.Config) { c.RequestTimeout = -time.Second }, "request_timeout: must be >= 0"},
 		{func(c *upstream.Config) { c.Retry.MaxDelay = time.Millisecond }, "retry.base_delay: must be <= retry.max_delay"},
@@ -144,6 +151,8 @@ profile: latency
 limits: {requests_per_minute: 1, input_tokens_per_minute: 2, output_tokens_per_minute: 3, tokens_per_minute: 4, max_concurrency: 5}
 burst_seconds: 6
 safety_margin: 0.9
+max_safety_margin: 0.95
+output_reservation: learned
 jitter_allowance: 7ms
 min_concurrency: 2
 request_timeout: 8s

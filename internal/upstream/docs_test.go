@@ -97,6 +97,8 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"min_concurrency":                 {d.MinConcurrency},
 		"burst_seconds":                   {d.BurstSeconds},
 		"safety_margin":                   {d.SafetyMargin},
+		"max_safety_margin":               {d.MaxSafetyMargin},
+		"output_reservation":              {d.OutputReservation},
 		"jitter_allowance":                {d.JitterAllowance},
 		"request_timeout":                 {d.RequestTimeout},
 		"headroom_window":                 {d.HeadroomWindow},

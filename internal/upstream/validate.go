@@ -98,6 +98,15 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: must be > 0 and <= %g (0 for the default)", f.name, f.max)
 		}
 	}
+	if !(d.MaxSafetyMargin >= d.SafetyMargin && d.MaxSafetyMargin <= 1) {
+		return errors.New("max_safety_margin: must be >= safety_margin and <= 1 (0 for the default)")
+	}
+	if d.OutputReservation != OutputReservationMaxTokens && d.OutputReservation != OutputReservationLearned {
+		return fmt.Errorf("output_reservation: must be %q or %q, got %q", OutputReservationMaxTokens, OutputReservationLearned, d.OutputReservation)
+	}
+	if d.OutputReservation == OutputReservationLearned && d.Protocol == llm.OpenAI {
+		return errors.New("output_reservation: learned needs a provider that counts only the output produced; OpenAI reserves max_tokens against TPM")
+	}
 	for p := range llm.Priority(llm.NumPriorities) {
 		cl := d.Classes.Get(p)
 		if !(cl.Weight > 0 && cl.Weight <= 1e6) {
