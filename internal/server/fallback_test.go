@@ -174,16 +174,27 @@ func TestFallbackDuringOutage(t *testing.T) {
 // the primary.
 func TestFallbackForACriticalDeadline(t *testing.T) {
 	t.Parallel()
-	r := newFallbackRig(t, mock.Config{Limits: mock.Limits{RPM: 6}}, mock.Config{}, func(p, _ *upcfg.Config) {
+	// The mock's bucket holds one request (10 s at 6 a minute): the engine,
+	// raising its view from the mock's headers, can find no more room.
+	r := newFallbackRig(t, mock.Config{Limits: mock.Limits{RPM: 6}, BurstSeconds: 10}, mock.Config{}, func(p, _ *upcfg.Config) {
 		p.Limits.RequestsPerMinute = 6
 		p.FallbackClasses = []string{"critical", "high"}
 	})
 	var lows []<-chan fbResult
-	for range 4 {
+	for range 12 {
 		lows = append(lows, r.sendAsync(llm.Low, time.Hour, nil))
 	}
-	// One low request takes the bucket's only room; the others queue.
-	require.Eventually(t, func() bool { return r.engine["primary"].Snapshot().Queued[llm.Low] == 3 }, 10*time.Second, time.Millisecond)
+	// The low requests take the bucket's room (as deep as the mock's
+	// headers show it) and the rest queue; with the fake clock still, the
+	// queue then stays as it is.
+	last := -1
+	require.Eventually(t, func() bool {
+		s := r.engine["primary"].Snapshot()
+		q := s.Queued[llm.Low]
+		settled := q > 0 && q == last && s.InFlight == 0
+		last = q
+		return settled
+	}, 10*time.Second, 20*time.Millisecond, "low requests queued on the primary")
 	res, took := r.send(t, llm.Critical, 2*time.Second, nil)
 	require.NoError(t, res.err)
 	require.Equal(t, "fallback", res.resp.Upstream)
