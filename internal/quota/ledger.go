@@ -36,6 +36,7 @@ func (l Limits) of(w Window) pricing.Amount {
 		return l.Day
 	case Month:
 		return l.Month
+	case Total:
 	}
 	return l.Total
 }
@@ -110,6 +111,7 @@ func (a Account) Of(w Window) Usage {
 		return a.Day
 	case Month:
 		return a.Month
+	case Total:
 	}
 	return a.Total
 }
@@ -142,6 +144,7 @@ func idx(w Window) int {
 		return 0
 	case Month:
 		return 1
+	case Total:
 	}
 	return 2
 }

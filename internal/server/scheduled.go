@@ -91,7 +91,7 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	p := u.cfg.Protocol
 	reqID := rl.id
 	prio := req.Priority.String()
-	if _, ok := errors.AsType[*errBudget](err); ok {
+	if _, ok := errors.AsType[*spendRefusedError](err); ok {
 		s.outcome(rl, prio, outcomeBudget)
 		frontdoor.WriteProblem(w, p, reqID, spendProblem(p, err, s.clock.Now()))
 		return

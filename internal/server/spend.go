@@ -132,13 +132,13 @@ func (sp *spender) unmetered(client, method, path string) bool {
 	return !strings.HasSuffix(path, "/count_tokens")
 }
 
-// errBudget is a request refused by its client's budget (or by the price
+// spendRefusedError is a request refused by its client's budget (or by the price
 // table, for an unpriced model of a client with a budget); spendProblem
 // renders it.
-type errBudget struct{ err error }
+type spendRefusedError struct{ err error }
 
-func (e *errBudget) Error() string { return e.err.Error() }
-func (e *errBudget) Unwrap() error { return e.err }
+func (e *spendRefusedError) Error() string { return e.err.Error() }
+func (e *spendRefusedError) Unwrap() error { return e.err }
 
 // spendHold is one request's reservation. settle is called once its body
 // ended or was closed; later calls do nothing.
@@ -155,7 +155,7 @@ type spendHold struct {
 }
 
 // reserve prices req (for client, on upstream speaking protocol) and
-// reserves its worst case. It fails with *errBudget when the client's
+// reserves its worst case. It fails with *spendRefusedError when the client's
 // budget cannot hold it.
 func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *dispatch.Request) (*spendHold, error) {
 	m, err := sp.prices.Lookup(req.Cost.Model)
@@ -164,7 +164,7 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 	}
 	if err != nil && sp.hasBudget(client) {
 		sp.metrics.refused(client, err)
-		return nil, &errBudget{err: err}
+		return nil, &spendRefusedError{err: err}
 	}
 	need := m.Price.Worst(req.Cost)
 	now := sp.clock.Now()
@@ -176,7 +176,7 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 				"resets_at", e.ResetsAt)
 		}
 		sp.metrics.refused(client, err)
-		return nil, &errBudget{err: err}
+		return nil, &spendRefusedError{err: err}
 	}
 	return &spendHold{sp: sp, label: spendLabel{client: client, upstream: upstream, model: m.Entry},
 		price: m.Price, protocol: protocol, hold: h}, nil

@@ -24,6 +24,7 @@ func windowName(w quota.Window) string {
 		return "daily"
 	case quota.Month:
 		return "monthly"
+	case quota.Total:
 	}
 	return "total"
 }

@@ -64,7 +64,10 @@ func TestGuardAtConnect(t *testing.T) {
 	g, err := NewGuard(nil)
 	require.NoError(t, err)
 	c := &http.Client{Transport: g.Transport()}
-	_, err = c.Get(srv.URL) //nolint:noctx // a test
+	resp, err := c.Get(srv.URL) //nolint:noctx // a test
+	if err == nil {
+		resp.Body.Close()
+	}
 	require.ErrorIs(t, err, ErrForbiddenDestination)
 
 	ok, err := NewGuard([]string{"127.0.0.1"})

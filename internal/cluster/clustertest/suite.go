@@ -360,7 +360,7 @@ func probeToken(t *testing.T, b cluster.Backend) {
 	require.NoError(t, err)
 	require.True(t, g.Probe)
 	r = report(key, holder, 0, 1)
-	r.BreakerOpenUntil = time.Now().Add(-500 * time.Millisecond).Truncate(time.Millisecond)
+	r.BreakerOpenUntil = time.Now().Add(-500 * time.Millisecond).Truncate(time.Millisecond) //nolint:forbidigo // the shared store expires on its own wall clock
 	r.WantProbe = true
 	g, err = b.Sync(ctx, r)
 	require.NoError(t, err)
