@@ -73,7 +73,7 @@ func TestGuardAtConnect(t *testing.T) {
 	ok, err := NewGuard([]string{"127.0.0.1"})
 	require.NoError(t, err)
 	c = &http.Client{Transport: ok.Transport()}
-	resp, err := c.Get(srv.URL) //nolint:noctx // a test
+	resp, err = c.Get(srv.URL) //nolint:noctx // a test
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, 204, resp.StatusCode)
