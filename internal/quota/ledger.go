@@ -195,6 +195,7 @@ func (a *account) start(w Window) time.Time {
 		return a.dayStart
 	case Month:
 		return a.monthStart
+	case Total: // never starts again
 	}
 	return time.Time{}
 }
@@ -205,6 +206,7 @@ func (a *account) resetsAt(w Window) time.Time {
 		return a.dayStart.AddDate(0, 0, 1)
 	case Month:
 		return a.monthStart.AddDate(0, 1, 0)
+	case Total: // never resets
 	}
 	return time.Time{}
 }
