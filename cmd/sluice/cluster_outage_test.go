@@ -65,7 +65,7 @@ func maxInWindow(ts []time.Time, w time.Duration, from, to time.Time) int {
 // sharing resumes (no node degraded, a's share above a third again).
 func TestClusterPostgresOutageUnderLoad(t *testing.T) {
 	t.Parallel()
-	dsn := clusterDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	bin := buildSluice(t)
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)

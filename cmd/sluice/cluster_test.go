@@ -22,44 +22,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/mock"
 )
-
-// clusterDSN makes a fresh schema for one test and returns a DSN whose
-// search_path points at it; skipped without SLUICE_TEST_POSTGRES_URL,
-// failed when it is set but unreachable.
-func clusterDSN(t *testing.T) string {
-	base := os.Getenv("SLUICE_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("SLUICE_TEST_POSTGRES_URL is not set; skipping the multi-process cluster test")
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	require.NoError(t, err, "SLUICE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable")
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "sluice_test_" + hex.EncodeToString(b[:])
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
-		require.NoError(t, err)
-		_, err = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		require.NoError(t, err)
-		require.NoError(t, c.Close(context.Background()))
-	})
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // buildSluice builds the sluice binary (without -race) once per test.
 func buildSluice(t *testing.T) string {
@@ -223,7 +191,7 @@ func stopProcess(cmd *exec.Cmd, done <-chan error) error {
 // retry-after: 5 at one node.
 func TestClusterThreeNodesShareOneQuota(t *testing.T) {
 	t.Parallel()
-	threeNodesShareOneQuota(t, postgresStores(clusterDSN(t), true))
+	threeNodesShareOneQuota(t, postgresStores(jobstoretest.PostgresDSN(t), true))
 }
 
 // TestClusterThreeNodesShareOneQuotaRedis is the same run with the shared
@@ -390,7 +358,7 @@ func TestClusterFigures(t *testing.T) {
 			if c.redis {
 				storesOf = redisStores(t, clusterRedisURL(t))
 			} else {
-				storesOf = postgresStores(clusterDSN(t), c.shared)
+				storesOf = postgresStores(jobstoretest.PostgresDSN(t), c.shared)
 			}
 			const rpm, total = 3000, 600 // 50/s, as issue 14's RPM
 			m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: rpm}, BurstSeconds: 1, TTFT: 20 * time.Millisecond})

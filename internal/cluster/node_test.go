@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -61,7 +62,7 @@ func TestNodesSharePausesAndLead(t *testing.T) {
 	t.Parallel()
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		dsn := postgresDSN(t)
+		dsn := jobstoretest.PostgresDSN(t)
 		nodesSharePausesAndLead(t, func() (cluster.Backend, error) { return cluster.OpenPostgres(context.Background(), dsn) })
 	})
 	t.Run("redis", func(t *testing.T) {

@@ -2,23 +2,20 @@ package jobs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/mock"
 )
 
@@ -197,44 +194,6 @@ func TestCrashKillMidFlightLosesNothing(t *testing.T) {
 	require.LessOrEqual(t, extra, int64(atKill[jobstore.StateRunning]), "at most one extra call per job in flight at the kill")
 }
 
-// postgresDSN creates a fresh schema for one test (dropped at cleanup) and
-// returns a URL whose search_path selects it. It skips when
-// SLUICE_TEST_POSTGRES_URL is unset and fails when it is set but
-// unreachable.
-func postgresDSN(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("SLUICE_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("SLUICE_TEST_POSTGRES_URL is not set; skipping PostgreSQL tests")
-	}
-	connect := func() *pgx.Conn {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		require.NoError(t, err, "SLUICE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable")
-		return conn
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "sluice_jobs_test_" + hex.EncodeToString(b[:])
-	conn := connect()
-	_, err := conn.Exec(context.Background(), "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(context.Background()))
-	t.Cleanup(func() {
-		c := connect()
-		_, err := c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		require.NoError(t, err)
-		require.NoError(t, c.Close(context.Background()))
-	})
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 // TestTwoGatewaysOnPostgresRunEachJobOnce runs two `sluice serve` processes
 // on one PostgreSQL schema: they drain 5,000 jobs with no job run twice
 // (the mock counts exactly 5,000 calls) and none left behind.
@@ -244,7 +203,7 @@ func TestTwoGatewaysOnPostgresRunEachJobOnce(t *testing.T) {
 	}
 	t.Parallel()
 	const jobs = 5000
-	dsn := postgresDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	mockURL := startMockProcess(t, "--ttft", "2ms", "--per-token", "0s")
 	// Migrate once before two processes race to.
 	st, err := jobstore.Open(context.Background(), dsn, jobstore.Options{MaxConns: 4})

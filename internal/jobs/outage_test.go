@@ -101,7 +101,7 @@ func TestStoreOutageNeverPaysTwice(t *testing.T) {
 		spools bool
 	}{
 		{"postgres cut", func(t *testing.T) (jobstore.Store, func(), func()) {
-			st, p := jobstoretest.OpenBehindProxy(t, postgresDSN(t), 8)
+			st, p := jobstoretest.OpenBehindProxy(t, jobstoretest.PostgresDSN(t), 8)
 			return st, p.Cut, p.Restore
 		}, true},
 		{"sqlite full", func(t *testing.T) (jobstore.Store, func(), func()) {

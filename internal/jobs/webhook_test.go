@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
@@ -447,7 +448,7 @@ func TestWebhookRedeliverRoute(t *testing.T) {
 // PostgreSQL queue, racing, send every delivery exactly once.
 func TestWebhookSendersShareOnePostgres(t *testing.T) {
 	t.Parallel()
-	dsn := postgresDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	open := func() jobstore.Store {
 		st, err := jobstore.Open(context.Background(), dsn, jobstore.Options{MaxConns: 4})
 		require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -23,7 +24,7 @@ import (
 var benchBackends = []struct {
 	name string
 	dsn  func(testing.TB) string
-}{{"sqlite", sqliteDSN}, {"postgres", postgresDSN}}
+}{{"sqlite", sqliteDSN}, {"postgres", jobstoretest.PostgresDSN}}
 
 func benchStore(b *testing.B, dsn func(testing.TB) string) jobstore.Store {
 	s, err := jobstore.Open(context.Background(), dsn(b), jobstore.Options{MaxConns: 24})

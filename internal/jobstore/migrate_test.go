@@ -68,7 +68,7 @@ func TestMigrationsSQLite(t *testing.T) {
 
 func TestMigrationsPostgres(t *testing.T) {
 	t.Parallel()
-	dsn := postgresDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	testMigrations(t, dsn, []string{"0001_jobs", "0002_leaner_indexes", "0003_lease_index_predicate", "0004_webhook_outbox", "0005_ownership", "0006_spend"}, func(t *testing.T) {
 		c, err := pgx.Connect(context.Background(), dsn)
 		require.NoError(t, err)
@@ -84,7 +84,7 @@ func TestMigrationsPostgres(t *testing.T) {
 func TestMigrationPostgres0002KeepsBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := postgresDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	m, err := jobstore.OpenMigrator(ctx, dsn)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Close()) }()

@@ -43,7 +43,7 @@ func TestOutboxAtomicWithCompletion(t *testing.T) {
 			require.Equal(t, 1, n, "the delivery is written with the completion")
 			require.NoError(t, tx.Rollback())
 		}},
-		{"postgres", postgresDSN, func(t *testing.T, dsn string, id int64) {
+		{"postgres", jobstoretest.PostgresDSN, func(t *testing.T, dsn string, id int64) {
 			ctx := context.Background()
 			c, err := pgx.Connect(ctx, dsn)
 			require.NoError(t, err)

@@ -23,7 +23,7 @@ import (
 func TestPostgresFencedLookupsProbePrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := postgresDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	s, err := jobstore.Open(ctx, dsn, jobstore.Options{MaxConns: 2})
 	require.NoError(t, err)
 	t0 := jobstoretest.T0
@@ -77,7 +77,7 @@ func TestPostgresFencedLookupsProbePrimaryKey(t *testing.T) {
 func TestPostgresCountLiveReadsIndexesOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := postgresDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	migrated, err := jobstore.Open(ctx, dsn, jobstore.Options{MaxConns: 2})
 	require.NoError(t, err)
 	require.NoError(t, migrated.Close())

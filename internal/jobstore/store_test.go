@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -32,41 +30,8 @@ func openSQLite(t *testing.T) jobstore.Store {
 	return s
 }
 
-// postgresDSN creates a fresh schema for one test and returns an address
-// whose search_path points at it; the schema is dropped at cleanup. It
-// skips when SLUICE_TEST_POSTGRES_URL is unset and fails when it is set but
-// the server cannot be reached.
-func postgresDSN(t testing.TB) string {
-	base := os.Getenv("SLUICE_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("SLUICE_TEST_POSTGRES_URL is not set; skipping PostgreSQL tests")
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	require.NoError(t, err, "SLUICE_TEST_POSTGRES_URL is set but PostgreSQL is unreachable")
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "sluice_test_" + hex.EncodeToString(b[:])
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), base)
-		require.NoError(t, err)
-		_, err = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		require.NoError(t, err)
-		require.NoError(t, c.Close(context.Background()))
-	})
-	u, err := url.Parse(base)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 func openPostgres(t *testing.T) jobstore.Store {
-	s, err := jobstore.Open(context.Background(), postgresDSN(t), jobstore.Options{MaxConns: 4})
+	s, err := jobstore.Open(context.Background(), jobstoretest.PostgresDSN(t), jobstore.Options{MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
@@ -87,7 +52,7 @@ func TestConformancePostgres(t *testing.T) {
 // upstream, including an insert whose NOTIFY was held back by the cooldown.
 func TestPostgresInsertNotifiesOtherNodes(t *testing.T) {
 	t.Parallel()
-	dsn := postgresDSN(t)
+	dsn := jobstoretest.PostgresDSN(t)
 	s, err := jobstore.Open(context.Background(), dsn, jobstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })

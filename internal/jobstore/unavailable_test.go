@@ -39,7 +39,7 @@ func TestStoreOutageIsErrUnavailable(t *testing.T) {
 				}
 		}},
 		{"postgres cut", func(t *testing.T) (jobstore.Store, func(), func()) {
-			st, p := jobstoretest.OpenBehindProxy(t, postgresDSN(t), 4)
+			st, p := jobstoretest.OpenBehindProxy(t, jobstoretest.PostgresDSN(t), 4)
 			return st, p.Cut, p.Restore
 		}},
 	}
