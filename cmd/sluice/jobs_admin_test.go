@@ -20,12 +20,7 @@ import (
 // another client's key it sees none of them and is refused the sweep.
 func TestJobsCLIWithAdminKey(t *testing.T) {
 	t.Parallel()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":1,"output_tokens":1}}`)
-	}))
-	defer up.Close()
+	up := fakeAnthropic(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "sluice.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nstore: sqlite:"+filepath.Join(dir, "s.db")+"\n"+
@@ -68,4 +63,17 @@ func TestJobsCLIWithAdminKey(t *testing.T) {
 
 	stop()
 	require.Equal(t, 0, <-code, stderr.String())
+}
+
+// fakeAnthropic is an upstream answering every request with a one-token
+// Anthropic message; closed at cleanup.
+func fakeAnthropic(t *testing.T) *httptest.Server {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":1,"output_tokens":1}}`)
+	}))
+	t.Cleanup(up.Close)
+	return up
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,12 +22,7 @@ import (
 // broken file is refused and logged, and the running config stays.
 func TestServeSIGHUPReloads(t *testing.T) {
 	t.Parallel()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":1,"output_tokens":1}}`)
-	}))
-	defer up.Close()
+	up := fakeAnthropic(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "sluice.yaml")
 	write := func(clients string) {
