@@ -33,7 +33,7 @@ func observations(p llm.Protocol, rl provider.RateLimits) map[flow.Dim]flow.Obse
 		if !ok {
 			continue
 		}
-		o := flow.Observation{Limit: float64(b.Limit), Remaining: float64(b.Remaining)}
+		o := flow.Observation{Limit: float64(b.Limit), Remaining: float64(b.Remaining), Reset: b.Reset}
 		if p == llm.Anthropic && d != flow.Requests {
 			// Anthropic rounds token remaining to the nearest thousand.
 			o.Precision = AnthropicRemainingRounding / 2

@@ -235,6 +235,10 @@ type Limiter struct {
 	// reportedAt when it came: the provider's view beside ours.
 	reported   [NumDims]Observation
 	reportedAt [NumDims]time.Time
+	// heard is what this Limiter's own Observe learned, for a cluster to
+	// share, and adopted what it took from the cluster (Adopt).
+	heard   [NumDims]Heard
+	adopted [NumDims]Heard
 }
 
 // Mark is the Limiter's account at one instant, taken when a request is
@@ -503,6 +507,9 @@ type Observation struct {
 	// Lowering the view uses Remaining as it is; raising it (the depth
 	// and the level) uses Remaining − Precision.
 	Precision float64
+	// Reset is when the provider says its bucket is full again; zero
+	// when not reported. Informational (shared with a cluster, shown).
+	Reset time.Time
 }
 
 // Observe applies the provider's rate-limit snapshot, reported in the
@@ -563,6 +570,7 @@ func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, ra
 		b := &l.b[d]
 		if o.Limit > 0 || o.Remaining >= 0 {
 			l.reported[d], l.reportedAt[d] = o, now
+			l.heard[d].note(o, since.at, now)
 		}
 		if o.Limit > 0 {
 			want := o.Limit
