@@ -76,6 +76,10 @@ type Report struct {
 	// closed: when it holds the probe token, the shared opening is
 	// cleared for every node.
 	BreakerClosed bool
+	// Learned are the provider's reports this node received since it
+	// last published them (learned.go): the store keeps the latest per
+	// account and dimension.
+	Learned []Learned
 }
 
 func (r Report) validate() error {
@@ -87,7 +91,7 @@ func (r Report) validate() error {
 	case r.Slots < 0 || r.MaxSlots < 0 || r.TTL <= 0:
 		return errors.Join(ErrBadReport, errors.New("slots must be >= 0 and ttl > 0"))
 	}
-	return nil
+	return validateLearned(r.Learned)
 }
 
 // Grant is a Sync's answer.
@@ -110,6 +114,10 @@ type Grant struct {
 	BreakerOpenUntil time.Time
 	// Probe says this node holds the key's probe token.
 	Probe bool
+	// Learned are the key's latest provider reports, per account and
+	// dimension, from any node (learned.go), ordered by account and
+	// dimension.
+	Learned []Learned
 }
 
 // Lease is one node's lease on a key, as stored.

@@ -19,7 +19,8 @@ type Memory struct {
 	mu      sync.Mutex
 	leases  map[string]map[string]Lease // key → node → lease
 	signals map[string]signals
-	leaders map[string]Lease // name → holder (Node, ExpiresAt)
+	leaders map[string]Lease              // name → holder (Node, ExpiresAt)
+	learned map[string]map[string]Learned // key → account/dim → record (learned.go)
 	subs    map[chan string]struct{}
 }
 
@@ -68,6 +69,7 @@ func (m *Memory) Sync(ctx context.Context, r Report) (Grant, error) {
 	next, announce := m.signals[r.Key].step(r, now)
 	m.signals[r.Key] = next
 	g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
+	g.Learned = m.learnedStep(r)
 	if announce {
 		for ch := range m.subs {
 			select {

@@ -100,6 +100,8 @@ type memberState struct {
 	leases      []Lease
 	pausedUntil time.Time
 	fallback    bool
+	learned     []Learned             // the last grant's provider reports
+	sentLearned map[string]flow.Heard // the latest of our own reports the store has, per record
 }
 
 // Node runs a cluster node: a sync per member every interval, the leader
@@ -280,6 +282,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	defer n.syncMu.Unlock()
 	start := n.clk.Now()
 	load := ms.m.Load()
+	heard := heardOf(ms.m)
 	n.mu.Lock()
 	held := ms.slots
 	if held < 0 {
@@ -294,6 +297,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		Slots:      max(held, load.InFlight),
 		MaxSlots:   load.MaxConcurrency,
 		TTL:        n.cfg.LeaseTTL,
+		Learned:    ms.toPublish(heard),
 	}
 	if load.PausedUntil.After(ms.published) {
 		r.PausedUntil = load.PausedUntil
@@ -352,6 +356,11 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		ms.slots = -1
 	}
 	ms.m.Apply(ms.share, ms.slots)
+	// The share first, then the reports: a remaining bounds this node's
+	// share of it.
+	ms.markPublished(r.Learned)
+	ms.learned = g.Learned
+	adopt(ms.m, g.Learned)
 	if !r.BreakerOpenUntil.IsZero() {
 		ms.openPub = r.BreakerOpenUntil
 	}
@@ -398,6 +407,10 @@ type MemberStatus struct {
 	// Probe that this node held the cluster's probe token.
 	BreakerShared bool
 	Probe         bool
+	// Learned are the cluster's latest provider reports for this key
+	// (limits learned from headers and the remaining), with who
+	// reported them.
+	Learned []Learned
 }
 
 // Status returns the node's current view.
@@ -411,7 +424,8 @@ func (n *Node) Status() Status {
 	for _, ms := range n.members {
 		s.Degraded = s.Degraded || ms.fallback
 		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
-			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe})
+			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe,
+			Learned: append([]Learned(nil), ms.learned...)})
 	}
 	return s
 }

@@ -62,7 +62,7 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7147290311)`); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, pgSchema)
+		_, err := tx.Exec(ctx, pgSchema+pgLearnedSchema)
 		return err
 	})
 	if err != nil {
@@ -105,6 +105,11 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 		if err := errors.Join(err, res.Close()); err != nil {
 			return err
 		}
+		learned, err := p.syncLearned(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		g.Learned = learned
 		next, announce := sig.step(r, now)
 		g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
 		g.Share, g.Slots = Allocate(g.Leases, r.Node, r.MaxSlots)

@@ -12,8 +12,9 @@ import (
 )
 
 // Redis is the Backend on a Redis server (cluster.store: redis://…). Each
-// Sync, Leave and Lead is one Lua script, so every step is atomic on the
-// server: the expiry, the renewal, the allocation (Allocate, written again
+// Sync, Leave and Lead is one Lua script (Sync then merges the shared
+// provider reports in a second, learned_redis.go: they have no invariant
+// tied to the leases), so every step is atomic on the server: the expiry, the renewal, the allocation (Allocate, written again
 // in Lua) and the write-back happen together, with no read here and write
 // there. Expiry is measured on the server's clock (TIME), so the nodes'
 // clocks need not agree.
@@ -220,6 +221,9 @@ func (r *Redis) Sync(ctx context.Context, rep Report) (Grant, error) {
 	g, err := decodeRedisGrant(res)
 	if err != nil {
 		return Grant{}, fmt.Errorf("cluster sync %s: %w", rep.Key, err)
+	}
+	if g.Learned, err = r.syncLearned(ctx, rep); err != nil {
+		return Grant{}, fmt.Errorf("cluster sync %s: shared reports: %w", rep.Key, err)
 	}
 	sortLeases(g.Leases)
 	return g, nil

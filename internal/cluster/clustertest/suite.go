@@ -45,6 +45,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("OneProbeTokenClusterWide", func(t *testing.T) { t.Parallel(); probeToken(t, open(t)) })
 	t.Run("ProbeTokenExpires", func(t *testing.T) { t.Parallel(); probeExpiry(t, open(t)) })
 	t.Run("IdleHolderGivesTokenBack", func(t *testing.T) { t.Parallel(); probeRelease(t, open(t)) })
+	runLearned(t, open)
 }
 
 func loneNode(t *testing.T, b cluster.Backend) {

@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// Learned is what the provider's rate-limit headers reported of one
+// dimension of one provider key, as the cluster shares it: the latest
+// limit (and when it was learned) and the latest remaining (with when the
+// request it answered was sent, when the answer came and the reset).
+//
+// The store keeps, per key, account and dimension, the limit with the
+// latest LimitAt and, separately, the remaining with the latest At; a
+// report older than the one kept does not overwrite it, and the record
+// outlives the lease of the node that reported it. The instants are the
+// reporting nodes' clocks: nodes whose clocks disagree by d order two
+// reports less than d apart arbitrarily (both are recent).
+type Learned struct {
+	// Account is the provider key's fingerprint (an upstream with a key
+	// pool has one per key).
+	Account string
+	// Dim is the dimension reported.
+	Dim flow.Dim
+	flow.Heard
+	// LimitNode and RemainingNode name the nodes whose reports the store
+	// kept (in a Grant; ignored in a Report).
+	LimitNode     string
+	RemainingNode string
+}
+
+// field names l's record within its key.
+func (l Learned) field() string { return l.Account + "/" + strconv.Itoa(int(l.Dim)) }
+
+// Learner is a Member that shares what the provider's headers teach it:
+// the node publishes Heard's reports and applies every sync's Grant
+// through Adopt (flow.Limiter.Adopt: a learned limit at once, a remaining
+// only to lower the node's share).
+type Learner interface {
+	// Heard returns the member's own latest reports (LimitNode and
+	// RemainingNode unset).
+	Heard() []Learned
+	// Adopt applies the cluster's latest reports.
+	Adopt(ls []Learned)
+}
+
+// validateLearned checks a Report's learned records.
+func validateLearned(ls []Learned) error {
+	for _, l := range ls {
+		switch {
+		case l.Account == "" || strings.Contains(l.Account, "/"):
+			return errors.Join(ErrBadReport, errors.New("a learned record needs an account without '/'"))
+		case l.Dim < 0 || l.Dim >= flow.NumDims:
+			return errors.Join(ErrBadReport, fmt.Errorf("learned dimension %d out of range", int(l.Dim)))
+		case math.IsNaN(l.Limit) || math.IsInf(l.Limit, 0) || math.IsNaN(l.Remaining) || math.IsInf(l.Remaining, 0):
+			return errors.Join(ErrBadReport, errors.New("learned figures must be finite"))
+		}
+	}
+	return nil
+}
+
+// mergeLearned is one record's step: in, reported by node, replaces the
+// limit of cur when it was learned later, and the remaining when it was
+// answered later. The Postgres upsert and the Redis script do the same.
+func mergeLearned(cur, in Learned, node string) Learned {
+	cur.Account, cur.Dim = in.Account, in.Dim
+	if in.HasLimit() && in.LimitAt.After(cur.LimitAt) {
+		cur.Limit, cur.LimitAt, cur.LimitNode = in.Limit, in.LimitAt, node
+	}
+	if in.HasRemaining() && in.At.After(cur.At) {
+		cur.Remaining, cur.Reset, cur.SentAt, cur.At, cur.RemainingNode = in.Remaining, in.Reset, in.SentAt, in.At, node
+	}
+	return cur
+}
+
+// normalLearned is l as a Grant carries it: no remaining is Remaining −1.
+func normalLearned(l Learned) Learned {
+	if l.At.IsZero() {
+		l.Remaining = -1
+	}
+	return l
+}
+
+// sortLearned orders records by account and dimension, for stable answers.
+func sortLearned(ls []Learned) {
+	slices.SortFunc(ls, func(a, b Learned) int {
+		if c := strings.Compare(a.Account, b.Account); c != 0 {
+			return c
+		}
+		return int(a.Dim) - int(b.Dim)
+	})
+}
+
+// learnedStep merges r's records into the key's and returns them all;
+// m.mu held.
+func (m *Memory) learnedStep(r Report) []Learned {
+	if m.learned == nil {
+		m.learned = map[string]map[string]Learned{}
+	}
+	recs := m.learned[r.Key]
+	if recs == nil {
+		recs = map[string]Learned{}
+		m.learned[r.Key] = recs
+	}
+	for _, in := range r.Learned {
+		recs[in.field()] = mergeLearned(recs[in.field()], in, r.Node)
+	}
+	out := make([]Learned, 0, len(recs))
+	for _, l := range recs {
+		out = append(out, normalLearned(l))
+	}
+	sortLearned(out)
+	return out
+}
+
+// toPublish returns the records of heard the node has not published yet
+// (newer than the last it published for that record); n.mu held.
+func (ms *memberState) toPublish(heard []Learned) []Learned {
+	var out []Learned
+	for _, h := range heard {
+		sent := ms.sentLearned[h.field()]
+		fresh := h
+		if !h.LimitAt.After(sent.LimitAt) {
+			fresh.Limit, fresh.LimitAt = 0, time.Time{}
+		}
+		if !h.At.After(sent.At) {
+			fresh.Remaining, fresh.Reset, fresh.SentAt, fresh.At = -1, time.Time{}, time.Time{}, time.Time{}
+		}
+		if fresh.HasLimit() || fresh.HasRemaining() {
+			out = append(out, fresh)
+		}
+	}
+	return out
+}
+
+// published records that ls reached the store; n.mu held.
+func (ms *memberState) markPublished(ls []Learned) {
+	if ms.sentLearned == nil {
+		ms.sentLearned = map[string]flow.Heard{}
+	}
+	for _, l := range ls {
+		s := ms.sentLearned[l.field()]
+		if l.HasLimit() {
+			s.Limit, s.LimitAt = l.Limit, l.LimitAt
+		}
+		if l.HasRemaining() {
+			s.Remaining, s.At = l.Remaining, l.At
+		}
+		ms.sentLearned[l.field()] = s
+	}
+}
+
+// heardOf returns m's own reports when it is a Learner.
+func heardOf(m Member) []Learned {
+	if lm, ok := m.(Learner); ok {
+		return lm.Heard()
+	}
+	return nil
+}
+
+// adopt applies a grant's records to m when it is a Learner.
+func adopt(m Member, ls []Learned) {
+	if lm, ok := m.(Learner); ok && len(ls) > 0 {
+		lm.Adopt(ls)
+	}
+}
