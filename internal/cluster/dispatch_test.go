@@ -43,6 +43,20 @@ func (m dispatchMember) Pause(until time.Time)          { m.d.ApplyPause(until) 
 func (m dispatchMember) Breaker(openUntil time.Time, probe bool, since time.Time) {
 	m.d.ApplyClusterBreaker(openUntil, probe, since)
 }
+func (m dispatchMember) Heard() []cluster.Learned {
+	var out []cluster.Learned
+	for _, r := range m.d.ClusterReports() {
+		out = append(out, cluster.Learned{Account: r.Account, Dim: r.Dim, Heard: r.Heard})
+	}
+	return out
+}
+func (m dispatchMember) Adopt(ls []cluster.Learned) {
+	var rs []dispatch.ClusterReport
+	for _, l := range ls {
+		rs = append(rs, dispatch.ClusterReport{Account: l.Account, Dim: l.Dim, Heard: l.Heard})
+	}
+	m.d.AdoptClusterReports(rs)
+}
 
 // startClusterNodes starts one dispatcher and one cluster node per
 // upstream URL, all on clk and sharing backend.

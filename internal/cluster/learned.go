@@ -68,16 +68,19 @@ func validateLearned(ls []Learned) error {
 
 // mergeLearned is one record's step: in, reported by node, replaces the
 // limit of cur when it was learned later, and the remaining when it was
-// answered later. The Postgres upsert and the Redis script do the same.
-func mergeLearned(cur, in Learned, node string) Learned {
+// answered later. changed says the limit's value changed (a new limit
+// or the provider's change of one): the other nodes hear of it at once
+// (Listener). The Postgres upsert and the Redis script do the same.
+func mergeLearned(cur, in Learned, node string) (next Learned, changed bool) {
 	cur.Account, cur.Dim = in.Account, in.Dim
 	if in.HasLimit() && in.LimitAt.After(cur.LimitAt) {
+		changed = in.Limit != cur.Limit
 		cur.Limit, cur.LimitAt, cur.LimitNode = in.Limit, in.LimitAt, node
 	}
 	if in.HasRemaining() && in.At.After(cur.At) {
 		cur.Remaining, cur.Reset, cur.SentAt, cur.At, cur.RemainingNode = in.Remaining, in.Reset, in.SentAt, in.At, node
 	}
-	return cur
+	return cur, changed
 }
 
 // normalLearned is l as a Grant carries it: no remaining is Remaining −1.
@@ -98,9 +101,9 @@ func sortLearned(ls []Learned) {
 	})
 }
 
-// learnedStep merges r's records into the key's and returns them all;
-// m.mu held.
-func (m *Memory) learnedStep(r Report) []Learned {
+// learnedStep merges r's records into the key's and returns them all, and
+// whether a limit changed; m.mu held.
+func (m *Memory) learnedStep(r Report) ([]Learned, bool) {
 	if m.learned == nil {
 		m.learned = map[string]map[string]Learned{}
 	}
@@ -109,15 +112,17 @@ func (m *Memory) learnedStep(r Report) []Learned {
 		recs = map[string]Learned{}
 		m.learned[r.Key] = recs
 	}
+	changed := false
 	for _, in := range r.Learned {
-		recs[in.field()] = mergeLearned(recs[in.field()], in, r.Node)
+		next, ch := mergeLearned(recs[in.field()], in, r.Node)
+		recs[in.field()], changed = next, changed || ch
 	}
 	out := make([]Learned, 0, len(recs))
 	for _, l := range recs {
 		out = append(out, normalLearned(l))
 	}
 	sortLearned(out)
-	return out
+	return out, changed
 }
 
 // toPublish returns the records of heard the node has not published yet
@@ -140,7 +145,19 @@ func (ms *memberState) toPublish(heard []Learned) []Learned {
 	return out
 }
 
-// published records that ls reached the store; n.mu held.
+// newLimit reports whether heard has a limit the store has not had from
+// this node (a first one, or the provider changed it): worth a sync at
+// once rather than at the interval; n.mu held.
+func (ms *memberState) newLimit(heard []Learned) bool {
+	for _, h := range heard {
+		if h.HasLimit() && ms.sentLearned[h.field()].Limit != h.Limit {
+			return true
+		}
+	}
+	return false
+}
+
+// markPublished records that ls reached the store; n.mu held.
 func (ms *memberState) markPublished(ls []Learned) {
 	if ms.sentLearned == nil {
 		ms.sentLearned = map[string]flow.Heard{}
@@ -170,4 +187,15 @@ func adopt(m Member, ls []Learned) {
 	if lm, ok := m.(Learner); ok && len(ls) > 0 {
 		lm.Adopt(ls)
 	}
+}
+
+// newLimit reports whether a member has learned a limit the cluster has
+// not heard of from this node: it is published at once (and the store
+// announces it to the other nodes), since until then they may be
+// sending without it.
+func (n *Node) newLimit(ms *memberState) bool {
+	heard := heardOf(ms.m)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return ms.newLimit(heard)
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,10 +47,18 @@ ON CONFLICT (key, account, dim) DO UPDATE SET
 	observed_at    = CASE WHEN excluded.observed_at > coalesce(l.observed_at, '-infinity') THEN excluded.observed_at ELSE l.observed_at END,
 	remaining_node = CASE WHEN excluded.observed_at > coalesce(l.observed_at, '-infinity') THEN excluded.remaining_node ELSE l.remaining_node END`
 
+// pgLearnedSelect reads a key's records.
+const pgLearnedSelect = `SELECT account, dim, limit_value, limit_at, limit_node, remaining, reset_at, sent_at, observed_at, remaining_node
+	FROM sluice_cluster_learned WHERE key = $1`
+
 // syncLearned merges r's reports into the key's and reads them all back,
-// in one round trip inside Sync's transaction.
-func (p *Postgres) syncLearned(ctx context.Context, tx pgx.Tx, r Report) ([]Learned, error) {
+// in one round trip inside Sync's transaction (serialised per key by its
+// advisory lock), and reports whether a limit's value changed.
+func (p *Postgres) syncLearned(ctx context.Context, tx pgx.Tx, r Report) ([]Learned, bool, error) {
 	b := &pgx.Batch{}
+	if len(r.Learned) > 0 {
+		b.Queue(pgLearnedSelect, r.Key) // before, to tell a changed limit
+	}
 	for _, l := range r.Learned {
 		lim, rem := l.Limit, l.Remaining
 		limAt, at := l.LimitAt, l.At
@@ -62,15 +71,35 @@ func (p *Postgres) syncLearned(ctx context.Context, tx pgx.Tx, r Report) ([]Lear
 		b.Queue(pgLearnedUpsert, r.Key, l.Account, int(l.Dim), lim, nullTime(limAt), r.Node,
 			rem, nullTime(l.Reset), nullTime(l.SentAt), nullTime(at))
 	}
-	b.Queue(`SELECT account, dim, limit_value, limit_at, limit_node, remaining, reset_at, sent_at, observed_at, remaining_node
-		FROM sluice_cluster_learned WHERE key = $1`, r.Key)
+	b.Queue(pgLearnedSelect, r.Key)
 	res := tx.SendBatch(ctx, b)
 	defer func() { _ = res.Close() }()
-	for range r.Learned {
-		if _, err := res.Exec(); err != nil {
-			return nil, err
+	var before []Learned
+	if len(r.Learned) > 0 {
+		var err error
+		if before, err = readLearned(res); err != nil {
+			return nil, false, err
 		}
 	}
+	for range r.Learned {
+		if _, err := res.Exec(); err != nil {
+			return nil, false, err
+		}
+	}
+	out, err := readLearned(res)
+	if err != nil {
+		return nil, false, err
+	}
+	changed := false
+	for _, l := range out {
+		i := slices.IndexFunc(before, func(o Learned) bool { return o.Account == l.Account && o.Dim == l.Dim })
+		changed = changed || (l.HasLimit() && (i < 0 || before[i].Limit != l.Limit))
+	}
+	return out, changed, res.Close()
+}
+
+// readLearned reads one select of a key's records.
+func readLearned(res pgx.BatchResults) ([]Learned, error) {
 	rows, err := res.Query()
 	if err != nil {
 		return nil, err
@@ -97,5 +126,5 @@ func (p *Postgres) syncLearned(ctx context.Context, tx pgx.Tx, r Report) ([]Lear
 		return nil, err
 	}
 	sortLearned(out)
-	return out, res.Close()
+	return out, nil
 }

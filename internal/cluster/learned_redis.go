@@ -15,18 +15,21 @@ import (
 // redisLearned is mergeLearned in one script, on the key's hash
 // PREFIX:{K}:learned (field "account/dim" → a JSON record whose instants
 // are microseconds since the epoch, as strings: cjson would round them).
-// KEYS: learned. ARGV: node, then per report: field, limit, limit_at_us,
-// remaining, reset_us, sent_us, at_us (an instant 0: not reported). It
+// KEYS: learned. ARGV: node, channel, key, then per report: field, limit,
+// limit_at_us, remaining, reset_us, sent_us, at_us (an instant 0: not
+// reported). A limit whose value changes is announced on the channel. It
 // returns every field and record of the key.
 var redisLearned = redis.NewScript(`
 local node = ARGV[1]
-for i = 2, #ARGV, 7 do
+local changed = false
+for i = 4, #ARGV, 7 do
   local f = ARGV[i]
   local cur = {limit='0', limit_at='0', limit_node='', remaining='-1', reset='0', sent='0', at='0', remaining_node=''}
   local raw = redis.call('HGET', KEYS[1], f)
   if raw then cur = cjson.decode(raw) end
   local limAt, at = tonumber(ARGV[i+2]), tonumber(ARGV[i+6])
   if limAt > 0 and limAt > tonumber(cur.limit_at) then
+    if tonumber(ARGV[i+1]) ~= tonumber(cur.limit) then changed = true end
     cur.limit, cur.limit_at, cur.limit_node = ARGV[i+1], ARGV[i+2], node
   end
   if at > 0 and at > tonumber(cur.at) then
@@ -38,6 +41,7 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('PTTL', KEYS[1]) < 86400000 then
   redis.call('PEXPIRE', KEYS[1], 86400000)
 end
+if changed then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return redis.call('HGETALL', KEYS[1])
 `)
 
@@ -57,7 +61,7 @@ type redisLearnedRecord struct {
 // back: its own atomic step (the reports have no invariant tied to the
 // leases), run after the sync script.
 func (r *Redis) syncLearned(ctx context.Context, rep Report) ([]Learned, error) {
-	args := []any{rep.Node}
+	args := []any{rep.Node, r.prefix, rep.Key}
 	for _, l := range rep.Learned {
 		limAt, at := usOf(l.LimitAt), usOf(l.At)
 		if !l.HasLimit() {

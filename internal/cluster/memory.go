@@ -67,10 +67,11 @@ func (m *Memory) Sync(ctx context.Context, r Report) (Grant, error) {
 	}
 	sortLeases(g.Leases)
 	next, announce := m.signals[r.Key].step(r, now)
+	var learnedChanged bool
 	m.signals[r.Key] = next
 	g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
-	g.Learned = m.learnedStep(r)
-	if announce {
+	g.Learned, learnedChanged = m.learnedStep(r)
+	if announce || learnedChanged {
 		for ch := range m.subs {
 			select {
 			case ch <- r.Key:

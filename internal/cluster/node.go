@@ -239,7 +239,7 @@ func (n *Node) loop(ctx context.Context) {
 		// probe's success, or critical work newly queued (its demand
 		// weighs 64x), at once.
 		for _, ms := range n.members {
-			if n.urgent(ms, ms.m.Load()) {
+			if n.urgent(ms, ms.m.Load()) || n.newLimit(ms) {
 				n.syncOne(ctx, ms)
 			}
 		}

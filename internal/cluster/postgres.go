@@ -105,7 +105,7 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 		if err := errors.Join(err, res.Close()); err != nil {
 			return err
 		}
-		learned, err := p.syncLearned(ctx, tx, r)
+		learned, learnedChanged, err := p.syncLearned(ctx, tx, r)
 		if err != nil {
 			return err
 		}
@@ -128,7 +128,7 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 			w.Queue(`UPDATE sluice_cluster_signals SET paused_until = $2, open_until = $3, probe_node = nullif($4, ''), probe_expires = $5 WHERE key = $1`,
 				r.Key, nullTime(next.PausedUntil), nullTime(next.OpenUntil), next.ProbeNode, nullTime(next.ProbeExpires))
 		}
-		if announce {
+		if announce || learnedChanged {
 			// Delivered at commit: the other nodes sync at once (Listen).
 			w.Queue(`SELECT pg_notify('`+pgChannel+`', $1)`, r.Key)
 		}
