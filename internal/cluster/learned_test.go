@@ -1,0 +1,152 @@
+package cluster_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// TestLearnedLimitSharedAcrossNodes: an upstream configured with no
+// limits, on two nodes (real dispatchers on one fake clock, sharing a
+// Memory backend). Only node a's answers carry the provider's rate-limit
+// headers (600 RPM, the remaining of a provider bucket 600 deep); node
+// b, which has never had an answer, adopts the limit within one sync of
+// a's, and when both are then flooded with more than the bucket holds,
+// the pair's combined sending stays within the learned quota: the
+// provider's bucket never runs dry (no 429), and over every window the
+// pair sends at most the rate times the window plus the bucket's depth.
+// Without the sharing b would send its whole flood at once.
+func TestLearnedLimitSharedAcrossNodes(t *testing.T) {
+	t.Parallel()
+	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	const rpm = 600
+	rate := float64(rpm) / 60
+	var mu sync.Mutex
+	var sends []time.Time // every request either node sent, on the fake clock
+	overdrafts := 0       // requests the provider's bucket had no room for (429s)
+	bucket, bucketAt := float64(rpm), fc.Now()
+	handler := func(node int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			now := fc.Now()
+			mu.Lock()
+			sends = append(sends, now)
+			// The provider's own bucket: rpm deep, refilled at rpm/60.
+			bucket = min(rpm, bucket+rate*now.Sub(bucketAt).Seconds()) - 1
+			bucketAt = now
+			if bucket < 0 {
+				overdrafts++
+			}
+			remaining := max(int(bucket), 0)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			if node == 0 {
+				w.Header().Set("anthropic-ratelimit-requests-limit", strconv.Itoa(rpm))
+				w.Header().Set("anthropic-ratelimit-requests-remaining", strconv.Itoa(remaining))
+				w.Header().Set("anthropic-ratelimit-requests-reset", now.Add(time.Second).UTC().Format(time.RFC3339))
+			}
+			_, _ = io.WriteString(w, `{"id":"m","type":"message","role":"assistant","model":"claude-test","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":2}}`)
+		}
+	}
+	var urls []string
+	for i := range 2 {
+		s := httptest.NewServer(handler(i))
+		t.Cleanup(s.Close)
+		urls = append(urls, s.URL)
+	}
+	backend := cluster.NewMemory(fc)
+	ds := startClusterNodes(t, fc, backend, urls, func(c *dispatch.Config) {
+		c.Limits = upcfg.Limits{} // none configured
+	})
+	stop := make(chan struct{})
+	stepped := make(chan struct{})
+	go func() { // the fake clock runs 10× real time
+		defer close(stepped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				fc.Advance(10 * time.Millisecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-stepped }()
+	capacity := func(d *dispatch.Dispatcher) float64 { return d.ClusterLoad().Capacity[flow.Requests] }
+	require.Zero(t, capacity(ds[0]))
+	require.Zero(t, capacity(ds[1]))
+
+	// a's first answer teaches it the limit; b adopts it within one sync
+	// (a publishes it at once, the store announces it).
+	deadline := fc.Now().Add(10 * time.Minute)
+	require.NoError(t, do(ds[0], clusterRequest(deadline, llm.Normal)))
+	learned := fc.Now()
+	require.Greater(t, capacity(ds[0]), 0.0)
+	require.Eventually(t, func() bool { return capacity(ds[1]) > 0 }, 10*time.Second, time.Millisecond)
+	took := fc.Now().Sub(learned)
+	t.Logf("b adopted the limit %v (fake) after a learned it", took)
+	require.LessOrEqual(t, took, 100*time.Millisecond+cluster.PausePollDefault+20*time.Millisecond, "within one sync interval")
+	mu.Lock()
+	require.Len(t, sends, 1, "b adopted it without sending anything")
+	mu.Unlock()
+	require.InDelta(t, capacity(ds[0]), capacity(ds[1]), 1e-9, "the same quota on both nodes")
+	require.LessOrEqual(t, capacity(ds[1]), float64(rpm))
+
+	// Both nodes flooded at once.
+	const perNode = 400
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*perNode)
+	for _, d := range ds {
+		for range perNode {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- do(d, clusterRequest(deadline, llm.Normal)) }()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, sends, 1+2*perNode)
+	slices.SortFunc(sends, func(a, b time.Time) int { return a.Compare(b) })
+	require.Zero(t, overdrafts, "the provider's bucket never ran dry")
+	const depth = rpm // the provider's bucket, which a's answers deepen the view to
+	worst := 0.0
+	for _, win := range []time.Duration{0, 500 * time.Millisecond, 2 * time.Second, 10 * time.Second} {
+		a := 0
+		for b := range sends {
+			for sends[b].Sub(sends[a]) > win {
+				a++
+			}
+			n := float64(b - a + 1)
+			bound := rate*win.Seconds() + depth
+			worst = max(worst, n/bound)
+			require.LessOrEqual(t, n, bound, "window %v ending at %v: %v sends", win, sends[b].Sub(sends[0]), n)
+		}
+	}
+	// Past the first burst the pair sends at the learned rate (b's bucket
+	// is its share of the configured burst: only a's answers showed the
+	// provider's depth).
+	from := sends[0].Add(10 * time.Second)
+	i := slices.IndexFunc(sends, func(s time.Time) bool { return !s.Before(from) })
+	steady := float64(len(sends)-i) / sends[len(sends)-1].Sub(from).Seconds()
+	t.Logf("%d requests over %v; steady %.2f/s of the learned %.2f/s; worst window at %.3f of its bound",
+		len(sends), sends[len(sends)-1].Sub(sends[0]), steady, rate, worst)
+	require.Greater(t, steady, 0.9*rate, "the pair uses the learned quota")
+}
