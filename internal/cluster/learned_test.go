@@ -150,3 +150,58 @@ func TestLearnedLimitSharedAcrossNodes(t *testing.T) {
 		len(sends), sends[len(sends)-1].Sub(sends[0]), steady, rate, worst)
 	require.Greater(t, steady, 0.9*rate, "the pair uses the learned quota")
 }
+
+// TestReportedRemainingLowersOtherNodes: the provider's bucket is drained
+// by a caller outside the cluster; node a's answer reports it (remaining
+// 0) and node b, which had no answer, lowers its view within one sync to
+// its share of that remaining plus the refill since: it does not spend
+// the tokens its own buckets still believed in.
+func TestReportedRemainingLowersOtherNodes(t *testing.T) {
+	t.Parallel()
+	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	const rpm = 600
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("anthropic-ratelimit-requests-limit", strconv.Itoa(rpm))
+		w.Header().Set("anthropic-ratelimit-requests-remaining", "0")
+		w.Header().Set("anthropic-ratelimit-requests-reset", fc.Now().Add(6*time.Second).UTC().Format(time.RFC3339))
+		_, _ = io.WriteString(w, `{"id":"m","type":"message","role":"assistant","model":"claude-test","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":2}}`)
+	}
+	s := httptest.NewServer(http.HandlerFunc(handler))
+	t.Cleanup(s.Close)
+	ds := startClusterNodes(t, fc, cluster.NewMemory(fc), []string{s.URL, s.URL}, func(c *dispatch.Config) {
+		c.Limits = upcfg.Limits{RequestsPerMinute: rpm}
+	})
+	stop := make(chan struct{})
+	stepped := make(chan struct{})
+	go func() { // the fake clock runs 10× real time, after b's view is read
+		defer close(stepped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				fc.Advance(10 * time.Millisecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-stepped }()
+	level := func(d *dispatch.Dispatcher) float64 { return d.Snapshot().Buckets[flow.Requests].Level }
+	// Both nodes hold about half the quota's 5 s depth.
+	require.Eventually(t, func() bool { return level(ds[1]) > 20 }, 10*time.Second, time.Millisecond)
+	before := level(ds[1])
+
+	require.NoError(t, do(ds[0], clusterRequest(fc.Now().Add(time.Minute), llm.Normal)))
+	answered := fc.Now()
+	var lowered float64
+	require.Eventually(t, func() bool {
+		lowered = level(ds[1])
+		return lowered < before/2
+	}, 10*time.Second, time.Millisecond, "b lowers its view")
+	took := fc.Now().Sub(answered)
+	// b's share is at most 1/2: its refill is at most 5/s.
+	require.LessOrEqual(t, lowered, 5*took.Seconds()+0.5, "b keeps its share of 0 plus its refill since")
+	require.LessOrEqual(t, took, 2*100*time.Millisecond+cluster.PausePollDefault+20*time.Millisecond, "within a's sync and b's")
+	t.Logf("b's level %.2f → %.2f in %v (fake) after a's answer reported 0 remaining", before, lowered, took)
+}
