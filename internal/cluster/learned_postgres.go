@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -51,13 +50,13 @@ ON CONFLICT (key, account, dim) DO UPDATE SET
 const pgLearnedSelect = `SELECT account, dim, limit_value, limit_at, limit_node, remaining, reset_at, sent_at, observed_at, remaining_node
 	FROM sluice_cluster_learned WHERE key = $1`
 
-// syncLearned merges r's reports into the key's and reads them all back,
-// in one round trip inside Sync's transaction (serialised per key by its
-// advisory lock), and reports whether a limit's value changed.
-func (p *Postgres) syncLearned(ctx context.Context, tx pgx.Tx, r Report) ([]Learned, bool, error) {
-	b := &pgx.Batch{}
+// queueLearned queues, in Sync's first batch (so no round trip is added;
+// the key's advisory lock serialises it), the merge of r's reports into
+// the key's: a read of the records before (to tell a changed limit), the
+// upserts, and a read after.
+func queueLearned(b *pgx.Batch, r Report) {
 	if len(r.Learned) > 0 {
-		b.Queue(pgLearnedSelect, r.Key) // before, to tell a changed limit
+		b.Queue(pgLearnedSelect, r.Key)
 	}
 	for _, l := range r.Learned {
 		lim, rem := l.Limit, l.Remaining
@@ -72,8 +71,11 @@ func (p *Postgres) syncLearned(ctx context.Context, tx pgx.Tx, r Report) ([]Lear
 			rem, nullTime(l.Reset), nullTime(l.SentAt), nullTime(at))
 	}
 	b.Queue(pgLearnedSelect, r.Key)
-	res := tx.SendBatch(ctx, b)
-	defer func() { _ = res.Close() }()
+}
+
+// readLearnedBatch reads queueLearned's answers: the key's records and
+// whether a limit's value changed.
+func readLearnedBatch(res pgx.BatchResults, r Report) ([]Learned, bool, error) {
 	var before []Learned
 	if len(r.Learned) > 0 {
 		var err error
@@ -95,7 +97,7 @@ func (p *Postgres) syncLearned(ctx context.Context, tx pgx.Tx, r Report) ([]Lear
 		i := slices.IndexFunc(before, func(o Learned) bool { return o.Account == l.Account && o.Dim == l.Dim })
 		changed = changed || (l.HasLimit() && (i < 0 || before[i].Limit != l.Limit))
 	}
-	return out, changed, res.Close()
+	return out, changed, nil
 }
 
 // readLearned reads one select of a key's records.

@@ -57,11 +57,13 @@ type redisLearnedRecord struct {
 	RemainingNode string `json:"remaining_node"`
 }
 
-// syncLearned merges rep's reports into the key's and reads them all
-// back: its own atomic step (the reports have no invariant tied to the
-// leases), run after the sync script.
-func (r *Redis) syncLearned(ctx context.Context, rep Report) ([]Learned, error) {
-	args := []any{rep.Node, r.prefix, rep.Key}
+// pipeline runs the sync script (keys, args) and redisLearned for rep's
+// reports in one round trip: the learned reports are their own atomic
+// step (they have no invariant tied to the leases). A script the server
+// does not have cached (NOSCRIPT, after a restart) is sent again whole.
+func (r *Redis) pipeline(ctx context.Context, sync *redis.Script, keys []string, args []any, rep Report) (syncCmd, learnedCmd *redis.Cmd) {
+	lkeys := []string{r.prefix + ":{" + rep.Key + "}:learned"}
+	largs := []any{rep.Node, r.prefix, rep.Key}
 	for _, l := range rep.Learned {
 		limAt, at := usOf(l.LimitAt), usOf(l.At)
 		if !l.HasLimit() {
@@ -70,9 +72,24 @@ func (r *Redis) syncLearned(ctx context.Context, rep Report) ([]Learned, error) 
 		if !l.HasRemaining() {
 			at = 0
 		}
-		args = append(args, l.field(), num(l.Limit), limAt, num(l.Remaining), usOf(l.Reset), usOf(l.SentAt), at)
+		largs = append(largs, l.field(), num(l.Limit), limAt, num(l.Remaining), usOf(l.Reset), usOf(l.SentAt), at)
 	}
-	res, err := redisLearned.Run(ctx, r.client, []string{r.prefix + ":{" + rep.Key + "}:learned"}, args...).StringSlice()
+	pipe := r.client.Pipeline()
+	syncCmd = sync.EvalSha(ctx, pipe, keys, args...)
+	learnedCmd = redisLearned.EvalSha(ctx, pipe, lkeys, largs...)
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	if redis.HasErrorPrefix(syncCmd.Err(), "NOSCRIPT") {
+		syncCmd = sync.Run(ctx, r.client, keys, args...)
+	}
+	if redis.HasErrorPrefix(learnedCmd.Err(), "NOSCRIPT") {
+		learnedCmd = redisLearned.Run(ctx, r.client, lkeys, largs...)
+	}
+	return syncCmd, learnedCmd
+}
+
+// readRedisLearned decodes redisLearned's answer.
+func readRedisLearned(cmd *redis.Cmd) ([]Learned, error) {
+	res, err := cmd.StringSlice()
 	if err != nil {
 		return nil, err
 	}

@@ -100,16 +100,16 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 		b.Queue(`INSERT INTO sluice_cluster_signals (key) VALUES ($1)
 			ON CONFLICT (key) DO UPDATE SET key = excluded.key
 			RETURNING paused_until, open_until, coalesce(probe_node, ''), probe_expires, now()`, r.Key)
+		queueLearned(b, r)
 		res := tx.SendBatch(ctx, b)
 		sig, now, err := p.readSync(res, &g)
+		var learnedChanged bool
+		if err == nil {
+			g.Learned, learnedChanged, err = readLearnedBatch(res, r)
+		}
 		if err := errors.Join(err, res.Close()); err != nil {
 			return err
 		}
-		learned, learnedChanged, err := p.syncLearned(ctx, tx, r)
-		if err != nil {
-			return err
-		}
-		g.Learned = learned
 		next, announce := sig.step(r, now)
 		g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
 		g.Share, g.Slots = Allocate(g.Leases, r.Node, r.MaxSlots)

@@ -12,9 +12,10 @@ import (
 )
 
 // Redis is the Backend on a Redis server (cluster.store: redis://…). Each
-// Sync, Leave and Lead is one Lua script (Sync then merges the shared
-// provider reports in a second, learned_redis.go: they have no invariant
-// tied to the leases), so every step is atomic on the server: the expiry, the renewal, the allocation (Allocate, written again
+// Sync, Leave and Lead is one Lua script (Sync sends a second in the same
+// round trip, merging the shared provider reports, learned_redis.go: they
+// have no invariant tied to the leases), so every step is atomic on the
+// server: the expiry, the renewal, the allocation (Allocate, written again
 // in Lua) and the write-back happen together, with no read here and write
 // there. Expiry is measured on the server's clock (TIME), so the nodes'
 // clocks need not agree.
@@ -211,10 +212,13 @@ func (r *Redis) Sync(ctx context.Context, rep Report) (Grant, error) {
 	if err := rep.validate(); err != nil {
 		return Grant{}, err
 	}
-	res, err := redisSync.Run(ctx, r.client, r.keys(rep.Key),
+	keys, args := r.keys(rep.Key), []any{
 		rep.Node, rep.Share, rep.Demand, rep.Slots, rep.SlotDemand, rep.MaxSlots, max(rep.TTL.Microseconds(), 1),
 		usOf(rep.PausedUntil), usOf(rep.BreakerOpenUntil), flag(rep.WantProbe), flag(rep.BreakerClosed),
-		r.prefix, rep.Key).Slice()
+		r.prefix, rep.Key}
+	// Both scripts in one round trip (learned_redis.go).
+	syncCmd, learnedCmd := r.pipeline(ctx, redisSync, keys, args, rep)
+	res, err := syncCmd.Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("cluster sync %s: %w", rep.Key, err)
 	}
@@ -222,7 +226,7 @@ func (r *Redis) Sync(ctx context.Context, rep Report) (Grant, error) {
 	if err != nil {
 		return Grant{}, fmt.Errorf("cluster sync %s: %w", rep.Key, err)
 	}
-	if g.Learned, err = r.syncLearned(ctx, rep); err != nil {
+	if g.Learned, err = readRedisLearned(learnedCmd); err != nil {
 		return Grant{}, fmt.Errorf("cluster sync %s: shared reports: %w", rep.Key, err)
 	}
 	sortLeases(g.Leases)
