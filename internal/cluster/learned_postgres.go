@@ -92,8 +92,11 @@ func readLearnedBatch(res pgx.BatchResults, r Report) ([]Learned, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	changed := false
+	changed := false // nothing reported, nothing changed (before was not read)
 	for _, l := range out {
+		if len(r.Learned) == 0 {
+			break
+		}
 		i := slices.IndexFunc(before, func(o Learned) bool { return o.Account == l.Account && o.Dim == l.Dim })
 		changed = changed || (l.HasLimit() && (i < 0 || before[i].Limit != l.Limit))
 	}

@@ -61,20 +61,28 @@ func (l *Limiter) Heard() [NumDims]Heard {
 //
 // A remaining newer than the latest adopted can only lower the level, to
 //
-//	share·R + rate·(now − At) − (debited now − debited at SentAt − allowance)
+//	share·R + rate·(now − SentAt) − (debited now − debited at SentAt)
 //
-// where rate is this node's refill rate (its share of the capacity): the
-// provider held R when the report was made (no later than At), refills
-// at most at the whole bucket's rate since, and every request any node
-// admitted since was charged against it. Each node holds at most its
-// share of R plus its share of the refill, less what it admitted itself;
-// the shares the cluster grants sum to at most 1, so the levels of all
-// nodes together never exceed R + refill − everything admitted since:
-// the room the provider has. Requests this node admitted within the
-// jitter allowance before the reported request was sent may reach the
-// provider after it, so they are taken off too. A report older than the
-// debit history reaches back to is not applied. The rule never raises a
-// level: the local view and Observe's own clamp still hold.
+// where rate is this node's refill rate (its share of the capacity). The
+// provider held R when it charged the reported request, which it does on
+// arrival, at SentAt (taken as the charge); it refills at most at the
+// whole bucket's rate since, and every request any node admitted since
+// was charged against it. Each node holds at most its share of R plus its
+// share of the refill, less what it admitted itself; the shares the
+// cluster grants sum to at most 1, so the levels of all nodes together
+// never exceed R + refill − everything the cluster admitted since: the
+// room the provider has. Two slacks, both Observe's: requests admitted
+// before SentAt that reach the provider after it are not in R and not
+// taken off (they are in flight, already debited here), and a charge
+// later than SentAt (within the jitter allowance) credits its delay's
+// refill early, at most rate × allowance across the cluster; this node's
+// admissions in that delay offset it. Taking the charge at SentAt keeps a
+// saturated node at its level (its admissions since equal its refill), so
+// a report costs no throughput. Nodes' clocks are compared (SentAt is the
+// reporting node's): a skew of d moves the bound by at most rate × d. A
+// report older than the debit history reaches back to is not applied.
+// The rule never raises a level: the local view and Observe's own clamp
+// still hold, and with them the shares' bound of rate·t + depth.
 func (l *Limiter) Adopt(d Dim, h Heard, now time.Time) {
 	if d < 0 || d >= NumDims {
 		return
@@ -104,11 +112,11 @@ func (l *Limiter) Adopt(d Dim, h Heard, now time.Time) {
 	if from.IsZero() || from.After(h.At) {
 		from = h.At
 	}
-	before, ok := l.hist.before(from.Add(-max(l.cfg.JitterAllowance, 0)))
+	before, ok := l.hist.before(from)
 	if !ok {
 		return
 	}
 	b.settle(now)
-	bound := h.Remaining*b.part() + b.rate()*math.Max(now.Sub(h.At).Seconds(), 0) - (l.debited[d] - before[d])
+	bound := h.Remaining*b.part() + b.rate()*math.Max(now.Sub(from).Seconds(), 0) - (l.debited[d] - before[d])
 	b.level = math.Min(b.level, bound)
 }

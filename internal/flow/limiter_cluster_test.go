@@ -46,9 +46,9 @@ func TestLimiterAdoptLimit(t *testing.T) {
 }
 
 // TestLimiterAdoptRemainingOnlyLowers: a shared remaining lowers the
-// level to share·R plus the node's refill since the answer, less what the
-// node admitted since the reported request was sent; it never raises it,
-// and an older report than one adopted is ignored.
+// level to share·R plus the node's refill since the reported request was
+// sent, less what the node admitted since; it never raises it, and an
+// older report than one adopted is ignored.
 func TestLimiterAdoptRemainingOnlyLowers(t *testing.T) {
 	t.Parallel()
 	// 600 RPM = 10/s, depth 10 s = 100; share 1/2: 5/s, depth 50.
@@ -58,9 +58,9 @@ func TestLimiterAdoptRemainingOnlyLowers(t *testing.T) {
 		admitted  float64 // by this node at t0+1s (after the report's request was sent at t0)
 		level     float64 // at t0+4s
 	}{
-		// share·R = 20, refill since the answer (t0+2s) 2 s × 5/s = 10.
-		{"the provider has less: lowered", 40, 0, 30},
-		{"own admissions since are taken off", 40, 5, 25},
+		// share·R = 10, refill since the request was sent (t0) 4 s × 5/s = 20.
+		{"the provider has less: lowered", 20, 0, 30},
+		{"own admissions since are taken off", 20, 5, 25},
 		{"the provider has more: not raised", 200, 0, 50},
 	}
 	for _, tt := range tests {
@@ -86,12 +86,12 @@ func TestLimiterAdoptRemainingOnlyLowers(t *testing.T) {
 
 // TestLimiterAdoptKeepsClusterWithinReported is the property behind the
 // rule: nodes with shares summing to at most 1, each admitting what its
-// own buckets allow, all adopt the same report R (made at At, for a
-// request sent at SentAt); from then on, over any later instant, the
+// own buckets allow, all adopt the same report R (for a request sent,
+// and charged, at SentAt); from then on, at any later instant, the
 // levels of all nodes together (a level may be negative: the node owes
 // what it admitted before it heard of the report) plus what they
 // admitted since SentAt never exceed R plus the whole bucket's refill
-// since At: the cluster never counts on more room than the provider
+// since SentAt: the cluster never counts on more room than the provider
 // reported.
 func TestLimiterAdoptKeepsClusterWithinReported(t *testing.T) {
 	t.Parallel()
@@ -147,7 +147,7 @@ func TestLimiterAdoptKeepsClusterWithinReported(t *testing.T) {
 				for i, l := range ls {
 					held += l.State(now)[flow.Requests].Level + admitted[i]
 				}
-				room := remaining + rate*now.Sub(at).Seconds()
+				room := remaining + rate*now.Sub(sent).Seconds()
 				require.LessOrEqual(t, held, room+1e-6, "at %v: levels + admitted since the report exceed R + refill", now.Sub(t0))
 			}
 		})

@@ -16,6 +16,70 @@ func runLearned(t *testing.T, open Open) {
 	t.Run("LearnedLatestWinsPerDimension", func(t *testing.T) { t.Parallel(); learnedLatest(t, open(t)) })
 	t.Run("LearnedSurvivesExpiry", func(t *testing.T) { t.Parallel(); learnedSurvives(t, open(t)) })
 	t.Run("LearnedBadRecord", func(t *testing.T) { t.Parallel(); learnedBad(t, open(t)) })
+	t.Run("LearnedAnnouncesOnlyAChangedLimit", func(t *testing.T) { t.Parallel(); learnedAnnounce(t, open(t)) })
+}
+
+// learnedAnnounce: a Listener hears of a limit whose value changed, and
+// of nothing when the reports only renew it or carry a remaining (every
+// sync does: announcing those would make every node sync at once, over
+// and over).
+func learnedAnnounce(t *testing.T, b cluster.Backend) {
+	l, ok := b.(cluster.Listener)
+	if !ok {
+		t.Skip("not a Listener")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	key := uniqueKey(t)
+	heard := make(chan struct{}, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Listen(ctx, func(k string) {
+			if k == key {
+				heard <- struct{}{}
+			}
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	sync := func(node string, ls ...cluster.Learned) {
+		t.Helper()
+		r := report(key, node, 0, 1)
+		r.Learned = ls
+		_, err := b.Sync(ctx, r)
+		require.NoError(t, err)
+	}
+	// Until the listener is up, publish a new limit now and then.
+	lim := 100.0
+	require.Eventually(t, func() bool {
+		lim++
+		sync("a", limit("k1", flow.Requests, lim, at(int(lim))))
+		select {
+		case <-heard:
+			return true
+		case <-time.After(100 * time.Millisecond): //nolint:forbidigo // the store announces on its own time
+			return false
+		}
+	}, 10*time.Second, time.Millisecond)
+	// The same limit again, later, from another node; remainings; nothing.
+	sync("b", limit("k1", flow.Requests, lim, at(int(lim)+1)))
+	sync("a", remaining("k1", flow.Requests, 5, at(int(lim)+1), at(int(lim)+2)))
+	sync("b")
+	sync("c")
+	time.Sleep(300 * time.Millisecond) //nolint:forbidigo // waiting for what must not come
+	for len(heard) > 0 {
+		<-heard // announcements of the limits published while waiting for the listener
+	}
+	sync("b", remaining("k1", flow.Requests, 4, at(int(lim)+2), at(int(lim)+3)))
+	sync("a")
+	time.Sleep(300 * time.Millisecond) //nolint:forbidigo // waiting for what must not come
+	require.Empty(t, heard, "nothing changed: nothing announced")
+	// A changed limit is announced.
+	sync("c", limit("k1", flow.Requests, lim*2, at(int(lim)+10)))
+	select {
+	case <-heard:
+	case <-time.After(5 * time.Second): //nolint:forbidigo // the store announces on its own time
+		require.Fail(t, "a changed limit is announced")
+	}
 }
 
 // at is an instant the stores keep exactly (microseconds).
