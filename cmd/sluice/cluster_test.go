@@ -317,6 +317,7 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 					Node  string  `json:"node"`
 					Share float64 `json:"share"`
 				} `json:"nodes"`
+				Learned []learnedStatus `json:"learned"`
 			} `json:"upstreams"`
 		} `json:"cluster"`
 	}
@@ -328,6 +329,22 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 	for _, n := range status.Cluster.Upstreams[0].Nodes {
 		require.NotEqual(t, "c", n.Node, "the killed node's lease expired")
 	}
+	// The limit the provider's headers reported is shared, with who
+	// reported it.
+	learned := status.Cluster.Upstreams[0].Learned
+	i := slices.IndexFunc(learned, func(l learnedStatus) bool { return l.Dimension == "requests" })
+	require.GreaterOrEqual(t, i, 0, "%+v", learned)
+	require.InDelta(t, float64(rpm), learned[i].Limit, 0)
+	require.Contains(t, []string{"a", "b", "c"}, learned[i].LimitNode)
+}
+
+// learnedStatus is a shared provider report in /v1/status's cluster
+// section.
+type learnedStatus struct {
+	Key       string  `json:"key"`
+	Dimension string  `json:"dimension"`
+	Limit     float64 `json:"limit"`
+	LimitNode string  `json:"limit_node"`
 }
 
 // TestClusterFigures measures, for BENCHMARKS.md, the provider's 429s and

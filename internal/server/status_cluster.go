@@ -28,6 +28,9 @@ type ClusterUpstreamStatus struct {
 	BreakerShared bool               `json:"breaker_shared"`
 	Probe         bool               `json:"probe"`
 	Nodes         []ClusterNodeShare `json:"nodes"`
+	// Learned are the provider's latest reports any node received, as the
+	// cluster shares them (cluster_learned.go).
+	Learned []ClusterLearned `json:"learned"`
 }
 
 // ClusterNodeShare is one node's lease.
@@ -50,7 +53,7 @@ func (s *Server) clusterStatus() *ClusterStatus {
 		Upstreams: []ClusterUpstreamStatus{}}
 	for _, m := range st.Members {
 		u := ClusterUpstreamStatus{Name: upstreamOf(m.Key), Share: m.Share, Slots: m.Slots, Fallback: m.Fallback,
-			BreakerShared: m.BreakerShared, Probe: m.Probe, Nodes: []ClusterNodeShare{}}
+			BreakerShared: m.BreakerShared, Probe: m.Probe, Nodes: []ClusterNodeShare{}, Learned: clusterLearned(m.Learned)}
 		for _, l := range m.Leases {
 			u.Nodes = append(u.Nodes, ClusterNodeShare{Node: l.Node, Share: l.Share, Slots: l.Slots, Demand: l.Demand,
 				ExpiresAt: l.ExpiresAt.UTC()})
