@@ -67,7 +67,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Member is one upstream's engine as the cluster sees it.
+// Member is one upstream's engine as the cluster sees it. A Member that
+// is also a Learner shares the provider's reports it receives.
 type Member interface {
 	// Key is the shared quota's key (Key).
 	Key() string
