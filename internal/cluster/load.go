@@ -26,6 +26,32 @@ type Load struct {
 	// its open period while Open.
 	Breaker          flow.BreakerState
 	BreakerOpenUntil time.Time
+	// BurstDepth is each dimension's whole burst depth (0 unknown),
+	// BurstLevel the buckets' fill as a fraction of it (the emptiest
+	// dimension) and BurstSeconds how long the whole rate takes to refill
+	// it: what the burst pool needs (Report).
+	BurstDepth               [flow.NumDims]float64
+	BurstLevel, BurstSeconds float64
+}
+
+// Backlog is a member's queued cost as a fraction of its burst depth (the
+// largest dimension): the most of the burst pool it is credited.
+func Backlog(cur Load) float64 {
+	var b float64
+	for d, depth := range cur.BurstDepth {
+		if depth <= 0 {
+			continue
+		}
+		var q float64
+		for c := range cur.Queued {
+			q += cur.Queued[c][d]
+		}
+		b = math.Max(b, q/depth)
+	}
+	if math.IsNaN(b) || math.IsInf(b, 0) {
+		return 0
+	}
+	return b
 }
 
 // classFactor is how much a class's backlog weighs against the least

@@ -73,8 +73,14 @@ type Member interface {
 	Key() string
 	// Load returns its current load.
 	Load() Load
-	// Apply sets its share of the quota and its slots (< 0: uncapped).
-	Apply(share float64, slots int)
+	// Apply sets its share of the quota and its slots (< 0: uncapped),
+	// and returns the fraction of its burst depth the change dropped
+	// (flow.Limiter.SetShare).
+	Apply(share float64, slots int) (dropped float64)
+	// Credit adds f of its whole burst depth to its buckets, capped at
+	// its own depth (flow.Limiter.Credit): a grant out of the key's burst
+	// pool.
+	Credit(f float64)
 	// Pause pauses it until until (a pause another node published).
 	Pause(until time.Time)
 	// Breaker applies the shared breaker: openUntil is the shared opening
@@ -100,6 +106,10 @@ type memberState struct {
 	leases      []Lease
 	pausedUntil time.Time
 	fallback    bool
+	starting    bool    // not granted anything since Start
+	returned    float64 // burst dropped applying grants, not yet reported
+	pool        float64 // the burst pool left at the last sync
+	backlogged  bool    // the last report had work queued
 }
 
 // Node runs a cluster node: a sync per member every interval, the leader
@@ -159,8 +169,9 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 func (n *Node) Start(ctx context.Context) error {
 	now := n.clk.Now()
 	for _, ms := range n.members {
-		// Until the first grant, nothing is ours.
-		ms.share, ms.prevAt, ms.prevDebited = 0, now, ms.m.Load().Debited
+		// Until the first grant, nothing is ours (what a fresh process's
+		// buckets hold is not: the key's burst pool stands for it).
+		ms.share, ms.prevAt, ms.prevDebited, ms.starting = 0, now, ms.m.Load().Debited, true
 		ms.m.Apply(0, 0)
 	}
 	n.syncAll(ctx)
@@ -249,9 +260,15 @@ func (n *Node) loop(ctx context.Context) {
 func (n *Node) urgent(ms *memberState, l Load) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	queued := false
+	for _, q := range l.QueuedCount {
+		queued = queued || q > 0
+	}
 	return l.PausedUntil.After(ms.published) || l.BreakerOpenUntil.After(ms.openPub) ||
 		(ms.sharedOpen && ms.probe && l.Breaker == flow.Closed) ||
-		(l.QueuedCount[0] > 0 && !ms.urgentQueue)
+		(l.QueuedCount[0] > 0 && !ms.urgentQueue) ||
+		// First demand while the burst pool holds something: claim it now.
+		(queued && !ms.backlogged && ms.pool > 0)
 }
 
 func (n *Node) syncAll(ctx context.Context) {
@@ -308,9 +325,15 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	}
 	r.WantProbe = load.Breaker == flow.HalfOpen && (queued > 0 || load.InFlight > 0)
 	r.BreakerClosed = load.Breaker == flow.Closed && ms.sharedOpen && ms.probe
+	ms.backlogged = queued > 0
+	r.Starting, r.Backlog = ms.starting, Backlog(load)
+	r.Level, r.BurstSeconds = min(max(load.BurstLevel, 0), 1), max(load.BurstSeconds, 0)
+	// Reported once: a sync that fails or whose answer is lost gives
+	// nothing back (the safe side).
+	r.Returned, ms.returned = min(ms.returned, 1), 0
 	if ms.fallback {
 		// Whatever was held in fallback is not a grant: claim afresh.
-		r.Share, r.Slots = 0, load.InFlight
+		r.Share, r.Slots, r.Returned = 0, load.InFlight, 0
 	}
 	n.mu.Unlock()
 	ms.prevDebited, ms.prevAt = load.Debited, start
@@ -327,6 +350,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 			// Our lease may be gone by now: fall back to 1/N of the quota.
 			nodes := max(len(ms.leases), 1)
 			ms.fallback = true
+			ms.starting = false // its buckets fill on the fallback share: no fresh pool
 			ms.share = 1 / float64(nodes)
 			ms.slots = max(load.MaxConcurrency/nodes, 1)
 			ms.m.Apply(ms.share, ms.slots)
@@ -351,7 +375,9 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	if load.MaxConcurrency == 0 {
 		ms.slots = -1
 	}
-	ms.m.Apply(ms.share, ms.slots)
+	ms.returned += ms.m.Apply(ms.share, ms.slots)
+	ms.m.Credit(g.Credit)
+	ms.starting, ms.pool = false, g.Pool
 	if !r.BreakerOpenUntil.IsZero() {
 		ms.openPub = r.BreakerOpenUntil
 	}
