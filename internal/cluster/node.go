@@ -110,6 +110,7 @@ type memberState struct {
 	returned    float64 // burst dropped applying grants, not yet reported
 	pool        float64 // the burst pool left at the last sync
 	backlogged  bool    // the last report had work queued
+	used        float64 // the share used lately (Used)
 }
 
 // Node runs a cluster node: a sync per member every interval, the leader
@@ -298,6 +299,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	start := n.clk.Now()
 	load := ms.m.Load()
 	n.mu.Lock()
+	ms.used = Used(load, ms.prevDebited, start.Sub(ms.prevAt), ms.used)
 	held := ms.slots
 	if held < 0 {
 		held = 0
@@ -305,7 +307,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	r := Report{
 		Key:        ms.m.Key(),
 		Node:       n.cfg.NodeID,
-		Demand:     Demand(load, ms.prevDebited, start.Sub(ms.prevAt)),
+		Demand:     Demand(load, ms.used),
 		Share:      ms.share,
 		SlotDemand: SlotDemand(load),
 		Slots:      max(held, load.InFlight),

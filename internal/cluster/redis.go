@@ -132,9 +132,14 @@ local function targetOf(d)
 end
 local target = targetOf(demand)
 local short = -(1 - othersShare - share)
+local claimed = math.max(share, target)
 for _, l in ipairs(leases) do
-  if l.node ~= node then short = short + math.max(0, targetOf(l.demand) - l.share) end
+  if l.node ~= node then
+    short = short + math.max(0, targetOf(l.demand) - l.share)
+    claimed = claimed + math.max(l.share, targetOf(l.demand))
+  end
 end
+if demand > 0 and claimed < 1 then target = target + (1 - claimed) end
 if target < share and target > share * (1 - 0.1) and short <= 1e-9 then
   target = share
 end
