@@ -23,6 +23,10 @@ const (
 	// PausePollDefault is how often a node looks for a new local pause to
 	// publish at once, between syncs (no store round trip unless one).
 	PausePollDefault = 50 * time.Millisecond
+	// PoolClaimMin is the least part of the burst (in the key's burst
+	// pool, and of room in a node's buckets) worth a sync at once when
+	// demand appears between syncs.
+	PoolClaimMin = 0.05
 	// LeaderName is the leadership the store's maintenance runs under.
 	LeaderName = "maintenance"
 )
@@ -268,8 +272,11 @@ func (n *Node) urgent(ms *memberState, l Load) bool {
 	return l.PausedUntil.After(ms.published) || l.BreakerOpenUntil.After(ms.openPub) ||
 		(ms.sharedOpen && ms.probe && l.Breaker == flow.Closed) ||
 		(l.QueuedCount[0] > 0 && !ms.urgentQueue) ||
-		// First demand while the burst pool holds something: claim it now.
-		(queued && !ms.backlogged && ms.pool > 0)
+		// First demand while the burst pool holds something worth a sync
+		// and this node has room for it: claim it now (at most twice an
+		// interval, however often the queue empties).
+		(queued && !ms.backlogged && ms.pool >= PoolClaimMin && l.BurstLevel < ms.share-PoolClaimMin &&
+			n.clk.Now().Sub(ms.lastOK) >= n.cfg.SyncInterval/2)
 }
 
 func (n *Node) syncAll(ctx context.Context) {
