@@ -115,6 +115,7 @@ type memberState struct {
 	pool        float64 // the burst pool left at the last sync
 	backlogged  bool    // the last report had work queued
 	used        float64 // the share used lately (Used)
+	release     bool    // the last grant lowered the share: report it at once
 }
 
 // Node runs a cluster node: a sync per member every interval, the leader
@@ -272,6 +273,9 @@ func (n *Node) urgent(ms *memberState, l Load) bool {
 	return l.PausedUntil.After(ms.published) || l.BreakerOpenUntil.After(ms.openPub) ||
 		(ms.sharedOpen && ms.probe && l.Breaker == flow.Closed) ||
 		(l.QueuedCount[0] > 0 && !ms.urgentQueue) ||
+		// A lowered share is held in the store until reported: release
+		// it at the next poll rather than the next interval.
+		ms.release ||
 		// First demand while the burst pool holds something worth a sync
 		// and this node has room for it: claim it now (at most twice an
 		// interval, however often the queue empties).
@@ -334,7 +338,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	}
 	r.WantProbe = load.Breaker == flow.HalfOpen && (queued > 0 || load.InFlight > 0)
 	r.BreakerClosed = load.Breaker == flow.Closed && ms.sharedOpen && ms.probe
-	ms.backlogged = queued > 0
+	ms.backlogged, ms.release = queued > 0, false
 	r.Starting, r.Backlog = ms.starting, Backlog(load)
 	r.Level, r.BurstSeconds = min(max(load.BurstLevel, 0), 1), max(load.BurstSeconds, 0)
 	// Reported once: a sync that fails or whose answer is lost gives
@@ -384,6 +388,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	if load.MaxConcurrency == 0 {
 		ms.slots = -1
 	}
+	ms.release = g.Share < r.Share
 	ms.returned += ms.m.Apply(ms.share, ms.slots)
 	ms.m.Credit(g.Credit)
 	ms.starting, ms.pool = false, g.Pool
