@@ -313,7 +313,9 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 	var status struct {
 		Cluster struct {
 			Upstreams []struct {
-				Nodes []struct {
+				BurstPool     *float64 `json:"burst_pool"`
+				BurstCredited *float64 `json:"burst_credited"`
+				Nodes         []struct {
 					Node  string  `json:"node"`
 					Share float64 `json:"share"`
 				} `json:"nodes"`
@@ -325,6 +327,11 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&status))
 	require.NoError(t, resp.Body.Close())
 	require.Len(t, status.Cluster.Upstreams, 1)
+	u := status.Cluster.Upstreams[0]
+	require.NotNil(t, u.BurstPool)
+	require.NotNil(t, u.BurstCredited)
+	require.True(t, *u.BurstPool >= 0 && *u.BurstPool <= 1, "pool %v", *u.BurstPool)
+	require.GreaterOrEqual(t, *u.BurstCredited, 0.0)
 	for _, n := range status.Cluster.Upstreams[0].Nodes {
 		require.NotEqual(t, "c", n.Node, "the killed node's lease expired")
 	}

@@ -116,6 +116,7 @@ type memberState struct {
 	backlogged  bool    // the last report had work queued
 	used        float64 // the share used lately (Used)
 	release     bool    // the last grant lowered the share: report it at once
+	credited    float64 // the burst credited since Start
 }
 
 // Node runs a cluster node: a sync per member every interval, the leader
@@ -391,6 +392,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	ms.release = g.Share < r.Share
 	ms.returned += ms.m.Apply(ms.share, ms.slots)
 	ms.m.Credit(g.Credit)
+	ms.credited += g.Credit
 	ms.starting, ms.pool = false, g.Pool
 	if !r.BreakerOpenUntil.IsZero() {
 		ms.openPub = r.BreakerOpenUntil
@@ -438,6 +440,10 @@ type MemberStatus struct {
 	// Probe that this node held the cluster's probe token.
 	BreakerShared bool
 	Probe         bool
+	// Pool is what the key's burst pool held after this node's last sync,
+	// and Credited the part of the burst this node was credited since it
+	// started (fractions of the whole burst depth).
+	Pool, Credited float64
 }
 
 // Status returns the node's current view.
@@ -451,7 +457,8 @@ func (n *Node) Status() Status {
 	for _, ms := range n.members {
 		s.Degraded = s.Degraded || ms.fallback
 		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
-			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe})
+			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe,
+			Pool: ms.pool, Credited: ms.credited})
 	}
 	return s
 }
