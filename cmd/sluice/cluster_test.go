@@ -313,7 +313,9 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 	var status struct {
 		Cluster struct {
 			Upstreams []struct {
-				Nodes []struct {
+				BurstPool     *float64 `json:"burst_pool"`
+				BurstCredited *float64 `json:"burst_credited"`
+				Nodes         []struct {
 					Node  string  `json:"node"`
 					Share float64 `json:"share"`
 				} `json:"nodes"`
@@ -326,6 +328,11 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&status))
 	require.NoError(t, resp.Body.Close())
 	require.Len(t, status.Cluster.Upstreams, 1)
+	u := status.Cluster.Upstreams[0]
+	require.NotNil(t, u.BurstPool)
+	require.NotNil(t, u.BurstCredited)
+	require.True(t, *u.BurstPool >= 0 && *u.BurstPool <= 1, "pool %v", *u.BurstPool)
+	require.GreaterOrEqual(t, *u.BurstCredited, 0.0)
 	for _, n := range status.Cluster.Upstreams[0].Nodes {
 		require.NotEqual(t, "c", n.Node, "the killed node's lease expired")
 	}
@@ -440,6 +447,17 @@ func TestClusterFigures(t *testing.T) {
 				}
 			}
 			ideal := float64(total-rpm/60) / (rpm / 60.0)
+			// How the burst was spent: arrivals in the first second, and
+			// the rate over the middle of the run.
+			first := 0
+			for _, a := range arrived {
+				if a.Sub(arrived[0]) < time.Second {
+					first++
+				}
+			}
+			mid := float64(len(arrived)/2) / arrived[len(arrived)*3/4].Sub(arrived[len(arrived)/4]).Seconds()
+			t.Logf("FIGURES nodes=%d shared=%v store=%s: %d arrivals in the first second (ideal %d), %.1f/s over the middle half",
+				c.n, c.shared, store, first, 2*rpm/60, mid)
 			t.Logf("FIGURES nodes=%d shared=%v store=%s: ok %d/%d, provider 429s %d (%.1f%%), upstream attempts %d, utilisation %.1f%% (ideal %.1fs with the provider's initial burst, took %.2fs; %.1f%% without it), peak in flight %d, store syncs %.0f (%.3f per admitted request, %.2f ms each on average)",
 				c.n, c.shared, store, okN.Load(), total, st.ByStatus["429"], 100*float64(st.ByStatus["429"])/float64(total),
 				len(arrived), 100*ideal/busy.Seconds(), ideal, busy.Seconds(), 100*float64(total)/(rpm/60.0)/busy.Seconds(), st.PeakInFlight,

@@ -25,7 +25,8 @@ func floor(n int) float64 {
 // Allocate computes the grant for self given every live lease of its key
 // (self's included, already holding the share it reported). The target of
 // each node is its floor plus the rest in proportion to demand (equal
-// shares when nobody has any), and of slots one each (when there are at
+// shares when nobody has any), plus, for a node with demand, what no
+// node's target nor holding claims; and of slots one each (when there are at
 // least as many as nodes) plus the rest in proportion to slot demand;
 // self is granted its target but never more than the others leave, so the shares held never sum above 1 (and the
 // slots never above maxSlots). Both backends run this same computation
@@ -57,12 +58,21 @@ func Allocate(leases []Lease, self string, maxSlots int) (share float64, slots i
 		return 1 / float64(n)
 	}
 	target := targetOf(me)
-	// What the others lack of their targets beyond what is free.
+	// What the others lack of their targets beyond what is free, and what
+	// nobody's target nor holding claims (the targets are computed at each
+	// node's own sync, from demands that move in between, so they need not
+	// sum to 1): a node with demand takes that surplus rather than leave
+	// the quota idle.
 	short := -(1 - othersShare - me.Share)
+	claimed := max(me.Share, target)
 	for i := range leases {
 		if l := &leases[i]; l.Node != self {
 			short += max(0, targetOf(l)-l.Share)
+			claimed += max(l.Share, targetOf(l))
 		}
+	}
+	if me.Demand > 0 && claimed < 1 {
+		target += 1 - claimed
 	}
 	if target < me.Share && target > me.Share*(1-Hysteresis) && short <= 1e-9 {
 		// A small cut is not worth its cost (the tokens above the new

@@ -80,6 +80,28 @@ type Report struct {
 	// last published them (learned.go): the store keeps the latest per
 	// account and dimension.
 	Learned []Learned
+
+	// The burst pool (burstPool), in fractions of the whole burst depth.
+
+	// Starting says the node has not been granted anything since it
+	// started: its buckets are empty, and when no lease of the key is
+	// live the pool starts full.
+	Starting bool
+	// Backlog is the node's queued cost as a fraction of the burst (its
+	// largest dimension): the most it is credited.
+	Backlog float64
+	// Level is the node's bucket fill as a fraction of the burst (its
+	// emptiest dimension): it is credited at most its new share less
+	// this, what its own depth can take.
+	Level float64
+	// BurstSeconds is how long the whole rate takes to refill the whole
+	// burst depth: the pool decays at the held shares' sum over it per
+	// second. 0 when no dimension is limited (nothing is credited).
+	BurstSeconds float64
+	// Returned is the fraction of the burst the node dropped lowering its
+	// share since its previous sync (flow.Limiter.SetShare): it goes back
+	// to the pool.
+	Returned float64
 }
 
 func (r Report) validate() error {
@@ -90,6 +112,8 @@ func (r Report) validate() error {
 		return errors.Join(ErrBadReport, errors.New("share must be in [0, 1], demands >= 0"))
 	case r.Slots < 0 || r.MaxSlots < 0 || r.TTL <= 0:
 		return errors.Join(ErrBadReport, errors.New("slots must be >= 0 and ttl > 0"))
+	case !(r.Backlog >= 0) || !(r.Level >= 0 && r.Level <= 1) || !(r.BurstSeconds >= 0) || !(r.Returned >= 0 && r.Returned <= 1):
+		return errors.Join(ErrBadReport, errors.New("backlog and burst seconds must be >= 0, level and returned in [0, 1]"))
 	}
 	return validateLearned(r.Learned)
 }
@@ -118,6 +142,11 @@ type Grant struct {
 	// dimension, from any node (learned.go), ordered by account and
 	// dimension.
 	Learned []Learned
+	// Credit is the fraction of the burst granted to the node out of the
+	// key's burst pool, to add to its buckets (flow.Limiter.Credit).
+	Credit float64
+	// Pool is what is left in the burst pool after this sync.
+	Pool float64
 }
 
 // Lease is one node's lease on a key, as stored.
@@ -151,6 +180,7 @@ type signals struct {
 	OpenUntil    time.Time
 	ProbeNode    string
 	ProbeExpires time.Time
+	Pool         burstPool
 }
 
 // step applies a Report to s at now (the store's clock) and reports

@@ -36,10 +36,14 @@ func (m dispatchMember) Load() cluster.Load {
 	l := m.d.ClusterLoad()
 	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
 		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil,
-		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil}
+		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil,
+		BurstDepth: l.BurstDepth, BurstLevel: l.BurstLevel, BurstSeconds: l.BurstSeconds}
 }
-func (m dispatchMember) Apply(share float64, slots int) { m.d.SetClusterShare(share, slots) }
-func (m dispatchMember) Pause(until time.Time)          { m.d.ApplyPause(until) }
+func (m dispatchMember) Apply(share float64, slots int) float64 {
+	return m.d.SetClusterShare(share, slots)
+}
+func (m dispatchMember) Credit(f float64)      { m.d.CreditCluster(f) }
+func (m dispatchMember) Pause(until time.Time) { m.d.ApplyPause(until) }
 func (m dispatchMember) Breaker(openUntil time.Time, probe bool, since time.Time) {
 	m.d.ApplyClusterBreaker(openUntil, probe, since)
 }
@@ -222,4 +226,111 @@ func TestSharedBreakerBoundsProbesClusterWide(t *testing.T) {
 		require.GreaterOrEqual(t, probes[i].Sub(probes[i-1]), openTimeout*3/4-300*time.Millisecond,
 			"probes %d and %d too close: %v", i-1, i, probes)
 	}
+}
+
+// TestClusterSpendsBurstWithinWindowBound: three real dispatchers on one
+// fake clock share a quota of 20 requests/s with a 1 s burst (depth 20)
+// through a Memory backend, and 200 requests arrive at once, spread over
+// them, right after they start. The nodes start empty (a raised share
+// starts empty), so without the burst pool the cluster could send only
+// the refill; with it the first node to see demand is credited the
+// provider's burst. The cluster's sends, sampled at every step of the
+// clock, never exceed rate·t + depth over any window (plus one step's
+// refill for the sampling), the burst is spent in the first second, and
+// the whole run takes close to the ideal (200 − 20) / 20 = 9 s.
+func TestClusterSpendsBurstWithinWindowBound(t *testing.T) {
+	t.Parallel()
+	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"m","type":"message","role":"assistant","model":"claude-test","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":2}}`)
+	})
+	var urls []string
+	for range 3 {
+		s := httptest.NewServer(handler)
+		t.Cleanup(s.Close)
+		urls = append(urls, s.URL)
+	}
+	const rate, depth, total = 20.0, 20.0, 200
+	ds := startClusterNodes(t, fc, cluster.NewMemory(fc), urls, func(c *dispatch.Config) {
+		c.Limits.RequestsPerMinute = rate * 60
+		c.BurstSeconds = depth / rate
+		c.SafetyMargin, c.MaxSafetyMargin = 1, 1
+	})
+	// The sends: the dispatchers' debited requests, sampled before every
+	// step of the clock (a send at a step's instant is seen at the latest
+	// one step later).
+	const step = 10 * time.Millisecond
+	type sample struct {
+		at   time.Duration
+		sent float64
+	}
+	var samples []sample
+	stop := make(chan struct{})
+	stepped := make(chan struct{})
+	start := fc.Now()
+	go func() {
+		defer close(stepped)
+		for {
+			var sent float64
+			for _, d := range ds {
+				sent += d.ClusterLoad().Debited[flow.Requests]
+			}
+			samples = append(samples, sample{fc.Now().Sub(start), sent})
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				fc.Advance(step)
+			}
+		}
+	}()
+	deadline := fc.Now().Add(10 * time.Minute)
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	for i := range total {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- do(ds[i%3], clusterRequest(deadline, llm.Normal)) }()
+	}
+	wg.Wait()
+	close(stop)
+	<-stepped
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	var sent float64
+	for _, d := range ds {
+		sent += d.ClusterLoad().Debited[flow.Requests]
+	}
+	samples = append(samples, sample{fc.Now().Sub(start) + step, sent})
+	require.InDelta(t, total, sent, 0.5)
+
+	// Every window [a, b] between samples: sent(b) − sent(a−) ≤ rate·(b − a + step) + depth.
+	first := slices.IndexFunc(samples, func(s sample) bool { return s.sent > 0 })
+	require.GreaterOrEqual(t, first, 1)
+	for b := range samples {
+		for a := 1; a <= b; a++ {
+			n := samples[b].sent - samples[a-1].sent
+			w := samples[b].at - samples[a].at + step
+			require.LessOrEqual(t, n, rate*w.Seconds()+depth+1e-6, "window (%v, %v]", samples[a-1].at, samples[b].at)
+		}
+	}
+	// The burst is spent at once: in the first second of sends the cluster
+	// sends the depth and a second's refill (without the pool, about the
+	// refill alone).
+	var firstSecond float64
+	for _, s := range samples[first:] {
+		if s.at-samples[first-1].at <= time.Second {
+			firstSecond = s.sent
+		}
+	}
+	last := slices.IndexFunc(samples, func(s sample) bool { return s.sent >= total-0.5 })
+	took := samples[last].at - samples[first-1].at
+	ideal := (total - depth) / rate
+	t.Logf("first second: %.0f sent (depth + refill: %.0f); all %d in %v (ideal %.1fs: %.1f%%)",
+		firstSecond, depth+rate, total, took, ideal, 100*ideal/took.Seconds())
+	require.GreaterOrEqual(t, firstSecond, 0.8*(depth+rate), "the burst is spent in the first second")
+	require.GreaterOrEqual(t, ideal/took.Seconds(), 0.9, "close to the ideal, counting the burst")
 }

@@ -26,6 +26,32 @@ type Load struct {
 	// its open period while Open.
 	Breaker          flow.BreakerState
 	BreakerOpenUntil time.Time
+	// BurstDepth is each dimension's whole burst depth (0 unknown),
+	// BurstLevel the buckets' fill as a fraction of it (the emptiest
+	// dimension) and BurstSeconds how long the whole rate takes to refill
+	// it: what the burst pool needs (Report).
+	BurstDepth               [flow.NumDims]float64
+	BurstLevel, BurstSeconds float64
+}
+
+// Backlog is a member's queued cost as a fraction of its burst depth (the
+// largest dimension): the most of the burst pool it is credited.
+func Backlog(cur Load) float64 {
+	var b float64
+	for d, depth := range cur.BurstDepth {
+		if depth <= 0 {
+			continue
+		}
+		var q float64
+		for c := range cur.Queued {
+			q += cur.Queued[c][d]
+		}
+		b = math.Max(b, q/depth)
+	}
+	if math.IsNaN(b) || math.IsInf(b, 0) {
+		return 0
+	}
+	return b
 }
 
 // classFactor is how much a class's backlog weighs against the least
@@ -46,18 +72,37 @@ func classFactor(w [llm.NumPriorities]float64, c int) float64 {
 	return r * r
 }
 
-// Demand is a member's demand on its quota, in shares of it: the share it
-// used over the last dt (the busiest dimension), plus its class-weighted
-// backlog as the share that would drain it within BacklogHorizon.
-func Demand(cur Load, prevDebited flow.Amount, dt time.Duration) float64 {
+// UsedSmoothing is the time constant of the average of a member's used
+// share (Used): over one sync interval a node sends a handful of
+// requests, and a share measured on so few swings by half from one sync
+// to the next, which would move the shares (and idle the capacity a
+// lowered share holds until it is released) for nothing.
+const UsedSmoothing = time.Second
+
+// Used returns the share of its quota a member used over the last dt (the
+// busiest dimension), averaged into prev with the time constant
+// UsedSmoothing.
+func Used(cur Load, prevDebited flow.Amount, dt time.Duration, prev float64) float64 {
+	if dt <= 0 {
+		return prev
+	}
 	var used float64
-	if dt > 0 {
-		for d, c := range cur.Capacity {
-			if c > 0 {
-				used = math.Max(used, (cur.Debited[d]-prevDebited[d])/(c/60*dt.Seconds()))
-			}
+	for d, c := range cur.Capacity {
+		if c > 0 {
+			used = math.Max(used, (cur.Debited[d]-prevDebited[d])/(c/60*dt.Seconds()))
 		}
 	}
+	if math.IsNaN(used) || math.IsInf(used, 0) {
+		return prev
+	}
+	a := 1 - math.Exp(-dt.Seconds()/UsedSmoothing.Seconds())
+	return prev + a*(math.Max(used, 0)-prev)
+}
+
+// Demand is a member's demand on its quota, in shares of it: the share it
+// used lately (Used), plus its class-weighted backlog as the share that
+// would drain it within BacklogHorizon.
+func Demand(cur Load, used float64) float64 {
 	var backlog float64
 	for c := range cur.Queued {
 		var b float64

@@ -51,6 +51,13 @@ func (m *Memory) Sync(ctx context.Context, r Report) (Grant, error) {
 			delete(ls, node)
 		}
 	}
+	v := poolView{fresh: len(ls) == 0, since: -1}
+	for _, l := range ls {
+		v.held += l.Share
+	}
+	if old, ok := ls[r.Node]; ok {
+		v.since = now.Sub(old.ExpiresAt.Add(-r.TTL))
+	}
 	ls[r.Node] = Lease{Node: r.Node, Share: r.Share, Demand: r.Demand, Slots: r.Slots, SlotDemand: r.SlotDemand, ExpiresAt: now.Add(r.TTL)}
 	var g Grant
 	for _, l := range ls {
@@ -68,6 +75,8 @@ func (m *Memory) Sync(ctx context.Context, r Report) (Grant, error) {
 	sortLeases(g.Leases)
 	next, announce := m.signals[r.Key].step(r, now)
 	var learnedChanged bool
+	next.Pool, g.Credit = next.Pool.step(r, v, g.Share, now)
+	g.Pool = next.Pool.Level
 	m.signals[r.Key] = next
 	g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
 	g.Learned, learnedChanged = m.learnedStep(r)

@@ -23,6 +23,10 @@ const (
 	// PausePollDefault is how often a node looks for a new local pause to
 	// publish at once, between syncs (no store round trip unless one).
 	PausePollDefault = 50 * time.Millisecond
+	// PoolClaimMin is the least part of the burst (in the key's burst
+	// pool, and of room in a node's buckets) worth a sync at once when
+	// demand appears between syncs.
+	PoolClaimMin = 0.05
 	// LeaderName is the leadership the store's maintenance runs under.
 	LeaderName = "maintenance"
 )
@@ -74,8 +78,14 @@ type Member interface {
 	Key() string
 	// Load returns its current load.
 	Load() Load
-	// Apply sets its share of the quota and its slots (< 0: uncapped).
-	Apply(share float64, slots int)
+	// Apply sets its share of the quota and its slots (< 0: uncapped),
+	// and returns the fraction of its burst depth the change dropped
+	// (flow.Limiter.SetShare).
+	Apply(share float64, slots int) (dropped float64)
+	// Credit adds f of its whole burst depth to its buckets, capped at
+	// its own depth (flow.Limiter.Credit): a grant out of the key's burst
+	// pool.
+	Credit(f float64)
 	// Pause pauses it until until (a pause another node published).
 	Pause(until time.Time)
 	// Breaker applies the shared breaker: openUntil is the shared opening
@@ -103,6 +113,13 @@ type memberState struct {
 	fallback    bool
 	learned     []Learned             // the last grant's provider reports
 	sentLearned map[string]flow.Heard // the latest of our own reports the store has, per record
+	starting    bool                  // not granted anything since Start
+	returned    float64               // burst dropped applying grants, not yet reported
+	pool        float64               // the burst pool left at the last sync
+	backlogged  bool                  // the last report had work queued
+	used        float64               // the share used lately (Used)
+	release     bool                  // the last grant lowered the share: report it at once
+	credited    float64               // the burst credited since Start
 }
 
 // Node runs a cluster node: a sync per member every interval, the leader
@@ -162,8 +179,9 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 func (n *Node) Start(ctx context.Context) error {
 	now := n.clk.Now()
 	for _, ms := range n.members {
-		// Until the first grant, nothing is ours.
-		ms.share, ms.prevAt, ms.prevDebited = 0, now, ms.m.Load().Debited
+		// Until the first grant, nothing is ours (what a fresh process's
+		// buckets hold is not: the key's burst pool stands for it).
+		ms.share, ms.prevAt, ms.prevDebited, ms.starting = 0, now, ms.m.Load().Debited, true
 		ms.m.Apply(0, 0)
 	}
 	n.syncAll(ctx)
@@ -252,9 +270,21 @@ func (n *Node) loop(ctx context.Context) {
 func (n *Node) urgent(ms *memberState, l Load) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	queued := false
+	for _, q := range l.QueuedCount {
+		queued = queued || q > 0
+	}
 	return l.PausedUntil.After(ms.published) || l.BreakerOpenUntil.After(ms.openPub) ||
 		(ms.sharedOpen && ms.probe && l.Breaker == flow.Closed) ||
-		(l.QueuedCount[0] > 0 && !ms.urgentQueue)
+		(l.QueuedCount[0] > 0 && !ms.urgentQueue) ||
+		// A lowered share is held in the store until reported: release
+		// it at the next poll rather than the next interval.
+		ms.release ||
+		// First demand while the burst pool holds something worth a sync
+		// and this node has room for it: claim it now (at most twice an
+		// interval, however often the queue empties).
+		(queued && !ms.backlogged && ms.pool >= PoolClaimMin && l.BurstLevel < ms.share-PoolClaimMin &&
+			n.clk.Now().Sub(ms.lastOK) >= n.cfg.SyncInterval/2)
 }
 
 func (n *Node) syncAll(ctx context.Context) {
@@ -285,6 +315,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	load := ms.m.Load()
 	heard := heardOf(ms.m)
 	n.mu.Lock()
+	ms.used = Used(load, ms.prevDebited, start.Sub(ms.prevAt), ms.used)
 	held := ms.slots
 	if held < 0 {
 		held = 0
@@ -292,7 +323,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	r := Report{
 		Key:        ms.m.Key(),
 		Node:       n.cfg.NodeID,
-		Demand:     Demand(load, ms.prevDebited, start.Sub(ms.prevAt)),
+		Demand:     Demand(load, ms.used),
 		Share:      ms.share,
 		SlotDemand: SlotDemand(load),
 		Slots:      max(held, load.InFlight),
@@ -313,9 +344,15 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	}
 	r.WantProbe = load.Breaker == flow.HalfOpen && (queued > 0 || load.InFlight > 0)
 	r.BreakerClosed = load.Breaker == flow.Closed && ms.sharedOpen && ms.probe
+	ms.backlogged, ms.release = queued > 0, false
+	r.Starting, r.Backlog = ms.starting, Backlog(load)
+	r.Level, r.BurstSeconds = min(max(load.BurstLevel, 0), 1), max(load.BurstSeconds, 0)
+	// Reported once: a sync that fails or whose answer is lost gives
+	// nothing back (the safe side).
+	r.Returned, ms.returned = min(ms.returned, 1), 0
 	if ms.fallback {
 		// Whatever was held in fallback is not a grant: claim afresh.
-		r.Share, r.Slots = 0, load.InFlight
+		r.Share, r.Slots, r.Returned = 0, load.InFlight, 0
 	}
 	n.mu.Unlock()
 	ms.prevDebited, ms.prevAt = load.Debited, start
@@ -332,6 +369,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 			// Our lease may be gone by now: fall back to 1/N of the quota.
 			nodes := max(len(ms.leases), 1)
 			ms.fallback = true
+			ms.starting = false // its buckets fill on the fallback share: no fresh pool
 			ms.share = 1 / float64(nodes)
 			ms.slots = max(load.MaxConcurrency/nodes, 1)
 			ms.m.Apply(ms.share, ms.slots)
@@ -356,7 +394,11 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	if load.MaxConcurrency == 0 {
 		ms.slots = -1
 	}
-	ms.m.Apply(ms.share, ms.slots)
+	ms.release = g.Share < r.Share
+	ms.returned += ms.m.Apply(ms.share, ms.slots)
+	ms.m.Credit(g.Credit)
+	ms.credited += g.Credit
+	ms.starting, ms.pool = false, g.Pool
 	// The share first, then the reports: a remaining bounds this node's
 	// share of it.
 	ms.markPublished(r.Learned)
@@ -412,6 +454,10 @@ type MemberStatus struct {
 	// (limits learned from headers and the remaining), with who
 	// reported them.
 	Learned []Learned
+	// Pool is what the key's burst pool held after this node's last sync,
+	// and Credited the part of the burst this node was credited since it
+	// started (fractions of the whole burst depth).
+	Pool, Credited float64
 }
 
 // Status returns the node's current view.
@@ -426,7 +472,7 @@ func (n *Node) Status() Status {
 		s.Degraded = s.Degraded || ms.fallback
 		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
 			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe,
-			Learned: append([]Learned(nil), ms.learned...)})
+			Learned: append([]Learned(nil), ms.learned...), Pool: ms.pool, Credited: ms.credited})
 	}
 	return s
 }

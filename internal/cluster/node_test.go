@@ -39,11 +39,13 @@ func (m *stubMember) Load() cluster.Load {
 	l.PausedUntil = m.paused
 	return l
 }
-func (m *stubMember) Apply(share float64, slots int) {
+func (m *stubMember) Apply(share float64, slots int) float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.share, m.slots = share, slots
+	return 0
 }
+func (m *stubMember) Credit(float64) {}
 func (m *stubMember) Pause(until time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

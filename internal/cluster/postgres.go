@@ -37,7 +37,9 @@ CREATE TABLE IF NOT EXISTS sluice_cluster_signals (
 ALTER TABLE sluice_cluster_signals
 	ADD COLUMN IF NOT EXISTS open_until timestamptz,
 	ADD COLUMN IF NOT EXISTS probe_node text,
-	ADD COLUMN IF NOT EXISTS probe_expires timestamptz;
+	ADD COLUMN IF NOT EXISTS probe_expires timestamptz,
+	ADD COLUMN IF NOT EXISTS pool double precision NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS pool_at timestamptz;
 CREATE TABLE IF NOT EXISTS sluice_cluster_leaders (
 	name       text PRIMARY KEY,
 	node       text NOT NULL,
@@ -91,6 +93,8 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, r.Key)
 		b.Queue(`DELETE FROM sluice_cluster_leases WHERE key = $1 AND expires_at < now()`, r.Key)
+		b.Queue(`SELECT coalesce(sum(share), 0), count(*), max(expires_at) FILTER (WHERE node = $2)
+			FROM sluice_cluster_leases WHERE key = $1`, r.Key, r.Node)
 		b.Queue(`INSERT INTO sluice_cluster_leases (key, node, share, demand, slots, slot_demand, expires_at)
 			VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 microsecond')
 			ON CONFLICT (key, node) DO UPDATE SET share = excluded.share, demand = excluded.demand,
@@ -99,10 +103,10 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 		b.Queue(`SELECT node, share, demand, slots, slot_demand, expires_at FROM sluice_cluster_leases WHERE key = $1`, r.Key)
 		b.Queue(`INSERT INTO sluice_cluster_signals (key) VALUES ($1)
 			ON CONFLICT (key) DO UPDATE SET key = excluded.key
-			RETURNING paused_until, open_until, coalesce(probe_node, ''), probe_expires, now()`, r.Key)
+			RETURNING paused_until, open_until, coalesce(probe_node, ''), probe_expires, pool, pool_at, now()`, r.Key)
 		queueLearned(b, r)
 		res := tx.SendBatch(ctx, b)
-		sig, now, err := p.readSync(res, &g)
+		sig, v, now, err := p.readSync(res, &g, r.TTL)
 		var learnedChanged bool
 		if err == nil {
 			g.Learned, learnedChanged, err = readLearnedBatch(res, r)
@@ -113,6 +117,8 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 		next, announce := sig.step(r, now)
 		g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
 		g.Share, g.Slots = Allocate(g.Leases, r.Node, r.MaxSlots)
+		next.Pool, g.Credit = next.Pool.step(r, v, g.Share, now)
+		g.Pool = next.Pool.Level
 		hold, holdSlots := max(g.Share, r.Share), max(g.Slots, r.Slots)
 		w := &pgx.Batch{}
 		if hold != r.Share || holdSlots != r.Slots {
@@ -125,8 +131,10 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 			}
 		}
 		if next != sig {
-			w.Queue(`UPDATE sluice_cluster_signals SET paused_until = $2, open_until = $3, probe_node = nullif($4, ''), probe_expires = $5 WHERE key = $1`,
-				r.Key, nullTime(next.PausedUntil), nullTime(next.OpenUntil), next.ProbeNode, nullTime(next.ProbeExpires))
+			w.Queue(`UPDATE sluice_cluster_signals SET paused_until = $2, open_until = $3, probe_node = nullif($4, ''), probe_expires = $5,
+				pool = $6, pool_at = $7 WHERE key = $1`,
+				r.Key, nullTime(next.PausedUntil), nullTime(next.OpenUntil), next.ProbeNode, nullTime(next.ProbeExpires),
+				next.Pool.Level, nullTime(next.Pool.At))
 		}
 		if announce || learnedChanged {
 			// Delivered at commit: the other nodes sync at once (Listen).
@@ -144,45 +152,60 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 	return g, nil
 }
 
-// readSync reads the first batch's answers: the leases into g, then the
-// key's signals and the database's clock.
-func (p *Postgres) readSync(res pgx.BatchResults, g *Grant) (signals, time.Time, error) {
-	for range 3 {
+// readSync reads the first batch's answers: the leases before this
+// node's renewal (for the burst pool), the leases into g, then the key's
+// signals and the database's clock.
+func (p *Postgres) readSync(res pgx.BatchResults, g *Grant, ttl time.Duration) (signals, poolView, time.Time, error) {
+	fail := func(err error) (signals, poolView, time.Time, error) { return signals{}, poolView{}, time.Time{}, err }
+	for range 2 {
 		if _, err := res.Exec(); err != nil {
-			return signals{}, time.Time{}, err
+			return fail(err)
 		}
+	}
+	var v poolView
+	var count int
+	var selfExp *time.Time
+	if err := res.QueryRow().Scan(&v.held, &count, &selfExp); err != nil {
+		return fail(err)
+	}
+	if _, err := res.Exec(); err != nil {
+		return fail(err)
 	}
 	rows, err := res.Query()
 	if err != nil {
-		return signals{}, time.Time{}, err
+		return fail(err)
 	}
 	for rows.Next() {
 		var l Lease
 		if err := rows.Scan(&l.Node, &l.Share, &l.Demand, &l.Slots, &l.SlotDemand, &l.ExpiresAt); err != nil {
 			rows.Close()
-			return signals{}, time.Time{}, err
+			return fail(err)
 		}
 		g.Leases = append(g.Leases, l)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return signals{}, time.Time{}, err
+		return fail(err)
 	}
 	var sig signals
-	var paused, open, probeExp *time.Time
+	var paused, open, probeExp, poolAt *time.Time
 	var now time.Time
-	if err := res.QueryRow().Scan(&paused, &open, &sig.ProbeNode, &probeExp, &now); err != nil {
-		return signals{}, time.Time{}, err
+	if err := res.QueryRow().Scan(&paused, &open, &sig.ProbeNode, &probeExp, &sig.Pool.Level, &poolAt, &now); err != nil {
+		return fail(err)
 	}
 	for _, x := range []struct {
 		src *time.Time
 		dst *time.Time
-	}{{paused, &sig.PausedUntil}, {open, &sig.OpenUntil}, {probeExp, &sig.ProbeExpires}} {
+	}{{paused, &sig.PausedUntil}, {open, &sig.OpenUntil}, {probeExp, &sig.ProbeExpires}, {poolAt, &sig.Pool.At}} {
 		if x.src != nil {
 			*x.dst = *x.src
 		}
 	}
-	return sig, now, nil
+	v.fresh, v.since = count == 0, -1
+	if selfExp != nil {
+		v.since = now.Sub(selfExp.Add(-ttl))
+	}
+	return sig, v, now, nil
 }
 
 func nullTime(t time.Time) *time.Time {

@@ -73,9 +73,11 @@ func (r *Redis) keys(key string) []string {
 
 // redisSync is Sync in one script. KEYS: leases, signals. ARGV: node,
 // share, demand, slots, slot_demand, max_slots, ttl_us, paused_until_us,
-// open_until_us, want_probe, closed, channel, key (times 0: none).
+// open_until_us, want_probe, closed, channel, key, starting, backlog,
+// level, burst_seconds, returned (times 0: none).
 //
-// The allocation is Allocate's, line for line.
+// The allocation is Allocate's and the burst pool burstPool.step's, line
+// for line.
 var redisSync = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -85,21 +87,30 @@ local slots, slotDemand = tonumber(ARGV[4]), tonumber(ARGV[5])
 local maxSlots, ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
 local paused, openUntil = tonumber(ARGV[8]), tonumber(ARGV[9])
 local wantProbe, closed = ARGV[10] == '1', ARGV[11] == '1'
+local starting, backlog, level = ARGV[14] == '1', tonumber(ARGV[15]), tonumber(ARGV[16])
+local burstSecs, returned = tonumber(ARGV[17]), tonumber(ARGV[18])
 local function num(x) return string.format('%.17g', x) end
 local function enc(l) return num(l.share)..' '..num(l.demand)..' '..num(l.slots)..' '..num(l.slotDemand)..' '..num(l.exp) end
 
--- Drop expired leases; renew ours.
+-- Drop expired leases; renew ours. For the burst pool: the shares held
+-- by the live leases before the renewal, and since when ours was.
 local leases = {}
+local held, live, selfSince = 0, 0, -1
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local f = {}
   for v in string.gmatch(all[i+1], '%S+') do f[#f+1] = tonumber(v) end
+  if f[5] >= now then
+    held, live = held + f[1], live + 1
+  end
   if all[i] ~= node then
     if f[5] < now then
       redis.call('HDEL', KEYS[1], all[i])
     else
       leases[#leases+1] = {node=all[i], share=f[1], demand=f[2], slots=f[3], slotDemand=f[4], exp=f[5]}
     end
+  elseif f[5] >= now then
+    selfSince = now - (f[5] - ttl)
   end
 end
 local me = {node=node, share=share, demand=demand, slots=slots, slotDemand=slotDemand, exp=now+ttl}
@@ -123,9 +134,14 @@ local function targetOf(d)
 end
 local target = targetOf(demand)
 local short = -(1 - othersShare - share)
+local claimed = math.max(share, target)
 for _, l in ipairs(leases) do
-  if l.node ~= node then short = short + math.max(0, targetOf(l.demand) - l.share) end
+  if l.node ~= node then
+    short = short + math.max(0, targetOf(l.demand) - l.share)
+    claimed = claimed + math.max(l.share, targetOf(l.demand))
+  end
 end
+if demand > 0 and claimed < 1 then target = target + (1 - claimed) end
 if target < share and target > share * (1 - 0.1) and short <= 1e-9 then
   target = share
 end
@@ -153,7 +169,7 @@ end
 
 -- Signals: the pause (latest wins), the breaker and its probe token.
 local announce = false
-local sig = redis.call('HMGET', KEYS[2], 'paused_until', 'open_until', 'probe_node', 'probe_expires')
+local sig = redis.call('HMGET', KEYS[2], 'paused_until', 'open_until', 'probe_node', 'probe_expires', 'pool', 'pool_at')
 local curPaused, curOpen = tonumber(sig[1]) or 0, tonumber(sig[2]) or 0
 local probeNode, probeExp = sig[3] or '', tonumber(sig[4]) or 0
 if paused > 0 then
@@ -174,11 +190,31 @@ if probeExp < now then probeNode, probeExp = '', 0 end
 if curOpen > 0 and curOpen <= now and wantProbe and (probeNode == '' or probeNode == node) then
   probeNode, probeExp = node, now + ttl
 end
-redis.call('HSET', KEYS[2], 'paused_until', num(curPaused), 'open_until', num(curOpen), 'probe_node', probeNode, 'probe_expires', num(probeExp))
+-- The burst pool: decay, a fresh start, what ours dropped, our credit.
+local pool, poolAt = tonumber(sig[5]) or 0, tonumber(sig[6]) or 0
+local was = pool
+if poolAt > 0 and now > poolAt then
+  if burstSecs > 0 then
+    pool = pool - ((now - poolAt) / 1000000) / burstSecs * held
+  else
+    pool = 0
+  end
+end
+pool = math.max(pool, 0)
+if live == 0 and starting then pool = 1 end
+if returned > 0 and selfSince >= 0 and burstSecs > 0 then
+  pool = pool + math.max(0, returned - (selfSince / 1000000) / burstSecs)
+end
+pool = math.min(pool, 1)
+local credit = math.max(0, math.min(math.min(pool, backlog), gShare - level))
+pool = pool - credit
+if pool > 0 or was > 0 then poolAt = now end
+redis.call('HSET', KEYS[2], 'paused_until', num(curPaused), 'open_until', num(curOpen), 'probe_node', probeNode, 'probe_expires', num(probeExp),
+  'pool', num(pool), 'pool_at', num(poolAt))
 if redis.call('PTTL', KEYS[2]) < 86400000 then redis.call('PEXPIRE', KEYS[2], 86400000) end
 if announce then redis.call('PUBLISH', ARGV[12], ARGV[13]) end
 
-local out = {num(gShare), gSlots, num(curPaused), num(curOpen), (probeNode == node) and 1 or 0}
+local out = {num(gShare), gSlots, num(curPaused), num(curOpen), (probeNode == node) and 1 or 0, num(credit), num(pool)}
 for _, l in ipairs(leases) do
   out[#out+1] = l.node
   out[#out+1] = enc(l)
@@ -215,7 +251,7 @@ func (r *Redis) Sync(ctx context.Context, rep Report) (Grant, error) {
 	keys, args := r.keys(rep.Key), []any{
 		rep.Node, rep.Share, rep.Demand, rep.Slots, rep.SlotDemand, rep.MaxSlots, max(rep.TTL.Microseconds(), 1),
 		usOf(rep.PausedUntil), usOf(rep.BreakerOpenUntil), flag(rep.WantProbe), flag(rep.BreakerClosed),
-		r.prefix, rep.Key}
+		r.prefix, rep.Key, flag(rep.Starting), rep.Backlog, rep.Level, rep.BurstSeconds, rep.Returned}
 	// Both scripts in one round trip (learned_redis.go).
 	syncCmd, learnedCmd := r.pipeline(ctx, redisSync, keys, args, rep)
 	res, err := syncCmd.Slice()
@@ -236,7 +272,7 @@ func (r *Redis) Sync(ctx context.Context, rep Report) (Grant, error) {
 var errRedisReply = errors.New("unexpected reply from the sync script")
 
 func decodeRedisGrant(res []any) (Grant, error) {
-	if len(res) < 5 || (len(res)-5)%2 != 0 {
+	if len(res) < 7 || (len(res)-7)%2 != 0 {
 		return Grant{}, errRedisReply
 	}
 	str := func(v any) string { s, _ := v.(string); return s }
@@ -254,7 +290,13 @@ func decodeRedisGrant(res []any) (Grant, error) {
 	}
 	g.PausedUntil, g.BreakerOpenUntil = timeOfUS(int64(paused)), timeOfUS(int64(open))
 	g.Probe = i64(res[4]) == 1
-	for i := 5; i < len(res); i += 2 {
+	credit, err1 := strconv.ParseFloat(str(res[5]), 64)
+	pool, err2 := strconv.ParseFloat(str(res[6]), 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return Grant{}, errors.Join(errRedisReply, err)
+	}
+	g.Credit, g.Pool = credit, pool
+	for i := 7; i < len(res); i += 2 {
 		var f [5]float64
 		if _, err := fmt.Sscan(str(res[i+1]), &f[0], &f[1], &f[2], &f[3], &f[4]); err != nil {
 			return Grant{}, errors.Join(errRedisReply, err)

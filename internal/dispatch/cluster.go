@@ -31,6 +31,14 @@ type ClusterLoad struct {
 	// end of its open period while it is Open (zero otherwise).
 	Breaker          flow.BreakerState
 	BreakerOpenUntil time.Time
+	// BurstDepth is each dimension's whole burst depth (flow.Limiter.
+	// BurstDepth, summed over the pool's keys); 0 unknown.
+	BurstDepth [flow.NumDims]float64
+	// BurstLevel is the buckets' fill as a fraction of the whole burst
+	// (flow.Limiter.BurstFill, the least over the pool's bucket sets),
+	// and BurstSeconds how long the whole rate takes to refill a whole
+	// burst (the least); both 0 when nothing is limited.
+	BurstLevel, BurstSeconds float64
 }
 
 // ClusterLoad returns the upstream's load for a cluster sync. With a key
@@ -45,8 +53,25 @@ func (d *Dispatcher) ClusterLoad() ClusterLoad {
 		Weights:        d.cfg.weights(),
 		MaxConcurrency: d.cfg.Limits.MaxConcurrency,
 	}
+	first := true
+	for _, lim := range d.limiters() {
+		lvl, secs := lim.BurstFill(now)
+		if secs == 0 {
+			continue
+		}
+		if first || lvl < l.BurstLevel {
+			l.BurstLevel = lvl
+		}
+		if first || secs < l.BurstSeconds {
+			l.BurstSeconds = secs
+		}
+		first = false
+	}
 	for i, k := range d.keys {
 		l.Debited = l.Debited.Add(k.lim.Debited())
+		for dim, v := range k.lim.BurstDepth() {
+			l.BurstDepth[dim] += v
+		}
 		share := k.lim.Share()
 		for dim, b := range k.lim.State(now) {
 			l.Capacity[dim] += b.Capacity / share
@@ -73,13 +98,33 @@ func (d *Dispatcher) ClusterLoad() ClusterLoad {
 // SetClusterShare makes the dispatcher use share (in (0, 1]) of its
 // upstream's quota and at most slots requests in flight (slots < 0: no
 // cluster cap), as granted by the cluster (flow.Limiter.SetShare,
-// flow.AIMD.SetShare), and wakes the admission loop.
-func (d *Dispatcher) SetClusterShare(share float64, slots int) {
+// flow.AIMD.SetShare), and wakes the admission loop. It returns the
+// fraction of the burst the change dropped (the least over the pool's
+// bucket sets), which the cluster takes back into its burst pool.
+func (d *Dispatcher) SetClusterShare(share float64, slots int) (dropped float64) {
 	now := d.clk.Now()
-	for _, lim := range d.limiters() {
-		lim.SetShare(share, now)
+	for i, lim := range d.limiters() {
+		dr := lim.SetShare(share, now)
+		if i == 0 || dr < dropped {
+			dropped = dr
+		}
 	}
 	d.aimd.SetShare(slots)
+	d.kick()
+	return dropped
+}
+
+// CreditCluster adds f of the whole burst to every bucket set of the pool
+// (flow.Limiter.Credit, capped at this node's depth), as granted out of
+// the cluster's burst pool, and wakes the admission loop.
+func (d *Dispatcher) CreditCluster(f float64) {
+	if !(f > 0) {
+		return
+	}
+	now := d.clk.Now()
+	for _, lim := range d.limiters() {
+		lim.Credit(f, now)
+	}
 	d.kick()
 }
 

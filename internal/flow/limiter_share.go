@@ -24,28 +24,114 @@ const MinShare = 1e-4
 // cluster's emission over any window stays within rate·t + depth. Requests
 // larger than the depth keep their usual allowance (they may accumulate up
 // to their own cost). Values outside (0, 1] are clamped.
-func (l *Limiter) SetShare(f float64, now time.Time) {
+//
+// It returns what the change dropped, as a fraction of the whole burst
+// (BurstFill): the least over the limited dimensions of the usable tokens
+// dropped over that dimension's burst depth (0 when raising). A cluster
+// gives that much back to its burst pool (Credit).
+func (l *Limiter) SetShare(f float64, now time.Time) (dropped float64) {
 	if math.IsNaN(f) {
-		return
+		return 0
 	}
 	f = math.Min(math.Max(f, MinShare), 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
 	if f == l.share {
-		return
+		return 0
 	}
 	keep := math.Min(f, l.share)
+	dropped = math.Inf(1)
 	for i := range l.b {
 		b := &l.b[i]
 		b.settle(now)
 		if b.capacity > 0 {
+			before := math.Max(math.Min(b.level, b.dep()), 0)
 			b.level = math.Min(b.level, b.depth*keep)
+			after := math.Max(math.Min(b.level, b.depth*keep), 0)
+			dropped = math.Min(dropped, (before-after)/l.burstDepth(b))
 		}
 		b.share = f
 		b.last = now
 	}
 	l.share = f
+	if math.IsInf(dropped, 1) || !(dropped > 0) {
+		return 0
+	}
+	return math.Min(dropped, 1)
+}
+
+// burstDepth is a bucket's whole burst depth, whatever the share: the
+// depth the provider's bucket is assumed to hold when it is full
+// (BurstSeconds less the jitter allowance, as a fresh Limiter starts).
+// Credits and what SetShare drops are counted in fractions of it.
+func (l *Limiter) burstDepth(b *bucket) float64 {
+	return math.Max(l.initialDepth(b.capacity), 1e-9)
+}
+
+// Credit adds f (a fraction, in [0, 1]) of every limited bucket's whole
+// burst depth (burstDepth) to its level, capped at this node's depth (its
+// share of the bucket's): a node of a cluster granted part of the
+// cluster's burst pool (internal/cluster). Capping at the node's own
+// depth is what keeps the cluster within rate·t + depth once the pool is
+// spent: the nodes' levels then sum to at most the whole depth again, as
+// without credits. A level already above the depth (a large request
+// accumulating) is left as it is.
+func (l *Limiter) Credit(f float64, now time.Time) {
+	if !(f > 0) {
+		return
+	}
+	f = math.Min(f, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refresh(now)
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity == 0 {
+			continue
+		}
+		b.settle(now)
+		b.level = math.Max(b.level, math.Min(b.level+f*l.burstDepth(b), b.dep()))
+	}
+}
+
+// BurstFill returns the buckets' fill for a cluster's burst pool: level is
+// the least, over the limited dimensions, of the usable level over the
+// whole burst depth (burstDepth; so a node at share s with full buckets
+// is at s), and seconds the least time the whole rate takes to refill a
+// whole burst depth (the pool's decay: the cluster's buckets together
+// refill no faster). Both are 0 when no dimension is limited.
+func (l *Limiter) BurstFill(now time.Time) (level, seconds float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refresh(now)
+	level, seconds = math.Inf(1), math.Inf(1)
+	for i := range l.b {
+		b := &l.b[i]
+		if b.capacity == 0 {
+			continue
+		}
+		level = math.Min(level, b.at(now, b.dep())/l.burstDepth(b))
+		seconds = math.Min(seconds, l.burstDepth(b)/(b.capacity/60))
+	}
+	if math.IsInf(level, 1) {
+		return 0, 0
+	}
+	return math.Min(math.Max(level, 0), 1), seconds
+}
+
+// BurstDepth returns every limited bucket's whole burst depth (0 when
+// the dimension is not limited).
+func (l *Limiter) BurstDepth() [NumDims]float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var d [NumDims]float64
+	for i := range l.b {
+		if b := &l.b[i]; b.capacity > 0 {
+			d[i] = l.burstDepth(b)
+		}
+	}
+	return d
 }
 
 // Share returns the share SetShare last applied (1 by default).

@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -48,6 +49,48 @@ func TestLimiterSetShareScalesRateAndDepth(t *testing.T) {
 	require.InDelta(t, 1, l.Share(), 1e-12)
 	l.SetShare(-1, t0)
 	require.InDelta(t, flow.MinShare, l.Share(), 1e-12)
+}
+
+func TestLimiterCreditAndBurstFill(t *testing.T) {
+	t.Parallel()
+	// 600 RPM = 10/s and 60k TPM = 1000/s, depth 2 s: 20 requests, 2000 tokens.
+	l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 600, flow.Tokens: 60000}, 2)
+	lvl, secs := l.BurstFill(t0)
+	require.InDelta(t, 1, lvl, 1e-12, "a fresh limiter is full")
+	require.InDelta(t, 2, secs, 1e-12)
+	require.Equal(t, [flow.NumDims]float64{flow.Requests: 20, flow.Tokens: 2000}, l.BurstDepth())
+
+	// Lowering drops the tokens above the new depth: the least fraction
+	// over the dimensions.
+	_, err := l.Reserve(flow.Amount{flow.Requests: 1, flow.Tokens: 600}, t0) // 19/20 and 1400/2000 left
+	require.NoError(t, err)
+	dropped := l.SetShare(0.25, t0) // depth 5 and 500
+	require.InDelta(t, (1400.0-500)/2000, dropped, 1e-12, "tokens: 0.45 of the burst; requests 0.7")
+	require.Zero(t, l.SetShare(0.5, t0), "raising drops nothing")
+	lvl, _ = l.BurstFill(t0)
+	require.InDelta(t, 0.25, lvl, 1e-12, "5/20 and 500/2000")
+
+	// A credit adds its fraction of the whole depth, capped at the node's.
+	l.Credit(0.1, t0)
+	st := l.State(t0)
+	require.InDelta(t, 7, st[flow.Requests].Level, 1e-9)
+	require.InDelta(t, 700, st[flow.Tokens].Level, 1e-9)
+	l.Credit(1, t0)
+	st = l.State(t0)
+	require.InDelta(t, 10, st[flow.Requests].Level, 1e-9, "capped at share × depth")
+	require.InDelta(t, 1000, st[flow.Tokens].Level, 1e-9)
+	lvl, _ = l.BurstFill(t0)
+	require.InDelta(t, 0.5, lvl, 1e-12)
+	l.Credit(-1, t0)
+	l.Credit(math.NaN(), t0)
+	require.InDelta(t, 10, l.State(t0)[flow.Requests].Level, 1e-9, "nothing for a bad fraction")
+
+	// No limit known: nothing to fill or credit.
+	u := newLimiter(t, [flow.NumDims]float64{}, 1)
+	lvl, secs = u.BurstFill(t0)
+	require.Zero(t, lvl)
+	require.Zero(t, secs)
+	require.Zero(t, u.SetShare(0.5, t0))
 }
 
 // TestLimiterSharesKeepClusterWindowBound drives three limiters with

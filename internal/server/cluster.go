@@ -92,11 +92,15 @@ func (m clusterMember) Load() cluster.Load {
 	l := m.d.ClusterLoad()
 	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
 		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil,
-		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil}
+		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil,
+		BurstDepth: l.BurstDepth, BurstLevel: l.BurstLevel, BurstSeconds: l.BurstSeconds}
 }
 
-func (m clusterMember) Apply(share float64, slots int) { m.d.SetClusterShare(share, slots) }
-func (m clusterMember) Pause(until time.Time)          { m.d.ApplyPause(until) }
+func (m clusterMember) Apply(share float64, slots int) float64 {
+	return m.d.SetClusterShare(share, slots)
+}
+func (m clusterMember) Credit(f float64)      { m.d.CreditCluster(f) }
+func (m clusterMember) Pause(until time.Time) { m.d.ApplyPause(until) }
 func (m clusterMember) Breaker(openUntil time.Time, probe bool, since time.Time) {
 	m.d.ApplyClusterBreaker(openUntil, probe, since)
 }

@@ -25,8 +25,13 @@ type ClusterUpstreamStatus struct {
 	// BreakerShared: an outage seen by some node holds this upstream's
 	// breaker open (or half-open) on every node; Probe: this node holds
 	// the cluster's one probe token.
-	BreakerShared bool               `json:"breaker_shared"`
-	Probe         bool               `json:"probe"`
+	BreakerShared bool `json:"breaker_shared"`
+	Probe         bool `json:"probe"`
+	// BurstPool is what the upstream's burst pool held after this node's
+	// last sync, BurstCredited the part of the burst this node was
+	// credited from it since it started (fractions of the burst depth).
+	BurstPool     float64            `json:"burst_pool"`
+	BurstCredited float64            `json:"burst_credited"`
 	Nodes         []ClusterNodeShare `json:"nodes"`
 	// Learned are the provider's latest reports any node received, as the
 	// cluster shares them (cluster_learned.go).
@@ -53,7 +58,8 @@ func (s *Server) clusterStatus() *ClusterStatus {
 		Upstreams: []ClusterUpstreamStatus{}}
 	for _, m := range st.Members {
 		u := ClusterUpstreamStatus{Name: upstreamOf(m.Key), Share: m.Share, Slots: m.Slots, Fallback: m.Fallback,
-			BreakerShared: m.BreakerShared, Probe: m.Probe, Nodes: []ClusterNodeShare{}, Learned: clusterLearned(m.Learned)}
+			BreakerShared: m.BreakerShared, Probe: m.Probe, BurstPool: m.Pool, BurstCredited: m.Credited,
+			Nodes: []ClusterNodeShare{}, Learned: clusterLearned(m.Learned)}
 		for _, l := range m.Leases {
 			u.Nodes = append(u.Nodes, ClusterNodeShare{Node: l.Node, Share: l.Share, Slots: l.Slots, Demand: l.Demand,
 				ExpiresAt: l.ExpiresAt.UTC()})

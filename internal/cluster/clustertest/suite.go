@@ -46,6 +46,193 @@ func Run(t *testing.T, open Open) {
 	t.Run("ProbeTokenExpires", func(t *testing.T) { t.Parallel(); probeExpiry(t, open(t)) })
 	t.Run("IdleHolderGivesTokenBack", func(t *testing.T) { t.Parallel(); probeRelease(t, open(t)) })
 	runLearned(t, open)
+	t.Run("BurstPoolFreshStart", func(t *testing.T) { t.Parallel(); burstFresh(t, open(t)) })
+	t.Run("BurstCreditsNeverAbovePool", func(t *testing.T) { t.Parallel(); burstConcurrent(t, open(t)) })
+	t.Run("BurstPoolDecays", func(t *testing.T) { t.Parallel(); burstDecay(t, open(t)) })
+	t.Run("BurstDropsComeBack", func(t *testing.T) { t.Parallel(); burstReturned(t, open(t)) })
+	t.Run("BurstPoolAfterEveryLeaseExpired", func(t *testing.T) { t.Parallel(); burstAfterExpiry(t, open(t)) })
+}
+
+// burstReport is a report for the burst pool's cases: a burst refilled in
+// an hour, so the pool's decay is negligible unless a case asks for it.
+func burstReport(key, node string, share, backlog float64, starting bool) cluster.Report {
+	r := report(key, node, share, 1)
+	r.Starting, r.Backlog, r.BurstSeconds = starting, backlog, 3600
+	return r
+}
+
+func burstFresh(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	// A node that has just started, alone on the key: the pool is full,
+	// and it takes what its backlog needs, within its own depth.
+	g, err := b.Sync(ctx, burstReport(key, "a", 0, 0.3, true))
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Share, 1e-9)
+	require.InDelta(t, 0.3, g.Credit, 1e-6, "its backlog")
+	require.InDelta(t, 0.7, g.Pool, 1e-6)
+	// Within its own depth: share 1 less its level 0.8.
+	r := burstReport(key, "a", 1, 5, false)
+	r.Level = 0.8
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.InDelta(t, 0.2, g.Credit, 1e-6, "its own depth")
+	require.InDelta(t, 0.5, g.Pool, 1e-4)
+	// Another node starting while a's lease lives finds no fresh pool:
+	// nothing beyond what is left (its share is 0 until a lowers).
+	g, err = b.Sync(ctx, burstReport(key, "b", 0, 5, true))
+	require.NoError(t, err)
+	require.Zero(t, g.Credit)
+	require.InDelta(t, 0.5, g.Pool, 1e-4)
+	// Nobody without backlog is credited.
+	g, err = b.Sync(ctx, burstReport(key, "a", 1, 0, false))
+	require.NoError(t, err)
+	require.Zero(t, g.Credit)
+	// A node that is not starting never makes a fresh pool.
+	key2 := uniqueKey(t)
+	g, err = b.Sync(ctx, burstReport(key2, "a", 0, 1, false))
+	require.NoError(t, err)
+	require.Zero(t, g.Credit)
+	require.Zero(t, g.Pool)
+}
+
+// burstConcurrent: four nodes with backlog sync concurrently after a
+// fresh start; whatever the interleaving, the credits sum to the pool
+// (1, less a negligible decay), never more.
+func burstConcurrent(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	g, err := b.Sync(ctx, burstReport(key, "n0", 0, 0, true))
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Pool, 1e-9)
+	var mu sync.Mutex
+	var credits float64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := fmt.Sprintf("n%d", i)
+			var share float64
+			for range 15 {
+				// Starting on every sync: a live lease keeps the pool
+				// from being made afresh.
+				g, err := b.Sync(ctx, burstReport(key, node, share, 1, true))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if g.Credit < 0 || g.Credit > g.Share+1e-9 {
+					errs <- fmt.Errorf("credit %v beyond share %v", g.Credit, g.Share)
+					return
+				}
+				mu.Lock()
+				credits += g.Credit
+				mu.Unlock()
+				share = g.Share
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.LessOrEqual(t, credits, 1+1e-9, "the credits never sum above the pool")
+	require.Greater(t, credits, 0.99, "and the pool is spent")
+}
+
+func burstDecay(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	// Share 1 held, a burst refilled in 1 s: the pool is gone within a
+	// second (the node's bucket has refilled that much meanwhile).
+	r := burstReport(key, "a", 0, 0, true)
+	r.BurstSeconds = 1
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Pool, 1e-9)
+	r.Starting, r.Share = false, g.Share
+	require.Eventually(t, func() bool {
+		g, err := b.Sync(ctx, r)
+		require.NoError(t, err)
+		return g.Pool == 0
+	}, 5*time.Second, 50*time.Millisecond)
+	r.Backlog = 1
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.Zero(t, g.Credit)
+}
+
+func burstReturned(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	// No fresh pool (a is not starting); a drops half a burst lowering
+	// its share and reports it: it comes back to the pool.
+	g, err := b.Sync(ctx, burstReport(key, "a", 0, 0, false))
+	require.NoError(t, err)
+	require.Zero(t, g.Pool)
+	require.InDelta(t, 1, g.Share, 1e-9)
+	g, err = b.Sync(ctx, burstReport(key, "b", 0, 0, false))
+	require.NoError(t, err)
+	require.Zero(t, g.Share, "a holds it all")
+	// a lowers to half and reports what that dropped.
+	r := burstReport(key, "a", 1, 0, false)
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.InDelta(t, 0.5, g.Share, 1e-9)
+	r = burstReport(key, "a", 0.5, 0, false)
+	r.Returned = 0.5
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.InDelta(t, 0.5, g.Pool, 1e-3)
+	// b, with backlog, takes it with the share a released.
+	g, err = b.Sync(ctx, burstReport(key, "b", 0, 1, false))
+	require.NoError(t, err)
+	require.InDelta(t, 0.5, g.Share, 1e-9)
+	require.InDelta(t, 0.5, g.Credit, 1e-3)
+	require.InDelta(t, 0, g.Pool, 1e-9)
+	// A drop reported by a node without a live lease is not taken back:
+	// it cannot tell when it happened.
+	r = burstReport(key, "c", 0, 0, false)
+	r.Returned = 0.5
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.InDelta(t, 0, g.Pool, 1e-9)
+}
+
+// burstAfterExpiry: once every lease has expired, a node that has just
+// started finds the pool full again (as a lone node assumes its bucket
+// full when it starts); a node that was running (back from its fallback)
+// does not.
+func burstAfterExpiry(t *testing.T, b cluster.Backend) {
+	ctx := context.Background()
+	key := uniqueKey(t)
+	r := burstReport(key, "a", 0, 1, true)
+	r.TTL = 200 * time.Millisecond
+	g, err := b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.InDelta(t, 1, g.Credit, 1e-9)
+	require.Zero(t, g.Pool)
+	// a dies. c, running all along, syncs after the expiry: no pool.
+	r = burstReport(key, "c", 0, 1, false)
+	require.Eventually(t, func() bool {
+		g, err := b.Sync(ctx, r)
+		require.NoError(t, err)
+		return len(g.Leases) == 1 && g.Share > 0.99
+	}, 5*time.Second, 50*time.Millisecond)
+	g, err = b.Sync(ctx, r)
+	require.NoError(t, err)
+	require.Zero(t, g.Credit)
+	require.Zero(t, g.Pool)
+	// c stops; b starts with no live lease: a full pool.
+	require.NoError(t, b.Leave(ctx, key, "c"))
+	g, err = b.Sync(ctx, burstReport(key, "b", 0, 0.4, true))
+	require.NoError(t, err)
+	require.Len(t, g.Leases, 1)
+	require.InDelta(t, 0.4, g.Credit, 1e-6)
+	require.InDelta(t, 0.6, g.Pool, 1e-6)
 }
 
 func loneNode(t *testing.T, b cluster.Backend) {
