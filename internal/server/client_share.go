@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// Per-client limits on a cluster (docs/cluster.md, "Per-client limits and
+// budgets"): each (client, upstream) pair with limits is a tenant of the
+// cluster (cluster.Tenants, key cluster.ClientKey), joined when its gate
+// is first made. Its share of the pair's limits goes to the gate's
+// flow.Limiter (SetShare: rate and depth, as an upstream's share does)
+// and its slots to the gate's slotGate, so the nodes together admit at
+// most the client's requests_per_minute / tokens_per_minute (plus one
+// depth) and max_concurrency. Its demand is the rate at which the client
+// asks this node: what the gate admitted plus what it refused or held
+// back, as a share of the limit.
+
+// clientShares are this node's (client, upstream) tenants.
+type clientShares struct {
+	tenants *cluster.Tenants
+	clock   clock.Clock
+	timeout time.Duration // bounds a first join's sync
+
+	mu sync.Mutex
+	m  map[gateKey]*clientShare
+}
+
+func newClientShares(t *cluster.Tenants, c clock.Clock, timeout time.Duration) *clientShares {
+	return &clientShares{tenants: t, clock: c, timeout: timeout, m: map[gateKey]*clientShare{}}
+}
+
+// join returns the pair's tenant, joined (synced once) the first time.
+func (cs *clientShares) join(client, upstream string) *clientShare {
+	k := gateKey{client, upstream}
+	cs.mu.Lock()
+	sh := cs.m[k]
+	if sh == nil {
+		sh = &clientShare{key: cluster.ClientKey(client, upstream), clock: cs.clock}
+		cs.m[k] = sh
+	}
+	cs.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), cs.timeout)
+	defer cancel()
+	cs.tenants.Join(ctx, sh) // at once when joined already
+	return sh
+}
+
+// clientShare is one (client, upstream) pair as a cluster.Tenant. It
+// applies its grant to the pair's current gate (a reload that changes
+// the limits makes a new gate; the old one's requests finish with it).
+type clientShare struct {
+	key   string
+	clock clock.Clock
+
+	mu      sync.Mutex
+	gate    *clientGate
+	granted bool
+	share   float64
+	slots   int
+	prev    flow.Amount // the gate's asked at the last Load
+	prevAt  time.Time
+}
+
+func (c *clientShare) Key() string { return c.key }
+
+// asked is what the gate was asked: admitted plus refused or held back.
+func (g *clientGate) asked() flow.Amount {
+	var a flow.Amount
+	if g.lim != nil {
+		a = g.lim.Debited()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return a.Add(g.refused)
+}
+
+// Load implements cluster.Tenant: the share of the pair's limits the
+// client asked this node for since the last sync (the busier of requests
+// and tokens), and its slots.
+func (c *clientShare) Load(now time.Time) cluster.TenantLoad {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.gate
+	if g == nil {
+		// Joining: a request is about to use the pair.
+		return cluster.TenantLoad{SlotDemand: 1}
+	}
+	asked := g.asked()
+	var l cluster.TenantLoad
+	if dt := now.Sub(c.prevAt).Seconds(); dt > 0 {
+		for d, limit := range map[flow.Dim]float64{flow.Requests: g.values.RequestsPerMinute, flow.Tokens: g.values.TokensPerMinute} {
+			if limit > 0 {
+				l.Demand = max(l.Demand, (asked[d]-c.prev[d])/(limit/60*dt))
+			}
+		}
+	}
+	c.prev, c.prevAt = asked, now
+	if g.slots != nil {
+		l.Slots, l.SlotDemand, l.MaxSlots = g.slots.load()
+	}
+	return l
+}
+
+// Apply implements cluster.Tenant.
+func (c *clientShare) Apply(gr cluster.TenantGrant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.granted, c.share, c.slots = true, gr.Share, gr.Slots
+	if c.gate != nil {
+		c.gate.applyShare(c.share, c.slots, c.clock.Now())
+	}
+}
+
+// attach makes g the pair's current gate, at the share last granted: a
+// new gate's buckets start full, so it starts with its share of the
+// burst.
+func (c *clientShare) attach(g *clientGate, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gate, c.prev, c.prevAt = g, flow.Amount{}, now
+	if c.granted {
+		g.applyShare(c.share, c.slots, now)
+	}
+}
+
+// applyShare applies a cluster grant to the gate.
+func (g *clientGate) applyShare(share float64, slots int, now time.Time) {
+	if g.lim != nil {
+		g.lim.SetShare(share, now)
+	}
+	if g.slots != nil {
+		g.slots.setCap(slots)
+	}
+}
