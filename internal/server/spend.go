@@ -65,8 +65,8 @@ type spender struct {
 	tenants     atomic.Pointer[cluster.Tenants]
 	joined      sync.Map
 	joinTimeout time.Duration
-	stop      chan struct{}
-	done      chan struct{}
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 // spendLabel is the bounded breakdown of spend: the client, the upstream
