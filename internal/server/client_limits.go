@@ -189,7 +189,7 @@ func (g *clientGates) get(client, upstream string, v LimitValues) (*clientGate, 
 	// first time only), so the new gate starts at it.
 	var sh *clientShare
 	if cs := g.shares.Load(); cs != nil {
-		sh = cs.join(client, upstream)
+		sh = cs.join(client, upstream, v)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

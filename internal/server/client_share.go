@@ -36,7 +36,7 @@ func newClientShares(t *cluster.Tenants, c clock.Clock, timeout time.Duration) *
 }
 
 // join returns the pair's tenant, joined (synced once) the first time.
-func (cs *clientShares) join(client, upstream string) *clientShare {
+func (cs *clientShares) join(client, upstream string, v LimitValues) *clientShare {
 	k := gateKey{client, upstream}
 	cs.mu.Lock()
 	sh := cs.m[k]
@@ -45,6 +45,11 @@ func (cs *clientShares) join(client, upstream string) *clientShare {
 		cs.m[k] = sh
 	}
 	cs.mu.Unlock()
+	sh.mu.Lock()
+	if sh.gate == nil {
+		sh.joining = v
+	}
+	sh.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), cs.timeout)
 	defer cancel()
 	cs.tenants.Join(ctx, sh) // at once when joined already
@@ -59,6 +64,7 @@ type clientShare struct {
 	clock clock.Clock
 
 	mu      sync.Mutex
+	joining LimitValues // the limits of the gate about to be made (before the first)
 	gate    *clientGate
 	granted bool
 	share   float64
@@ -89,14 +95,17 @@ func (c *clientShare) Load(now time.Time) cluster.TenantLoad {
 	g := c.gate
 	if g == nil {
 		// Joining: a request is about to use the pair.
-		return cluster.TenantLoad{SlotDemand: 1}
+		return cluster.TenantLoad{SlotDemand: 1, MaxSlots: c.joining.MaxConcurrency}
 	}
 	asked := g.asked()
 	var l cluster.TenantLoad
 	if dt := now.Sub(c.prevAt).Seconds(); dt > 0 {
-		for d, limit := range map[flow.Dim]float64{flow.Requests: g.values.RequestsPerMinute, flow.Tokens: g.values.TokensPerMinute} {
-			if limit > 0 {
-				l.Demand = max(l.Demand, (asked[d]-c.prev[d])/(limit/60*dt))
+		for _, r := range [...]struct {
+			d     flow.Dim
+			limit float64
+		}{{flow.Requests, g.values.RequestsPerMinute}, {flow.Tokens, g.values.TokensPerMinute}} {
+			if r.limit > 0 {
+				l.Demand = max(l.Demand, (asked[r.d]-c.prev[r.d])/(r.limit/60*dt))
 			}
 		}
 	}
