@@ -167,7 +167,9 @@ func TestClusterClientConcurrencyIsClusterWide(t *testing.T) {
 	mem := cluster.NewMemory(clk)
 	nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}
 	type held struct {
-		h     interface{ Settle(dispatch.End, bool) float64 }
+		h interface {
+			Settle(dispatch.End, bool) float64
+		}
 		until time.Time
 	}
 	var open []held
