@@ -389,6 +389,11 @@ type ClientLimitStatus struct {
 	InFlight int `json:"in_flight"`
 	// Buckets are the client's own buckets, by dimension.
 	Buckets map[string]BucketStatus `json:"buckets,omitempty"`
+	// ClusterShare is, on a cluster, this node's share of the client's
+	// limits there (client_share.go), and ClusterSlots its slots of its
+	// max_concurrency (-1: no cap); omitted when sharing is off.
+	ClusterShare *float64 `json:"cluster_share,omitempty"`
+	ClusterSlots *int     `json:"cluster_slots,omitempty"`
 }
 
 // status lists the gates in use, by client then upstream.
@@ -405,6 +410,10 @@ func (g *clientGates) status(now time.Time) []ClientLimitStatus {
 					st.Buckets[flow.Dim(d).String()] = BucketStatus{LimitPerMinute: b.Capacity, Depth: b.Depth, Level: b.Level}
 				}
 			}
+		}
+		if sh := g.shares.Load(); sh != nil {
+			share, slots := sh.granted(k)
+			st.ClusterShare, st.ClusterSlots = &share, &slots
 		}
 		out = append(out, st)
 	}

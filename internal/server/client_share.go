@@ -56,6 +56,19 @@ func (cs *clientShares) join(client, upstream string, v LimitValues) *clientShar
 	return sh
 }
 
+// granted returns the pair's last grant (0, 0 before the first).
+func (cs *clientShares) granted(k gateKey) (share float64, slots int) {
+	cs.mu.Lock()
+	sh := cs.m[k]
+	cs.mu.Unlock()
+	if sh == nil {
+		return 0, 0
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.share, sh.slots
+}
+
 // clientShare is one (client, upstream) pair as a cluster.Tenant. It
 // applies its grant to the pair's current gate (a reload that changes
 // the limits makes a new gate; the old one's requests finish with it).

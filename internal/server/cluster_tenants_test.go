@@ -204,6 +204,14 @@ func TestClusterClientConcurrencyIsClusterWide(t *testing.T) {
 		clk.Advance(100 * time.Millisecond)
 	}
 	t.Logf("peak in flight %d of max_concurrency 4, %d admitted in 60 s", peak, total)
+	var slots int
+	for _, n := range nodes {
+		st := n.srv.gates.status(clk.Now())
+		require.Len(t, st, 1)
+		require.NotNil(t, st[0].ClusterSlots, "/v1/status shows the node's slots of the client's limit")
+		slots += *st[0].ClusterSlots
+	}
+	require.LessOrEqual(t, slots, 4)
 	require.LessOrEqual(t, peak, 4)
 	require.Greater(t, total, 4*60/2, "the slots are used (at least half of 4 per 0.7 s)")
 }
