@@ -115,8 +115,8 @@ func NewTenants(cfg Config, backend Backend, clk clock.Clock, log *slog.Logger) 
 }
 
 // Join adds t and syncs it once, so that it starts with its grant (or its
-// fallback); a key already joined is not synced again. Safe for
-// concurrent use.
+// fallback); a key already joined is not synced again (Join waits for its
+// first sync). Safe for concurrent use.
 func (ts *Tenants) Join(ctx context.Context, t Tenant) {
 	ts.mu.Lock()
 	st, ok := ts.tenants[t.Key()]
@@ -128,10 +128,10 @@ func (ts *Tenants) Join(ctx context.Context, t Tenant) {
 	}
 	ts.mu.Unlock()
 	if ok {
-		select { // the first sync, if it is still under way
-		case <-st.joined:
-		case <-ctx.Done():
-		}
+		// The first sync, if it is still under way: bounded by its own
+		// store call's timeout, and it always applies a grant or the
+		// fallback, so a tenant is never used before either.
+		<-st.joined
 		return
 	}
 	ts.syncLocked(ctx, st)

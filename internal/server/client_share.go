@@ -82,9 +82,18 @@ type clientShare struct {
 	granted bool
 	share   float64
 	slots   int
-	prev    flow.Amount // the gate's asked at the last Load
+	prev    flow.Amount // the gate's asked at the last measure
 	prevAt  time.Time
+	demand  float64 // the last measure
 }
+
+// clientDemandWindow is the shortest time a demand is measured over: a
+// sync right after another (a join, a late loop tick) reports the last
+// measure rather than the few requests of a sliver of time, so a
+// client's share does not jump (each cut drops the tokens above the new
+// depth, which for a small limit is the progress toward its next
+// request).
+const clientDemandWindow = 250 * time.Millisecond
 
 func (c *clientShare) Key() string { return c.key }
 
@@ -110,19 +119,21 @@ func (c *clientShare) Load(now time.Time) cluster.TenantLoad {
 		// Joining: a request is about to use the pair.
 		return cluster.TenantLoad{SlotDemand: 1, MaxSlots: c.joining.MaxConcurrency}
 	}
-	asked := g.asked()
 	var l cluster.TenantLoad
-	if dt := now.Sub(c.prevAt).Seconds(); dt > 0 {
+	if dt := now.Sub(c.prevAt); dt >= clientDemandWindow {
+		asked := g.asked()
+		c.demand = 0
 		for _, r := range [...]struct {
 			d     flow.Dim
 			limit float64
 		}{{flow.Requests, g.values.RequestsPerMinute}, {flow.Tokens, g.values.TokensPerMinute}} {
 			if r.limit > 0 {
-				l.Demand = max(l.Demand, (asked[r.d]-c.prev[r.d])/(r.limit/60*dt))
+				c.demand = max(c.demand, (asked[r.d]-c.prev[r.d])/(r.limit/60*dt.Seconds()))
 			}
 		}
+		c.prev, c.prevAt = asked, now
 	}
-	c.prev, c.prevAt = asked, now
+	l.Demand = c.demand
 	if g.slots != nil {
 		l.Slots, l.SlotDemand, l.MaxSlots = g.slots.load()
 	}

@@ -31,7 +31,9 @@ func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id strin
 	cfg := Config{
 		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: upstreamKey}},
 		Clients:   clients,
-		Cluster:   ClusterConfig{NodeID: id},
+		// The tests sync by hand (clusterNode.sync), at fake instants of
+		// their choosing: the loop's own interval never comes.
+		Cluster: ClusterConfig{NodeID: id, SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour},
 	}
 	opts := []Option{withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger())}
 	if mem != nil {
@@ -70,8 +72,9 @@ func tenantReq(client string, in, out int) *dispatch.Request {
 }
 
 // floodClientLimit floods client a's jobs at the given nodes (five calls
-// per node per 100 ms) for d, syncing every 500 ms, and returns the
-// instants of the calls admitted (all nodes).
+// per node per 100 ms) for d, each node syncing every 500 ms (node i at
+// offset 200·i ms), and returns the instants of the calls admitted (all
+// nodes).
 func floodClientLimit(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flooded []bool, d time.Duration) []time.Time {
 	t.Helper()
 	var admitted []time.Time
@@ -89,8 +92,8 @@ func floodClientLimit(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flood
 				h.Settle(dispatch.End{}, true)
 			}
 		}
-		if step%(500*time.Millisecond) == 0 {
-			for _, n := range nodes {
+		for i, n := range nodes {
+			if (step+time.Duration(i)*200*time.Millisecond)%(500*time.Millisecond) == 0 {
 				n.sync(t.Context())
 			}
 		}
