@@ -88,12 +88,11 @@ type clientShare struct {
 }
 
 // clientDemandWindow is the shortest time a demand is measured over: a
-// sync right after another (a join, a late loop tick) reports the last
-// measure rather than the few requests of a sliver of time, so a
-// client's share does not jump (each cut drops the tokens above the new
-// depth, which for a small limit is the progress toward its next
-// request).
-const clientDemandWindow = 250 * time.Millisecond
+// sync sooner after the last measure reports that measure again, so a
+// client's share does not follow the noise of a bursty sliver of time
+// (each cut drops the tokens above the new depth, which for a small
+// limit is the progress toward its next request).
+const clientDemandWindow = time.Second
 
 func (c *clientShare) Key() string { return c.key }
 
