@@ -97,6 +97,9 @@ type Shared struct {
 	// Using is the largest share of a window's remainder Committed
 	// takes, in [0, 1].
 	Using float64
+	// Share is this node's share of the budget (1: the whole, not
+	// shared).
+	Share float64
 }
 
 // Shared returns client's part of its shared budget at now.
@@ -105,7 +108,10 @@ func (l *Ledger) Shared(client string, now time.Time) Shared {
 	defer l.mu.Unlock()
 	a := l.get(client, now)
 	unseen := a.cluster.unseen(now, l.visible)
-	s := Shared{Committed: a.reserved + unseen, Refused: a.cluster.refused}
+	s := Shared{Committed: a.reserved + unseen, Refused: a.cluster.refused, Share: 1}
+	if a.cluster.share > 0 {
+		s.Share = a.cluster.share
+	}
 	for _, w := range Windows {
 		limit := a.limits.of(w)
 		if limit <= 0 {

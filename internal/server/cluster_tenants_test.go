@@ -287,6 +287,9 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 				clk.Advance(100 * time.Millisecond)
 			}
 			t.Logf("%s: spent %s, peak committed (settled + in flight) %s of a $1 budget", name, settled, peak)
+			ss := nodes[0].srv.spendStatus(clk.Now())
+			require.Len(t, ss.Clients, 1)
+			require.Equal(t, shared, ss.Clients[0].ClusterShare != nil, "/v1/status shows the node's share of a shared budget")
 			if shared {
 				require.LessOrEqual(t, peak, pricing.FromDollars(1), "the cluster never commits more than the budget")
 				require.GreaterOrEqual(t, settled, pricing.FromDollars(0.8), "and spends most of it")
