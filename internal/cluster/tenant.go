@@ -24,10 +24,13 @@ import (
 // Unlike an upstream (a Member of Node), a tenant is made on first use
 // (Join syncs it once before its first request), has no pause and no
 // breaker, and its demand is measured by its owner. Every joined tenant
-// is synced every SyncInterval while the node runs: one store round trip
-// per tenant per interval, whatever its traffic. When the store cannot be
-// reached for a lease's life, a tenant falls back to 1/N (N the node
-// count it last saw), like an upstream.
+// is synced every SyncInterval: one store round trip per tenant per
+// interval. One idle for TenantIdleAfter (TenantLoad.Idle at every sync)
+// leaves: it applies a zero share, gives its lease back and is forgotten,
+// so a node pays only for the clients it serves; its owner joins it again
+// at its next use. When the store cannot be reached for a lease's life, a
+// tenant falls back to 1/N (N the node count it last saw), like an
+// upstream.
 type Tenants struct {
 	cfg     Config
 	backend Backend
@@ -40,6 +43,9 @@ type Tenants struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
+
+// TenantIdleAfter is how long a tenant reports Idle before it leaves.
+const TenantIdleAfter = 2 * time.Minute
 
 // Tenant is one per-client quota as the cluster sees it.
 type Tenant interface {
@@ -68,6 +74,9 @@ type TenantLoad struct {
 	SlotDemand float64
 	Slots      int
 	MaxSlots   int
+	// Idle says nothing is asked, in flight or committed: the tenant may
+	// leave (TenantIdleAfter) and be joined again at its next use.
+	Idle bool
 }
 
 // TenantGrant is what a tenant applies.
@@ -93,6 +102,7 @@ type tenantState struct {
 	nodes    int
 	lastOK   time.Time
 	fallback bool
+	idleFrom time.Time // zero: not idle at the last sync
 }
 
 // ClientKey is the shared-state key of a client's limits on an upstream.
@@ -206,15 +216,67 @@ func (ts *Tenants) SyncAll(ctx context.Context) {
 	ts.mu.Unlock()
 	for _, st := range all {
 		st.syncMu.Lock()
-		ts.syncLocked(ctx, st)
+		idle := ts.syncLocked(ctx, st)
 		st.syncMu.Unlock()
+		if idle {
+			ts.leaveIdle(ctx, st)
+		}
 	}
 }
 
-// syncLocked syncs one tenant and applies its grant; st.syncMu is held.
-func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) {
+// leaveIdle drops an idle tenant: a zero share applied first, then its
+// lease given back, then forgotten, all under ts.mu so that a Join of the
+// same key waits and then starts afresh.
+func (ts *Tenants) leaveIdle(ctx context.Context, st *tenantState) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.tenants[st.t.Key()] != st {
+		return
+	}
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
+	st.share, st.slots = 0, 0
+	st.t.Apply(TenantGrant{Share: 0, Slots: 0, Nodes: st.nodes})
+	lctx, cancel := context.WithTimeout(ctx, ts.timeout())
+	err := ts.backend.Leave(lctx, st.t.Key(), ts.cfg.NodeID)
+	cancel()
+	if err != nil {
+		// The lease expires after its TTL anyway; nothing is held here.
+		ts.log.Debug("leaving an idle client's share", "key", st.t.Key(), "err", err)
+	}
+	delete(ts.tenants, st.t.Key())
+}
+
+// Has reports whether key is joined (and its first sync applied): a
+// caller on the request path asks it before Join, which may sync.
+func (ts *Tenants) Has(key string) bool {
+	ts.mu.Lock()
+	st, ok := ts.tenants[key]
+	ts.mu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case <-st.joined:
+		return true
+	default:
+		return false
+	}
+}
+
+// syncLocked syncs one tenant and applies its grant, and reports whether
+// it has been idle for TenantIdleAfter; st.syncMu is held.
+func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) bool {
 	start := ts.clk.Now()
 	l := st.t.Load(start)
+	switch {
+	case !l.Idle:
+		st.idleFrom = time.Time{}
+	case st.idleFrom.IsZero():
+		st.idleFrom = start
+	case start.Sub(st.idleFrom) >= TenantIdleAfter:
+		return true
+	}
 	held := max(st.slots, 0)
 	r := Report{
 		Key:        st.t.Key(),
@@ -247,7 +309,7 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) {
 			st.t.Apply(TenantGrant{Share: st.share, Slots: st.slots, Nodes: n, Fallback: true})
 			ts.log.Warn("cluster store unreachable: a client's limit falls back to a local share", "key", r.Key, "share", st.share, "err", err)
 		}
-		return
+		return false
 	}
 	if st.fallback {
 		ts.log.Info("cluster store reachable again: the client's limit is shared again", "key", r.Key)
@@ -258,6 +320,7 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) {
 		st.slots = -1
 	}
 	st.t.Apply(TenantGrant{Share: st.share, Slots: st.slots, Nodes: st.nodes})
+	return false
 }
 
 func finite(f float64) float64 {

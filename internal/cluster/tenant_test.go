@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 )
@@ -20,6 +21,7 @@ type fakeTenant struct {
 	key string
 
 	mu      sync.Mutex
+	idle    bool
 	demand  float64
 	using   float64
 	maxSlot int
@@ -31,7 +33,7 @@ func (f *fakeTenant) Key() string { return f.key }
 func (f *fakeTenant) Load(time.Time) cluster.TenantLoad {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return cluster.TenantLoad{Demand: f.demand, Using: f.using, SlotDemand: f.demand, MaxSlots: f.maxSlot}
+	return cluster.TenantLoad{Demand: f.demand, Using: f.using, SlotDemand: f.demand, MaxSlots: f.maxSlot, Idle: f.idle}
 }
 
 func (f *fakeTenant) Apply(g cluster.TenantGrant) {
@@ -185,4 +187,46 @@ func TestTenantsFallBack(t *testing.T) {
 	require.Error(t, err)
 	require.Len(t, st, 1)
 	require.True(t, st[0].Fallback)
+}
+
+// TestTenantsIdleLeaves: a tenant idle for TenantIdleAfter applies a zero
+// share, gives its lease back (the other node gets the whole limit) and
+// is forgotten; joined again, it is granted a share at once.
+func TestTenantsIdleLeaves(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	b := cluster.NewMemory(clk)
+	cfg := cluster.Config{SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour}
+	cfg.NodeID = "a"
+	a, err := cluster.NewTenants(cfg, b, clk, nil)
+	require.NoError(t, err)
+	cfg.NodeID = "c"
+	c, err := cluster.NewTenants(cfg, b, clk, nil)
+	require.NoError(t, err)
+	key := tenantKey(t)
+	fa, fc := &fakeTenant{key: key, demand: 1}, &fakeTenant{key: key, demand: 1}
+	a.Join(t.Context(), fa)
+	c.Join(t.Context(), fc)
+	fa.mu.Lock()
+	fa.idle, fa.demand = true, 0
+	fa.mu.Unlock()
+	for range 5 {
+		a.SyncAll(t.Context())
+		c.SyncAll(t.Context())
+		clk.Advance(time.Minute)
+	}
+	require.False(t, a.Has(key), "idle for 2 minutes: left")
+	require.Zero(t, fa.got().Share)
+	require.InDelta(t, 1, fc.got().Share, 1e-9, "its lease is gone: the other node has it all")
+	fa.mu.Lock()
+	fa.idle, fa.demand = false, 1
+	fa.mu.Unlock()
+	a.Join(t.Context(), fa)
+	require.True(t, a.Has(key))
+	require.Zero(t, fa.got().Share, "joined again at its next use, nothing free until the other lowers")
+	c.SyncAll(t.Context()) // lowers
+	c.SyncAll(t.Context()) // reports the lower share: the rest is free
+	a.SyncAll(t.Context())
+	require.Greater(t, fa.got().Share, 0.4, "shared again within two syncs of the other")
+	require.LessOrEqual(t, fa.got().Share+fc.got().Share, 1+1e-9)
 }

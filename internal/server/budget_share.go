@@ -38,7 +38,8 @@ func (b *budgetShare) Load(now time.Time) cluster.TenantLoad {
 	s := b.sp.ledger.Shared(b.client, now)
 	refused := s.Refused - b.prevRefused
 	b.prevRefused = s.Refused
-	return cluster.TenantLoad{Demand: (s.Committed + max(refused, 0)).Dollars(), Using: s.Using}
+	return cluster.TenantLoad{Demand: (s.Committed + max(refused, 0)).Dollars(), Using: s.Using,
+		Idle: s.Committed == 0 && refused <= 0}
 }
 
 // Apply implements cluster.Tenant.
@@ -47,8 +48,8 @@ func (b *budgetShare) Apply(g cluster.TenantGrant) {
 }
 
 // joinBudget makes client's budget a tenant of the cluster the first
-// time it reserves, when budgets are shared (a cluster, and the spend
-// shared through the store).
+// time it reserves (and again after it left for being idle), when budgets
+// are shared (a cluster, and the spend shared through the store).
 func (sp *spender) joinBudget(client string) {
 	t := sp.tenants.Load()
 	if t == nil || !sp.hasBudget(client) {
@@ -57,6 +58,9 @@ func (sp *spender) joinBudget(client string) {
 	b, ok := sp.joined.Load(client)
 	if !ok {
 		b, _ = sp.joined.LoadOrStore(client, &budgetShare{sp: sp, client: client})
+	}
+	if t.Has(cluster.BudgetKey(client)) {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sp.joinTimeout)
 	defer cancel()

@@ -179,14 +179,9 @@ func newClientGates(c clock.Clock) *clientGates {
 
 func (g *clientGates) get(client, upstream string, v LimitValues) (*clientGate, error) {
 	k := gateKey{client, upstream}
-	g.mu.Lock()
-	if gt, ok := g.m[k]; ok && gt.values == v {
-		g.mu.Unlock()
-		return gt, nil
-	}
-	g.mu.Unlock()
-	// On a cluster, the pair's share first (one store round trip, the
-	// first time only), so the new gate starts at it.
+	// On a cluster, the pair's share first: one store round trip the
+	// first time (and after the pair left for being idle), so that a new
+	// gate starts at its share; at once otherwise.
 	var sh *clientShare
 	if cs := g.shares.Load(); cs != nil {
 		sh = cs.join(client, upstream, v)

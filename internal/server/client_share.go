@@ -35,11 +35,17 @@ func newClientShares(t *cluster.Tenants, c clock.Clock, timeout time.Duration) *
 	return &clientShares{tenants: t, clock: c, timeout: timeout, m: map[gateKey]*clientShare{}}
 }
 
-// join returns the pair's tenant, joined (synced once) the first time.
+// join returns the pair's tenant, joined (synced once) the first time
+// and again after it left for being idle (cluster.TenantIdleAfter).
+// Called at every use; at once while it is joined.
 func (cs *clientShares) join(client, upstream string, v LimitValues) *clientShare {
 	k := gateKey{client, upstream}
 	cs.mu.Lock()
 	sh := cs.m[k]
+	if sh != nil && cs.tenants.Has(sh.key) {
+		cs.mu.Unlock()
+		return sh
+	}
 	if sh == nil {
 		sh = &clientShare{key: cluster.ClientKey(client, upstream), clock: cs.clock}
 		cs.m[k] = sh
@@ -136,6 +142,9 @@ func (c *clientShare) Load(now time.Time) cluster.TenantLoad {
 	if g.slots != nil {
 		l.Slots, l.SlotDemand, l.MaxSlots = g.slots.load()
 	}
+	// Idle by the last measure (a gate just made is not: it is measured
+	// within clientDemandWindow, far within cluster.TenantIdleAfter).
+	l.Idle = l.Demand == 0 && l.SlotDemand == 0
 	return l
 }
 

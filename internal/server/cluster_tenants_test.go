@@ -299,3 +299,32 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterIdleClientLeavesAndComesBack: a client idle for
+// cluster.TenantIdleAfter leaves the cluster's shared state on every node
+// (no store round trip for it any more); when it floods again its nodes
+// join again and share its limit as before.
+func TestClusterIdleClientLeavesAndComesBack(t *testing.T) {
+	t.Parallel()
+	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: ClientLimits{LimitValues: LimitValues{RequestsPerMinute: 60}}}}
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	mem := cluster.NewMemory(clk)
+	nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}
+	key := cluster.ClientKey("a", "a")
+	floodClientLimit(t, clk, nodes, []bool{true, true}, time.Minute)
+	for _, n := range nodes {
+		require.True(t, n.srv.tenants.Has(key))
+	}
+	floodClientLimit(t, clk, nodes, []bool{false, false}, cluster.TenantIdleAfter+10*time.Second)
+	for _, n := range nodes {
+		require.False(t, n.srv.tenants.Has(key), "idle: left")
+	}
+	admitted := floodClientLimit(t, clk, nodes, []bool{true, true}, 2*time.Minute)
+	for _, n := range nodes {
+		require.True(t, n.srv.tenants.Has(key), "back: joined again")
+	}
+	perMinute := maxInWindow(admitted, time.Minute)
+	t.Logf("back from idle: %d admitted in 2 min, at most %d in a minute window", len(admitted), perMinute)
+	require.LessOrEqual(t, perMinute, 62)
+	require.GreaterOrEqual(t, len(admitted), 2*54)
+}
