@@ -77,6 +77,14 @@ func tenantReq(client string, in, out int) *dispatch.Request {
 // nodes).
 func floodClientLimit(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flooded []bool, d time.Duration) []time.Time {
 	t.Helper()
+	return flood(t, clk, nodes, flooded, d, false)
+}
+
+// flood is floodClientLimit through the job door or, live, through the
+// live requests' admission (admitClient) with its deadline now, so that
+// a request over the limit is refused at once rather than waiting.
+func flood(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flooded []bool, d time.Duration, live bool) []time.Time {
+	t.Helper()
 	var admitted []time.Time
 	for step := time.Duration(0); step < d; step += 100 * time.Millisecond {
 		for i, n := range nodes {
@@ -84,6 +92,20 @@ func floodClientLimit(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flood
 				continue
 			}
 			for range 5 {
+				if live {
+					cl, ok := n.srv.clients.Load().byName("a")
+					require.True(t, ok)
+					req := tenantReq("a", 10, 10)
+					req.Deadline = clk.Now() // no wait: refused at once when over
+					adm, err := n.srv.admitClient(t.Context(), cl, n.srv.upstreams["a"], req)
+					if err != nil {
+						require.ErrorIs(t, err, errClientLimit)
+						continue
+					}
+					admitted = append(admitted, clk.Now())
+					adm.done(0, 0)
+					continue
+				}
 				h, err := n.js.Reserve("a", tenantReq("a", 10, 10))
 				if err != nil {
 					continue
@@ -129,18 +151,23 @@ func TestClusterClientLimitIsClusterWide(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		shared  bool
+		live    bool
 		flooded []bool
 		check   func(t *testing.T, perMinute int)
 	}{
-		{"both nodes flood", true, []bool{true, true}, func(t *testing.T, perMinute int) {
+		{"both nodes flood", true, false, []bool{true, true}, func(t *testing.T, perMinute int) {
 			require.LessOrEqual(t, perMinute, limit+2*depth, "the cluster admits at most the client's limit plus a request per node")
 			require.GreaterOrEqual(t, perMinute, limit*9/10, "and uses nearly all of it")
 		}},
-		{"one node alone", true, []bool{true, false}, func(t *testing.T, perMinute int) {
+		{"both nodes flood live requests", true, true, []bool{true, true}, func(t *testing.T, perMinute int) {
+			require.LessOrEqual(t, perMinute, limit+2*depth)
+			require.GreaterOrEqual(t, perMinute, limit*9/10)
+		}},
+		{"one node alone", true, false, []bool{true, false}, func(t *testing.T, perMinute int) {
 			require.LessOrEqual(t, perMinute, limit+2*depth)
 			require.GreaterOrEqual(t, perMinute, limit*9/10, "a node alone gets nearly all of the client's limit")
 		}},
-		{"no cluster", false, []bool{true, true}, func(t *testing.T, perMinute int) {
+		{"no cluster", false, false, []bool{true, true}, func(t *testing.T, perMinute int) {
 			require.Greater(t, perMinute, limit+2*depth, "each node alone spends the whole limit")
 		}},
 	} {
@@ -152,7 +179,7 @@ func TestClusterClientLimitIsClusterWide(t *testing.T) {
 				mem = cluster.NewMemory(clk)
 			}
 			nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}
-			admitted := floodClientLimit(t, clk, nodes, tc.flooded, 3*time.Minute)
+			admitted := flood(t, clk, nodes, tc.flooded, 3*time.Minute, tc.live)
 			perMinute := maxInWindow(admitted, time.Minute)
 			t.Logf("%s: %d admitted in 3 min, at most %d in a minute window (limit %d)", tc.name, len(admitted), perMinute, limit)
 			tc.check(t, perMinute)
