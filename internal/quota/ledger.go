@@ -58,6 +58,10 @@ type ExceededError struct {
 	// flight settle (they usually cost less than their worst case): worth
 	// retrying soon rather than at ResetsAt.
 	Pending bool
+	// Share is set (this node's share, in (0, 1)) when the budget is
+	// shared by a cluster and the request does not fit this node's share
+	// of it (Pending is then set too: the share grows with demand).
+	Share float64
 	// First is set on the first refusal in this window of this client's
 	// budget since it last reset (so callers log "budget exhausted" once).
 	First bool
@@ -121,6 +125,7 @@ func (a Account) Of(w Window) Usage {
 type Ledger struct {
 	mu       sync.Mutex
 	accounts map[string]*account
+	visible  time.Duration // SetVisibleAfter
 }
 
 type account struct {
@@ -131,6 +136,7 @@ type account struct {
 	spent      [3]pricing.Amount // by window index
 	reserved   pricing.Amount    // in flight: counts in every window
 	refused    [3]refusal        // the last window a refusal was reported First in
+	cluster    clusterPart       // this node's part of a budget shared by a cluster (ledger_share.go)
 }
 
 type refusal struct {
@@ -272,6 +278,9 @@ func (l *Ledger) Reserve(client string, need pricing.Amount, now time.Time) (Hol
 		}
 		return Hold{}, e
 	}
+	if e := l.checkShare(client, a, need, now); e != nil {
+		return Hold{}, e
+	}
 	a.reserved += need
 	return Hold{client: client, amount: need, valid: true}, nil
 }
@@ -295,6 +304,7 @@ func (l *Ledger) Charge(client string, actual, reserved pricing.Amount, now time
 	a := l.get(client, now)
 	a.reserved = max(a.reserved-max(reserved, 0), 0)
 	actual = max(actual, 0)
+	a.cluster.pending += actual
 	for i := range a.spent {
 		a.spent[i] += actual
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
@@ -120,10 +121,18 @@ func (l ClientLimits) validate(upstreams map[string]bool) error {
 type clientGate struct {
 	values LimitValues
 	lim    *flow.Limiter // nil without a rate limit
-	slots  chan struct{} // nil without a concurrency limit
+	slots  *slotGate     // nil without a concurrency limit
 
 	mu       sync.Mutex
-	nextTurn time.Time // the next free turn of a job refused by the gate
+	nextTurn time.Time   // the next free turn of a job refused by the gate
+	refused  flow.Amount // running sum of the costs refused or made to wait (demand, client_share.go)
+}
+
+// refusedCost adds cost to the demand the gate turned away or held back.
+func (g *clientGate) refusedCost(cost flow.Amount) {
+	g.mu.Lock()
+	g.refused = g.refused.Add(cost)
+	g.mu.Unlock()
 }
 
 // turn returns when a job refused now (its room in wait) should come
@@ -157,8 +166,11 @@ type gateKey struct{ client, upstream string }
 // with it.
 type clientGates struct {
 	clock clock.Clock
-	mu    sync.Mutex
-	m     map[gateKey]*clientGate
+	// shares shares the limits with the cluster's other nodes
+	// (client_share.go); nil when sharing is off.
+	shares atomic.Pointer[clientShares]
+	mu     sync.Mutex
+	m      map[gateKey]*clientGate
 }
 
 func newClientGates(c clock.Clock) *clientGates {
@@ -166,9 +178,16 @@ func newClientGates(c clock.Clock) *clientGates {
 }
 
 func (g *clientGates) get(client, upstream string, v LimitValues) (*clientGate, error) {
+	k := gateKey{client, upstream}
+	// On a cluster, the pair's share first: one store round trip the
+	// first time (and after the pair left for being idle), so that a new
+	// gate starts at its share; at once otherwise.
+	var sh *clientShare
+	if cs := g.shares.Load(); cs != nil {
+		sh = cs.join(client, upstream, v)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	k := gateKey{client, upstream}
 	if gt, ok := g.m[k]; ok && gt.values == v {
 		return gt, nil
 	}
@@ -183,7 +202,10 @@ func (g *clientGates) get(client, upstream string, v LimitValues) (*clientGate, 
 		gt.lim = lim
 	}
 	if v.MaxConcurrency > 0 {
-		gt.slots = make(chan struct{}, v.MaxConcurrency)
+		gt.slots = newSlotGate(v.MaxConcurrency)
+	}
+	if sh != nil {
+		sh.attach(gt, g.clock.Now())
 	}
 	g.m[k] = gt
 	return gt, nil
@@ -207,7 +229,7 @@ func (a *clientAdmission) done(in, out int64) {
 		a.gate.lim.Reconcile(a.cost, flow.NewAmount(in, out), a.c.Now())
 	}
 	if a.gate.slots != nil {
-		<-a.gate.slots
+		a.gate.slots.release()
 	}
 }
 
@@ -236,7 +258,7 @@ func (s *Server) admitClient(ctx context.Context, cl client, u *upstream, req *d
 	cost := flow.Amount{}
 	cost[flow.Requests], cost[flow.Tokens] = 1, float64(req.Cost.InputTokens+req.Cost.OutputTokens)
 	if g.lim != nil {
-		for {
+		for waited := false; ; waited = true {
 			wait, err := g.lim.Reserve(cost, now)
 			if errors.Is(err, flow.ErrTooLarge) {
 				return nil, limitRefusal(fmt.Sprintf("the request's %.0f tokens exceed client %s's tokens_per_minute on %s", cost[flow.Tokens], cl.name, u.cfg.Name), 0)
@@ -246,6 +268,9 @@ func (s *Server) admitClient(ctx context.Context, cl client, u *upstream, req *d
 			}
 			if wait == 0 {
 				break
+			}
+			if !waited {
+				g.refusedCost(cost)
 			}
 			if now.Add(wait).After(deadline) {
 				return nil, limitRefusal(fmt.Sprintf("client %s is over its own rate limit on %s (requests_per_minute/tokens_per_minute) and its room comes after the request's deadline", cl.name, u.cfg.Name), wait)
@@ -260,22 +285,27 @@ func (s *Server) admitClient(ctx context.Context, cl client, u *upstream, req *d
 	if g.slots == nil {
 		return a, nil
 	}
-	select {
-	case g.slots <- struct{}{}:
+	changed, ok := g.slots.tryAcquire()
+	if ok {
 		return a, nil
-	default:
 	}
+	g.slots.waiting(1)
+	defer g.slots.waiting(-1)
 	t := s.clock.NewTimer(deadline.Sub(now))
 	defer t.Stop()
-	select {
-	case g.slots <- struct{}{}:
-		return a, nil
-	case <-ctx.Done():
-		a.refund()
-		return nil, context.Cause(ctx)
-	case <-t.C():
-		a.refund()
-		return nil, limitRefusal(fmt.Sprintf("client %s has max_concurrency %d requests in flight on %s until past the request's deadline", cl.name, v.MaxConcurrency, u.cfg.Name), time.Second)
+	for {
+		select {
+		case <-changed:
+			if changed, ok = g.slots.tryAcquire(); ok {
+				return a, nil
+			}
+		case <-ctx.Done():
+			a.refund()
+			return nil, context.Cause(ctx)
+		case <-t.C():
+			a.refund()
+			return nil, limitRefusal(fmt.Sprintf("client %s has max_concurrency %d requests in flight on %s until past the request's deadline", cl.name, v.MaxConcurrency, u.cfg.Name), time.Second)
+		}
 	}
 }
 
@@ -309,14 +339,14 @@ func (s *Server) admitClientJob(cl client, u *upstream, req *dispatch.Request) (
 			return nil, err
 		}
 		if wait > 0 {
+			g.refusedCost(cost)
 			return nil, refuse(fmt.Sprintf("client %s is over its own rate limit on %s (requests_per_minute/tokens_per_minute)", cl.name, u.cfg.Name), wait)
 		}
 	}
 	a := &clientAdmission{gate: g, cost: cost, c: s.clock}
 	if g.slots != nil {
-		select {
-		case g.slots <- struct{}{}:
-		default:
+		if _, ok := g.slots.tryAcquire(); !ok {
+			g.slots.refusedOne()
 			a.refund()
 			return nil, refuse(fmt.Sprintf("client %s has max_concurrency %d requests in flight on %s", cl.name, v.MaxConcurrency, u.cfg.Name), 0)
 		}
@@ -354,6 +384,11 @@ type ClientLimitStatus struct {
 	InFlight int `json:"in_flight"`
 	// Buckets are the client's own buckets, by dimension.
 	Buckets map[string]BucketStatus `json:"buckets,omitempty"`
+	// ClusterShare is, on a cluster, this node's share of the client's
+	// limits there (client_share.go), and ClusterSlots its slots of its
+	// max_concurrency (-1: no cap); omitted when sharing is off.
+	ClusterShare *float64 `json:"cluster_share,omitempty"`
+	ClusterSlots *int     `json:"cluster_slots,omitempty"`
 }
 
 // status lists the gates in use, by client then upstream.
@@ -362,7 +397,7 @@ func (g *clientGates) status(now time.Time) []ClientLimitStatus {
 	defer g.mu.Unlock()
 	out := make([]ClientLimitStatus, 0, len(g.m))
 	for k, gt := range g.m {
-		st := ClientLimitStatus{Client: k.client, Upstream: k.upstream, Limits: gt.values, InFlight: len(gt.slots)}
+		st := ClientLimitStatus{Client: k.client, Upstream: k.upstream, Limits: gt.values, InFlight: gt.slots.inFlight()}
 		if gt.lim != nil {
 			st.Buckets = map[string]BucketStatus{}
 			for d, b := range gt.lim.State(now) {
@@ -370,6 +405,10 @@ func (g *clientGates) status(now time.Time) []ClientLimitStatus {
 					st.Buckets[flow.Dim(d).String()] = BucketStatus{LimitPerMinute: b.Capacity, Depth: b.Depth, Level: b.Level}
 				}
 			}
+		}
+		if sh := g.shares.Load(); sh != nil {
+			share, slots := sh.granted(k)
+			st.ClusterShare, st.ClusterSlots = &share, &slots
 		}
 		out = append(out, st)
 	}

@@ -109,7 +109,7 @@ func (m clusterMember) Breaker(openUntil time.Time, probe bool, since time.Time)
 // sharing is on. s.mu is held.
 func (s *Server) startCluster(ctx context.Context) error {
 	dsn := s.cfg.clusterStore()
-	if dsn == "" {
+	if dsn == "" && s.clusterGiven == nil {
 		return nil
 	}
 	var members []cluster.Member
@@ -120,9 +120,13 @@ func (s *Server) startCluster(ctx context.Context) error {
 		}
 		members = append(members, clusterMember{d: d, key: cluster.Key(name, poolSecret(s.upstreams[name].cfg))})
 	}
-	b, err := openClusterBackend(ctx, dsn)
-	if err != nil {
-		return fmt.Errorf("starting the cluster node: %w", err)
+	b := s.clusterGiven
+	if b == nil {
+		opened, err := openClusterBackend(ctx, dsn)
+		if err != nil {
+			return fmt.Errorf("starting the cluster node: %w", err)
+		}
+		b = opened
 	}
 	n, err := cluster.NewNode(s.cfg.Cluster.node(), b, members, s.clock, s.log, s.metrics.clusterObserver())
 	if err != nil {
@@ -133,6 +137,9 @@ func (s *Server) startCluster(ctx context.Context) error {
 	}
 	s.cluster.Store(n)
 	s.clusterBackend = b
+	if err := s.startTenants(ctx, b); err != nil { // client_share_cluster.go
+		return errors.Join(err, n.Stop(ctx), b.Close())
+	}
 	s.log.Info("sharing quotas with the cluster", "node", n.ID(), "upstreams", len(members))
 	return nil
 }
@@ -148,7 +155,7 @@ func (c clusterLifecycle) Stop(ctx context.Context) error {
 	if n == nil {
 		return nil
 	}
-	err := n.Stop(ctx)
+	err := errors.Join(c.s.stopTenants(ctx), n.Stop(ctx))
 	return errors.Join(err, c.s.clusterBackend.Close())
 }
 

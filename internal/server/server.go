@@ -60,6 +60,9 @@ type options struct {
 	store     jobstore.Store
 	noListen  bool
 	tracer    trace.TracerProvider
+	// cluster_tenants.go
+	clusterBackend cluster.Backend
+	sharedStore    bool
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -153,6 +156,8 @@ type Server struct {
 	// cluster shares the quotas with other nodes (cluster.go); nil when off.
 	cluster        atomic.Pointer[cluster.Node] // read by handlers without s.mu
 	clusterBackend cluster.Backend
+	clusterGiven   cluster.Backend  // WithClusterBackend
+	tenants        *cluster.Tenants // per-client limits and budgets (cluster_tenants.go)
 }
 
 // errShutdown is the cause given to in-flight requests cut off by Stop. It
@@ -247,6 +252,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		cancelRequests: cancel,
 		store:          o.store,
 		noListen:       o.noListen,
+		clusterGiven:   o.clusterBackend,
 	}
 	s.clients.Store(newClientSet(cfg.Clients))
 	s.gates = newClientGates(s.clock)
@@ -263,6 +269,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("validating config: %w", err)
 	}
 	s.spend = sp
+	sp.shared = sp.shared || o.sharedStore
 	for _, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.BaseURL)
 		if err != nil { // validated above; kept for safety

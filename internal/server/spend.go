@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -58,8 +59,14 @@ type spender struct {
 	// store's sums, so every node enforces what all of them spent.
 	shared    bool
 	flushFail bool // the last flush failed (logged once)
-	stop      chan struct{}
-	done      chan struct{}
+	// tenants shares the budgets with the cluster when the spend is
+	// shared too (budget_share.go); nil otherwise. joined holds the
+	// clients joined (*budgetShare).
+	tenants     atomic.Pointer[cluster.Tenants]
+	joined      sync.Map
+	joinTimeout time.Duration
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 // spendLabel is the bounded breakdown of spend: the client, the upstream
@@ -167,6 +174,7 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 		return nil, &spendRefusedError{err: err}
 	}
 	need := m.Price.Worst(req.Cost)
+	sp.joinBudget(client) // on a cluster, this node's share first
 	now := sp.clock.Now()
 	h, err := sp.ledger.Reserve(client, need, now)
 	if err != nil {

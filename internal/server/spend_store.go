@@ -96,6 +96,13 @@ func (sp *spender) flush(ctx context.Context) error {
 	if sp.flushFail {
 		sp.log.Info("spend written to the store again", "entries", len(batch))
 	}
+	written := map[string]pricing.Amount{}
+	for k, d := range batch {
+		written[k.client] += d.nanos
+	}
+	for c, n := range written {
+		sp.ledger.Written(c, n, sp.clock.Now()) // for a budget shared by a cluster (budget_share.go)
+	}
 	sp.flushFail = false
 	if !sp.shared {
 		return nil

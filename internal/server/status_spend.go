@@ -28,6 +28,12 @@ type ClientSpend struct {
 	Total WindowSpend `json:"total"`
 	// ReservedUSD is the worst case of the client's requests in flight.
 	ReservedUSD float64 `json:"reserved_usd"`
+	// ClusterShare is, when the budget is shared by a cluster
+	// (budget_share.go), this node's share of its remainder, and
+	// ClusterCommittedUSD what this node commits against it (in flight,
+	// plus its spend the other nodes may not have read back yet).
+	ClusterShare        *float64 `json:"cluster_share,omitempty"`
+	ClusterCommittedUSD *float64 `json:"cluster_committed_usd,omitempty"`
 	// By breaks the client's spend down by upstream and price-table model,
 	// since the store began keeping it.
 	By []ModelSpend `json:"by"`
@@ -73,8 +79,14 @@ func (s *Server) spendStatus(now time.Time) *SpendStatus {
 		if ms == nil {
 			ms = []ModelSpend{}
 		}
-		out.Clients = append(out.Clients, ClientSpend{Client: a.Client, Day: windowSpend(a.Day), Month: windowSpend(a.Month),
-			Total: windowSpend(a.Total), ReservedUSD: a.Day.Reserved.Dollars(), By: ms})
+		cs := ClientSpend{Client: a.Client, Day: windowSpend(a.Day), Month: windowSpend(a.Month),
+			Total: windowSpend(a.Total), ReservedUSD: a.Day.Reserved.Dollars(), By: ms}
+		if _, joined := sp.joined.Load(a.Client); joined && sp.tenants.Load() != nil {
+			sh := sp.ledger.Shared(a.Client, now)
+			committed := sh.Committed.Dollars()
+			cs.ClusterShare, cs.ClusterCommittedUSD = &sh.Share, &committed
+		}
+		out.Clients = append(out.Clients, cs)
 	}
 	slices.SortFunc(out.Clients, func(x, y ClientSpend) int { return cmp.Compare(x.Client, y.Client) })
 	return out
