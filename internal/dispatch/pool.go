@@ -42,6 +42,12 @@ type poolKey struct {
 	outReason string
 	probeAt   time.Time // when an out key may be probed again
 	probing   bool      // a probe request is in flight on it
+	// blind is set while a quota the provider limits is not configured
+	// and no answer has come back yet to report it: the key then takes
+	// one attempt at a time, so a fresh upstream does not send a whole
+	// wave before the provider's first rate-limit headers say how much
+	// room it has (see noteAnswer).
+	blind bool
 
 	requests atomic.Uint64               // attempts sent with the key
 	rates    atomic.Uint64               // rate-limit (429) answers it got
@@ -73,7 +79,7 @@ func newPool(cfg settings, now time.Time) ([]*poolKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("api_keys[%d]: %w", i, err)
 		}
-		pk := &poolKey{lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1)}
+		pk := &poolKey{lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1), blind: unknownLimit(cfg.Protocol, lc.Limits)}
 		pk.cred.Store(&keyCred{secret: k.Key, fp: Fingerprint(k.Key)})
 		if k.Org != "" {
 			ob := orgs[k.Org]
@@ -103,11 +109,31 @@ func limitsOf(l upstream.Limits) [flow.NumDims]float64 {
 	}
 }
 
+// unknownLimit reports whether a quota that a provider of protocol p
+// limits has no configured limit in limits (it is learned from the
+// provider's headers).
+func unknownLimit(p llm.Protocol, limits [flow.NumDims]float64) bool {
+	dims := []flow.Dim{flow.Requests, flow.InputTokens, flow.OutputTokens}
+	if p == llm.OpenAI {
+		dims = []flow.Dim{flow.Requests, flow.Tokens}
+	}
+	for _, d := range dims {
+		if limits[d] <= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // usable reports whether k may take a request now: in the pool with a
-// free slot, or out with its probe due and none in flight. d.mu held.
+// free slot (one while blind), or out with its probe due and none in
+// flight. d.mu held.
 func (k *poolKey) usable(now time.Time) bool {
 	if k.out {
 		return !k.probing && !now.Before(k.probeAt)
+	}
+	if k.blind {
+		return k.inflight == 0
 	}
 	return k.inflight < k.maxConc
 }
@@ -369,6 +395,12 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 	k.probing = false
 	if !answered {
 		return false
+	}
+	if k.blind {
+		// The first answer's headers (Observe ran before this) set the
+		// limits the provider reports; one without them never will.
+		k.blind = false
+		d.kickLocked()
 	}
 	if o.Kind == llm.Rate {
 		k.rates.Add(1)

@@ -141,3 +141,47 @@ func TestObserveNeverOptimisticNeverPessimistic(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveRaiseCountsSameInstantReservations: requests reserved in the
+// same instant as the oldest one not yet answered (a wave admitted at
+// once) may reach the provider after the request whose report is read:
+// the raise must take all of them off the provider's remaining. (It took
+// off only those reserved strictly after that instant, so a wave on the
+// fake clock, or on a clock as coarse as the wave, raised the level by
+// the wave's size above the provider's, and the next requests got 429s.)
+func TestObserveRaiseCountsSameInstantReservations(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		wave int // requests reserved at t0, the first of them answered
+	}{
+		{"two at once", 2},
+		{"a wave of five", 5},
+		{"a wave of ten", 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// 60 RPM, a 20 s burst: 20 requests deep, 1/s.
+			l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 60}, 20)
+			one := flow.Amount{flow.Requests: 1}
+			// The provider holds 12 before the wave, and we know it.
+			for range tt.wave {
+				w, err := l.Reserve(one, t0)
+				require.NoError(t, err)
+				require.Zero(t, w)
+			}
+			// The dispatcher grants a wave under one lock, then each
+			// attempt marks the account as it is sent: after the wave.
+			mark := l.Mark(t0).From(t0)
+			l.Clamp(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 60, Remaining: 12 - float64(tt.wave)}}, flow.Mark{}, t0)
+			// The provider charged only the first of the wave when it
+			// answered: it reports 12 − 1 remaining, and will charge
+			// the rest of the wave as they arrive.
+			l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 60, Remaining: 11}}, mark, t0)
+			providerAfterWave := 12 - float64(tt.wave)
+			require.LessOrEqual(t, l.State(t0)[flow.Requests].Level, providerAfterWave,
+				"the raise may not credit the wave's requests the provider has not charged yet")
+		})
+	}
+}
