@@ -77,15 +77,12 @@ func (h *debitHistory) record(now time.Time, debited Amount) {
 	h.n++
 }
 
-// before returns what was debited before t (the last entry strictly
-// before t: a debit at t itself, such as the oldest unanswered attempt's
-// own reservation, or requests reserved in the same instant, may not have
-// reached the provider yet); ok is false when the ring no longer reaches
-// back to t.
+// before returns what was debited as of t (the last entry at or before t);
+// ok is false when the ring no longer reaches back to t.
 func (h *debitHistory) before(t time.Time) (Amount, bool) {
 	for k := 1; k <= min(h.n, debitHistoryLen); k++ {
 		i := (h.n - k) % debitHistoryLen
-		if h.at[i].Before(t) {
+		if !h.at[i].After(t) {
 			return h.debited[i], true
 		}
 	}
