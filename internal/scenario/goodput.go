@@ -59,6 +59,13 @@ func goodputSetup(o Options) goodputParams {
 	if o.Requests > 0 {
 		p.workload.Requests = o.Requests
 	}
+	if o.MaxTokens > 0 {
+		p.workload.MaxTokens = o.MaxTokens
+		if p.output.StdDev == 0 {
+			p.output.Max = min(p.output.Max, int64(o.MaxTokens))
+			p.output.Min = min(p.output.Min, p.output.Max)
+		}
+	}
 	return p
 }
 

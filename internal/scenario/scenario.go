@@ -54,6 +54,10 @@ type Options struct {
 	// GoodputPreset sizes the goodput scenario: "" for its own 1,500
 	// requests or a name from GoodputPresets. Defaults to "".
 	GoodputPreset string
+	// MaxTokens overrides the goodput workload's max_tokens (the mock's
+	// reply lengths keep their distribution, cut at it). Defaults to the
+	// scenario's own (200).
+	MaxTokens int
 	// LearnLimits starts the goodput scenario's gateway with no limits
 	// configured, so it learns them from the provider's rate-limit
 	// headers. Defaults to false (limits set to the mock's).
@@ -121,6 +125,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("Rounds must be >= 0, got %d", o.Rounds)
 	case o.Round < 0:
 		return fmt.Errorf("Round must be >= 0, got %v", o.Round)
+	case o.MaxTokens < 0:
+		return fmt.Errorf("MaxTokens must be >= 0, got %d", o.MaxTokens)
 	}
 	if o.GoodputPreset != "" {
 		if _, ok := GoodputPresets[o.GoodputPreset]; !ok {
