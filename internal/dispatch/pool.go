@@ -135,8 +135,8 @@ func noLimitKnown(p llm.Protocol, limits [flow.NumDims]float64) bool {
 }
 
 // usable reports whether k may take a request now: in the pool with a
-// free slot (one while blind, see FirstAnswerWait), or out with its probe due and none in
-// flight. d.mu held.
+// free slot (one while blind, see FirstAnswerWait), or out with its probe
+// due and none in flight. d.mu held.
 func (k *poolKey) usable(now time.Time) bool {
 	if k.out {
 		return !k.probing && !now.Before(k.probeAt)
