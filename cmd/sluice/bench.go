@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,7 +23,7 @@ func init() {
 	register(command{
 		name:    "bench",
 		summary: "measure the gateway against a naive client on an in-process mock: " + strings.Join(names, ", ") + ", all",
-		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--rates R,R] [--rounds N] [--round D] [--json] <scenario>",
+		usage:   "[--seed N] [--quick] [--duration D] [--requests N] [--preset P] [--max-tokens N] [--learn-limits] [--output-reservation R] [--otpm-mode M] [--rates R,R] [--rounds N] [--round D] [--json] <scenario>",
 		run:     runBench,
 		subs:    append(names, "all"),
 	})
@@ -32,6 +34,11 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	quick := fs.Bool("quick", false, "tiny sizes: a smoke run in seconds (figures not comparable with the targets)")
 	duration := fs.Duration("duration", scenario.LoadDurationDefault, "how long the priority scenario overloads")
 	requests := fs.Int("requests", 0, "override the scenario's request count (goodput, overhead pairs, mock)")
+	preset := fs.String("preset", "", "goodput: a named size instead of the scenario's own ("+strings.Join(slices.Sorted(maps.Keys(scenario.GoodputPresets)), ", ")+")")
+	maxTokens := fs.Int("max-tokens", 0, "goodput: each request's max_tokens (default 200; the replies' lengths keep their distribution)")
+	learnLimits := fs.Bool("learn-limits", false, "goodput: configure no limits on the gateway's upstream, so it learns them from the mock's rate-limit headers")
+	reservation := fs.String("output-reservation", "", "goodput: the gateway's output_reservation, max_tokens or learned (default max_tokens)")
+	otpmMode := fs.String("otpm-mode", "", "goodput: the mock's output accounting, reserve_max_tokens or realtime (default realtime with --output-reservation learned, else reserve_max_tokens)")
 	rates := fs.String("rates", "", "overhead: open-loop rates in req/s, comma-separated (default 500,1000,2000)")
 	rounds := fs.Int("rounds", 0, "overhead: rounds per system and rate; figures are medians (default 3)")
 	round := fs.Duration("round", 0, "overhead: length of one round (default 5s)")
@@ -63,6 +70,9 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *requests < 0 {
 		return fmt.Errorf("%w: --requests must be >= 0, got %d", errUsage, *requests)
 	}
+	if *maxTokens < 0 {
+		return fmt.Errorf("%w: --max-tokens must be >= 0, got %d", errUsage, *maxTokens)
+	}
 	if *rounds < 0 || *round < 0 {
 		return fmt.Errorf("%w: --rounds and --round must be >= 0", errUsage)
 	}
@@ -81,7 +91,8 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		scenarios = []scenario.Scenario{s}
 	}
 	opts := scenario.Options{Seed: *seed, Quick: *quick, Requests: *requests, Progress: os.Stderr,
-		Rates: rateList, Rounds: *rounds, Round: *round}
+		Rates: rateList, Rounds: *rounds, Round: *round,
+		GoodputPreset: *preset, MaxTokens: *maxTokens, LearnLimits: *learnLimits, OutputReservation: *reservation, OTPMMode: *otpmMode}
 	if flagGiven(fs, "duration") || !*quick {
 		opts.Duration = *duration
 	}

@@ -42,6 +42,15 @@ type poolKey struct {
 	outReason string
 	probeAt   time.Time // when an out key may be probed again
 	probing   bool      // a probe request is in flight on it
+	// blind is set while no quota the provider limits is configured and
+	// no answer has come back yet to report them: the key then takes one
+	// attempt at a time, for at most FirstAnswerWait after it was sent,
+	// so a fresh upstream does not send a whole wave before the
+	// provider's first rate-limit headers say how much room it has (see
+	// noteAnswer). blindUntil is when that first attempt stops holding
+	// the others back.
+	blind      bool
+	blindUntil time.Time
 
 	requests atomic.Uint64               // attempts sent with the key
 	rates    atomic.Uint64               // rate-limit (429) answers it got
@@ -73,7 +82,7 @@ func newPool(cfg settings, now time.Time) ([]*poolKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("api_keys[%d]: %w", i, err)
 		}
-		pk := &poolKey{lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1)}
+		pk := &poolKey{lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1), blind: noLimitKnown(cfg.Protocol, lc.Limits)}
 		pk.cred.Store(&keyCred{secret: k.Key, fp: Fingerprint(k.Key)})
 		if k.Org != "" {
 			ob := orgs[k.Org]
@@ -103,11 +112,37 @@ func limitsOf(l upstream.Limits) [flow.NumDims]float64 {
 	}
 }
 
+// FirstAnswerWait bounds how long the first attempt of an upstream with
+// no limits configured holds back the others while its answer's
+// rate-limit headers are awaited: a long non-streamed answer (its
+// headers come with its end) must not serialize the start for minutes.
+const FirstAnswerWait = 2 * time.Second
+
+// noLimitKnown reports whether none of the quotas a provider of protocol
+// p limits has a limit configured in limits (all are learned from the
+// provider's headers).
+func noLimitKnown(p llm.Protocol, limits [flow.NumDims]float64) bool {
+	dims := []flow.Dim{flow.Requests, flow.InputTokens, flow.OutputTokens}
+	if p == llm.OpenAI {
+		dims = []flow.Dim{flow.Requests, flow.Tokens}
+	}
+	for _, d := range dims {
+		if limits[d] > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // usable reports whether k may take a request now: in the pool with a
-// free slot, or out with its probe due and none in flight. d.mu held.
+// free slot (one while blind, see FirstAnswerWait), or out with its probe
+// due and none in flight. d.mu held.
 func (k *poolKey) usable(now time.Time) bool {
 	if k.out {
 		return !k.probing && !now.Before(k.probeAt)
+	}
+	if k.blind && k.inflight > 0 && now.Before(k.blindUntil) {
+		return false
 	}
 	return k.inflight < k.maxConc
 }
@@ -202,6 +237,8 @@ func (d *Dispatcher) pick(cost flow.Amount, keep float64, now time.Time) (*poolK
 		if !k.usable(now) {
 			if k.out && !k.probing {
 				wait = min(wait, max(k.probeAt.Sub(now), time.Nanosecond))
+			} else if k.blind && k.inflight < k.maxConc {
+				wait = min(wait, max(k.blindUntil.Sub(now), time.Nanosecond))
 			}
 			continue
 		}
@@ -234,6 +271,9 @@ func (d *Dispatcher) pick(cost flow.Amount, keep float64, now time.Time) (*poolK
 	if best != nil && best.reserve(cost, keep, now) {
 		if best.out {
 			best.probing = true
+		}
+		if best.blind && best.inflight == 0 {
+			best.blindUntil = now.Add(FirstAnswerWait)
 		}
 		return best, 0, nil
 	}
@@ -369,6 +409,12 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 	k.probing = false
 	if !answered {
 		return false
+	}
+	if k.blind {
+		// The first answer's headers (Observe ran before this) set the
+		// limits the provider reports; one without them never will.
+		k.blind = false
+		d.kickLocked()
 	}
 	if o.Kind == llm.Rate {
 		k.rates.Add(1)

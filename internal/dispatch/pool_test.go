@@ -46,7 +46,9 @@ func newPoolRig(t testing.TB, mc mock.Config, uc upcfg.Config) *poolRig {
 	m, err := mock.New(mc)
 	require.NoError(t, err)
 	uc.Name, uc.Protocol, uc.BaseURL = "pool", llm.Anthropic, "http://mock.invalid"
-	uc.JitterAllowance = -1
+	if uc.JitterAllowance == 0 {
+		uc.JitterAllowance = -1
+	}
 	d, err := dispatch.New(dispatch.Config{Config: uc, Clock: fc, HTTPClient: &http.Client{Transport: inProcess(m.Handler())}})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))

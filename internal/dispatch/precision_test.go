@@ -148,6 +148,9 @@ func TestSteadyLoadReusesConnections(t *testing.T) {
 
 	d, _, _ := start(t, &upstream{Server: srv}, func(c *dispatch.Config) {
 		c.Limits.MaxConcurrency = n
+		// Limits configured: with none the first call would go alone
+		// until its answer (FirstAnswerWait), and the barrier wants n.
+		c.Limits.RequestsPerMinute, c.Limits.InputTokensPerMinute, c.Limits.OutputTokensPerMinute = 1e6, 1e9, 1e9
 		c.HTTPClient = nil // the library's default client
 	})
 	for range rounds {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -108,13 +109,24 @@ type Limits struct {
 }
 
 // OutputRange bounds the generated output length in tokens. The length is
-// chosen deterministically from the seed and the request body.
+// chosen deterministically from the seed and the request body: uniformly
+// in [Min, Max], or, with StdDev set, from a normal distribution clamped
+// to that range.
 type OutputRange struct {
 	// Min is the shortest reply. Defaults to OutputTokensMinDefault.
 	Min int64 `yaml:"min"`
 	// Max is the longest reply, further capped by the request's max_tokens;
 	// 0 means the request's max_tokens. Defaults to 0.
 	Max int64 `yaml:"max"`
+	// Mean is the normal distribution's mean when StdDev is set; 0 means
+	// the middle of [Min, Max] (Max or, when 0, the request's max_tokens).
+	// Defaults to 0.
+	Mean float64 `yaml:"mean"`
+	// StdDev, when positive, draws the length from N(Mean, StdDev),
+	// rounded and clamped to [Min, Max] (so a request's max_tokens
+	// truncates the tail, as a real model's reply is cut off). Defaults to
+	// 0 (uniform).
+	StdDev float64 `yaml:"stddev"`
 }
 
 // Faults are injected failures. Rates are probabilities in [0, 1] drawn per
@@ -244,6 +256,10 @@ func (c Config) validate() error {
 	}
 	if c.DefaultMaxTokens < 0 {
 		errs = append(errs, fmt.Errorf("default_max_tokens must be > 0, got %d", c.DefaultMaxTokens))
+	}
+	if !(c.OutputTokens.Mean >= 0 && c.OutputTokens.StdDev >= 0) || math.IsInf(c.OutputTokens.Mean+c.OutputTokens.StdDev, 0) {
+		errs = append(errs, fmt.Errorf("output_tokens.mean and output_tokens.stddev must be finite and >= 0, got %g and %g",
+			c.OutputTokens.Mean, c.OutputTokens.StdDev))
 	}
 	if c.OutputTokens.Min < 0 || c.OutputTokens.Max < 0 {
 		errs = append(errs, fmt.Errorf("output_tokens.min and output_tokens.max must be >= 0, got %d and %d",

@@ -3,6 +3,7 @@ package mock
 import (
 	"encoding/binary"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"strings"
 )
@@ -42,7 +43,8 @@ func mix(seed, h uint64, i uint64) uint64 {
 }
 
 // outputLength picks the reply length in [lo, hi] where hi is maxTokens
-// capped by r.Max (when set) and lo is r.Min capped by hi.
+// capped by r.Max (when set) and lo is r.Min capped by hi: uniformly, or
+// from N(r.Mean, r.StdDev) rounded and clamped when r.StdDev is set.
 func outputLength(r OutputRange, seed, h uint64, choice int, maxTokens int64) int64 {
 	hi := maxTokens
 	if r.Max > 0 && r.Max < hi {
@@ -50,7 +52,16 @@ func outputLength(r OutputRange, seed, h uint64, choice int, maxTokens int64) in
 	}
 	hi = max(hi, 1)
 	lo := min(max(r.Min, 1), hi)
-	return lo + int64(mix(seed, h, uint64(choice))%uint64(hi-lo+1))
+	u := mix(seed, h, uint64(choice))
+	if r.StdDev > 0 {
+		mean := r.Mean
+		if mean == 0 {
+			mean = float64(lo+hi) / 2
+		}
+		x := math.Round(mean + r.StdDev*rand.New(rand.NewPCG(u, 0x6f757470)).NormFloat64())
+		return int64(math.Min(math.Max(x, float64(lo)), float64(hi)))
+	}
+	return lo + int64(u%uint64(hi-lo+1))
 }
 
 // words returns the n output tokens of a reply: the first word bare, the

@@ -48,6 +48,9 @@ type gatewaySetup struct {
 	// limits are the quotas configured for the anthropic upstream (what an
 	// operator copies from the provider console).
 	limits upstream.Limits
+	// outputReservation is the anthropic upstream's output_reservation;
+	// "" leaves the gateway's default.
+	outputReservation string
 	// openAITPM, when positive, adds an openai upstream with this TPM.
 	openAITPM int64
 	// openAIUnlimited, when openAITPM is 0, adds an openai upstream with no
@@ -64,6 +67,7 @@ func startGateway(ctx context.Context, mockURL string, g gatewaySetup) (*server.
 		ShutdownGrace: stopTimeout,
 		Upstreams: []upstream.Config{{
 			Name: anthropicUpstream, Protocol: llm.Anthropic, BaseURL: mockURL, APIKey: anthropicKey, Limits: g.limits,
+			OutputReservation: g.outputReservation,
 		}},
 	}
 	if g.openAITPM > 0 {

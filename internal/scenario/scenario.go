@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // Option defaults.
@@ -50,6 +51,24 @@ type Options struct {
 	// Round is how long one overhead round sends. Defaults to
 	// OverheadRoundDefault.
 	Round time.Duration
+	// GoodputPreset sizes the goodput scenario: "" for its own 1,500
+	// requests or a name from GoodputPresets. Defaults to "".
+	GoodputPreset string
+	// MaxTokens overrides the goodput workload's max_tokens (the mock's
+	// reply lengths keep their distribution, cut at it). Defaults to the
+	// scenario's own (200).
+	MaxTokens int
+	// LearnLimits starts the goodput scenario's gateway with no limits
+	// configured, so it learns them from the provider's rate-limit
+	// headers. Defaults to false (limits set to the mock's).
+	LearnLimits bool
+	// OutputReservation is the goodput gateway's output_reservation
+	// (max_tokens or learned). Defaults to the gateway's own default.
+	OutputReservation string
+	// OTPMMode is the goodput mock's output accounting (mock.OTPMReserve or
+	// mock.OTPMRealtime). Defaults to realtime with a learned output
+	// reservation, else to the mock's default (reserve max_tokens).
+	OTPMMode string
 	// Clock times the runs. Defaults to the wall clock.
 	Clock clock.Clock
 	// Progress receives a line as each phase starts. Defaults to
@@ -106,6 +125,24 @@ func (o Options) validate() error {
 		return fmt.Errorf("Rounds must be >= 0, got %d", o.Rounds)
 	case o.Round < 0:
 		return fmt.Errorf("Round must be >= 0, got %v", o.Round)
+	case o.MaxTokens < 0:
+		return fmt.Errorf("MaxTokens must be >= 0, got %d", o.MaxTokens)
+	}
+	if o.GoodputPreset != "" {
+		if _, ok := GoodputPresets[o.GoodputPreset]; !ok {
+			return fmt.Errorf("GoodputPreset must be one of %s, got %q", strings.Join(goodputPresetNames(), ", "), o.GoodputPreset)
+		}
+	}
+	switch o.OutputReservation {
+	case "", upstream.OutputReservationMaxTokens, upstream.OutputReservationLearned:
+	default:
+		return fmt.Errorf("OutputReservation must be %q or %q, got %q",
+			upstream.OutputReservationMaxTokens, upstream.OutputReservationLearned, o.OutputReservation)
+	}
+	switch o.OTPMMode {
+	case "", mock.OTPMReserve, mock.OTPMRealtime:
+	default:
+		return fmt.Errorf("OTPMMode must be %q or %q, got %q", mock.OTPMReserve, mock.OTPMRealtime, o.OTPMMode)
 	}
 	for _, r := range o.Rates {
 		if r <= 0 {

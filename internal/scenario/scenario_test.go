@@ -82,6 +82,32 @@ func TestOptionsRejected(t *testing.T) {
 	require.ErrorContains(t, err, "Requests")
 	_, err = Demo(t.Context(), Options{Duration: -1})
 	require.ErrorContains(t, err, "Duration")
+	for _, o := range []Options{{GoodputPreset: "nosuch"}, {OutputReservation: "some"}, {OTPMMode: "lazy"}} {
+		_, err = s.Run(t.Context(), o)
+		require.ErrorContains(t, err, "must be")
+	}
+}
+
+// TestGoodputVariants: the goodput flags reach the gateway and the mock
+// (limits learned, the learned output reservation against a mock that
+// counts output as produced), and the learned-limits target is 0.95.
+func TestGoodputVariants(t *testing.T) {
+	t.Parallel()
+	s, err := Lookup("goodput")
+	require.NoError(t, err)
+	r, err := s.Run(t.Context(), Options{Quick: true, Seed: 7, LearnLimits: true, OutputReservation: "learned"})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	require.NoError(t, r.WriteText(&text))
+	for _, want := range []string{"no limits configured", "output_reservation: learned", "(realtime)", "drain at >= 0.95", "ideal / drain"} {
+		require.Contains(t, text.String(), want)
+	}
+	require.Contains(t, r.Figures, "sluice_ratio")
+	require.Equal(t, GoodputPresetIssue11, goodputPresetNames()[0])
+	p := goodputSetup(Options{GoodputPreset: GoodputPresetIssue11})
+	require.Equal(t, 600, p.workload.Requests)
+	require.InDelta(t, 100, p.workload.InputTokensStdDev, 0)
+	require.InDelta(t, 150, p.output.Mean, 0)
 }
 
 func TestResultText(t *testing.T) {

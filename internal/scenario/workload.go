@@ -44,10 +44,16 @@ type Workload struct {
 	// Mix is the share of each priority class. Defaults to MixDefault.
 	Mix Mix
 	// InputTokensMin and InputTokensMax bound each prompt's size in tokens
-	// (4 bytes of text per token, as the mock counts), drawn uniformly.
-	// Default to InputTokensMinDefault and InputTokensMaxDefault.
+	// (4 bytes of text per token, as the mock counts), drawn uniformly
+	// unless InputTokensStdDev is set. Default to InputTokensMinDefault and
+	// InputTokensMaxDefault.
 	InputTokensMin int
 	InputTokensMax int
+	// InputTokensStdDev, when positive, draws each prompt's size from a
+	// normal distribution with this standard deviation around the middle
+	// of [InputTokensMin, InputTokensMax], rounded and clamped to it.
+	// Defaults to 0 (uniform).
+	InputTokensStdDev float64
 	// MaxTokens is each request's max_tokens. Defaults to MaxTokensDefault.
 	MaxTokens int
 	// StreamShare is the share of requests that stream, in [0, 1].
@@ -92,6 +98,9 @@ func (w Workload) validate() error {
 	}
 	if w.InputTokensMin < 1 || w.InputTokensMax < w.InputTokensMin {
 		errs = append(errs, fmt.Errorf("InputTokensMin (%d) must be >= 1 and <= InputTokensMax (%d)", w.InputTokensMin, w.InputTokensMax))
+	}
+	if !(w.InputTokensStdDev >= 0) || math.IsInf(w.InputTokensStdDev, 0) {
+		errs = append(errs, fmt.Errorf("InputTokensStdDev must be >= 0, got %v", w.InputTokensStdDev))
 	}
 	if w.MaxTokens < 1 {
 		errs = append(errs, fmt.Errorf("MaxTokens must be >= 1, got %d", w.MaxTokens))
@@ -160,11 +169,21 @@ func Generate(w Workload) ([]Item, error) {
 			it.Protocol = llm.OpenAI
 		}
 		it.Stream = streams[i]
-		it.InputTokens = w.InputTokensMin + rng.IntN(w.InputTokensMax-w.InputTokensMin+1)
+		it.InputTokens = w.inputTokens(rng)
 		it.MaxTokens = w.MaxTokens
 		it.Seed = rng.Uint64()
 	}
 	return items, nil
+}
+
+// inputTokens draws one prompt size.
+func (w Workload) inputTokens(rng *rand.Rand) int {
+	if w.InputTokensStdDev > 0 {
+		mean := float64(w.InputTokensMin+w.InputTokensMax) / 2
+		x := math.Round(mean + w.InputTokensStdDev*rng.NormFloat64())
+		return int(math.Min(math.Max(x, float64(w.InputTokensMin)), float64(w.InputTokensMax)))
+	}
+	return w.InputTokensMin + rng.IntN(w.InputTokensMax-w.InputTokensMin+1)
 }
 
 // classCounts splits n by the largest-remainder method so the counts sum

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,6 +87,24 @@ func TestGeneratePoissonRate(t *testing.T) {
 	require.InEpsilon(t, 1/rate, mean, 0.03)
 }
 
+func TestGenerateNormalInput(t *testing.T) {
+	t.Parallel()
+	const n = 20000
+	items, err := Generate(Workload{Requests: n, InputTokensMin: 100, InputTokensMax: 900, InputTokensStdDev: 100, Seed: 9})
+	require.NoError(t, err)
+	var sum, sq float64
+	for _, it := range items {
+		require.GreaterOrEqual(t, it.InputTokens, 100)
+		require.LessOrEqual(t, it.InputTokens, 900)
+		sum += float64(it.InputTokens)
+		sq += float64(it.InputTokens) * float64(it.InputTokens)
+	}
+	mean := sum / n
+	// N(500, 100): the sample mean's standard error is 100/sqrt(n) < 1.
+	require.InDelta(t, 500, mean, 4)
+	require.InDelta(t, 100, math.Sqrt(sq/n-mean*mean), 3)
+}
+
 func TestGenerateRejects(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -98,6 +117,7 @@ func TestGenerateRejects(t *testing.T) {
 		{"stream share over one", Workload{StreamShare: 1.5}, "StreamShare"},
 		{"inverted token range", Workload{InputTokensMin: 50, InputTokensMax: 10}, "InputTokensMin"},
 		{"negative rate", Workload{Rate: -2}, "Rate"},
+		{"negative input spread", Workload{InputTokensStdDev: -1}, "InputTokensStdDev"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,117 @@
+package dispatch_test
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/mock"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// TestFreshUpstreamWaitsForTheFirstHeaders: an upstream with no limits
+// configured learns them from the provider's rate-limit headers, so until
+// the first answer it knows nothing. It sends one request, not a wave of
+// max_concurrency: a batch larger than the provider's burst then gets no
+// 429 at all (before, every request of the first wave beyond the burst
+// did), and the drain still spends the provider's burst and refill.
+func TestFreshUpstreamWaitsForTheFirstHeaders(t *testing.T) {
+	t.Parallel()
+	const n, burst = 20, 5 // RPM 60 with a 5 s bucket: 5 at once, then 1/s
+	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: burst, TTFT: time.Second},
+		upcfg.Config{APIKey: "sk-fresh", Limits: upcfg.Limits{MaxConcurrency: 16}, JitterAllowance: upcfg.JitterAllowanceDefault})
+	took, res := p.drainSlow(t, n)
+	for _, r := range res {
+		require.NoError(t, r.err)
+		require.Equal(t, 200, r.resp.StatusCode)
+	}
+	st := p.mock.Stats()
+	t.Logf("drain %v, mock answers %v", took, st.Overall.ByStatus)
+	require.Zero(t, status429(st), "no request may outrun the provider's burst before its headers are known")
+	require.EqualValues(t, n, st.Overall.ByStatus["200"])
+	// The ideal: (n - burst) requests at 1/s after the burst, plus the
+	// last answer's TTFT; the first answer costs one TTFT more, and the
+	// 0.995 margin and the jitter allowance a little (17.1 s measured).
+	ideal := time.Duration(n-burst)*time.Second + time.Second
+	require.LessOrEqual(t, took, ideal+time.Second+500*time.Millisecond)
+}
+
+// TestFirstAnswerWaitIsBounded: a first answer slower than
+// FirstAnswerWait (a long non-streamed reply, whose headers come with its
+// end) holds the others back for FirstAnswerWait only, not until it ends.
+func TestFirstAnswerWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	const n, slots, ttft = 20, 16, 5 * time.Second
+	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 6000}, TTFT: ttft},
+		upcfg.Config{APIKey: "sk-slow", Limits: upcfg.Limits{MaxConcurrency: slots}, JitterAllowance: upcfg.JitterAllowanceDefault})
+	took, res := p.drainSlow(t, n)
+	for _, r := range res {
+		require.NoError(t, r.err)
+		require.Equal(t, 200, r.resp.StatusCode)
+	}
+	st := p.mock.Stats()
+	require.Zero(t, status429(st))
+	require.Greater(t, st.Overall.PeakInFlight, int64(1), "others in flight before the first answer")
+	// The first at 0 (ends at 5 s), fifteen more at FirstAnswerWait (end at
+	// 7 s), one at 5 s (ends at 10 s) and the last three at 7 s: 12 s.
+	// Waiting for the first answer would take 15 s.
+	require.LessOrEqual(t, took, dispatch.FirstAnswerWait+ttft+ttft+time.Second)
+}
+
+// drainSlow is poolRig.drain for a provider that answers after a delay on
+// the fake clock (TTFT): the system is quiet when the admission loop is
+// idle and every request in flight sleeps in the mock; the clock then
+// moves to the next timer.
+func (p *poolRig) drainSlow(t *testing.T, n int) (time.Duration, []result) {
+	t.Helper()
+	var done atomic.Int32
+	chans := make([]<-chan result, n)
+	for i := range chans {
+		r := request()
+		r.Deadline = t0.Add(time.Hour)
+		ch := make(chan result, 1)
+		inner := doAsync(context.Background(), p.d, r)
+		go func() { res := <-inner; done.Add(1); ch <- res }()
+		chans[i] = ch
+	}
+	quiet := func() bool {
+		s := p.d.Snapshot()
+		q := 0
+		for _, c := range s.Queued {
+			q += c
+		}
+		return int(done.Load()) == n ||
+			int(done.Load())+q+s.InFlight == n && dispatch.LoopIdle(p.d) && p.fc.Timers() >= s.InFlight
+	}
+	limit := time.Now().Add(60 * time.Second)
+	for int(done.Load()) < n {
+		for stable := 0; stable < 3; {
+			if quiet() {
+				stable++
+			} else {
+				stable = 0
+			}
+			for range 8 {
+				runtime.Gosched()
+			}
+			time.Sleep(50 * time.Microsecond)
+			require.True(t, time.Now().Before(limit), "no quiet state")
+		}
+		if int(done.Load()) == n {
+			break
+		}
+		next, ok := p.fc.Next()
+		require.True(t, ok, "nothing to wait for with %d of %d done", done.Load(), n)
+		p.fc.Set(next)
+	}
+	out := make([]result, n)
+	for i, ch := range chans {
+		out[i] = <-ch
+	}
+	return p.fc.Now().Sub(t0), out
+}
