@@ -215,15 +215,6 @@ func (k *poolKey) refund(amount flow.Amount, now time.Time) {
 	}
 }
 
-// reconcile corrects k's and its org's reservation of an answered request
-// with its reported usage (flow.Limiter.Reconcile).
-func (k *poolKey) reconcile(reserved, actual flow.Amount, now time.Time) {
-	k.lim.Reconcile(reserved, actual, now)
-	if k.org != nil {
-		k.org.lim.Reconcile(reserved, actual, now)
-	}
-}
-
 // pick chooses the key for a request of cost leaving keep: among the
 // usable keys, the one whose buckets (its own and its org's) leave the
 // most room for it now, and reserves cost there. When none fits now it

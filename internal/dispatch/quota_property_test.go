@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,7 +80,6 @@ type simProvider struct {
 	netAtLast         [simDims]float64
 	lastCharge        time.Time
 	ok, rejected      int
-	order             []int // the requests charged, in the order charged
 	maxDelay          time.Duration
 	rejects           []string
 }
@@ -230,7 +228,6 @@ func (p *simProvider) arrive(c *simCall, at time.Time) {
 		}
 		p.lastCharge = at
 		p.ok++
-		p.order = append(p.order, c.seq)
 	}
 	c.header = http.Header{"Content-Type": {"application/json"}}
 	for d, l := range p.limit {
@@ -355,7 +352,6 @@ type simResult struct {
 	utilisation float64  // of the binding dimension
 	binding     int      // the dimension used the most
 	elapsed     time.Duration
-	order       []int // requests in the order the provider charged them
 }
 
 // run drives a real Dispatcher through the workload on a fake clock,
@@ -474,7 +470,7 @@ func (w simWorkload) run(t *testing.T) simResult {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	res := simResult{rejected: p.rejected, elapsed: p.lastCharge.Sub(t0), rejects: p.rejects, order: p.order}
+	res := simResult{rejected: p.rejected, elapsed: p.lastCharge.Sub(t0), rejects: p.rejects}
 	// Utilisation of the binding dimension (the limited one used the
 	// most): what the provider admitted (net of refunds) by its last
 	// charge, over what its bucket could admit from t0 (full) to then:
@@ -624,80 +620,3 @@ const (
 	simMinUtilisation         = 0.30
 	simMinUtilisationNoMargin = 0.29
 )
-
-// idealLastCharge is when an omniscient client would have had the
-// provider charge the last of w's requests, taking them in order (the
-// order our requests were charged in): it knows every request's real
-// usage, delivery delay and latency and the provider's exact buckets, so
-// it times each arrival for the first instant the provider has room,
-// never before the request exists and its delivery delay has passed.
-// Same provider as simProvider: buckets full at t0, charge at arrival
-// (max_tokens as output), refund of the unused output at the answer.
-func (w simWorkload) idealLastCharge(order []int) time.Duration {
-	var depth, level, rate [simDims]float64
-	for d, l := range w.limit {
-		depth[d] = l / 60 * w.burstSeconds
-		level[d] = depth[d]
-		rate[d] = l / 60
-	}
-	type refund struct {
-		at   float64 // seconds after t0
-		back float64
-	}
-	var refunds []refund // sorted by at
-	cur := 0.0
-	advance := func(to float64) {
-		for _, r := range refunds {
-			if r.at > to {
-				break
-			}
-			for d := range simDims {
-				if rate[d] > 0 {
-					level[d] = math.Min(depth[d], level[d]+rate[d]*(r.at-cur))
-				}
-			}
-			cur = r.at
-			level[simOut] = math.Min(depth[simOut], level[simOut]+r.back)
-			level[simTok] = math.Min(depth[simTok], level[simTok]+r.back)
-			refunds = refunds[1:]
-		}
-		for d := range simDims {
-			if rate[d] > 0 {
-				level[d] = math.Min(depth[d], level[d]+rate[d]*(to-cur))
-			}
-		}
-		cur = to
-	}
-	for _, i := range order {
-		r := w.reqs[i]
-		need := [simDims]float64{1, float64(r.in), float64(r.maxOut), float64(r.in + r.maxOut)}
-		advance(math.Max(cur, (r.at + r.delay).Seconds()))
-		for {
-			var wait float64
-			for d := range simDims {
-				if rate[d] > 0 && level[d] < need[d] {
-					wait = math.Max(wait, (need[d]-level[d])/rate[d])
-				}
-			}
-			if wait == 0 {
-				break
-			}
-			to := cur + wait + 1e-9
-			if len(refunds) > 0 && refunds[0].at < to {
-				to = refunds[0].at
-			}
-			advance(to)
-		}
-		for d := range simDims {
-			if rate[d] > 0 {
-				level[d] -= need[d]
-			}
-		}
-		at := cur + r.latency.Seconds()
-		k, _ := slices.BinarySearchFunc(refunds, at, func(x refund, t float64) int {
-			return cmp.Compare(x.at, t)
-		})
-		refunds = slices.Insert(refunds, k, refund{at: at, back: float64(r.maxOut - r.out)})
-	}
-	return time.Duration(cur * float64(time.Second))
-}

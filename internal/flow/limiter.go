@@ -231,12 +231,6 @@ type Limiter struct {
 	widened time.Time
 	// hist is the recent history of debited, for Observe's raise.
 	hist debitHistory
-	// credited is the running sum of the output tokens answered requests
-	// did not use (Reconcile), in the OutputTokens and Tokens dimensions:
-	// what the provider gave back when each answered. credHist is its
-	// recent history, for Observe's lowering.
-	credited Amount
-	credHist debitHistory
 	// reported is the provider's last report per dimension (Observe),
 	// reportedAt when it came: the provider's view beside ours.
 	reported   [NumDims]Observation
@@ -472,19 +466,7 @@ func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time
 // Reconcile corrects a reservation with what the request actually
 // consumed: the difference is refunded or debited (the level may go
 // negative, which delays later requests).
-//
-// Call it only for a request the provider charged and answered with its
-// usage: a provider that charges max_tokens as output gives the unused
-// output back when it answers, and Observe credits what it gave back
-// after a report to that report (see Observe).
 func (l *Limiter) Reconcile(reserved, actual Amount, now time.Time) {
-	if back := reserved[OutputTokens] - actual[OutputTokens]; back > 0 {
-		l.mu.Lock()
-		l.credited[OutputTokens] += back
-		l.credited[Tokens] += back
-		l.credHist.record(now, l.credited)
-		l.mu.Unlock()
-	}
 	l.Refund(reserved.Sub(actual), now)
 }
 
@@ -542,7 +524,6 @@ type Observation struct {
 // compared:
 //
 //	R' = R + rate·(now − since − allowance) − (debited now − debited at since)
-//	       + (output given back by Reconcile after since + 2·allowance)
 //
 // Each level is clamped to R' (Sluice never assumes more room than the
 // provider has). The provider's report also raises the view: R proves the
@@ -562,19 +543,9 @@ type Observation struct {
 // delivery stayed within it, so the refill is credited from the mark plus
 // the allowance: never more than the provider refilled. Requests sent
 // between the mark and the provider's charge may be counted on both
-// sides, which errs on the safe side. A provider that charges max_tokens
-// as output gives the unused part back when the request answers; R counts
-// those given back before it was made but not those after, which is most
-// of them when answers take seconds, so the output Reconcile gave back is
-// credited too, but only from two allowances after the mark: the charge
-// came at most one allowance after the mark, and an answer reaches us at
-// most one allowance after the provider gave its output back, so a credit
-// made later was given back after R. Without it every report lowers the
-// view by the output held by requests that have since answered, and an
-// output-bound upstream idles (0.46 of the ideal, seed 26 of
-// TestDispatcherNeverExceedsProviderQuota). Credits other than
-// Reconcile's (a failed attempt's refund) are never added: the provider
-// may never have charged them.
+// sides, and refunds since the mark are not credited (one made before the
+// provider's charge is in R already, and the two cannot be told apart):
+// both err on the safe side.
 func (l *Limiter) Observe(obs map[Dim]Observation, since Mark, now time.Time) {
 	l.observe(obs, since, now, true)
 }
@@ -628,7 +599,7 @@ func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, ra
 		// after we sent it: credit the refill from then on only.
 		dt := math.Max(now.Sub(since.at).Seconds()-allowance.Seconds(), 0)
 		refill := b.rate() * dt
-		remaining += refill - (l.debited[d] - since.debited[d]) + l.creditedSince(d, since.at.Add(2*allowance))
+		remaining += refill - (l.debited[d] - since.debited[d])
 		lvl := b.at(now, b.dep())
 		// A cluster node holds a share of the bucket the report is about:
 		// the other nodes' debits are not ours to subtract, so no raise.
@@ -647,17 +618,6 @@ func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, ra
 		}
 		b.level = math.Min(b.level, remaining)
 	}
-}
-
-// creditedSince is what Reconcile gave back in dimension d after t; l.mu
-// held. When the history no longer reaches back to t, nothing (the
-// lowering then stays conservative).
-func (l *Limiter) creditedSince(d Dim, t time.Time) float64 {
-	before, ok := l.credHist.before(t)
-	if !ok {
-		return 0
-	}
-	return l.credited[d] - before[d]
 }
 
 // Pause stops every admission until until (a RATE 429 pauses the whole
