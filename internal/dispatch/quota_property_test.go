@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,6 +81,7 @@ type simProvider struct {
 	netAtLast         [simDims]float64
 	lastCharge        time.Time
 	ok, rejected      int
+	order             []int // the requests charged, in the order charged
 	maxDelay          time.Duration
 	rejects           []string
 }
@@ -228,6 +230,7 @@ func (p *simProvider) arrive(c *simCall, at time.Time) {
 		}
 		p.lastCharge = at
 		p.ok++
+		p.order = append(p.order, c.seq)
 	}
 	c.header = http.Header{"Content-Type": {"application/json"}}
 	for d, l := range p.limit {
@@ -352,6 +355,7 @@ type simResult struct {
 	utilisation float64  // of the binding dimension
 	binding     int      // the dimension used the most
 	elapsed     time.Duration
+	order       []int // requests in the order the provider charged them
 }
 
 // run drives a real Dispatcher through the workload on a fake clock,
@@ -470,7 +474,7 @@ func (w simWorkload) run(t *testing.T) simResult {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	res := simResult{rejected: p.rejected, elapsed: p.lastCharge.Sub(t0), rejects: p.rejects}
+	res := simResult{rejected: p.rejected, elapsed: p.lastCharge.Sub(t0), rejects: p.rejects, order: p.order}
 	// Utilisation of the binding dimension (the limited one used the
 	// most): what the provider admitted (net of refunds) by its last
 	// charge, over what its bucket could admit from t0 (full) to then:
@@ -576,15 +580,32 @@ func (w simWorkload) call(d *dispatch.Dispatcher, id int, r simRequest) error {
 // reports also raise the level and deepen the bucket (issue #11 item 1):
 // still 0 provider 429s, mean utilisation 0.89 at both margins (min 0.31 /
 // 0.29, the provider's max_tokens reservations held until each answer).
+//
+// A second utilisation figure compares with an omniscient client
+// (simWorkload.idealLastCharge): the same requests in the order the
+// provider charged ours, each timed for the first instant the provider
+// has room, knowing every usage, delay and latency. Its drain over ours
+// is 1 at best, over every workload. It shows that the first figure's
+// floor (0.31) is mostly the provider's own max_tokens holds, which no
+// client can spend: seed 187 (output-bound, 93-token max_tokens, 2 s
+// burst) is 0.34 on the first figure and 0.45–0.64 on the second. Measured
+// on 2026-12-01 after the round-3 merges: margin 0.98 min 0.364 (seed 607),
+// mean 0.875; no margin min 0.448 (seed 187), mean 0.885. Still short of
+// issue #11's 98 %. Crediting to each report the output answered requests
+// gave back since (the provider's refunds R does not count) lifted
+// output-bound seeds from 0.46 to 0.87 but let the provider answer 429
+// (seed 11: the engine's own buckets run ahead of the provider's once the
+// conservative lowering stops masking it), so it is not in.
 func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		margin    float64
-		workloads int
-		floor     float64
+		margin     float64
+		workloads  int
+		floor      float64
+		idealFloor float64
 	}{
-		{upcfg.SafetyMarginDefault, 1000, simMinUtilisation},
-		{1, 500, simMinUtilisationNoMargin},
+		{upcfg.SafetyMarginDefault, 1000, simMinUtilisation, simMinIdealRatio},
+		{1, 500, simMinUtilisationNoMargin, simMinIdealRatio},
 	} {
 		workloads := tc.workloads
 		if raceEnabled || testing.Short() {
@@ -593,12 +614,21 @@ func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
 		var sum, low float64 = 0, 2
 		var lowSeed uint64
 		saturated := 0
+		var idealSum, idealLow float64 = 0, 2
+		var idealLowSeed uint64
 		start := time.Now()
 		for seed := range uint64(workloads) {
 			w := newSimWorkload(seed, tc.margin)
 			res := w.run(t)
 			require.Zero(t, res.rejected, "seed %d (margin %v): the provider answered 429: %v\nworkload: limits %v burst %v %s mixed %v, %d requests",
 				seed, tc.margin, res.rejects, w.limit, w.burstSeconds, w.pattern, w.mixed, len(w.reqs))
+			// Against an omniscient client in the same order, on the
+			// same provider: every workload, demand-limited or not.
+			ratio := w.idealLastCharge(res.order).Seconds() / res.elapsed.Seconds()
+			idealSum += ratio
+			if ratio < idealLow {
+				idealLow, idealLowSeed = ratio, seed
+			}
 			if w.pattern != "burst" {
 				continue // demand may be what limits it
 			}
@@ -608,9 +638,10 @@ func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
 				low, lowSeed = res.utilisation, seed
 			}
 		}
-		t.Logf("margin %v: %d workloads, 0 provider 429s; utilisation of the binding dimension over the %d saturated ones: min %.4f (seed %d), mean %.4f; %v",
-			tc.margin, workloads, saturated, low, lowSeed, sum/float64(saturated), time.Since(start).Round(time.Millisecond))
+		t.Logf("margin %v: %d workloads, 0 provider 429s; utilisation of the binding dimension over the %d saturated ones: min %.4f (seed %d), mean %.4f; omniscient client's drain over ours, every workload: min %.4f (seed %d), mean %.4f; %v",
+			tc.margin, workloads, saturated, low, lowSeed, sum/float64(saturated), idealLow, idealLowSeed, idealSum/float64(workloads), time.Since(start).Round(time.Millisecond))
 		require.GreaterOrEqual(t, low, tc.floor, "margin %v: seed %d", tc.margin, lowSeed)
+		require.GreaterOrEqual(t, idealLow, tc.idealFloor, "margin %v: seed %d", tc.margin, idealLowSeed)
 	}
 }
 
@@ -619,4 +650,82 @@ func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
 const (
 	simMinUtilisation         = 0.30
 	simMinUtilisationNoMargin = 0.29
+	simMinIdealRatio          = 0.36 // measured minima 0.364 and 0.448
 )
+
+// idealLastCharge is when an omniscient client would have had the
+// provider charge the last of w's requests, taking them in order (the
+// order our requests were charged in): it knows every request's real
+// usage, delivery delay and latency and the provider's exact buckets, so
+// it times each arrival for the first instant the provider has room,
+// never before the request exists and its delivery delay has passed.
+// Same provider as simProvider: buckets full at t0, charge at arrival
+// (max_tokens as output), refund of the unused output at the answer.
+func (w simWorkload) idealLastCharge(order []int) time.Duration {
+	var depth, level, rate [simDims]float64
+	for d, l := range w.limit {
+		depth[d] = l / 60 * w.burstSeconds
+		level[d] = depth[d]
+		rate[d] = l / 60
+	}
+	type refund struct {
+		at   float64 // seconds after t0
+		back float64
+	}
+	var refunds []refund // sorted by at
+	cur := 0.0
+	advance := func(to float64) {
+		for _, r := range refunds {
+			if r.at > to {
+				break
+			}
+			for d := range simDims {
+				if rate[d] > 0 {
+					level[d] = math.Min(depth[d], level[d]+rate[d]*(r.at-cur))
+				}
+			}
+			cur = r.at
+			level[simOut] = math.Min(depth[simOut], level[simOut]+r.back)
+			level[simTok] = math.Min(depth[simTok], level[simTok]+r.back)
+			refunds = refunds[1:]
+		}
+		for d := range simDims {
+			if rate[d] > 0 {
+				level[d] = math.Min(depth[d], level[d]+rate[d]*(to-cur))
+			}
+		}
+		cur = to
+	}
+	for _, i := range order {
+		r := w.reqs[i]
+		need := [simDims]float64{1, float64(r.in), float64(r.maxOut), float64(r.in + r.maxOut)}
+		advance(math.Max(cur, (r.at + r.delay).Seconds()))
+		for {
+			var wait float64
+			for d := range simDims {
+				if rate[d] > 0 && level[d] < need[d] {
+					wait = math.Max(wait, (need[d]-level[d])/rate[d])
+				}
+			}
+			if wait == 0 {
+				break
+			}
+			to := cur + wait + 1e-9
+			if len(refunds) > 0 && refunds[0].at < to {
+				to = refunds[0].at
+			}
+			advance(to)
+		}
+		for d := range simDims {
+			if rate[d] > 0 {
+				level[d] -= need[d]
+			}
+		}
+		at := cur + r.latency.Seconds()
+		k, _ := slices.BinarySearchFunc(refunds, at, func(x refund, t float64) int {
+			return cmp.Compare(x.at, t)
+		})
+		refunds = slices.Insert(refunds, k, refund{at: at, back: float64(r.maxOut - r.out)})
+	}
+	return time.Duration(cur * float64(time.Second))
+}
