@@ -33,7 +33,7 @@ var allowedImports = map[string][]string{
 	"internal/quota":                 {"internal/pricing"},
 	"internal/mock":                  {"internal/clock"},
 	"internal/cluster":               {"internal/clock", "internal/flow", "internal/llm"},
-	"internal/cluster/clustertest":   {"internal/cluster"},
+	"internal/cluster/clustertest":   {"internal/cluster", "internal/flow"},
 	"internal/scenario":              {"internal/clock", "internal/frontdoor", "internal/llm", "internal/mock", "internal/server", "internal/upstream"},
 }
 
