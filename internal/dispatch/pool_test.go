@@ -137,7 +137,7 @@ func TestPoolDrainsInHalfTheTime(t *testing.T) {
 	const n = 150
 	lim := mock.Limits{RPM: 60}
 	run := func(k int) (time.Duration, mock.Stats) {
-		p := newPoolRig(t, mock.Config{Limits: lim, BurstSeconds: 5}, upcfg.Config{APIKeys: keys(k), Limits: upcfg.Limits{RequestsPerMinute: 60}})
+		p := newPoolRig(t, mock.Config{Limits: lim, BurstSeconds: 5}, upcfg.Config{APIKeys: keys(k), Limits: upcfg.Limits{RequestsPerMinute: 60}, JitterAllowance: upcfg.JitterAllowanceDefault})
 		took, res := p.drain(t, n, nil)
 		for _, r := range res {
 			require.NoError(t, r.err)
