@@ -75,6 +75,7 @@ type node struct {
 type stores struct {
 	jobs    string // store:
 	cluster string // cluster.store: ("": the job store's PostgreSQL)
+	sync    string // cluster.sync_interval ("": 100ms)
 }
 
 // postgresStores: jobs and shared state on one PostgreSQL schema.
@@ -127,6 +128,9 @@ func clusterRedisURL(t *testing.T) string {
 func startNode(t *testing.T, bin, dir, name string, st stores, upstream string, rpm int, maxConc int) *node {
 	cfg := filepath.Join(dir, name+".yaml")
 	clusterStore := ""
+	if st.sync == "" {
+		st.sync = "100ms"
+	}
 	if st.cluster != "" {
 		clusterStore = fmt.Sprintf("store: %q", st.cluster)
 	}
@@ -135,7 +139,7 @@ store: %q
 cluster:
   %s
   node_id: %s
-  sync_interval: 100ms
+  sync_interval: %s
   lease_ttl: 1s
 upstreams:
   - name: anthropic
@@ -147,7 +151,7 @@ upstreams:
     limits:
       requests_per_minute: %d
       max_concurrency: %d
-`, st.jobs, clusterStore, name, upstream, rpm, maxConc), 0o600))
+`, st.jobs, clusterStore, name, st.sync, upstream, rpm, maxConc), 0o600))
 	cmd := exec.Command(bin, "serve", "--config", cfg)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -463,5 +467,105 @@ func TestClusterFigures(t *testing.T) {
 				len(arrived), 100*ideal/busy.Seconds(), ideal, busy.Seconds(), 100*float64(total)/(rpm/60.0)/busy.Seconds(), st.PeakInFlight,
 				syncs, syncs/float64(total), 1000*syncSeconds/max(syncs, 1))
 		})
+	}
+}
+
+// TestClusterRequestCostFigures measures, for BENCHMARKS.md, what sharing
+// one quota costs per request at 1,000 requests/s (issue 14): store syncs
+// (and so round trips) per admitted request over 3 PostgreSQL-sharing
+// nodes, and the added p99 against a single node under the same open-loop
+// load. The quota is far above the load, so only the sharing's cost shows.
+// It runs only with SLUICE_CLUSTER_FIGURES=1.
+func TestClusterRequestCostFigures(t *testing.T) {
+	if os.Getenv("SLUICE_CLUSTER_FIGURES") == "" {
+		t.Skip("set SLUICE_CLUSTER_FIGURES=1 to measure")
+	}
+	bin := buildSluice(t)
+	const rate, seconds, rpm = 1000, 4, 6_000_000
+	m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: rpm}, BurstSeconds: 1})
+	require.NoError(t, err)
+	up := httptest.NewServer(m.Handler())
+	defer up.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}
+	syncs := func(nodes []*node) float64 {
+		var total float64
+		for _, n := range nodes {
+			resp, err := http.Get(n.base + "/metrics")
+			require.NoError(t, err)
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			for _, line := range strings.Split(string(b), "\n") {
+				if rest, ok := strings.CutPrefix(line, `sluice_cluster_sync_seconds_count{upstream="anthropic"} `); ok {
+					var v float64
+					_, _ = fmt.Sscan(rest, &v)
+					total += v
+				}
+			}
+		}
+		return total
+	}
+	body := `{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	load := func(nodes []*node) (ok int, p50, p99 time.Duration) {
+		n := rate * seconds
+		lat := make([]time.Duration, n)
+		codes := make([]int, n)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range n {
+			if d := time.Until(start.Add(time.Duration(i) * time.Second / rate)); d > 0 {
+				time.Sleep(d)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequest(http.MethodPost, nodes[i%len(nodes)].base+"/anthropic/v1/messages", strings.NewReader(body))
+				req.Header.Set("content-type", "application/json")
+				req.Header.Set("anthropic-version", "2023-06-01")
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				lat[i], codes[i] = time.Since(t0), resp.StatusCode
+			}()
+		}
+		wg.Wait()
+		var got []time.Duration
+		for i, c := range codes {
+			if c == http.StatusOK {
+				ok++
+				got = append(got, lat[i])
+			}
+		}
+		slices.Sort(got)
+		if len(got) == 0 {
+			return 0, 0, 0
+		}
+		return ok, got[len(got)/2], got[len(got)*99/100]
+	}
+	dsn := jobstoretest.PostgresDSN(t)
+	dir := t.TempDir()
+	single := []*node{startNode(t, bin, dir, "solo", stores{jobs: "none", cluster: "off"}, up.URL, rpm, 512)}
+	load(single) // warm-up
+	okS, p50S, p99S := load(single)
+	for _, interval := range []string{"100ms", "500ms"} { // the figures tests' and the default
+		var three []*node
+		for i := range 3 {
+			three = append(three, startNode(t, bin, dir, fmt.Sprintf("n%s-%d", interval, i), stores{jobs: dsn, sync: interval}, up.URL, rpm, 512))
+		}
+		load(three) // warm-up: every node holds its share
+		before := syncs(three)
+		ok3, p503, p993 := load(three)
+		during := syncs(three) - before
+		t.Logf("FIGURES %d req/s for %d s: single node ok %d, p50 %v, p99 %v; 3 nodes (PostgreSQL, sync_interval %s) ok %d, p50 %v, p99 %v; added p99 %v; store syncs %.0f (%.4f per admitted request, 3-4 round trips each)",
+			rate, seconds, okS, p50S.Round(10*time.Microsecond), p99S.Round(10*time.Microsecond), interval, ok3, p503.Round(10*time.Microsecond), p993.Round(10*time.Microsecond),
+			(p993 - p99S).Round(10*time.Microsecond), during, during/float64(max(ok3, 1)))
+		for _, n := range three {
+			// Stopped now, so the next interval runs alone; the result
+			// goes back for the cleanup's stopProcess.
+			n.done <- stopProcess(n.cmd, n.done)
+		}
 	}
 }
