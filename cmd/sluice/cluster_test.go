@@ -431,25 +431,9 @@ func TestClusterFigures(t *testing.T) {
 			arrived := slices.Clone(rec.arrived)
 			rec.mu.Unlock()
 			busy := arrived[len(arrived)-1].Sub(arrived[0])
-			var syncs, syncSeconds float64 // store transactions and their time, from each node's histogram
-			for _, n := range nodes {
-				resp, err := http.Get(n.base + "/metrics")
-				require.NoError(t, err)
-				b, _ := io.ReadAll(resp.Body)
-				_ = resp.Body.Close()
-				for _, line := range strings.Split(string(b), "\n") {
-					if rest, ok := strings.CutPrefix(line, `sluice_cluster_sync_seconds_count{upstream="anthropic"} `); ok {
-						var v float64
-						_, _ = fmt.Sscan(rest, &v)
-						syncs += v
-					}
-					if rest, ok := strings.CutPrefix(line, `sluice_cluster_sync_seconds_sum{upstream="anthropic"} `); ok {
-						var v float64
-						_, _ = fmt.Sscan(rest, &v)
-						syncSeconds += v
-					}
-				}
-			}
+			// Store transactions and their time, from each node's histogram.
+			syncs := metricSum(t, nodes, `sluice_cluster_sync_seconds_count{upstream="anthropic"}`)
+			syncSeconds := metricSum(t, nodes, `sluice_cluster_sync_seconds_sum{upstream="anthropic"}`)
 			ideal := float64(total-rpm/60) / (rpm / 60.0)
 			// How the burst was spent: arrivals in the first second, and
 			// the rate over the middle of the run.
@@ -470,6 +454,29 @@ func TestClusterFigures(t *testing.T) {
 	}
 }
 
+// metricSum adds up one sample (name with its labels, as /metrics prints
+// it) over the nodes' /metrics.
+func metricSum(t *testing.T, nodes []*node, sample string) float64 {
+	t.Helper()
+	var total float64
+	for _, n := range nodes {
+		resp, err := http.Get(n.base + "/metrics")
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+				var v float64
+				_, err := fmt.Sscan(rest, &v)
+				require.NoError(t, err, "%s", line)
+				total += v
+			}
+		}
+	}
+	return total
+}
+
 // TestClusterRequestCostFigures measures, for BENCHMARKS.md, what sharing
 // one quota costs per request at 1,000 requests/s (issue 14): store syncs
 // (and so round trips) per admitted request over 3 PostgreSQL-sharing
@@ -486,23 +493,9 @@ func TestClusterRequestCostFigures(t *testing.T) {
 	require.NoError(t, err)
 	up := httptest.NewServer(m.Handler())
 	defer up.Close()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
 	syncs := func(nodes []*node) float64 {
-		var total float64
-		for _, n := range nodes {
-			resp, err := http.Get(n.base + "/metrics")
-			require.NoError(t, err)
-			b, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			for _, line := range strings.Split(string(b), "\n") {
-				if rest, ok := strings.CutPrefix(line, `sluice_cluster_sync_seconds_count{upstream="anthropic"} `); ok {
-					var v float64
-					_, _ = fmt.Sscan(rest, &v)
-					total += v
-				}
-			}
-		}
-		return total
+		return metricSum(t, nodes, `sluice_cluster_sync_seconds_count{upstream="anthropic"}`)
 	}
 	body := `{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 	load := func(nodes []*node) (ok int, p50, p99 time.Duration) {

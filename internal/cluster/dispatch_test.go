@@ -163,20 +163,7 @@ func TestSharedBreakerBoundsProbesClusterWide(t *testing.T) {
 		c.Breaker.HalfOpenProbes = 1
 		c.Retry.MaxAttempts = 10
 	})
-	stop := make(chan struct{})
-	stepped := make(chan struct{})
-	go func() { // the fake clock runs 10× real time
-		defer close(stepped)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-				fc.Advance(10 * time.Millisecond)
-			}
-		}
-	}()
-	defer func() { close(stop); <-stepped }()
+	runClock(t, fc)
 
 	// Requests at a only, until a's breaker opens.
 	deadline := fc.Now().Add(10 * time.Minute)
@@ -333,4 +320,22 @@ func TestClusterSpendsBurstWithinWindowBound(t *testing.T) {
 		firstSecond, depth+rate, total, took, ideal, 100*ideal/took.Seconds())
 	require.GreaterOrEqual(t, firstSecond, 0.8*(depth+rate), "the burst is spent in the first second")
 	require.GreaterOrEqual(t, ideal/took.Seconds(), 0.9, "close to the ideal, counting the burst")
+}
+
+// runClock runs fc at 10× real time until the test ends.
+func runClock(t *testing.T, fc *clock.Fake) {
+	stop := make(chan struct{})
+	stepped := make(chan struct{})
+	go func() {
+		defer close(stepped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				fc.Advance(10 * time.Millisecond)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-stepped })
 }

@@ -72,20 +72,7 @@ func TestLearnedLimitSharedAcrossNodes(t *testing.T) {
 	ds := startClusterNodes(t, fc, backend, urls, func(c *dispatch.Config) {
 		c.Limits = upcfg.Limits{} // none configured
 	})
-	stop := make(chan struct{})
-	stepped := make(chan struct{})
-	go func() { // the fake clock runs 10× real time
-		defer close(stepped)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-				fc.Advance(10 * time.Millisecond)
-			}
-		}
-	}()
-	defer func() { close(stop); <-stepped }()
+	runClock(t, fc)
 	capacity := func(d *dispatch.Dispatcher) float64 { return d.ClusterLoad().Capacity[flow.Requests] }
 	require.Zero(t, capacity(ds[0]))
 	require.Zero(t, capacity(ds[1]))
@@ -173,20 +160,7 @@ func TestReportedRemainingLowersOtherNodes(t *testing.T) {
 	ds := startClusterNodes(t, fc, cluster.NewMemory(fc), []string{s.URL, s.URL}, func(c *dispatch.Config) {
 		c.Limits = upcfg.Limits{RequestsPerMinute: rpm}
 	})
-	stop := make(chan struct{})
-	stepped := make(chan struct{})
-	go func() { // the fake clock runs 10× real time, after b's view is read
-		defer close(stepped)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-				fc.Advance(10 * time.Millisecond)
-			}
-		}
-	}()
-	defer func() { close(stop); <-stepped }()
+	runClock(t, fc) // after b's view is read
 	level := func(d *dispatch.Dispatcher) float64 { return d.Snapshot().Buckets[flow.Requests].Level }
 	// Both nodes hold about half the quota's 5 s depth.
 	require.Eventually(t, func() bool { return level(ds[1]) > 20 }, 10*time.Second, time.Millisecond)

@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"context"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -70,15 +69,7 @@ func TestFirstAnswerWaitIsBounded(t *testing.T) {
 func (p *poolRig) drainSlow(t *testing.T, n int) (time.Duration, []result) {
 	t.Helper()
 	var done atomic.Int32
-	chans := make([]<-chan result, n)
-	for i := range chans {
-		r := request()
-		r.Deadline = t0.Add(time.Hour)
-		ch := make(chan result, 1)
-		inner := doAsync(context.Background(), p.d, r)
-		go func() { res := <-inner; done.Add(1); ch <- res }()
-		chans[i] = ch
-	}
+	chans := p.submit(n, &done)
 	quiet := func() bool {
 		s := p.d.Snapshot()
 		q := 0
@@ -109,9 +100,5 @@ func (p *poolRig) drainSlow(t *testing.T, n int) (time.Duration, []result) {
 		require.True(t, ok, "nothing to wait for with %d of %d done", done.Load(), n)
 		p.fc.Set(next)
 	}
-	out := make([]result, n)
-	for i, ch := range chans {
-		out[i] = <-ch
-	}
-	return p.fc.Now().Sub(t0), out
+	return p.fc.Now().Sub(t0), collect(chans)
 }

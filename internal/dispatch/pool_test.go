@@ -62,15 +62,7 @@ func newPoolRig(t testing.TB, mc mock.Config, uc upcfg.Config) *poolRig {
 func (p *poolRig) drain(t testing.TB, n int, quiet func(now time.Time)) (time.Duration, []result) {
 	t.Helper()
 	var done atomic.Int32
-	chans := make([]<-chan result, n)
-	for i := range chans {
-		r := request()
-		r.Deadline = t0.Add(time.Hour)
-		ch := make(chan result, 1)
-		inner := doAsync(context.Background(), p.d, r)
-		go func() { res := <-inner; done.Add(1); ch <- res }()
-		chans[i] = ch
-	}
+	chans := p.submit(n, &done)
 	limit := time.Now().Add(60 * time.Second)
 	var last time.Time
 	for int(done.Load()) < n {
@@ -87,11 +79,31 @@ func (p *poolRig) drain(t testing.TB, n int, quiet func(now time.Time)) (time.Du
 		last = next
 		require.True(t, time.Now().Before(limit), "drain does not end: %d of %d done", done.Load(), n)
 	}
-	out := make([]result, n)
+	return last.Sub(t0), collect(chans)
+}
+
+// submit sends n requests (deadline an hour away) through p.d at once;
+// done counts those answered.
+func (p *poolRig) submit(n int, done *atomic.Int32) []<-chan result {
+	chans := make([]<-chan result, n)
+	for i := range chans {
+		r := request()
+		r.Deadline = t0.Add(time.Hour)
+		ch := make(chan result, 1)
+		inner := doAsync(context.Background(), p.d, r)
+		go func() { res := <-inner; done.Add(1); ch <- res }()
+		chans[i] = ch
+	}
+	return chans
+}
+
+// collect waits for every result, in order.
+func collect(chans []<-chan result) []result {
+	out := make([]result, len(chans))
 	for i, ch := range chans {
 		out[i] = <-ch
 	}
-	return last.Sub(t0), out
+	return out
 }
 
 // settle returns once every request is done, queued or in flight and the
