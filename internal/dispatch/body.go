@@ -174,9 +174,9 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	if b.span != nil {
 		b.endSpan(complete, readErr)
 	}
-	var refund flow.Amount
+	var actual flow.Amount
 	if ok {
-		refund = w.cost.Sub(actualAmount(p, usage))
+		actual = actualAmount(p, usage)
 		d.obs.Reconciled(w.req.Cost, usage)
 	}
 	result := flow.Healthy
@@ -215,7 +215,7 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	}
 	if ok && result == flow.Healthy {
 		// A complete answer: its usage calibrates the next estimates.
-		d.cal.observe(w.req.Cost, actualAmount(p, usage))
+		d.cal.observe(w.req.Cost, actual)
 	}
 	if result == flow.Healthy {
 		d.mu.Lock()
@@ -223,7 +223,11 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		d.mu.Unlock()
 		d.aimd.OnSuccess(inflight)
 	}
-	d.release(w, b.g, result, refund)
+	if ok {
+		d.releaseAnswered(w, b.g, result, actual)
+		return
+	}
+	d.release(w, b.g, result, flow.Amount{})
 }
 
 // endSpan closes the stream's span with its usage and how it ended.

@@ -647,10 +647,29 @@ func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amou
 		g.key.answered(w)
 	}
 	now := d.clk.Now()
-	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
 	if g.key != nil {
 		g.key.refund(refund, now)
 	}
+	d.freeSlot(w, g, r, now)
+}
+
+// releaseAnswered is release for a request the provider answered with its
+// usage: the reservation is reconciled with actual, so that Observe can
+// credit the output the provider gave back.
+func (d *Dispatcher) releaseAnswered(w *waiter, g grant, r flow.Result, actual flow.Amount) {
+	if g.key != nil {
+		g.key.answered(w)
+	}
+	now := d.clk.Now()
+	if g.key != nil {
+		g.key.reconcile(w.cost, actual, now)
+	}
+	d.freeSlot(w, g, r, now)
+}
+
+// freeSlot is the end of release: the breaker's verdict, the slot.
+func (d *Dispatcher) freeSlot(w *waiter, g grant, r flow.Result, now time.Time) {
+	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
 	d.brk.Done(g.gen, r, now)
 	d.mu.Lock()
 	d.inflight--

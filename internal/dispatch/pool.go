@@ -28,12 +28,15 @@ type poolKey struct {
 	org     *orgBucket // nil: the key is its own account
 	maxConc int
 
-	// unanswered holds when each granted attempt on this key was
-	// reserved, until its answer's headers (or its end) came back: the
-	// provider may not have charged those yet when it reports on another
-	// request (Observe's raise).
+	// unanswered holds, for each granted attempt on this key until its
+	// answer's headers (or its end) came back, when it was reserved and
+	// when it was sent (zero: not yet, a ticket between Acquire and
+	// Call). The provider may not have charged those sent within a jitter
+	// allowance before another request, or not sent, when it reports on
+	// that one (Observe's raise), and a credit may not fill the bucket
+	// over what they reserved (flow.Limiter.RefundPending).
 	umu        sync.Mutex
-	unanswered map[*waiter]time.Time
+	unanswered map[*waiter]attemptTimes
 
 	// Guarded by Dispatcher.mu.
 	inflight  int
@@ -147,14 +150,27 @@ func (k *poolKey) usable(now time.Time) bool {
 	return k.inflight < k.maxConc
 }
 
+// attemptTimes is when an unanswered attempt was reserved and sent.
+type attemptTimes struct{ reserved, sent time.Time }
+
 // granted records that w's attempt was reserved on k at now.
 func (k *poolKey) granted(w *waiter, now time.Time) {
 	k.umu.Lock()
 	defer k.umu.Unlock()
 	if k.unanswered == nil {
-		k.unanswered = map[*waiter]time.Time{}
+		k.unanswered = map[*waiter]attemptTimes{}
 	}
-	k.unanswered[w] = now
+	k.unanswered[w] = attemptTimes{reserved: now}
+}
+
+// sending records that w's attempt on k is sent at now.
+func (k *poolKey) sending(w *waiter, now time.Time) {
+	k.umu.Lock()
+	defer k.umu.Unlock()
+	if t, ok := k.unanswered[w]; ok {
+		t.sent = now
+		k.unanswered[w] = t
+	}
 }
 
 // answered records that w's attempt was answered (or ended); idempotent.
@@ -164,15 +180,34 @@ func (k *poolKey) answered(w *waiter) {
 	delete(k.unanswered, w)
 }
 
-// oldestUnanswered is when the oldest attempt on k other than w's and not
-// yet answered was reserved, now when there is none.
-func (k *poolKey) oldestUnanswered(w *waiter, now time.Time) time.Time {
+// uncharged is how far back a report on w's attempt, sent at sendAt, may
+// miss reservations: when the oldest other attempt on k was reserved that
+// was not sent by then or was sent less than allowance before it (it may
+// reach the provider after w's), the zero time when there is none. An
+// attempt sent earlier, answered or not, reached the provider before w's
+// did.
+func (k *poolKey) uncharged(w *waiter, sendAt time.Time, allowance time.Duration) time.Time {
+	k.umu.Lock()
+	defer k.umu.Unlock()
+	var o time.Time
+	cut := sendAt.Add(-allowance)
+	for x, t := range k.unanswered {
+		if x != w && (o.IsZero() || t.reserved.Before(o)) && (t.sent.IsZero() || !t.sent.Before(cut)) {
+			o = t.reserved
+		}
+	}
+	return o
+}
+
+// oldestUnsent is when the oldest attempt on k reserved and not sent yet
+// was reserved, now when there is none.
+func (k *poolKey) oldestUnsent(now time.Time) time.Time {
 	k.umu.Lock()
 	defer k.umu.Unlock()
 	o := now
-	for x, t := range k.unanswered {
-		if x != w && t.Before(o) {
-			o = t
+	for _, t := range k.unanswered {
+		if t.sent.IsZero() && t.reserved.Before(o) {
+			o = t.reserved
 		}
 	}
 	return o
@@ -200,7 +235,7 @@ func (k *poolKey) reserve(cost flow.Amount, keep float64, now time.Time) bool {
 	}
 	if k.org != nil {
 		if w, err := k.org.lim.ReserveKeeping(cost, keep, now); err != nil || w > 0 {
-			k.lim.Refund(cost, now)
+			k.lim.Unreserve(cost, now)
 			return false
 		}
 	}
@@ -209,9 +244,20 @@ func (k *poolKey) reserve(cost flow.Amount, keep float64, now time.Time) bool {
 
 // refund gives amount back to k and its org.
 func (k *poolKey) refund(amount flow.Amount, now time.Time) {
-	k.lim.Refund(amount, now)
+	unsent := k.oldestUnsent(now)
+	k.lim.RefundPending(amount, unsent, now)
 	if k.org != nil {
-		k.org.lim.Refund(amount, now)
+		k.org.lim.RefundPending(amount, unsent, now)
+	}
+}
+
+// reconcile corrects k's and its org's reservation of an answered request
+// with its reported usage (flow.Limiter.Reconcile).
+func (k *poolKey) reconcile(reserved, actual flow.Amount, now time.Time) {
+	unsent := k.oldestUnsent(now)
+	k.lim.ReconcilePending(reserved, actual, unsent, now)
+	if k.org != nil {
+		k.org.lim.ReconcilePending(reserved, actual, unsent, now)
 	}
 }
 
