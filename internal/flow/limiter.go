@@ -605,7 +605,7 @@ type Observation struct {
 // nothing of those. So R is brought to now like for like before it is
 // compared:
 //
-//	R' = R + rate·(now − since − allowance) − (debited now − debited at since)
+//	R' = R + rate·(now − since − allowance) − (debited now − debited at since + allowance)
 //	       + (output given back by Reconcile after since + 2·allowance)
 //
 // Each level is clamped to R' (Sluice never assumes more room than the
@@ -630,9 +630,14 @@ type Observation struct {
 // Without a Mark, R' = R and nothing is raised. The provider charged the
 // request some time after we sent it, at most the jitter allowance if the
 // delivery stayed within it, so the refill is credited from the mark plus
-// the allowance: never more than the provider refilled. Requests sent
-// between the mark and the provider's charge may be counted on both
-// sides, which errs on the safe side. A provider that charges max_tokens
+// the allowance: never more than the provider refilled. What was
+// reserved within the allowance after the mark may or may not be in R:
+// it is not taken off (our buckets hold it already; taking it off again
+// lowered the level by every request sent just after the reported one),
+// so R' can be above the provider's level by at most that much, and the
+// clamp corrects for what our buckets do not know (another client on the
+// key, a provider's different count) to within it. With no allowance,
+// everything since the mark is taken off. A provider that charges max_tokens
 // as output gives the unused part back when the request answers; R counts
 // those given back before it was made but not those after, which is most
 // of them when answers take seconds, so the output Reconcile gave back is
@@ -700,7 +705,16 @@ func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, ra
 		// after we sent it: credit the refill from then on only.
 		dt := math.Max(now.Sub(since.at).Seconds()-allowance.Seconds(), 0)
 		refill := b.rate() * dt
-		remaining += refill - (l.debited[d] - since.debited[d]) + l.creditedSince(d, since.at.Add(2*allowance))
+		// What was reserved from then on is surely not in R; what was
+		// reserved in between may be, and is left to our own buckets
+		// (they hold it already).
+		taken := l.debited[d] - since.debited[d]
+		if allowance > 0 {
+			if before, ok := l.hist.before(since.at.Add(allowance - time.Nanosecond)); ok {
+				taken = l.debited[d] - before[d]
+			}
+		}
+		remaining += refill - taken + l.creditedSince(d, since.at.Add(2*allowance))
 		lvl := b.at(now, b.dep())
 		// A cluster node holds a share of the bucket the report is about:
 		// the other nodes' debits are not ours to subtract, so no raise.

@@ -141,3 +141,31 @@ func TestObserveNeverOptimisticNeverPessimistic(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveLeavesRequestsSentWithinTheAllowanceToOurBuckets: B is sent
+// 50 ms after A and reaches the provider first, so A's report counts
+// both. Only what was reserved an allowance after A's send is surely not
+// in the report; B is held in our own bucket already, so the clamp does
+// not take it off a second time. (It did: the level fell by B's cost on
+// every such report.)
+func TestObserveLeavesRequestsSentWithinTheAllowanceToOurBuckets(t *testing.T) {
+	t.Parallel()
+	// 60,000 input tokens a minute = 1,000/s, 10 s deep: 10,000 at the
+	// provider, 9,900 in ours (less the 100 ms allowance).
+	l, err := flow.NewLimiter(flow.LimiterConfig{Limits: [flow.NumDims]float64{flow.InputTokens: 60000},
+		BurstSeconds: 10, SafetyMargin: 1, JitterAllowance: 100 * time.Millisecond}, t0)
+	require.NoError(t, err)
+	in := func(n float64) flow.Amount { return flow.Amount{flow.InputTokens: n} }
+	_, err = l.Reserve(in(4000), t0) // A
+	require.NoError(t, err)
+	mark := l.Mark(t0)
+	_, err = l.Reserve(in(3000), t0.Add(50*time.Millisecond)) // B
+	require.NoError(t, err)
+	// The provider: full (10,000), B charged at t0+60ms, A at t0+80ms;
+	// it reports 3,000 after A (leaving out 80 ms of refill).
+	remaining := 10000.0 - 3000 - 4000
+	at := t0.Add(time.Second)
+	before := l.State(at)[flow.InputTokens].Level
+	l.Observe(map[flow.Dim]flow.Observation{flow.InputTokens: {Limit: 60000, Remaining: remaining}}, mark, at)
+	require.InDelta(t, before, l.State(at)[flow.InputTokens].Level, 1e-6, "nothing to clamp: the buckets agree")
+}
