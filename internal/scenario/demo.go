@@ -36,6 +36,9 @@ func cost(st mock.Stats) float64 {
 	return usd
 }
 
+// demoBurstSeconds is the demo provider's bucket depth in seconds of refill.
+const demoBurstSeconds = 10
+
 // Demo sends a mixed workload through the gateway to a simulated provider
 // with tier-like limits, a little random overload and a short outage, and
 // the same workload with the naive client to a fresh identical mock, at
@@ -61,7 +64,7 @@ func Demo(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	mcfg := mock.Config{Limits: limits, BurstSeconds: 10, Seed: o.Seed,
+	mcfg := mock.Config{Limits: limits, BurstSeconds: demoBurstSeconds, Seed: o.Seed,
 		OutputTokens: mock.OutputRange{Min: 5, Max: 35},
 		TTFT:         100 * time.Millisecond, PerToken: time.Millisecond,
 		Faults: mock.Faults{OverloadRate: 0.02,
@@ -94,6 +97,11 @@ func Demo(ctx context.Context, o Options) (*Result, error) {
 		return fmt.Sprintf("%d/%d (%s)", rs.ok, rs.all, pct(float64(rs.ok)/float64(max(rs.all, 1))))
 	})
 	row("wall time", func(s side) string { return secs(stats[s.name].elapsed) })
+	lastArrival := items[len(items)-1].At
+	row("provider's floor", func(s side) string { return secs(demoFloor(s.stats, limits, lastArrival)) })
+	row("floor / wall time", func(s side) string {
+		return fmt.Sprintf("%.3f", demoFloor(s.stats, limits, lastArrival).Seconds()/max(stats[s.name].elapsed.Seconds(), 1e-9))
+	})
 	row("throughput", func(s side) string { return fmt.Sprintf("%.1f req/s", stats[s.name].throughput()) })
 	row("provider 429s", func(s side) string { n, _ := providerRejections(s.stats.Overall); return fmt.Sprint(n) })
 	row("provider 529s/503s", func(s side) string { _, n := providerRejections(s.stats.Overall); return fmt.Sprint(n) })
@@ -117,6 +125,7 @@ func Demo(ctx context.Context, o Options) (*Result, error) {
 	r.Tables = append(r.Tables, t)
 	for _, s := range []side{sl, nv} {
 		rs := stats[s.name]
+		r.figure(s.name+"_floor_ratio", demoFloor(s.stats, limits, lastArrival).Seconds()/max(rs.elapsed.Seconds(), 1e-9))
 		r429, ov := providerRejections(s.stats.Overall)
 		r.figure(s.name+"_ok", float64(rs.ok))
 		r.figure(s.name+"_failed", float64(rs.all-rs.ok))
@@ -128,10 +137,31 @@ func Demo(ctx context.Context, o Options) (*Result, error) {
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("cost uses list prices per million tokens: %s $%g in / $%g out, %s $%g in / $%g out, on the tokens the provider admitted",
 			Prices[0].Model, Prices[0].InputPerMTok, Prices[0].OutputPerMTok, Prices[1].Model, Prices[1].InputPerMTok, Prices[1].OutputPerMTok),
-		"provider figures come from the mock's own counts (GET /mock/stats); Sluice's retries and breaker opens from its /metrics")
+		"provider figures come from the mock's own counts (GET /mock/stats); Sluice's retries and breaker opens from its /metrics",
+		"provider's floor: the least wall time in which the provider's buckets (full at the start) could admit what it admitted on that side, and never before the last arrival; "+
+			"the output quota binds, so a client that serves fewer requests has a lower floor")
 	if f := firstFailure(sl.outs); f != "" {
 		r.Notes = append(r.Notes, "first sluice failure: "+f)
 	}
 	r.Elapsed = o.Clock.Now().Sub(start)
 	return r, nil
+}
+
+// demoFloor is the least wall time in which the demo's provider could
+// have admitted what st shows it admitted: each key's buckets start full
+// (10 s deep) and refill at their limits (IdealDrain); the Anthropic key
+// has RPM, ITPM and OTPM, the OpenAI key RPM and TPM. Never before the
+// last request arrived.
+func demoFloor(st mock.Stats, l mock.Limits, lastArrival time.Duration) time.Duration {
+	a, o := st.Keys[anthropicKey].Admitted, st.Keys[openAIKey].Admitted
+	an, _ := IdealDrain([]DimNeed{
+		{Name: "requests", Total: float64(a.Requests), PerMinute: float64(l.RPM)},
+		{Name: "input tokens", Total: float64(a.InputTokens), PerMinute: float64(l.ITPM)},
+		{Name: "output tokens", Total: float64(a.OutputTokens), PerMinute: float64(l.OTPM)},
+	}, demoBurstSeconds)
+	oa, _ := IdealDrain([]DimNeed{
+		{Name: "requests", Total: float64(o.Requests), PerMinute: float64(l.RPM)},
+		{Name: "tokens", Total: float64(o.InputTokens + o.OutputTokens), PerMinute: float64(l.TPM)},
+	}, demoBurstSeconds)
+	return max(an, oa, lastArrival)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -69,6 +70,34 @@ func TestFairShares(t *testing.T) {
 			for c := range got {
 				require.InDelta(t, tc.want[c], got[c], 1e-9, "class %s", llm.Priority(c))
 			}
+		})
+	}
+}
+
+func TestDemoFloor(t *testing.T) {
+	t.Parallel()
+	l := mock.Limits{RPM: 3000, ITPM: 120_000, OTPM: 30_000, TPM: 150_000}
+	st := func(a, o mock.Counts) mock.Stats {
+		return mock.Stats{Keys: map[string]mock.ScopeStats{anthropicKey: {Admitted: a}, openAIKey: {Admitted: o}}}
+	}
+	tests := []struct {
+		name  string
+		stats mock.Stats
+		last  time.Duration
+		want  time.Duration
+	}{
+		// Output binds: (18,350 − 5,000) / 500 = 26.7 s.
+		{"the demo's output quota binds", st(mock.Counts{Requests: 900, InputTokens: 54_000, OutputTokens: 18_350},
+			mock.Counts{Requests: 100, InputTokens: 6000, OutputTokens: 2000}), 20 * time.Second, 26700 * time.Millisecond},
+		{"never before the last arrival", st(mock.Counts{Requests: 10, OutputTokens: 100}, mock.Counts{}), 20 * time.Second, 20 * time.Second},
+		// OpenAI key: (400,000 − 25,000) / 2,500 = 150 s on TPM.
+		{"the other key's bucket may bind", st(mock.Counts{Requests: 10}, mock.Counts{Requests: 100, InputTokens: 300_000, OutputTokens: 100_000}),
+			time.Second, 150 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.InDelta(t, tc.want.Seconds(), demoFloor(tc.stats, l, tc.last).Seconds(), 1e-6)
 		})
 	}
 }
