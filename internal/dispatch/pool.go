@@ -37,6 +37,7 @@ type poolKey struct {
 	// over what they reserved (flow.Limiter.RefundPending).
 	umu        sync.Mutex
 	unanswered map[*waiter]attemptTimes
+	unsent     int // entries of unanswered not sent yet
 
 	// Guarded by Dispatcher.mu.
 	inflight  int
@@ -160,6 +161,9 @@ func (k *poolKey) granted(w *waiter, now time.Time) {
 	if k.unanswered == nil {
 		k.unanswered = map[*waiter]attemptTimes{}
 	}
+	if t, ok := k.unanswered[w]; !ok || !t.sent.IsZero() {
+		k.unsent++
+	}
 	k.unanswered[w] = attemptTimes{reserved: now}
 }
 
@@ -167,9 +171,10 @@ func (k *poolKey) granted(w *waiter, now time.Time) {
 func (k *poolKey) sending(w *waiter, now time.Time) {
 	k.umu.Lock()
 	defer k.umu.Unlock()
-	if t, ok := k.unanswered[w]; ok {
+	if t, ok := k.unanswered[w]; ok && t.sent.IsZero() {
 		t.sent = now
 		k.unanswered[w] = t
+		k.unsent--
 	}
 }
 
@@ -177,6 +182,9 @@ func (k *poolKey) sending(w *waiter, now time.Time) {
 func (k *poolKey) answered(w *waiter) {
 	k.umu.Lock()
 	defer k.umu.Unlock()
+	if t, ok := k.unanswered[w]; ok && t.sent.IsZero() {
+		k.unsent--
+	}
 	delete(k.unanswered, w)
 }
 
@@ -205,6 +213,9 @@ func (k *poolKey) oldestUnsent(now time.Time) time.Time {
 	k.umu.Lock()
 	defer k.umu.Unlock()
 	o := now
+	if k.unsent == 0 {
+		return o // the common case: Do sends what it reserves at once
+	}
 	for _, t := range k.unanswered {
 		if t.sent.IsZero() && t.reserved.Before(o) {
 			o = t.reserved
