@@ -645,6 +645,8 @@ func TestDispatcherNeverExceedsProviderQuota(t *testing.T) {
 			tc.margin, workloads, saturated, low, lowSeed, sum/float64(saturated), idealLow, idealLowSeed, idealSum/float64(workloads), time.Since(start).Round(time.Millisecond))
 		require.GreaterOrEqual(t, low, tc.floor, "margin %v: seed %d", tc.margin, lowSeed)
 		require.GreaterOrEqual(t, idealLow, tc.idealFloor, "margin %v: seed %d", tc.margin, idealLowSeed)
+		require.GreaterOrEqual(t, idealSum/float64(workloads), simMinMeanRatio, "margin %v: mean against the omniscient client", tc.margin)
+		require.GreaterOrEqual(t, sum/float64(saturated), simMinMeanRatio, "margin %v: mean utilisation of the binding dimension", tc.margin)
 	}
 }
 
@@ -655,6 +657,10 @@ const (
 	simMinUtilisation         = 0.75
 	simMinUtilisationNoMargin = 0.75
 	simMinIdealRatio          = 0.75
+	// simMinMeanRatio bounds both means from below (measured 0.959-0.975
+	// over the full and the -short sets of workloads; 0.875 before the
+	// credit cap).
+	simMinMeanRatio = 0.95
 )
 
 // idealLastCharge is when an omniscient client would have had the
