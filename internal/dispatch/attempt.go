@@ -77,12 +77,11 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	k := g.key
 	k.requests.Add(1)
 	// The report may not count attempts reserved before this one and
-	// sent less than a jitter allowance before it, or not sent yet (they
-	// may reach the provider after it): the raise subtracts everything
-	// reserved since the oldest of them.
+	// not answered yet (they may reach the provider after it): the raise
+	// subtracts everything reserved since the oldest of them.
 	sendAt := d.clk.Now()
 	k.sending(w, sendAt)
-	mark := k.lim.Mark(sendAt).From(k.uncharged(w, sendAt, d.cfg.JitterAllowance))
+	mark := k.lim.Mark(sendAt).From(k.oldestUnanswered(w))
 	var orgMark flow.Mark
 	if k.org != nil {
 		orgMark = k.org.lim.Mark(d.clk.Now())

@@ -13,6 +13,19 @@ func LoopIdle(d *Dispatcher) bool {
 		(d.park.until.IsZero() || d.clk.Now().Before(d.park.until))
 }
 
+// LoopTimers is how many fake-clock timers d's admission loop holds: 1
+// while it is parked until an instant not yet reached, else 0. A harness
+// that waits until every request in flight sleeps on the clock counts
+// the timers beyond this one.
+func LoopTimers(d *Dispatcher) int {
+	d.park.Lock()
+	defer d.park.Unlock()
+	if d.park.parked && !d.park.until.IsZero() && d.clk.Now().Before(d.park.until) {
+		return 1
+	}
+	return 0
+}
+
 // PickAndGiveBack places a request of cost on a key of d's pool and gives
 // the reservation back: the key selection, for its benchmark.
 func PickAndGiveBack(d *Dispatcher, cost flow.Amount) bool {

@@ -64,8 +64,12 @@ func TestFirstAnswerWaitIsBounded(t *testing.T) {
 
 // drainSlow is poolRig.drain for a provider that answers after a delay on
 // the fake clock (TTFT): the system is quiet when the admission loop is
-// idle and every request in flight sleeps in the mock; the clock then
-// moves to the next timer.
+// idle and every request in flight sleeps in the mock (a timer each,
+// besides the loop's own and each queued caller's deadline: counting those
+// as the requests' let the clock jump to the loop's wake-up before the
+// mock had armed the first request's TTFT, and the run took 15 s instead
+// of 12, or sent the first wave blind, 9-11 provider 429s, about 1 run in
+// 20 under four CPU hogs); the clock then moves to the next timer.
 func (p *poolRig) drainSlow(t *testing.T, n int) (time.Duration, []result) {
 	t.Helper()
 	var done atomic.Int32
@@ -76,8 +80,16 @@ func (p *poolRig) drainSlow(t *testing.T, n int) (time.Duration, []result) {
 		for _, c := range s.Queued {
 			q += c
 		}
-		return int(done.Load()) == n ||
-			int(done.Load())+q+s.InFlight == n && dispatch.LoopIdle(p.d) && p.fc.Timers() >= s.InFlight
+		if int(done.Load()) == n {
+			return true
+		}
+		// Every request in flight admitted by the mock (so its caller is
+		// past await, whose deadline timer it stopped) and asleep there:
+		// one timer each, one per queued caller (its deadline), and the
+		// loop's.
+		return int(done.Load())+q+s.InFlight == n && dispatch.LoopIdle(p.d) &&
+			p.mock.Stats().Overall.InFlight == int64(s.InFlight) &&
+			p.fc.Timers() >= q+s.InFlight+dispatch.LoopTimers(p.d)
 	}
 	limit := time.Now().Add(60 * time.Second)
 	for int(done.Load()) < n {

@@ -31,10 +31,10 @@ type poolKey struct {
 	// unanswered holds, for each granted attempt on this key until its
 	// answer's headers (or its end) came back, when it was reserved and
 	// when it was sent (zero: not yet, a ticket between Acquire and
-	// Call). The provider may not have charged those sent within a jitter
-	// allowance before another request, or not sent, when it reports on
-	// that one (Observe's raise), and a credit may not fill the bucket
-	// over what they reserved (flow.Limiter.RefundPending).
+	// Call). The provider may not have charged those when it reports on
+	// another request (Observe's raise), and a credit may not fill the
+	// bucket over what the unsent ones reserved
+	// (flow.Limiter.RefundPending).
 	umu        sync.Mutex
 	unanswered map[*waiter]attemptTimes
 	unsent     int // entries of unanswered not sent yet
@@ -188,19 +188,19 @@ func (k *poolKey) answered(w *waiter) {
 	delete(k.unanswered, w)
 }
 
-// uncharged is how far back a report on w's attempt, sent at sendAt, may
-// miss reservations: when the oldest other attempt on k was reserved that
-// was not sent by then or was sent less than allowance before it (it may
-// reach the provider after w's), the zero time when there is none. An
-// attempt sent earlier, answered or not, reached the provider before w's
-// did.
-func (k *poolKey) uncharged(w *waiter, sendAt time.Time, allowance time.Duration) time.Time {
+// oldestUnanswered is when the oldest attempt on k other than w's and
+// not yet answered was reserved, the zero time when there is none: a
+// report on w's attempt may not count it. Most of them reached the
+// provider long before w's (they were sent seconds ago and wait for a
+// slow answer), but one sent over a fresh connection, or delayed by a
+// busy CPU, may arrive after it by more than the jitter allowance, and
+// the raise must not count it as charged (see Limiter.Observe).
+func (k *poolKey) oldestUnanswered(w *waiter) time.Time {
 	k.umu.Lock()
 	defer k.umu.Unlock()
 	var o time.Time
-	cut := sendAt.Add(-allowance)
 	for x, t := range k.unanswered {
-		if x != w && (o.IsZero() || t.reserved.Before(o)) && (t.sent.IsZero() || !t.sent.Before(cut)) {
+		if x != w && (o.IsZero() || t.reserved.Before(o)) {
 			o = t.reserved
 		}
 	}

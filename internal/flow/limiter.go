@@ -622,11 +622,9 @@ type Observation struct {
 // count is taken off, and neither refill nor refunds since are credited.
 // Capping at the depth follows the provider's bucket (it stops refilling
 // when full); a raise is never needed for safety, only to win back what a
-// conservative clamp or a cautious start left unused (it lifted the quota
-// property test's mean from 0.93 to 0.95 of the omniscient client once it
-// stopped taking off every attempt still unanswered: a request sent
-// seconds ago reached the provider long since, whether or not it has
-// answered). A fresh upstream thus starts at the provider's real level after its first answer, not at a guessed depth.
+// conservative clamp or a cautious start left unused, so it errs on the
+// safe side everywhere. A fresh upstream thus starts at the provider's
+// real level after its first answer, not at a guessed depth.
 // Without a Mark, R' = R and nothing is raised. The provider charged the
 // request some time after we sent it, at most the jitter allowance if the
 // delivery stayed within it, so the refill is credited from the mark plus
