@@ -525,7 +525,7 @@ func (l *Limiter) RefundPending(amount Amount, unsent, now time.Time) {
 			l.debited[i] -= a
 			debits = true
 		}
-		credits = credits || a > 0
+		credits = credits || a > 0 && l.b[i].capacity > 0
 	}
 	if debits {
 		l.hist.record(now, l.debited)
