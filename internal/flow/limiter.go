@@ -229,7 +229,8 @@ type Limiter struct {
 	// the last 429 (Pause), zero when none was seen.
 	margin  float64
 	widened time.Time
-	// hist is the recent history of debited, for Observe's raise.
+	// hist is the recent history of debited, for Observe and the credit
+	// cap (RefundPending).
 	hist debitHistory
 	// credited is the running sum of the output tokens answered requests
 	// did not use (Reconcile), in the OutputTokens and Tokens dimensions:
@@ -259,9 +260,9 @@ type Mark struct {
 
 // From returns m noting that requests reserved since t (t included) may
 // not have reached the provider before the request m was taken for (they
-// were not sent yet, or sent within the jitter allowance before it):
-// Observe's raise subtracts everything debited since t, or since the mark
-// less the jitter allowance if that is earlier. The zero t adds nothing.
+// were not answered yet when it was sent): Observe's raise subtracts
+// everything debited since t, or since the mark less the jitter allowance
+// if that is earlier. The zero t adds nothing.
 func (m Mark) From(t time.Time) Mark {
 	m.from = t
 	return m
@@ -484,14 +485,14 @@ func (l *Limiter) Reconcile(reserved, actual Amount, now time.Time) {
 // ReconcilePending is Reconcile when requests reserved since unsent may
 // not have been sent yet (see RefundPending).
 func (l *Limiter) ReconcilePending(reserved, actual Amount, unsent, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if back := reserved[OutputTokens] - actual[OutputTokens]; back > 0 {
-		l.mu.Lock()
 		l.credited[OutputTokens] += back
 		l.credited[Tokens] += back
 		l.credHist.record(now, l.credited)
-		l.mu.Unlock()
 	}
-	l.RefundPending(reserved.Sub(actual), unsent, now)
+	l.refund(reserved.Sub(actual), unsent, now)
 }
 
 // Refund returns amount to the buckets (e.g. what a failed attempt did not
@@ -518,6 +519,11 @@ func (l *Limiter) Refund(amount Amount, now time.Time) {
 func (l *Limiter) RefundPending(amount Amount, unsent, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refund(amount, unsent, now)
+}
+
+// refund is RefundPending with l.mu held.
+func (l *Limiter) refund(amount Amount, unsent, now time.Time) {
 	l.refresh(now)
 	debits, credits := false, false
 	for i, a := range amount {

@@ -60,7 +60,8 @@ func (l *Limiter) Margin(now time.Time) float64 {
 	return l.margin
 }
 
-// debitHistoryLen is how many recent debits Observe can look back over.
+// debitHistoryLen is how many recent entries a debitHistory keeps (of
+// debits for Observe and the credit cap, of credits for the clamp).
 const debitHistoryLen = 256
 
 // debitHistory is a ring of (instant, debited) after each debit, so that
