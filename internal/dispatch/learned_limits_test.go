@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,14 +74,11 @@ func (p *poolRig) drainSlow(t *testing.T, n int) (time.Duration, []result) {
 	var done atomic.Int32
 	chans := p.submit(n, &done)
 	quiet := func() bool {
-		s := p.d.Snapshot()
-		q := 0
-		for _, c := range s.Queued {
-			q += c
-		}
 		if int(done.Load()) == n {
 			return true
 		}
+		s := p.d.Snapshot()
+		q := queued(s)
 		// Every request in flight admitted by the mock (so its caller is
 		// past await, whose deadline timer it stopped) and asleep there:
 		// one timer each, one per queued caller (its deadline), and the
@@ -91,20 +87,8 @@ func (p *poolRig) drainSlow(t *testing.T, n int) (time.Duration, []result) {
 			p.mock.Stats().Overall.InFlight == int64(s.InFlight) &&
 			p.fc.Timers() >= q+s.InFlight+dispatch.LoopTimers(p.d)
 	}
-	limit := time.Now().Add(60 * time.Second)
 	for int(done.Load()) < n {
-		for stable := 0; stable < 3; {
-			if quiet() {
-				stable++
-			} else {
-				stable = 0
-			}
-			for range 8 {
-				runtime.Gosched()
-			}
-			time.Sleep(50 * time.Microsecond)
-			require.True(t, time.Now().Before(limit), "no quiet state")
-		}
+		waitQuiet(t, 60*time.Second, quiet)
 		if int(done.Load()) == n {
 			break
 		}

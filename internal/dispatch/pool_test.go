@@ -107,18 +107,22 @@ func collect(chans []<-chan result) []result {
 }
 
 // settle returns once every request is done, queued or in flight and the
-// admission loop has nothing to act on, twice in a row.
+// admission loop has nothing to act on.
 func (p *poolRig) settle(t testing.TB, n int, done *atomic.Int32) {
 	t.Helper()
-	stable := 0
-	limit := time.Now().Add(20 * time.Second)
-	for stable < 3 {
+	waitQuiet(t, 20*time.Second, func() bool {
 		s := p.d.Snapshot()
-		q := 0
-		for _, c := range s.Queued {
-			q += c
-		}
-		if int(done.Load())+q == n && s.InFlight == 0 && dispatch.LoopIdle(p.d) || int(done.Load()) == n {
+		return int(done.Load())+queued(s) == n && s.InFlight == 0 && dispatch.LoopIdle(p.d) || int(done.Load()) == n
+	})
+}
+
+// waitQuiet returns once quiet holds three checks in a row, yielding to
+// the other goroutines between checks; it fails t after limit.
+func waitQuiet(t testing.TB, limit time.Duration, quiet func() bool) {
+	t.Helper()
+	end := time.Now().Add(limit)
+	for stable := 0; stable < 3; {
+		if quiet() {
 			stable++
 		} else {
 			stable = 0
@@ -126,9 +130,18 @@ func (p *poolRig) settle(t testing.TB, n int, done *atomic.Int32) {
 		for range 8 {
 			runtime.Gosched()
 		}
-		time.Sleep(20 * time.Microsecond)
-		require.True(t, time.Now().Before(limit), "no quiet state")
+		time.Sleep(50 * time.Microsecond)
+		require.True(t, time.Now().Before(end), "no quiet state")
 	}
+}
+
+// queued is how many requests s shows waiting, every class together.
+func queued(s dispatch.Snapshot) int {
+	q := 0
+	for _, c := range s.Queued {
+		q += c
+	}
+	return q
 }
 
 func keys(n int) []upcfg.Key {

@@ -401,11 +401,7 @@ func (w simWorkload) run(t *testing.T) simResult {
 		waiting := int32(p.waiting)
 		p.mu.Unlock()
 		s := state{snap: d.Snapshot(), timers: fc.Timers(), waiting: waiting, done: done.Load()}
-		queued := 0
-		for _, q := range s.snap.Queued {
-			queued += q
-		}
-		consistent := s.done+int32(queued)+s.waiting == started.Load() && int32(s.snap.InFlight) == s.waiting
+		consistent := s.done+int32(queued(s.snap))+s.waiting == started.Load() && int32(s.snap.InFlight) == s.waiting
 		return s, consistent && dispatch.LoopIdle(d)
 	}
 	// settle returns once the system is quiet: every request accounted
