@@ -108,6 +108,14 @@ type Upstream struct {
 	// HeadroomWindow is how recently a more urgent class must have sent a
 	// request for a class's Headroom to apply. Defaults to 1m.
 	HeadroomWindow time.Duration `yaml:"headroom_window"`
+	// BurstRoom is the largest share, in [0, 1], of each quota bucket's
+	// depth a class leaves unused for the bursts the more urgent classes
+	// were seen to send (docs/engine.md); negative keeps no learned room.
+	// Defaults to the profile's, else 0.5.
+	BurstRoom float64 `yaml:"burst_room"`
+	// BurstMemory is how long a burst of urgent requests is remembered
+	// before the room kept for it decays. Defaults to 10m.
+	BurstMemory time.Duration `yaml:"burst_memory"`
 	// Retry shapes retries of overload and transient failures. Defaults to
 	// the profile's, else Retry's defaults.
 	Retry Retry `yaml:"retry"`
@@ -270,6 +278,8 @@ func (u Upstream) config() upstream.Config {
 		MinConcurrency:    u.MinConcurrency,
 		RequestTimeout:    u.RequestTimeout,
 		HeadroomWindow:    u.HeadroomWindow,
+		BurstRoom:         u.BurstRoom,
+		BurstMemory:       u.BurstMemory,
 		Retry: upstream.Retry{
 			BaseDelay:   u.Retry.BaseDelay,
 			MaxDelay:    u.Retry.MaxDelay,

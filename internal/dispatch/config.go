@@ -79,6 +79,8 @@ type settings struct {
 	Config
 	// Headroom is each class's headroom, clamped at 0 (negative: none).
 	Headroom [llm.NumPriorities]float64
+	// RoomCap is burst_room clamped at 0 (negative: no learned room).
+	RoomCap float64
 	// MaxWait is each class's aging bound and default deadline.
 	MaxWait [llm.NumPriorities]time.Duration
 }
@@ -112,6 +114,7 @@ func (c Config) resolve() (settings, error) {
 		s.Headroom[p] = max(cl.Headroom, 0)
 		s.MaxWait[p] = cl.MaxWait
 	}
+	s.RoomCap = max(c.BurstRoom, 0)
 	return s, nil
 }
 

@@ -55,6 +55,7 @@ type Dispatcher struct {
 	// queue was last scanned for requests it leaves no time for.
 	unreachableScan time.Time
 	seen            [llm.NumPriorities]time.Time     // last arrival per class, for headroom
+	room            *flow.BurstRoom                  // the room learned for urgent bursts
 	gap             [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
 	arrivals        [llm.NumPriorities]int           // arrivals per class (gap known from 2)
 	inflight        int
@@ -105,6 +106,7 @@ func New(c Config) (*Dispatcher, error) {
 		obs:      cfg.Observer,
 		base:     trimSlash(cfg.BaseURL),
 		backoff:  flow.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay}.WithDefaults(),
+		room:     flow.NewBurstRoom(cfg.BurstMemory),
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
@@ -408,17 +410,20 @@ type waiter struct {
 	ctx context.Context
 }
 
-// headroom is the share of each bucket's depth a request of class c must
-// leave unused: its configured headroom while a more urgent class has sent
-// a request within HeadroomWindow, else none, so traffic of one class alone
-// uses the whole bucket. d.mu must be held.
-func (d *Dispatcher) headroom(c llm.Priority, now time.Time) float64 {
+// headroom is what a request of class c must leave unused in each
+// bucket: the room learned for the more urgent classes' bursts (capped at
+// burst_room of the depth), and its configured headroom while a more
+// urgent class has sent a request within HeadroomWindow; traffic of one
+// class alone uses the whole bucket. d.mu must be held.
+func (d *Dispatcher) headroom(c llm.Priority, now time.Time) flow.Keep {
+	k := flow.Keep{Seconds: d.room.Seconds(c, now), Cap: d.cfg.RoomCap}
 	for u := llm.Critical; u < c; u++ {
 		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.activeWindow(u) {
-			return d.cfg.Headroom[c]
+			k.Share = d.cfg.Headroom[c]
+			break
 		}
 	}
-	return 0
+	return k
 }
 
 // activeWindow is how long after its last request class u still counts
@@ -438,8 +443,13 @@ func (d *Dispatcher) activeWindow(u llm.Priority) time.Duration {
 // gapKnown reports whether class u has arrived at least twice. d.mu held.
 func (d *Dispatcher) gapKnown(u llm.Priority) bool { return d.arrivals[u] >= 2 }
 
-// arrived records an arrival of class c at now. d.mu held.
-func (d *Dispatcher) arrived(c llm.Priority, now time.Time) {
+// arrived records an arrival of class c costing cost at now: for the
+// headroom's activity window and the room learned for bursts (in seconds
+// of the pool's refill). d.mu held.
+func (d *Dispatcher) arrived(c llm.Priority, cost flow.Amount, now time.Time) {
+	if c < llm.NumPriorities-1 && d.cfg.RoomCap > 0 {
+		d.room.Arrive(c, cost, d.poolRate(now), now)
+	}
 	if prev := d.seen[c]; !prev.IsZero() {
 		g := max(now.Sub(prev), 0)
 		if d.arrivals[c] < 2 {
@@ -551,7 +561,7 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		return nil, e
 	}
 	d.sched.Push(&w.item)
-	d.arrived(class, now)
+	d.arrived(class, w.cost, now)
 	d.mu.Unlock()
 	d.obs.Enqueued(class)
 	// The fast path: run the admission step in the caller's goroutine

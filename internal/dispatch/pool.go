@@ -226,7 +226,7 @@ func (k *poolKey) oldestUnsent(now time.Time) time.Time {
 
 // room is how long until cost fits k and its org while leaving keep, and
 // the room left after it when it fits now.
-func (k *poolKey) room(cost flow.Amount, keep float64, now time.Time) (time.Duration, float64, error) {
+func (k *poolKey) room(cost flow.Amount, keep flow.Keep, now time.Time) (time.Duration, float64, error) {
 	w, r, err := k.lim.Room(cost, keep, now)
 	if err != nil || k.org == nil {
 		return w, r, err
@@ -240,7 +240,7 @@ func (k *poolKey) room(cost flow.Amount, keep float64, now time.Time) (time.Dura
 
 // reserve debits cost from k and its org; false (nothing debited) when it
 // does not fit now.
-func (k *poolKey) reserve(cost flow.Amount, keep float64, now time.Time) bool {
+func (k *poolKey) reserve(cost flow.Amount, keep flow.Keep, now time.Time) bool {
 	if w, err := k.lim.ReserveKeeping(cost, keep, now); err != nil || w > 0 {
 		return false
 	}
@@ -272,12 +272,24 @@ func (k *poolKey) reconcile(reserved, actual flow.Amount, now time.Time) {
 	}
 }
 
+// poolRate is the refill rate per second of the keys in the pool, per
+// dimension (0 for a dimension none of them limits). d.mu held.
+func (d *Dispatcher) poolRate(now time.Time) flow.Amount {
+	var r flow.Amount
+	for _, k := range d.keys {
+		if !k.out {
+			r = r.Add(k.lim.Supply(now).Rate)
+		}
+	}
+	return r
+}
+
 // pick chooses the key for a request of cost leaving keep: among the
 // usable keys, the one whose buckets (its own and its org's) leave the
 // most room for it now, and reserves cost there. When none fits now it
 // returns nil and how long until the earliest could (0: until woken, by
 // a completion). ErrTooLarge when no key can ever take it. d.mu held.
-func (d *Dispatcher) pick(cost flow.Amount, keep float64, now time.Time) (*poolKey, time.Duration, error) {
+func (d *Dispatcher) pick(cost flow.Amount, keep flow.Keep, now time.Time) (*poolKey, time.Duration, error) {
 	var best *poolKey
 	bestRoom := math.Inf(-1)
 	wait := time.Duration(math.MaxInt64)

@@ -38,6 +38,11 @@ type Snapshot struct {
 	// Reserved is the estimated cost of the requests in flight, per
 	// dimension: the part of the buckets' use not yet settled.
 	Reserved flow.Amount
+	// Room is, per class, what its requests leave unused in each bucket
+	// for the more urgent classes (the learned room for their bursts, or
+	// the configured headroom while it applies), summed over the keys in
+	// the pool; critical's is zero.
+	Room [llm.NumPriorities]flow.Amount
 }
 
 // Snapshot returns the dispatcher's current state. It is cheap enough to
@@ -79,6 +84,14 @@ func (d *Dispatcher) Snapshot() Snapshot {
 	}
 	s.InFlight = d.inflight
 	s.Reserved = d.reserved
+	for c := llm.High; c < llm.NumPriorities; c++ {
+		keep := d.headroom(c, now)
+		for _, k := range d.keys {
+			if !k.out {
+				s.Room[c] = s.Room[c].Add(k.lim.Held(keep, now))
+			}
+		}
+	}
 	d.mu.Unlock()
 	return s
 }

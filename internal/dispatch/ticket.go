@@ -69,7 +69,7 @@ func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, err
 		return nil, d.giveUp(w, ErrStopped, "the upstream's dispatcher is not running")
 	}
 	d.sched.Push(&w.item)
-	d.arrived(w.item.Class, now)
+	d.arrived(w.item.Class, w.cost, now)
 	d.mu.Unlock()
 	d.obs.Enqueued(w.item.Class)
 	d.kick()
@@ -104,7 +104,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 		d.unpick(key, w.cost, now)
 		return nil, false
 	}
-	d.arrived(w.item.Class, now)
+	d.arrived(w.item.Class, w.cost, now)
 	d.inflight++
 	key.inflight++
 	key.granted(w, now)
@@ -225,8 +225,8 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	k.refund(surplus, now)
 	w.cost = w.cost.Sub(surplus)
 	if extra != (flow.Amount{}) {
-		wait, _, err := k.room(extra, 0, now)
-		if err == nil && wait == 0 && !k.reserve(extra, 0, now) {
+		wait, _, err := k.room(extra, flow.Keep{}, now)
+		if err == nil && wait == 0 && !k.reserve(extra, flow.Keep{}, now) {
 			wait = time.Millisecond // taken under us: soon
 		}
 		if err != nil || wait > 0 {

@@ -18,6 +18,10 @@ const (
 	WaitPaused      = "paused"       // every usable key is paused after a 429 until Until
 	WaitConcurrency = "concurrency"  // every slot is taken: a completion frees one
 	WaitQuota       = "quota"        // Dimension's bucket refills enough at Until
+	// WaitUrgentRoom: Dimension's bucket has room for the request, but
+	// not while leaving the room kept for the more urgent classes'
+	// bursts; it refills enough at Until.
+	WaitUrgentRoom = "urgent_room"
 	WaitKeysOut     = "keys_out"     // every key is out of the pool until its probe
 )
 
@@ -218,6 +222,9 @@ func (d *Dispatcher) whyLocked(now time.Time) WaitReason {
 			if err == nil && wait > longest {
 				longest = wait
 				r.Reason, r.Dimension = WaitQuota, flow.Dim(dim).String()
+				if bare, _, err := l.Room(one, flow.Keep{}, now); err == nil && bare == 0 {
+					r.Reason = WaitUrgentRoom
+				}
 			}
 		}
 	}

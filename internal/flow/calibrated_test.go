@@ -109,7 +109,7 @@ func TestHeadroomIsAShareOfTheConfiguredBurst(t *testing.T) {
 	l.Refund(flow.Amount{flow.Requests: 10}, t0) // full at the new depth
 	admitted := 0
 	for range 12 {
-		if w, err := l.ReserveKeeping(flow.Amount{flow.Requests: 1}, 0.2, t0); err == nil && w == 0 {
+		if w, err := l.ReserveKeeping(flow.Amount{flow.Requests: 1}, flow.Keep{Share: 0.2}, t0); err == nil && w == 0 {
 			admitted++
 		}
 	}

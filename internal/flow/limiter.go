@@ -419,17 +419,17 @@ func (l *Limiter) TimeUntil(cost Amount, now time.Time) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
-	return l.timeUntil(cost, 0, now)
+	return l.timeUntil(cost, Keep{}, now)
 }
 
-func (l *Limiter) timeUntil(cost Amount, keep float64, now time.Time) (time.Duration, error) {
+func (l *Limiter) timeUntil(cost Amount, keep Keep, now time.Time) (time.Duration, error) {
 	var w time.Duration
 	for i := range l.b {
 		b := &l.b[i]
 		if b.capacity > 0 && cost[i] > b.capacity {
 			return 0, fmt.Errorf("%w: %s cost %.0f > capacity %.0f", ErrTooLarge, Dim(i), cost[i], b.capacity)
 		}
-		w = max(w, b.wait(cost[i], keep*l.headroomDepth(b), now))
+		w = max(w, b.wait(cost[i], l.hold(Dim(i), keep), now))
 	}
 	if p := l.pausedUntil.Sub(now); p > w {
 		w = p
@@ -441,15 +441,15 @@ func (l *Limiter) timeUntil(cost Amount, keep float64, now time.Time) (time.Dura
 // it debits nothing and returns how long until it will; ErrTooLarge when it
 // never will.
 func (l *Limiter) Reserve(cost Amount, now time.Time) (time.Duration, error) {
-	return l.ReserveKeeping(cost, 0, now)
+	return l.ReserveKeeping(cost, Keep{}, now)
 }
 
-// ReserveKeeping is Reserve for a request that must leave keep (a share of
-// each bucket's depth, in [0, 1)) unused: the headroom that lets a more
-// urgent class be admitted at once while the upstream is saturated. The
-// refill rate, and so the throughput, is the same; only the level the
-// buckets idle at under saturation is higher.
-func (l *Limiter) ReserveKeeping(cost Amount, keep float64, now time.Time) (time.Duration, error) {
+// ReserveKeeping is Reserve for a request that must leave keep unused:
+// the room that lets a more urgent class be admitted at once while the
+// upstream is saturated. The refill rate, and so the throughput, is the
+// same; only the level the buckets idle at under saturation is higher. A
+// request too large to leave the room only needs the bucket full.
+func (l *Limiter) ReserveKeeping(cost Amount, keep Keep, now time.Time) (time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)

@@ -242,7 +242,7 @@ func TestLimiterHeadroom(t *testing.T) {
 	// 6,000 output tokens per minute = 100/s, depth 10 s = 1,000 tokens.
 	l := newLimiter(t, [flow.NumDims]float64{flow.OutputTokens: 6000}, 10)
 	cost := flow.Amount{flow.OutputTokens: 200}
-	const keep = 0.1 // leave 100 tokens
+	keep := flow.Keep{Share: 0.1} // leave 100 tokens
 	for i := range 4 {
 		w, err := l.ReserveKeeping(cost, keep, t0)
 		require.NoError(t, err)
@@ -253,7 +253,7 @@ func TestLimiterHeadroom(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Second, w)
 	// The urgent class may use the headroom at once.
-	w, err = l.ReserveKeeping(cost, 0, t0)
+	w, err = l.ReserveKeeping(cost, flow.Keep{}, t0)
 	require.NoError(t, err)
 	require.Zero(t, w)
 	// Empty now; with the headroom the lower class waits 3 s, not 2 s.

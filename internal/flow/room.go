@@ -5,13 +5,54 @@ import (
 	"time"
 )
 
+// Keep is what an admission must leave unused in each bucket: the room
+// kept for more urgent classes. The zero Keep keeps nothing.
+type Keep struct {
+	// Share is a share, in [0, 1), of the bucket's configured burst depth
+	// (BurstSeconds less the jitter allowance, at most the depth): the
+	// configured headroom.
+	Share float64
+	// Seconds is, per dimension, the learned room for the urgent classes'
+	// bursts in seconds of the bucket's refill (BurstRoom.Seconds).
+	Seconds [NumDims]float64
+	// Cap bounds the learned room to this share, in [0, 1], of the
+	// bucket's depth, so the lower classes keep most of every bucket.
+	Cap float64
+}
+
+// hold is the tokens k leaves in bucket d: the larger of the configured
+// headroom and the learned room (capped); l.mu held.
+func (l *Limiter) hold(d Dim, k Keep) float64 {
+	b := &l.b[d]
+	h := k.Share * l.headroomDepth(b)
+	if s := k.Seconds[d]; s > 0 && k.Cap > 0 {
+		h = math.Max(h, math.Min(s*b.rate(), k.Cap*b.dep()))
+	}
+	return h
+}
+
+// Held returns what keep leaves unused in each limited bucket at now, in
+// the dimension's unit (0 for a dimension not limited): for operators.
+func (l *Limiter) Held(keep Keep, now time.Time) Amount {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refresh(now)
+	var a Amount
+	for i := range l.b {
+		if l.b[i].capacity > 0 {
+			a[i] = l.hold(Dim(i), keep)
+		}
+	}
+	return a
+}
+
 // Room returns how long until cost fits while leaving keep (as
 // ReserveKeeping) and, when it fits now (wait 0), how much room would be
 // left after it: the smallest share of a bucket's capacity left over
 // across the limited dimensions (+Inf when no dimension is limited). A
 // key pool places a request on the key with the most room. ErrTooLarge
 // when the cost never fits.
-func (l *Limiter) Room(cost Amount, keep float64, now time.Time) (time.Duration, float64, error) {
+func (l *Limiter) Room(cost Amount, keep Keep, now time.Time) (time.Duration, float64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.refresh(now)
@@ -27,13 +68,11 @@ func (l *Limiter) Room(cost Amount, keep float64, now time.Time) (time.Duration,
 			_, err := l.timeUntil(cost, keep, now)
 			return 0, 0, err
 		}
-		c := math.Max(b.depth, cost[i])
-		need := math.Min(cost[i]+keep*math.Min(b.depth, l.initialDepth(b.capacity)), c)
-		lvl := b.at(now, c)
-		if lvl < need {
-			w = max(w, secs((need-lvl)/b.rate()))
+		if bw := b.wait(cost[i], l.hold(Dim(i), keep), now); bw > 0 {
+			w = max(w, bw)
 			continue
 		}
+		lvl := b.at(now, math.Max(b.dep(), cost[i]))
 		room = math.Min(room, (lvl-cost[i])/b.capacity)
 	}
 	if p := l.pausedUntil.Sub(now); p > w {

@@ -19,7 +19,7 @@ func TestRoomAgreesWithTimeUntil(t *testing.T) {
 	for i := range 15 {
 		cost := flow.NewAmount(int64(100*i), 50)
 		want, err1 := l.TimeUntil(cost, now)
-		got, room, err2 := l.Room(cost, 0, now)
+		got, room, err2 := l.Room(cost, flow.Keep{}, now)
 		require.Equal(t, err1 != nil, err2 != nil)
 		require.Equal(t, want, got, "cost %v", cost)
 		if got == 0 {
@@ -30,10 +30,10 @@ func TestRoomAgreesWithTimeUntil(t *testing.T) {
 		}
 		now = now.Add(300 * time.Millisecond)
 	}
-	_, _, err = l.Room(flow.NewAmount(7000, 0), 0, now)
+	_, _, err = l.Room(flow.NewAmount(7000, 0), flow.Keep{}, now)
 	require.ErrorIs(t, err, flow.ErrTooLarge)
 	l.Pause(now.Add(time.Second), now)
-	w, _, err := l.Room(flow.NewAmount(1, 1), 0, now)
+	w, _, err := l.Room(flow.NewAmount(1, 1), flow.Keep{}, now)
 	require.NoError(t, err)
 	require.Equal(t, time.Second, w)
 }

@@ -116,6 +116,11 @@ type BucketStatus struct {
 	ProviderLimit     *float64   `json:"provider_limit,omitempty"`
 	ProviderRemaining *float64   `json:"provider_remaining,omitempty"`
 	ProviderAt        *time.Time `json:"provider_at,omitempty"`
+	// UrgentRoom is, per class, what its requests leave unused in the
+	// bucket for the more urgent classes' bursts (learned, or the
+	// configured headroom while it applies); classes that leave nothing
+	// are omitted. Upstream-level buckets only.
+	UrgentRoom map[string]float64 `json:"urgent_room,omitempty"`
 }
 
 func (s *Server) status(ctx context.Context) StatusResponse {
@@ -136,6 +141,14 @@ func (s *Server) status(ctx context.Context) StatusResponse {
 				if b.Capacity > 0 {
 					bs := bucketStatus(flow.Dim(d), b)
 					bs.Reserved = roundIn(flow.Dim(d), max(snap.Reserved[d], 0))
+					for c, room := range snap.Room {
+						if v := roundIn(flow.Dim(d), room[d]); v > 0 {
+							if bs.UrgentRoom == nil {
+								bs.UrgentRoom = map[string]float64{}
+							}
+							bs.UrgentRoom[llm.Priority(c).String()] = v
+						}
+					}
 					st.Buckets[flow.Dim(d).String()] = bs
 				}
 			}

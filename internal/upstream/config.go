@@ -52,6 +52,14 @@ const (
 	// HeadroomWindowDefault is how long a more urgent class's last request
 	// keeps the lower classes' headroom in force.
 	HeadroomWindowDefault = time.Minute
+	// BurstRoomDefault is the largest share of each quota bucket's depth
+	// the lower classes leave unused for the learned bursts of the more
+	// urgent classes (the balanced profile's).
+	BurstRoomDefault = 0.5
+	// BurstMemoryDefault is how long a burst of urgent requests is
+	// remembered before the room kept for it decays (and the decay's
+	// time constant).
+	BurstMemoryDefault = 10 * time.Minute
 	// BaseDelayDefault is the first retry's full-jitter backoff ceiling.
 	BaseDelayDefault = 500 * time.Millisecond
 	// MaxDelayDefault caps the backoff ceiling.
@@ -182,6 +190,17 @@ type Config struct {
 	// request for a class's headroom to apply: traffic of one class alone
 	// uses the whole bucket. Defaults to 1m (HeadroomWindowDefault).
 	HeadroomWindow time.Duration `yaml:"headroom_window"`
+	// BurstRoom is the largest share, in [0, 1], of each quota bucket's
+	// depth that a class leaves unused for the bursts the more urgent
+	// classes were seen to send (learned per dimension from their
+	// arrivals, docs/engine.md); negative keeps no learned room (the
+	// classes' headroom alone). Defaults to the profile's, else 0.5
+	// (BurstRoomDefault).
+	BurstRoom float64 `yaml:"burst_room"`
+	// BurstMemory is how long a burst of urgent requests is remembered:
+	// the room kept for it is held this long after the burst, then decays
+	// with this time constant. Defaults to 10m (BurstMemoryDefault).
+	BurstMemory time.Duration `yaml:"burst_memory"`
 	// Retry shapes retries of attempts that fail with an overload or
 	// transient error. Defaults to the profile's, else Retry's
 	// defaults.
@@ -329,6 +348,8 @@ func (c Config) WithDefaults() Config {
 	c.JitterAllowance = cmp.Or(c.JitterAllowance, JitterAllowanceDefault)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.HeadroomWindow = cmp.Or(c.HeadroomWindow, HeadroomWindowDefault)
+	c.BurstRoom = cmp.Or(c.BurstRoom, BurstRoomDefault)
+	c.BurstMemory = cmp.Or(c.BurstMemory, BurstMemoryDefault)
 	c.KeyProbeInterval = cmp.Or(c.KeyProbeInterval, KeyProbeIntervalDefault)
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, BaseDelayDefault)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, max(MaxDelayDefault, c.Retry.BaseDelay))

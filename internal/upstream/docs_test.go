@@ -102,6 +102,8 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"jitter_allowance":                {d.JitterAllowance},
 		"request_timeout":                 {d.RequestTimeout},
 		"headroom_window":                 {d.HeadroomWindow},
+		"burst_room":                      {d.BurstRoom},
+		"burst_memory":                    {d.BurstMemory},
 		"key_probe_interval":              {d.KeyProbeInterval},
 		"retry.base_delay":                {d.Retry.BaseDelay},
 		"retry.max_delay":                 {d.Retry.MaxDelay},
@@ -172,6 +174,7 @@ func TestDocsProfileTable(t *testing.T) {
 		},
 		"`retry.base_delay` / `retry.max_delay`": func(c upstream.Config) []any { return []any{c.Retry.BaseDelay, c.Retry.MaxDelay} },
 		"`retry.max_attempts`":                   func(c upstream.Config) []any { return []any{c.Retry.MaxAttempts} },
+		"`burst_room`":                           func(c upstream.Config) []any { return []any{c.BurstRoom} },
 	}
 	checked := 0
 	for _, row := range section(t, configDoc(t), "### Profiles") {

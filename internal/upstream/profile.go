@@ -38,7 +38,9 @@ type preset struct {
 	weights  [llm.NumPriorities]float64
 	maxWait  [llm.NumPriorities]time.Duration
 	headroom [llm.NumPriorities]float64
-	retry    Retry
+	// burstRoom is the cap of the learned room for urgent bursts.
+	burstRoom float64
+	retry     Retry
 }
 
 // profiles are the presets, each value with its reason.
@@ -52,6 +54,10 @@ var profiles = map[Profile]preset{
 		// Keep more of each bucket for urgent arrivals, so a critical request
 		// is admitted at once even right after a burst of lower traffic.
 		headroom: [llm.NumPriorities]float64{0, 0.20, 0.30, 0.30},
+		// Keep up to 80 % of each bucket for the bursts urgent traffic was
+		// seen to send: batch work loses more of its start, a user waits
+		// less.
+		burstRoom: 0.8,
 		// Retry quickly and give up after under 1 s of backoff (200 ms and 400 ms ceilings), so the caller
 		// can fall back while its user still waits.
 		retry: Retry{BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second, MaxAttempts: 3},
@@ -59,6 +65,10 @@ var profiles = map[Profile]preset{
 	Throughput: {
 		// Queued work waits for quota instead of failing and being resubmitted.
 		maxWait: [llm.NumPriorities]time.Duration{2 * time.Minute, 10 * time.Minute, 30 * time.Minute, 2 * time.Hour},
+		// Keep at most a quarter of each bucket for urgent bursts: the
+		// batch keeps more of the bucket, an urgent burst larger than that
+		// waits for refill.
+		burstRoom: 0.25,
 		// Ride out an overload of a minute or more: nobody is waiting on the
 		// answer, and a failed request costs a resubmission.
 		retry: Retry{BaseDelay: time.Second, MaxDelay: 30 * time.Second, MaxAttempts: 8},
@@ -73,6 +83,7 @@ func (p preset) fill(c Config) Config {
 		cl.MaxWait = cmp.Or(cl.MaxWait, p.maxWait[i])
 		cl.Headroom = cmp.Or(cl.Headroom, p.headroom[i])
 	}
+	c.BurstRoom = cmp.Or(c.BurstRoom, p.burstRoom)
 	if c.Retry.MaxDelay == 0 && p.retry.MaxDelay != 0 {
 		// An explicit base_delay above the preset's cap raises the cap.
 		c.Retry.MaxDelay = max(p.retry.MaxDelay, c.Retry.BaseDelay)

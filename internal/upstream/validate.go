@@ -65,6 +65,7 @@ func (c Config) Validate() error {
 	}{
 		{"request_timeout", d.RequestTimeout},
 		{"headroom_window", d.HeadroomWindow},
+		{"burst_memory", d.BurstMemory},
 		{"retry.base_delay", d.Retry.BaseDelay},
 		{"retry.max_delay", d.Retry.MaxDelay},
 		{"breaker.window", d.Breaker.Window},
@@ -73,6 +74,9 @@ func (c Config) Validate() error {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must be >= 0", f.name)
 		}
+	}
+	if d.BurstRoom > 1 {
+		return errors.New("burst_room: must be <= 1 (a share of each bucket's depth; negative for none)")
 	}
 	if d.JitterAllowance > time.Minute {
 		return errors.New("jitter_allowance: must be <= 1m")

@@ -1,0 +1,132 @@
+package dispatch_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
+	upcfg "github.com/sluicehq/sluice/internal/upstream"
+)
+
+// arrivalGroup is n requests of a class arriving together at t0+at.
+type arrivalGroup struct {
+	at    time.Duration
+	class llm.Priority
+	n     int
+}
+
+// replay sends each group at its instant on the rig's fake clock, driving
+// the clock event by event (as drain does) until every request has ended,
+// and returns the results per group. quiet, if set, is called at every
+// step while the system is quiet.
+func (p *poolRig) replay(t *testing.T, groups []arrivalGroup, quiet func(now time.Time)) [][]result {
+	t.Helper()
+	var done, sent atomic.Int32
+	chans := make([][]<-chan result, len(groups))
+	total := 0
+	for _, g := range groups {
+		total += g.n
+	}
+	next := 0
+	limit := time.Now().Add(2 * time.Minute)
+	for int(done.Load()) < total {
+		for next < len(groups) && !p.fc.Now().Before(t0.Add(groups[next].at)) {
+			g := groups[next]
+			for range g.n {
+				r := request()
+				r.Priority, r.Deadline = g.class, t0.Add(time.Hour)
+				ch := make(chan result, 1)
+				inner := doAsync(context.Background(), p.d, r)
+				go func() { res := <-inner; done.Add(1); ch <- res }()
+				chans[next] = append(chans[next], ch)
+				sent.Add(1)
+			}
+			next++
+		}
+		p.settle(t, int(sent.Load()), &done)
+		if quiet != nil {
+			quiet(p.fc.Now())
+		}
+		if int(done.Load()) == total {
+			break
+		}
+		step, ok := p.fc.Next()
+		if next < len(groups) && (!ok || t0.Add(groups[next].at).Before(step)) {
+			step, ok = t0.Add(groups[next].at), true
+		}
+		require.True(t, ok, "nothing to wait for with %d of %d done", done.Load(), total)
+		p.fc.Set(step)
+		require.True(t, time.Now().Before(limit), "the replay does not end: %d of %d done", done.Load(), total)
+	}
+	out := make([][]result, len(groups))
+	for i := range chans {
+		out[i] = collect(chans[i])
+	}
+	return out
+}
+
+// TestUrgentBurstFindsRoomAfterALongBatch: a batch keeps the upstream
+// saturated for minutes while bursts of critical requests come every
+// 30 s. The first burst, unannounced, waits for refill; from the second
+// on, the batch has left the room the first one showed it needs, and
+// every critical request is admitted at once. Without the learned room
+// (burst_room: -1) every burst waits. Once the critical class has been
+// quiet for several burst_memory, the batch has the whole bucket again.
+func TestUrgentBurstFindsRoomAfterALongBatch(t *testing.T) {
+	t.Parallel()
+	// 60 RPM: 1 a second, 10 in the 10 s bucket (9.8 after the margin).
+	// A burst of 4 critical requests needs 4 s of refill.
+	const batch = 450
+	groups := []arrivalGroup{{0, llm.Low, batch}}
+	for i := range 4 {
+		groups = append(groups, arrivalGroup{time.Duration(30+30*i) * time.Second, llm.Critical, 4})
+	}
+	run := func(room float64) ([][]result, float64) {
+		p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: 10},
+			upcfg.Config{Limits: upcfg.Limits{RequestsPerMinute: 60}, BurstSeconds: 10, BurstRoom: room, BurstMemory: time.Minute})
+		idle := -1.0 // the bucket's level while the batch is queued, long after the last burst
+		res := p.replay(t, groups, func(now time.Time) {
+			if now.Sub(t0) >= 6*time.Minute && idle < 0 && p.d.Snapshot().Queued[llm.Low] > 0 {
+				idle = p.d.Snapshot().Buckets[flow.Requests].Level
+			}
+		})
+		require.Zero(t, status429(p.mock.Stats()), "no provider 429")
+		return res, idle
+	}
+	waits := func(rs []result) (worst time.Duration) {
+		for _, r := range rs {
+			require.NoError(t, r.err)
+			worst = max(worst, r.resp.QueueWait)
+		}
+		return worst
+	}
+
+	res, idle := run(0) // burst_room's default
+	for i := range res {
+		t.Logf("group %d: worst queue wait %v", i, waits(res[i]))
+	}
+	t.Logf("level while the batch runs after 6 minutes: %.2f", idle)
+	require.Positive(t, waits(res[1]), "the first burst, unannounced, waits for refill")
+	for i := 2; i < len(res); i++ {
+		require.Zero(t, waits(res[i]), "burst %d is admitted at once", i)
+	}
+	require.GreaterOrEqual(t, idle, 0.0, "the batch was still queued 6 minutes in")
+	require.Less(t, idle, 1.5, "quiet for long: the batch uses the whole bucket again (level %.2f)", idle)
+
+	batchWait := waits(res[0])
+
+	res, _ = run(-1)
+	for i := 1; i < len(res); i++ {
+		require.Positive(t, waits(res[i]), "without the room, burst %d waits", i)
+	}
+	// The room cost the batch the room itself, once: the last batch
+	// request waited at most about 4 s (the burst's refill) longer.
+	t.Logf("the batch's longest wait: %v with the room, %v without", batchWait, waits(res[0]))
+	require.LessOrEqual(t, batchWait, waits(res[0])+5*time.Second)
+}
