@@ -22,7 +22,7 @@ const (
 	// not while leaving the room kept for the more urgent classes'
 	// bursts; it refills enough at Until.
 	WaitUrgentRoom = "urgent_room"
-	WaitKeysOut     = "keys_out"     // every key is out of the pool until its probe
+	WaitKeysOut    = "keys_out" // every key is out of the pool until its probe
 )
 
 // WaitReason says what the head of the queue waits on. The zero value
