@@ -223,6 +223,13 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		d.mu.Unlock()
 		d.aimd.OnSuccess(inflight)
 	}
+	if !w.ticket {
+		end := GateEnd{Sent: true}
+		if ok {
+			end.Usage = &usage
+		}
+		d.gateDone(w, end)
+	}
 	if ok {
 		d.releaseAnswered(w, b.g, result, actual)
 		return

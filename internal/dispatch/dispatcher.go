@@ -326,7 +326,7 @@ func (d *Dispatcher) admit() time.Duration {
 		now := d.clk.Now()
 		it := d.sched.Peek(now)
 		if it == nil {
-			return 0
+			return untilRelease(d.sched.NextRelease(now), now) // nothing, or only held clients
 		}
 		w := it.Value.(*waiter)
 		if ok, readyAt := d.brk.Ready(now); !ok {
@@ -341,6 +341,20 @@ func (d *Dispatcher) admit() time.Duration {
 		if d.inflight >= d.aimd.Limit() {
 			return 0 // a completion wakes us
 		}
+		if gw, err := d.gate(w, now); err != nil {
+			d.sched.Remove(it)
+			w.grant <- grant{err: err}
+			continue
+		} else if gw.Waits() {
+			// Its client's own limit: the client's requests are passed
+			// over until then (or until one of them ends).
+			var until time.Time
+			if gw.For > 0 {
+				until = now.Add(gw.For)
+			}
+			d.sched.Hold(it, until)
+			continue
+		}
 		key, wait, err := d.pick(w.cost, d.headroom(w.req.Priority, now), now)
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
@@ -351,6 +365,9 @@ func (d *Dispatcher) admit() time.Duration {
 		if key == nil {
 			urgent, ukey := d.urgentFit(it, now)
 			if urgent == nil {
+				if r := untilRelease(d.sched.NextRelease(now), now); r > 0 && r < wait {
+					return r // a held client, maybe of a more urgent class, may go first
+				}
 				return wait
 			}
 			it, w, key = urgent, urgent.Value.(*waiter), ukey
@@ -369,6 +386,14 @@ func (d *Dispatcher) admit() time.Duration {
 		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}
 	}
 	return 0
+}
+
+// untilRelease is how long from now until next (0 when next is zero).
+func untilRelease(next, now time.Time) time.Duration {
+	if next.IsZero() {
+		return 0
+	}
+	return max(next.Sub(now), time.Nanosecond)
 }
 
 // failUnreachable answers at once, with ErrUnavailable, every queued
@@ -408,6 +433,12 @@ type waiter struct {
 	// ctx is Do's context, the parent of the request's spans (nil for a
 	// ticket: its attempt's context is).
 	ctx context.Context
+	// gated is set once the request's Gate admitted it (d.mu held), held
+	// is what the Gate last held it back with; gateOnce ends the Gate's
+	// charge once (gateDone).
+	gated    bool
+	held     GateWait
+	gateOnce sync.Once
 }
 
 // headroom is what a request of class c must leave unused in each
@@ -472,11 +503,14 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) (*flow.Item, *poo
 		return nil, nil
 	}
 	for c := llm.Critical; c < head.Class; c++ {
-		it := d.sched.PeekClass(c)
+		it := d.sched.PeekClass(c, now)
 		if it == nil {
 			continue
 		}
 		w := it.Value.(*waiter)
+		if gw, err := d.gate(w, now); err != nil || gw.Waits() {
+			continue // the next admission step holds it back, or fails it
+		}
 		if k, _, err := d.pick(w.cost, d.headroom(c, now), now); err == nil && k != nil {
 			return it, k
 		}
@@ -510,6 +544,20 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("dispatching: nil request")
 	}
+	w := d.newWaiter(ctx, req)
+	resp, err := d.do(ctx, w)
+	switch {
+	case err != nil:
+		d.gateDone(w, GateEnd{Sent: w.attempts > 0})
+	case resp.body == nil: // the provider's error answer, passed through
+		d.gateDone(w, GateEnd{Sent: true})
+	}
+	// A success ends its Gate charge when its body ends (trackedBody).
+	return resp, err
+}
+
+// newWaiter is req's journey through the dispatcher, starting now.
+func (d *Dispatcher) newWaiter(ctx context.Context, req *Request) *waiter {
 	now := d.clk.Now()
 	est := d.cal.adjust(req.Cost)
 	w := &waiter{
@@ -538,6 +586,12 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		Arrival: now,
 		Value:   w,
 	}
+	return w
+}
+
+// do is Do for w: queue, admission, attempts and retries.
+func (d *Dispatcher) do(ctx context.Context, w *waiter) (*Response, error) {
+	req, class, now := w.req, w.item.Class, w.waitFrom
 	if err := d.tooLarge(w.cost, now); err != nil {
 		return nil, d.giveUp(w, ErrTooLarge, err.Error())
 	}
@@ -559,6 +613,16 @@ func (d *Dispatcher) Do(ctx context.Context, req *Request) (*Response, error) {
 		e := d.giveUp(w, ErrShed, fmt.Sprintf("predicted queue wait %v exceeds the deadline", predicted.Round(time.Millisecond)))
 		e.RetryAfter = clientRetryAfter(predicted)
 		return nil, e
+	}
+	if g := req.Gate; g != nil {
+		// The client's own limit, with its requests already queued here.
+		queued := d.sched.ClientDemand(req.Client).Add(w.cost)
+		if wait, limit := g.Predict(queued[flow.Requests], queued[flow.Tokens], now); now.Add(wait).After(w.deadline) {
+			d.mu.Unlock()
+			e := d.giveUp(w, ErrClientLimit, fmt.Sprintf("%s leaves room for this request in %v, after its deadline", limit, wait.Round(time.Millisecond)))
+			e.RetryAfter = clientRetryAfter(wait)
+			return nil, e
+		}
 	}
 	d.sched.Push(&w.item)
 	d.arrived(class, w.cost, now)
@@ -613,6 +677,12 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 		}
 	}
 	d.mu.Lock()
+	var held GateWait
+	if d.sched.Held(&w.item, d.clk.Now()) {
+		held = w.held // its client's own limit is what holds it
+	}
+	d.mu.Unlock()
+	d.mu.Lock()
 	removed := d.sched.Remove(&w.item)
 	d.mu.Unlock()
 	if !removed {
@@ -626,6 +696,10 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 	switch {
 	case errors.Is(reason, ErrUnavailable):
 		return grant{}, d.giveUp(w, ErrUnavailable, "")
+	case errors.Is(reason, ErrDeadline) && held.Waits():
+		e := d.giveUp(w, ErrClientLimit, held.Limit+" held the request until its deadline")
+		e.RetryAfter = clientRetryAfter(held.For)
+		return grant{}, e
 	case errors.Is(reason, ErrDeadline):
 		return grant{}, d.giveUp(w, ErrDeadline, "the request waited in the queue until its deadline")
 	}
@@ -720,6 +794,8 @@ func (d *Dispatcher) giveUp(w *waiter, reason error, msg string) *Error {
 	case exhausted:
 		e.Status = statusForGiveUp(w.last)
 		e.RetryAfter = clientRetryAfter(d.backoff.Ceiling(w.burnt))
+	case errors.Is(reason, ErrClientLimit):
+		e.Status = http.StatusTooManyRequests // the caller sets RetryAfter from its gate
 	default: // shed, deadline: a quota wait
 		e.Status = http.StatusTooManyRequests
 		e.RetryAfter = clientRetryAfter(time.Second)

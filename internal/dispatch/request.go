@@ -38,6 +38,10 @@ type Request struct {
 	// instead of waiting for the next probe, and a failed probe it carried
 	// ends it with ErrUnavailable instead of putting it back in line.
 	FailFast bool
+	// Gate is the caller's own limits on this upstream (a client's rate
+	// and concurrency), checked in the admission step; nil for none. See
+	// Gate.
+	Gate Gate
 	// UsageInjected is set by the front door when it asked an OpenAI stream
 	// for a usage chunk the caller did not ask for; the front door strips
 	// that chunk from the answer (frontdoor.PrepareResponse). The

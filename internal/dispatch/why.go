@@ -40,6 +40,19 @@ type WaitReason struct {
 	Key string
 }
 
+// HeldClient is a client whose own limit holds its queued requests back
+// in one class.
+type HeldClient struct {
+	Class  llm.Priority
+	Client string
+	Queued int
+	// Limit names the limit ("client acme's requests_per_minute (30) on
+	// claude"); Until is when it has room (zero: when one of the client's
+	// requests ends).
+	Limit string
+	Until time.Time
+}
+
 // BreakerEvent is one change of the breaker's state.
 type BreakerEvent struct {
 	At       time.Time
@@ -122,7 +135,10 @@ func (d *Dispatcher) ForceBreaker(action, by string) (from, to flow.BreakerState
 // queue waits on, each class's oldest arrival, the breaker's history and
 // the last throttling answers.
 type Explain struct {
-	Waiting        WaitReason
+	Waiting WaitReason
+	// Held are the clients whose own limit holds their queued requests
+	// back (Gate), per class.
+	Held           []HeldClient
 	OldestArrival  [llm.NumPriorities]time.Time
 	BreakerHistory []BreakerEvent
 	BreakerHeld    bool
@@ -140,6 +156,10 @@ func (d *Dispatcher) Explain() Explain {
 		e.OldestArrival[c] = d.sched.OldestArrival(llm.Priority(c))
 	}
 	e.Waiting = d.whyLocked(now)
+	for _, h := range d.sched.HeldClients(now) {
+		e.Held = append(e.Held, HeldClient{Class: h.Class, Client: h.Client, Queued: h.Queued,
+			Limit: h.Front.Value.(*waiter).held.Limit, Until: h.Until})
+	}
 	d.mu.Unlock()
 	d.fmu.Lock()
 	e.BreakerHistory = append([]BreakerEvent(nil), d.breakerLog...)

@@ -38,6 +38,16 @@ type clientQueue struct {
 	name     string
 	items    *list.List // *Item in seq order
 	ringElem *list.Element
+	// held is set while the client's own limit keeps its requests back
+	// (Hold): until heldUntil, or until Release when that is zero.
+	held      bool
+	heldUntil time.Time
+	demand    Amount // the summed Cost of its items
+}
+
+// waits reports whether cl is held back at now.
+func (cl *clientQueue) waits(now time.Time) bool {
+	return cl.held && (cl.heldUntil.IsZero() || now.Before(cl.heldUntil))
 }
 
 type classQueue struct {
@@ -57,6 +67,10 @@ type classQueue struct {
 // Aging overrides both: an item that has waited its class's MaxWait is
 // served first (the most overdue first).
 //
+// A client can be held back (Hold) while its own limit has no room: its
+// requests keep their places and count in the queue, but Peek passes
+// over them, so the other clients, and the other classes, go on.
+//
 // Peek names the next item without removing it; the caller then Takes it
 // when it can be sent. Peek is stable while nothing changes, so the caller
 // waits for that item to fit instead of letting smaller items overtake it.
@@ -69,6 +83,7 @@ type Scheduler struct {
 	v       float64
 	seq     uint64
 	n       int
+	held    int // client queues held back (Hold), expired or not
 }
 
 // NewScheduler returns an empty Scheduler with each class's weight (> 0)
@@ -106,6 +121,18 @@ func (s *Scheduler) Demand(c llm.Priority) Amount {
 	var a Amount
 	for i := llm.Critical; i <= c && i < llm.NumPriorities; i++ {
 		a = a.Add(s.classes[i].demand)
+	}
+	return a
+}
+
+// ClientDemand returns the summed Cost of client's queued items, every
+// class together.
+func (s *Scheduler) ClientDemand(client string) Amount {
+	var a Amount
+	for c := range s.classes {
+		if cl := s.classes[c].clients[client]; cl != nil {
+			a = a.Add(cl.demand)
+		}
 	}
 	return a
 }
@@ -157,6 +184,7 @@ func (s *Scheduler) insert(it *Item) {
 	it.clientElem = insertBySeq(cl.items, it)
 	it.classElem = insertBySeq(cq.byArrival, it)
 	cq.demand = cq.demand.Add(it.Cost)
+	cl.demand = cl.demand.Add(it.Cost)
 	it.queued = true
 	s.n++
 }
@@ -183,11 +211,10 @@ func (s *Scheduler) Peek(now time.Time) *Item {
 	var aged *Item
 	var agedAt time.Time
 	for c := range s.classes {
-		f := s.classes[c].byArrival.Front()
-		if f == nil {
+		it := s.oldestFree(c, now)
+		if it == nil {
 			continue
 		}
-		it := f.Value.(*Item)
 		due := it.Arrival.Add(s.maxWait[c])
 		if !now.Before(due) && (aged == nil || due.Before(agedAt)) {
 			aged, agedAt = it, due
@@ -196,25 +223,134 @@ func (s *Scheduler) Peek(now time.Time) *Item {
 	if aged != nil {
 		return aged
 	}
-	best := -1
+	var best *Item
+	bestStart := 0.0
 	for c := range s.classes {
 		cq := &s.classes[c]
-		if cq.byArrival.Len() > 0 && (best < 0 || cq.start < s.classes[best].start) {
-			best = c
+		if cq.byArrival.Len() == 0 || best != nil && cq.start >= bestStart {
+			continue
+		}
+		if it := s.PeekClass(llm.Priority(c), now); it != nil {
+			best, bestStart = it, cq.start
 		}
 	}
-	cl := s.classes[best].ring.Front().Value.(*clientQueue)
-	return cl.items.Front().Value.(*Item)
+	return best
 }
 
-// PeekClass returns the item class c would serve next (its round-robin
-// client's oldest), or nil when the class is empty.
-func (s *Scheduler) PeekClass(c llm.Priority) *Item {
-	if !c.Valid() || s.classes[c].byArrival.Len() == 0 {
+// oldestFree is class c's longest-waiting item of a client not held back
+// at now, or nil: the front of its arrival list, or with clients held,
+// the oldest of the free clients' first items (each client's items are
+// in arrival order).
+func (s *Scheduler) oldestFree(c int, now time.Time) *Item {
+	cq := &s.classes[c]
+	f := cq.byArrival.Front()
+	if f == nil {
 		return nil
 	}
-	cl := s.classes[c].ring.Front().Value.(*clientQueue)
-	return cl.items.Front().Value.(*Item)
+	if it := f.Value.(*Item); s.held == 0 || !it.client.waits(now) {
+		return it
+	}
+	var oldest *Item
+	for e := cq.ring.Front(); e != nil; e = e.Next() {
+		cl := e.Value.(*clientQueue)
+		if cl.waits(now) {
+			continue
+		}
+		if it := cl.items.Front().Value.(*Item); oldest == nil || it.seq < oldest.seq {
+			oldest = it
+		}
+	}
+	return oldest
+}
+
+// PeekClass returns the item class c would serve next at now (the oldest
+// of its first client in the round robin not held back), or nil when
+// there is none.
+func (s *Scheduler) PeekClass(c llm.Priority, now time.Time) *Item {
+	if !c.Valid() {
+		return nil
+	}
+	for e := s.classes[c].ring.Front(); e != nil; e = e.Next() {
+		if cl := e.Value.(*clientQueue); !cl.waits(now) {
+			return cl.items.Front().Value.(*Item)
+		}
+	}
+	return nil
+}
+
+// Hold holds back it's client in its class: Peek passes over its
+// requests until until (zero: until Release), while they keep their
+// places. It is for a client's own limit, which has no room for it.
+func (s *Scheduler) Hold(it *Item, until time.Time) {
+	if !it.queued {
+		return
+	}
+	if !it.client.held {
+		s.held++
+	}
+	it.client.held, it.client.heldUntil = true, until
+}
+
+// Held reports whether it's client is held back in its class at now.
+func (s *Scheduler) Held(it *Item, now time.Time) bool {
+	return it.queued && it.client.waits(now)
+}
+
+// Release ends every hold of client, in every class.
+func (s *Scheduler) Release(client string) {
+	for c := range s.classes {
+		if cl := s.classes[c].clients[client]; cl != nil && cl.held {
+			cl.held, cl.heldUntil = false, time.Time{}
+			s.held--
+		}
+	}
+}
+
+// HeldClient is a client held back in one class (Scheduler.HeldClients).
+type HeldClient struct {
+	Class  llm.Priority
+	Client string
+	// Queued is how many of its requests wait in the class; Front is the
+	// oldest of them.
+	Queued int
+	Front  *Item
+	// Until is when the hold ends (zero: when Release is called).
+	Until time.Time
+}
+
+// HeldClients lists the clients held back at now, per class, critical
+// first.
+func (s *Scheduler) HeldClients(now time.Time) []HeldClient {
+	if s.held == 0 {
+		return nil
+	}
+	var out []HeldClient
+	for c := range s.classes {
+		for e := s.classes[c].ring.Front(); e != nil; e = e.Next() {
+			if cl := e.Value.(*clientQueue); cl.waits(now) {
+				out = append(out, HeldClient{Class: llm.Priority(c), Client: cl.name, Queued: cl.items.Len(),
+					Front: cl.items.Front().Value.(*Item), Until: cl.heldUntil})
+			}
+		}
+	}
+	return out
+}
+
+// NextRelease returns the earliest instant after now at which a client
+// held back until a time is released (zero when none is).
+func (s *Scheduler) NextRelease(now time.Time) (next time.Time) {
+	if s.held == 0 {
+		return time.Time{}
+	}
+	for c := range s.classes {
+		for e := s.classes[c].ring.Front(); e != nil; e = e.Next() {
+			cl := e.Value.(*clientQueue)
+			if cl.waits(now) && !cl.heldUntil.IsZero() && (next.IsZero() || cl.heldUntil.Before(next)) {
+				next = cl.heldUntil
+			}
+		}
+	}
+	return next
 }
 
 // Overdue reports whether it has waited past its class's max wait (the
@@ -259,10 +395,15 @@ func (s *Scheduler) unlink(it *Item) {
 	cl.items.Remove(it.clientElem)
 	cq.byArrival.Remove(it.classElem)
 	cq.demand = cq.demand.Sub(it.Cost)
+	cl.demand = cl.demand.Sub(it.Cost)
 	if cl.items.Len() == 0 {
 		if cl.ringElem != nil {
 			cq.ring.Remove(cl.ringElem)
 			cl.ringElem = nil
+		}
+		if cl.held {
+			cl.held = false
+			s.held--
 		}
 		delete(cq.clients, cl.name)
 	}

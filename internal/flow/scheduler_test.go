@@ -211,18 +211,18 @@ func BenchmarkSchedulerPushPop(b *testing.B) {
 func TestSchedulerPeekClassAndOverdue(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(t)
-	require.Nil(t, s.PeekClass(llm.Critical))
-	require.Nil(t, s.PeekClass(llm.Priority(9)))
+	require.Nil(t, s.PeekClass(llm.Critical, t0))
+	require.Nil(t, s.PeekClass(llm.Priority(9), t0))
 	normal := &flow.Item{Class: llm.Normal, Client: "a", Size: 10, Arrival: t0}
 	crit1 := &flow.Item{Class: llm.Critical, Client: "a", Size: 10, Arrival: t0}
 	crit2 := &flow.Item{Class: llm.Critical, Client: "b", Size: 10, Arrival: t0}
 	s.Push(normal)
 	s.Push(crit1)
 	s.Push(crit2)
-	require.Same(t, crit1, s.PeekClass(llm.Critical))
-	require.Same(t, normal, s.PeekClass(llm.Normal))
+	require.Same(t, crit1, s.PeekClass(llm.Critical, t0))
+	require.Same(t, normal, s.PeekClass(llm.Normal, t0))
 	s.Take(crit1)
-	require.Same(t, crit2, s.PeekClass(llm.Critical), "round robin moves to the next client")
+	require.Same(t, crit2, s.PeekClass(llm.Critical, t0), "round robin moves to the next client")
 	require.False(t, s.Overdue(normal, t0.Add(testMaxWait[llm.Normal]-time.Nanosecond)))
 	require.True(t, s.Overdue(normal, t0.Add(testMaxWait[llm.Normal])))
 }
@@ -252,4 +252,43 @@ func TestSchedulerRemoveIf(t *testing.T) {
 	}
 	require.Nil(t, pop(s, now))
 	require.False(t, s.Remove(items[1]), "an item RemoveIf took is no longer queued")
+}
+
+// TestSchedulerHoldPassesOverAClient: a client held back by its own limit
+// keeps its requests' places and counts, while the other clients of its
+// class and the other classes are served; the hold ends at its time or on
+// Release, and aging never picks a held client.
+func TestSchedulerHoldPassesOverAClient(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	a1 := &flow.Item{Class: llm.High, Client: "a", Size: 1, Arrival: t0}
+	a2 := &flow.Item{Class: llm.High, Client: "a", Size: 1, Arrival: t0}
+	b1 := &flow.Item{Class: llm.High, Client: "b", Size: 1, Arrival: t0.Add(time.Second)}
+	low := &flow.Item{Class: llm.Low, Client: "a", Size: 1, Arrival: t0}
+	for _, it := range []*flow.Item{a1, a2, b1, low} {
+		s.Push(it)
+	}
+	require.Same(t, a1, s.Peek(t0))
+	s.Hold(a1, t0.Add(10*time.Second))
+	require.Same(t, b1, s.Peek(t0), "the held client is passed over")
+	require.Same(t, b1, s.PeekClass(llm.High, t0))
+	require.Equal(t, 3, s.LenClass(llm.High), "held requests still count")
+	require.Equal(t, t0.Add(10*time.Second), s.NextRelease(t0))
+	s.Take(b1)
+	require.Same(t, low, s.Peek(t0), "a hold is per class: the client's low request goes")
+	s.Hold(low, time.Time{})
+	require.Nil(t, s.Peek(t0), "everything queued is held")
+	require.Equal(t, t0.Add(10*time.Second), s.NextRelease(t0), "a hold until Release has no time")
+	// Aging: a held client's overdue request is not picked.
+	late := t0.Add(time.Hour)
+	require.Same(t, a1, s.Peek(late), "a timed hold ends by itself")
+	s.Hold(a1, late.Add(time.Minute))
+	require.Nil(t, s.Peek(late))
+	s.Release("a")
+	require.Same(t, a1, s.Peek(late), "Release ends every hold of the client")
+	require.True(t, s.NextRelease(late).IsZero())
+	s.Take(a1)
+	s.Take(s.Peek(late))
+	s.Take(s.Peek(late))
+	require.Zero(t, s.Len())
 }

@@ -240,6 +240,7 @@ func shedReason(err error) string {
 		{dispatch.ErrTooLarge, "too_large"},
 		{dispatch.ErrShed, "predicted_wait"},
 		{dispatch.ErrDeadline, "deadline"},
+		{dispatch.ErrClientLimit, "client_limit"},
 		{dispatch.ErrRetriesExhausted, "retries_exhausted"},
 		{dispatch.ErrRetryBudget, "retry_budget"},
 		{dispatch.ErrUnavailable, "unavailable"},
