@@ -34,6 +34,7 @@ var allowedImports = map[string][]string{
 	"internal/mock":                  {"internal/clock"},
 	"internal/cluster":               {"internal/clock", "internal/flow", "internal/llm"},
 	"internal/cluster/clustertest":   {"internal/cluster", "internal/flow"},
+	"internal/admit":                 {"internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobstore", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "internal/upstream"},
 	"internal/scenario":              {"internal/clock", "internal/frontdoor", "internal/llm", "internal/mock", "internal/server", "internal/upstream"},
 }
 

@@ -218,8 +218,11 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 	if out.Kind == llm.Rate && !out.HasRetryAfter {
 		w.hintlessRate++
 	}
-	if probe && fate.Kind == Retry && outageKind(&out) && w.req.FailFast {
-		return nil, false, d.giveUp(w, ErrUnavailable, "the breaker's probe failed: "+describe(out))
+	if fate.Kind == Retry && outageKind(&out) && w.req.FailFast {
+		// A caller with a fallback: the first failure of a new outage
+		// sends it there at once, not after backoff on this upstream.
+		w.burnt++
+		return nil, false, d.giveUp(w, ErrUnavailable, "the upstream failed: "+describe(out))
 	}
 	if probe && fate.Kind == Retry && outageKind(&out) {
 		d.obs.Retried(out.Kind)

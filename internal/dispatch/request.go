@@ -35,8 +35,9 @@ type Request struct {
 	// FailFast is set by a caller that has somewhere else to go (a
 	// fallback upstream): while the breaker is open or half-open without a
 	// probe free, the request is refused at once with ErrUnavailable
-	// instead of waiting for the next probe, and a failed probe it carried
-	// ends it with ErrUnavailable instead of putting it back in line.
+	// instead of waiting for the next probe, and an attempt that fails
+	// with an overload, a server error or a timeout (a probe's included)
+	// ends it with ErrUnavailable instead of a retry after backoff.
 	FailFast bool
 	// Gate is the caller's own limits on this upstream (a client's rate
 	// and concurrency), checked in the admission step; nil for none. See

@@ -1,0 +1,23 @@
+// Package admit is the admission layer: the rules that decide whether a
+// caller may send a request at all, built once for every door (the
+// proxy's live requests, the job worker, `sluice batch run`, the SDK batch
+// and Responses routes) rather than in the first door that needed them.
+//
+// It owns the clients' own limits on each upstream (a per-(client,
+// upstream) Gate with its requests and tokens per minute and its
+// concurrency slots, which the upstream's dispatcher checks in its
+// admission step, so a request over its client's limit waits in the
+// upstream's one queue, visible like any other wait), the spend budgets
+// (a ledger of each client's day, month and total windows: the worst case
+// reserved before sending, the actual cost settled after, flushed to the
+// store), their shares on a cluster, and the fallback router (which
+// upstream serves a request when its own is unavailable or cannot make
+// the deadline).
+//
+// Every door makes the same calls: Layer.Admit with ModeWait for a live
+// request (the client's limit is waited for in the engine's queue) or
+// ModeNow for a job (the answer says when to come back, and the job waits
+// in the store without burning an attempt); Admission.Settle when the
+// answer has ended; Router.Route for where to send it. A budget refusal is
+// answered at once, never after waiting for a rate slot.
+package admit

@@ -1,0 +1,302 @@
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/quota"
+	"github.com/sluicehq/sluice/internal/upstream"
+)
+
+// Engine is what the layer needs of an upstream's engine;
+// *dispatch.Dispatcher implements it.
+type Engine interface {
+	Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
+	// Unavailable reports whether the upstream refuses every request now
+	// (its breaker open, or held open by an operator).
+	Unavailable() bool
+}
+
+// Config configures a Layer.
+type Config struct {
+	// Clients are the configured clients' limits and budgets. Defaults
+	// to none (nothing limited, spend still counted).
+	Clients []Client
+	// Prices is the price table budgets are charged at. Defaults to the
+	// shipped table.
+	Prices pricing.Config
+	// Upstreams are the upstreams' configs, for their protocols, their
+	// classes' default deadlines and their fallbacks. Required for every
+	// engine given to Bind.
+	Upstreams []upstream.Config
+	// SharedSpend is set when other gateways write their spend to the
+	// same store: after each flush the windows are rebased on the store's
+	// sums. Defaults to false.
+	SharedSpend bool
+	// Clock is the time source. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger receives the layer's warnings (budgets exhausted, unpriced
+	// models, spend flush failures). Defaults to a discarding logger.
+	Logger *slog.Logger
+	// Observer receives spend, refusals and fallbacks. Defaults to
+	// NopObserver.
+	Observer Observer
+}
+
+// Layer is the admission layer (see the package doc). Make one with New;
+// Start loads the spend kept in the store and flushes to it, Stop writes
+// what is pending. It is safe for concurrent use.
+type Layer struct {
+	clock  clock.Clock
+	obs    Observer
+	spend  *spender
+	gates  *gates
+	router *router
+
+	clients atomic.Pointer[map[string]Client]
+	tenants *cluster.Tenants
+
+	mu      sync.Mutex
+	started bool
+}
+
+// New returns a Layer for cfg, or an error naming the invalid field.
+func New(cfg Config) (*Layer, error) {
+	clk := clock.Or(cfg.Clock)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = NopObserver{}
+	}
+	sp, err := newSpender(cfg.Prices, cfg.SharedSpend, clk, log, obs)
+	if err != nil {
+		return nil, err
+	}
+	l := &Layer{clock: clk, obs: obs, spend: sp, gates: newGates(clk), router: newRouter(cfg.Upstreams, clk, obs)}
+	l.SetClients(cfg.Clients)
+	return l, nil
+}
+
+// SetClients applies the clients' limits and budgets (a reload calls it):
+// each client keeps its spend and reservations; a pair whose limits
+// changed gets a new gate, the requests holding the old one finish with
+// it.
+func (l *Layer) SetClients(clients []Client) {
+	m := make(map[string]Client, len(clients))
+	for _, c := range clients {
+		m[c.Name] = c
+	}
+	l.clients.Store(&m)
+	l.spend.setBudgets(clients)
+}
+
+// Bind gives the layer the engines it sends to, by upstream name (the
+// router's targets). It is called once the engines are built, before the
+// first request.
+func (l *Layer) Bind(engines map[string]Engine) { l.router.bind(engines) }
+
+// Start loads the spend kept in st (nil: spend kept in memory only) and
+// flushes to it every SpendFlushEvery until Stop.
+func (l *Layer) Start(ctx context.Context, st SpendStore) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return errors.New("starting the admission layer: already started")
+	}
+	if err := l.spend.start(ctx, st); err != nil {
+		return err
+	}
+	l.started = true
+	return nil
+}
+
+// Stop writes the pending spend to the store and stops sharing with the
+// cluster. It is idempotent and safe before Start.
+func (l *Layer) Stop(ctx context.Context) error {
+	err := l.spend.close(ctx)
+	if l.tenants != nil {
+		err = errors.Join(err, l.tenants.Stop(ctx))
+	}
+	return err
+}
+
+// ShareWith makes the clients' limits and, when the spend is shared
+// through the store, their budgets tenants of the cluster t (started by
+// the caller; Stop stops it); timeout bounds a first join's sync.
+func (l *Layer) ShareWith(t *cluster.Tenants, timeout time.Duration) {
+	l.tenants = t
+	l.gates.shares.Store(newClientShares(t, l.clock, timeout))
+	if l.spend.shared {
+		l.spend.ledger.SetVisibleAfter(spendVisibleAfter)
+		l.spend.joinTimeout = timeout
+		l.spend.tenants.Store(t)
+	}
+}
+
+// client returns the named client's config (the zero Client, which
+// limits nothing, for a caller not configured).
+func (l *Layer) client(name string) Client {
+	return (*l.clients.Load())[name]
+}
+
+// gate returns client's gate on upstream (nil: no limit there).
+func (l *Layer) gate(client, upstream string) (*Gate, error) {
+	return l.gates.get(client, upstream, l.client(client).Limits.For(upstream))
+}
+
+// Do sends a live request (ModeWait): its client's budget is checked at
+// once (a *Refusal otherwise), its client's own limit on each upstream
+// is waited for in that upstream's queue (the Gate), and the router sends
+// it to its upstream or, when that is unavailable or cannot make the
+// deadline, to a fallback (Target.Models rewrites the model). The answer
+// says who served it (Response.Upstream); trail, when not nil, records
+// every upstream tried and its attempts. The spend is settled when the
+// response's body ends or is closed. noFallback keeps it on upstream.
+func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Request, noFallback bool, trail *Trail) (*dispatch.Response, error) {
+	return l.router.do(ctx, upstreamName, req, noFallback, trail, l.send)
+}
+
+// send admits req on target t and hands it to t's engine: the budget's
+// reservation (refused at once), the client's gate on t (waited for in
+// the engine's queue), then the engine; the reservation is settled when
+// the body ends, or refunded when the engine gives up.
+func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dispatch.Response, error) {
+	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
+	if err != nil {
+		return nil, l.refusal(t, err)
+	}
+	g, err := l.gate(req.Client, t.Upstream)
+	if err != nil {
+		h.refund()
+		return nil, err
+	}
+	if g != nil {
+		req.Gate = g
+	}
+	resp, err := t.engine.Do(ctx, req)
+	if err != nil {
+		h.refund()
+		return nil, err
+	}
+	if resp.Body == nil {
+		end, ended := resp.End()
+		h.settle(end, ended)
+		return resp, nil
+	}
+	resp.Body = &spendBody{ReadCloser: resp.Body, resp: resp, hold: h}
+	return resp, nil
+}
+
+// Admission is a job's call admitted by AdmitNow: its budget reservation
+// and its slot at its client's gate. Settle it once the call has ended.
+type Admission struct {
+	hold  *spendHold
+	gate  *Gate
+	cost  provider.Cost
+	clock clock.Clock
+}
+
+// AdmitNow admits a job's call to target t at once (ModeNow): its
+// client's budget (a *Refusal when it cannot hold the call) and its
+// client's own limit on t (a *Held, saying when to come back, when the
+// client is over it: the job waits in the store without burning an
+// attempt, and is never recorded as a rate limit).
+func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (*Admission, error) {
+	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
+	if err != nil {
+		return nil, l.refusal(t, err)
+	}
+	g, err := l.gate(req.Client, t.Upstream)
+	if err != nil {
+		h.refund()
+		return nil, err
+	}
+	if g != nil {
+		now := l.clock.Now()
+		gw, err := g.Take(req.Cost, now)
+		if err != nil {
+			h.refund()
+			return nil, err
+		}
+		if gw.Waits() {
+			h.refund()
+			return nil, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit}
+		}
+	}
+	return &Admission{hold: h, gate: g, cost: req.Cost, clock: l.clock}, nil
+}
+
+// Settle ends the admission with how the call ended (ended false: it
+// failed without an answer's body; nothing billed): the client's slot is
+// freed and its rate charge corrected, and the spend settled. It returns
+// the call's cost in US dollars.
+func (a *Admission) Settle(end dispatch.End, ended bool) float64 {
+	if a == nil {
+		return 0
+	}
+	if a.gate != nil {
+		ge := dispatch.GateEnd{Sent: ended}
+		if ended && end.HasUsage {
+			u := end.Usage
+			ge.Usage = &u
+		}
+		a.gate.Done(a.cost, ge, a.clock.Now())
+	}
+	return a.hold.settle(end, ended).Dollars()
+}
+
+// Held is a job's call its client's own limit holds back: it comes back
+// at RetryAt, its client's next free turn, without an attempt.
+type Held struct {
+	RetryAt time.Time
+	// Limit names the limit ("client acme's requests_per_minute (30) on
+	// claude").
+	Limit string
+}
+
+func (h *Held) Error() string {
+	return fmt.Sprintf("held back by %s until %s", h.Limit, h.RetryAt.UTC().Format(time.RFC3339))
+}
+
+// Spent returns the cost, in US dollars, settled for a response Do
+// returned (0 before its body ended, or without a budget charge).
+func Spent(resp *dispatch.Response) float64 {
+	if resp == nil {
+		return 0
+	}
+	if b, ok := resp.Body.(*spendBody); ok {
+		return b.hold.costSoFar().Dollars()
+	}
+	return 0
+}
+
+// ClientLimits lists the gates in use (per client and upstream) and their
+// room, for /v1/status.
+func (l *Layer) ClientLimits(now time.Time) []ClientLimitStatus { return l.gates.status(now) }
+
+// Spend is the spend section of /v1/status.
+func (l *Layer) Spend(now time.Time) *SpendStatus { return l.spend.status(now) }
+
+// Unmetered reports whether a pass-through request of client must be
+// refused because the client has a budget and the request may be billed
+// (anything but GET, HEAD, DELETE, OPTIONS and token counting).
+func (l *Layer) Unmetered(client, method, path string) bool {
+	return l.spend.unmetered(client, method, path)
+}
+
+// Accounts returns every client's budget windows at now, for the
+// metrics collector.
+func (l *Layer) Accounts(now time.Time) []quota.Account { return l.spend.ledger.Accounts(now) }

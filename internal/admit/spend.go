@@ -1,0 +1,308 @@
+package admit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/quota"
+)
+
+// Spend budgets (docs/budgets.md). Every scheduled request, live or a
+// job's call, goes through spender.reserve before the engine sees it: its
+// worst case (the input estimate plus max_tokens, priced by the table) is
+// reserved against its client's budget, and settled with the cost of the
+// usage the engine read from the answer once the body ends (refunded when
+// the call failed without usage). Settled spend is added to the store in
+// batches every SpendFlushEvery and on Stop, and read back at Start, so
+// budgets survive restarts.
+
+// SpendFlushEvery is how often settled spend is written to the store.
+const SpendFlushEvery = 5 * time.Second
+
+// maxUnknownModelsLogged bounds the set of unpriced model names warned
+// about once each.
+const maxUnknownModelsLogged = 1000
+
+// spender is the gateway's budgets and spend accounting. Safe for
+// concurrent use; reserve and settle are O(1) and never touch the store.
+type spender struct {
+	prices  *pricing.Table
+	ledger  *quota.Ledger
+	clock   clock.Clock
+	log     *slog.Logger
+	budgets atomic.Pointer[map[string]bool] // clients with a budget (replaced whole by setBudgets)
+	obs     Observer
+
+	mu      sync.Mutex
+	pending map[spendKey]*spendDelta // settled, not yet in the store
+	totals  map[spendLabel]*spendDelta
+	unknown map[string]bool // unpriced models already warned about
+
+	store SpendStore // nil: spend kept in memory only
+	// shared is set when other gateways may write to the same store
+	// (PostgreSQL): after each flush the windows are rebased on the
+	// store's sums, so every node enforces what all of them spent.
+	shared    bool
+	flushFail bool // the last flush failed (logged once)
+	// tenants shares the budgets with the cluster when the spend is
+	// shared too (budget_share.go); nil otherwise. joined holds the
+	// clients joined (*budgetShare).
+	tenants     atomic.Pointer[cluster.Tenants]
+	joined      sync.Map
+	joinTimeout time.Duration
+	stop        chan struct{}
+	done        chan struct{}
+}
+
+// spendLabel is the bounded breakdown of spend: the client, the upstream
+// and the price table's entry (never the raw model name from a request).
+type spendLabel struct{ client, upstream, model string }
+
+type spendKey struct {
+	spendLabel
+	day time.Time
+}
+
+type spendDelta struct {
+	nanos    pricing.Amount
+	requests int64
+}
+
+func newSpender(prices pricing.Config, shared bool, clk clock.Clock, log *slog.Logger, obs Observer) (*spender, error) {
+	tab, err := pricing.NewTable(prices)
+	if err != nil {
+		return nil, fmt.Errorf("prices.%w", err)
+	}
+	sp := &spender{prices: tab, ledger: quota.NewLedger(), clock: clk, log: log, obs: obs, shared: shared,
+		pending: map[spendKey]*spendDelta{}, totals: map[spendLabel]*spendDelta{}, unknown: map[string]bool{}}
+	return sp, nil
+}
+
+// setBudgets applies the clients' budgets, keeping every client's spend
+// and reservations (a config reload calls it with the new clients; a
+// client no longer listed keeps its spend but loses its limits).
+func (sp *spender) setBudgets(clients []Client) {
+	now := sp.clock.Now()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	listed := map[string]bool{}
+	for _, c := range clients {
+		lim := c.Budget.limits()
+		sp.ledger.SetLimits(c.Name, lim, now)
+		listed[c.Name] = lim.Any()
+	}
+	if old := sp.budgets.Load(); old != nil {
+		for c := range *old {
+			if _, ok := listed[c]; !ok {
+				sp.ledger.SetLimits(c, quota.Limits{}, now)
+			}
+		}
+	}
+	sp.budgets.Store(&listed)
+}
+
+// hasBudget reports whether client has a budget.
+func (sp *spender) hasBudget(client string) bool {
+	b := sp.budgets.Load()
+	return b != nil && (*b)[client]
+}
+
+// unmetered reports whether a pass-through request of client must be
+// refused because the client has a budget and the request may be billed:
+// anything but GET, HEAD, DELETE and token counting
+// (/v1/messages/count_tokens), which the providers do not charge.
+func (sp *spender) unmetered(client, method, path string) bool {
+	if sp == nil || !sp.hasBudget(client) {
+		return false
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		return false
+	}
+	return !strings.HasSuffix(path, "/count_tokens")
+}
+
+// spendRefusedError is a request refused by its client's budget (or by the price
+// table, for an unpriced model of a client with a budget); spendProblem
+// renders it.
+type spendRefusedError struct{ err error }
+
+func (e *spendRefusedError) Error() string { return e.err.Error() }
+func (e *spendRefusedError) Unwrap() error { return e.err }
+
+// spendHold is one request's reservation. settle is called once its body
+// ended or was closed; later calls do nothing.
+type spendHold struct {
+	sp       *spender
+	label    spendLabel
+	price    pricing.Price
+	protocol llm.Protocol
+	hold     quota.Hold
+
+	once sync.Once
+	cost pricing.Amount // what it settled at
+	mu   sync.Mutex     // guards cost for the log line
+}
+
+// reserve prices req (for client, on upstream speaking protocol) and
+// reserves its worst case. It fails with *spendRefusedError when the client's
+// budget cannot hold it.
+func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *dispatch.Request) (*spendHold, error) {
+	m, err := sp.prices.Lookup(req.Cost.Model)
+	if !m.Known {
+		sp.warnUnknown(req.Cost.Model, err != nil && sp.hasBudget(client))
+	}
+	if err != nil && sp.hasBudget(client) {
+		sp.refused(client, err)
+		return nil, &spendRefusedError{err: err}
+	}
+	need := m.Price.Worst(req.Cost)
+	sp.joinBudget(client) // on a cluster, this node's share first
+	now := sp.clock.Now()
+	h, err := sp.ledger.Reserve(client, need, now)
+	if err != nil {
+		if e, ok := errors.AsType[*quota.ExceededError](err); ok && e.First {
+			sp.log.Warn("budget exhausted: refusing the client's requests until it resets", "client", client,
+				"window", string(e.Window), "limit_usd", e.Limit.Dollars(), "used_usd", e.Used.Dollars(),
+				"resets_at", e.ResetsAt)
+		}
+		sp.refused(client, err)
+		return nil, &spendRefusedError{err: err}
+	}
+	return &spendHold{sp: sp, label: spendLabel{client: client, upstream: upstream, model: m.Entry},
+		price: m.Price, protocol: protocol, hold: h}, nil
+}
+
+func (sp *spender) warnUnknown(model string, refused bool) {
+	sp.mu.Lock()
+	seen, full := sp.unknown[model], len(sp.unknown) >= maxUnknownModelsLogged
+	if !seen && !full {
+		sp.unknown[model] = true
+	}
+	sp.mu.Unlock()
+	if seen || full {
+		return // warned already, or too many names to remember: never a line per request
+	}
+	if refused {
+		sp.log.Warn("no price for a model: refusing it for clients with a budget (prices.unknown: refuse)", "model", model)
+		return
+	}
+	sp.log.Warn("no price for a model: its spend is counted at the fallback price (add it under prices.models)", "model", model)
+}
+
+// settle charges what the call cost: the usage the engine read when there
+// is one; the worst case for a success that reported none; nothing (a
+// refund) for a call that failed without usage. It returns the cost.
+func (h *spendHold) settle(end dispatch.End, ended bool) pricing.Amount {
+	if h == nil {
+		return 0
+	}
+	h.once.Do(func() {
+		var cost pricing.Amount
+		switch {
+		case ended && end.HasUsage:
+			cost = h.price.Cost(h.protocol, end.Usage)
+		case ended && end.Outcome.Kind == llm.Success:
+			cost = h.hold.Amount()
+		}
+		h.mu.Lock()
+		h.cost = cost
+		h.mu.Unlock()
+		h.sp.charge(h, cost)
+	})
+	return h.costSoFar()
+}
+
+// refund gives the whole reservation back (nothing was sent, or nothing
+// was billed).
+func (h *spendHold) refund() { h.settle(dispatch.End{}, false) }
+
+func (h *spendHold) costSoFar() pricing.Amount {
+	if h == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cost
+}
+
+func (sp *spender) charge(h *spendHold, cost pricing.Amount) {
+	now := sp.clock.Now()
+	sp.obs.Spent(h.label.client, h.label.upstream, h.label.model, cost.Dollars())
+	// The ledger and the pending spend change together under sp.mu, so a
+	// rebase (sync) sees each settled cost exactly once: in the store or
+	// in pending.
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.ledger.Settle(h.hold, cost, now)
+	if cost == 0 {
+		return
+	}
+	k := spendKey{spendLabel: h.label, day: quota.DayStart(now)}
+	d := sp.pending[k]
+	if d == nil {
+		d = &spendDelta{}
+		sp.pending[k] = d
+	}
+	d.nanos += cost
+	d.requests++
+	sp.addTotal(h.label, cost, 1)
+}
+
+func (sp *spender) addTotal(l spendLabel, cost pricing.Amount, n int64) {
+	t := sp.totals[l]
+	if t == nil {
+		t = &spendDelta{}
+		sp.totals[l] = t
+	}
+	t.nanos += cost
+	t.requests += n
+}
+
+// spendBody settles its request's hold when the body ends or is closed,
+// with what the engine read from it.
+type spendBody struct {
+	io.ReadCloser
+	resp *dispatch.Response
+	hold *spendHold
+}
+
+func (b *spendBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.settle()
+	}
+	return n, err
+}
+
+func (b *spendBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.settle()
+	return err
+}
+
+func (b *spendBody) settle() {
+	end, ok := b.resp.End()
+	b.hold.settle(end, ok)
+}
+
+// holdOf returns the hold of a response sent through send, or nil.
+func holdOf(resp *dispatch.Response) *spendHold {
+	if b, ok := resp.Body.(*spendBody); ok {
+		return b.hold
+	}
+	return nil
+}
+
