@@ -123,27 +123,38 @@ func (l *Layer) Start(ctx context.Context, st SpendStore) error {
 	return nil
 }
 
-// Stop writes the pending spend to the store and stops sharing with the
-// cluster. It is idempotent and safe before Start.
+// Stop writes the pending spend to the store. It is idempotent and safe
+// before Start.
 func (l *Layer) Stop(ctx context.Context) error {
-	err := l.spend.close(ctx)
-	if l.tenants != nil {
-		err = errors.Join(err, l.tenants.Stop(ctx))
-	}
-	return err
+	return l.spend.close(ctx)
 }
 
 // ShareWith makes the clients' limits and, when the spend is shared
 // through the store, their budgets tenants of the cluster t (started by
-// the caller; Stop stops it); timeout bounds a first join's sync.
+// the caller; StopSharing stops it); timeout bounds a first join's sync.
 func (l *Layer) ShareWith(t *cluster.Tenants, timeout time.Duration) {
+	l.mu.Lock()
 	l.tenants = t
+	l.mu.Unlock()
 	l.gates.shares.Store(newClientShares(t, l.clock, timeout))
 	if l.spend.shared {
 		l.spend.ledger.SetVisibleAfter(spendVisibleAfter)
 		l.spend.joinTimeout = timeout
 		l.spend.tenants.Store(t)
 	}
+}
+
+// StopSharing gives the cluster tenants' leases back (before the
+// cluster's store closes). It is idempotent.
+func (l *Layer) StopSharing(ctx context.Context) error {
+	l.mu.Lock()
+	t := l.tenants
+	l.tenants = nil
+	l.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	return t.Stop(ctx)
 }
 
 // client returns the named client's config (the zero Client, which
@@ -258,6 +269,15 @@ func (a *Admission) Settle(end dispatch.End, ended bool) float64 {
 	return a.hold.settle(end, ended).Dollars()
 }
 
+// Reserved is the worst case the admission holds against its client's
+// budget, in US dollars (until Settle).
+func (a *Admission) Reserved() float64 {
+	if a == nil || a.hold == nil {
+		return 0
+	}
+	return a.hold.hold.Amount().Dollars()
+}
+
 // Held is a job's call its client's own limit holds back: it comes back
 // at RetryAt, its client's next free turn, without an attempt.
 type Held struct {
@@ -295,6 +315,23 @@ func (l *Layer) Spend(now time.Time) *SpendStatus { return l.spend.status(now) }
 // (anything but GET, HEAD, DELETE, OPTIONS and token counting).
 func (l *Layer) Unmetered(client, method, path string) bool {
 	return l.spend.unmetered(client, method, path)
+}
+
+// Account returns client's budget windows at now.
+func (l *Layer) Account(client string, now time.Time) quota.Account {
+	return l.spend.ledger.Account(client, now)
+}
+
+// Flush writes the spend settled since the last flush to the store now
+// (the layer does it every SpendFlushEvery and at Stop).
+func (l *Layer) Flush(ctx context.Context) error { return l.spend.flush(ctx) }
+
+// Tenants is the cluster the layer shares the clients' limits and budgets
+// with (nil when it does not).
+func (l *Layer) Tenants() *cluster.Tenants {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tenants
 }
 
 // Accounts returns every client's budget windows at now, for the

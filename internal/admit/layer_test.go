@@ -51,7 +51,7 @@ func (e *engine) Do(_ context.Context, req *dispatch.Request) (*dispatch.Respons
 
 func (e *engine) Unavailable() bool { return e.unavailable }
 
-func (e *engine) PredictWait(provider.Cost, llm.Priority) (time.Duration, bool) {
+func (e *engine) PredictWait(provider.Cost, llm.Priority, string) (time.Duration, bool) {
 	return e.wait, e.unavailable
 }
 
@@ -138,7 +138,7 @@ func TestLiveAndJobGetTheSameAnswer(t *testing.T) {
 			live.Deadline = deadline
 			resp, liveErr := r.l.Do(context.Background(), "main", live, false, &trail)
 			// The job door.
-			target, reason, ok := r.l.Route("main", llm.High, request("acme").Cost, deadline)
+			target, reason, ok := r.l.Route("main", llm.High, "acme", request("acme").Cost, deadline)
 			require.True(t, ok)
 			adm, jobErr := r.l.AdmitNow(target, request("acme"))
 
@@ -169,7 +169,7 @@ func TestLiveAndJobGetTheSameAnswer(t *testing.T) {
 
 func mustRoute(t *testing.T, l *admit.Layer, name string) admit.Target {
 	t.Helper()
-	target, _, ok := l.Route(name, llm.High, provider.Cost{}, time.Time{})
+	target, _, ok := l.Route(name, llm.High, "", provider.Cost{}, time.Time{})
 	require.True(t, ok)
 	return target
 }

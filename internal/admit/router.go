@@ -59,7 +59,7 @@ func (t Target) Rewrite(req dispatch.Request) dispatch.Request {
 // predictor is what an engine that can predict its queue wait offers;
 // *dispatch.Dispatcher does.
 type predictor interface {
-	PredictWait(cost provider.Cost, class llm.Priority) (time.Duration, bool)
+	PredictWait(cost provider.Cost, class llm.Priority, client string) (time.Duration, bool)
 }
 
 // router decides where a request goes: its upstream unless that is known
@@ -120,7 +120,7 @@ func (r *router) candidates(name string, class llm.Priority, noFallback bool) []
 // of class and cost now before deadline (its engine available, its
 // predicted wait within the deadline), and why the ones before it were
 // passed over; 0 and "" when none can (the request waits on its own).
-func (r *router) choose(cands []Target, class llm.Priority, cost provider.Cost, deadline time.Time) (int, string) {
+func (r *router) choose(cands []Target, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (int, string) {
 	now := r.clock.Now()
 	reason := ""
 	for i, t := range cands {
@@ -129,7 +129,7 @@ func (r *router) choose(cands []Target, class llm.Priority, cost provider.Cost, 
 			continue
 		}
 		if p, ok := t.engine.(predictor); ok && !deadline.IsZero() {
-			if wait, _ := p.PredictWait(cost, class); now.Add(wait).After(deadline) {
+			if wait, _ := p.PredictWait(cost, class, client); now.Add(wait).After(deadline) {
 				reason = cmp.Or(reason, FallbackDeadline)
 				continue
 			}
@@ -139,17 +139,17 @@ func (r *router) choose(cands []Target, class llm.Priority, cost provider.Cost, 
 	return 0, ""
 }
 
-// Route is where a job's call of class, costing cost, with deadline (zero:
-// none) goes now: its upstream, or the first fallback that can take it
+// Route is where a call of class from client (the name it waits as in
+// the engine's queue), costing cost, with deadline (zero: none) goes now: its upstream, or the first fallback that can take it
 // when its upstream cannot (the same rule as a live request's), with the
 // reason ("" when it stays on its own upstream). ok is false when the
 // upstream has no engine.
-func (l *Layer) Route(upstreamName string, class llm.Priority, cost provider.Cost, deadline time.Time) (t Target, reason string, ok bool) {
+func (l *Layer) Route(upstreamName string, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (t Target, reason string, ok bool) {
 	cands := l.router.candidates(upstreamName, class, false)
 	if len(cands) == 0 {
 		return Target{}, "", false
 	}
-	i, reason := l.router.choose(cands, class, cost, deadline)
+	i, reason := l.router.choose(cands, class, client, cost, deadline)
 	if i > 0 {
 		l.obs.FallbackTaken(upstreamName, cands[i].Upstream, reason)
 	}
@@ -177,7 +177,7 @@ func (r *router) do(ctx context.Context, name string, req *dispatch.Request, noF
 		// One end-to-end deadline: the upstream's class default, fixed now.
 		req.Deadline = r.clock.Now().Add(r.ups[name].Classes.Get(req.Priority).MaxWait)
 	}
-	first, reason := r.choose(cands, req.Priority, req.Cost, req.Deadline)
+	first, reason := r.choose(cands, req.Priority, req.Client, req.Cost, req.Deadline)
 	var firstErr error
 	for i := first; i < len(cands); i++ {
 		if i > 0 && ctx.Err() != nil {
@@ -257,6 +257,20 @@ func (t *Trail) add(name string, resp *dispatch.Response, err error, fellBack st
 		n = de.Attempts
 	}
 	t.Legs = append(t.Legs, Leg{Upstream: name, Attempts: n, FellBack: fellBack})
+}
+
+// Attempts is every attempt on every upstream tried: the last leg's
+// counted as last (the attempts of the response that served), the earlier
+// legs' as the trail recorded them.
+func (t *Trail) Attempts(last int) int {
+	if t == nil || len(t.Legs) == 0 {
+		return last
+	}
+	n := last
+	for _, l := range t.Legs[:len(t.Legs)-1] {
+		n += l.Attempts
+	}
+	return n
 }
 
 // ServedBy is the upstream of the last leg ("" when none).

@@ -305,4 +305,3 @@ func holdOf(resp *dispatch.Response) *spendHold {
 	}
 	return nil
 }
-

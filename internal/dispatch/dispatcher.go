@@ -607,7 +607,7 @@ func (d *Dispatcher) do(ctx context.Context, w *waiter) (*Response, error) {
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrUnavailable, "")
 	}
-	predicted := d.predictWait(d.sched.Demand(class).Add(w.cost), now)
+	predicted := d.predictWait(d.sched.DemandAhead(class, req.Client).Add(w.cost), now)
 	if now.Add(predicted).After(w.deadline) {
 		d.mu.Unlock()
 		e := d.giveUp(w, ErrShed, fmt.Sprintf("predicted queue wait %v exceeds the deadline", predicted.Round(time.Millisecond)))

@@ -613,20 +613,21 @@ func (d *Dispatcher) PassKey() string {
 	return d.keys[0].cred.Load().secret
 }
 
-// PredictWait predicts how long a request of cost and class arriving now
-// would wait for admission: the demand queued ahead of it (its class and
-// the more urgent ones) plus its own cost, refilled across the pool, and
+// PredictWait predicts how long a request of cost and class from client
+// arriving now would wait for admission: the demand queued ahead of it
+// (the more urgent classes, and its class's round robin:
+// flow.Scheduler.DemandAhead) plus its own cost, refilled across the pool, and
 // at least until an open breaker's next probe. unavailable is true while
 // the breaker refuses calls. It is what Do sheds on, for a router choosing
 // between upstreams; cheap (one pass under the lock).
-func (d *Dispatcher) PredictWait(cost provider.Cost, class llm.Priority) (wait time.Duration, unavailable bool) {
+func (d *Dispatcher) PredictWait(cost provider.Cost, class llm.Priority, client string) (wait time.Duration, unavailable bool) {
 	if !class.Valid() {
 		class = llm.Normal
 	}
 	now := d.clk.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	wait = d.predictWait(d.sched.Demand(class).Add(flow.NewAmount(cost.InputTokens, cost.OutputTokens)), now)
+	wait = d.predictWait(d.sched.DemandAhead(class, client).Add(flow.NewAmount(cost.InputTokens, cost.OutputTokens)), now)
 	if ok, readyAt := d.brk.Ready(now); !ok {
 		return max(wait, readyAt.Sub(now)), true
 	}

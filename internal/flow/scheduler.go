@@ -125,6 +125,50 @@ func (s *Scheduler) Demand(c llm.Priority) Amount {
 	return a
 }
 
+// DemandAhead is the summed Cost of what would be served before a new
+// request of client in class c: every request of the more urgent classes,
+// and, in c, the client's own queued requests plus, from each other
+// client, as many as the round robin serves before it (at most one more
+// than the client has queued). Clients held back by their own limit
+// (Hold, until Release, whether their hold's time has come or not) are
+// left out: their requests go at that limit's pace, not ahead of others.
+func (s *Scheduler) DemandAhead(c llm.Priority, client string) Amount {
+	var a Amount
+	if !c.Valid() {
+		c = llm.Low
+	}
+	for i := llm.Critical; i < c; i++ {
+		a = a.Add(s.classes[i].demand)
+		if s.held > 0 {
+			for _, cl := range s.classes[i].clients {
+				if cl.held {
+					a = a.Sub(cl.demand)
+				}
+			}
+		}
+	}
+	cq := &s.classes[c]
+	own := 0
+	if cl := cq.clients[client]; cl != nil {
+		own = cl.items.Len()
+	}
+	for _, cl := range cq.clients {
+		if cl.held && cl.name != client {
+			continue
+		}
+		n := cl.items.Len()
+		if k := own + 1; cl.name != client && n > k {
+			// Only k of its n requests are served before the new one.
+			for d, v := range cl.demand {
+				a[d] += v * float64(k) / float64(n)
+			}
+			continue
+		}
+		a = a.Add(cl.demand)
+	}
+	return a
+}
+
 // ClientDemand returns the summed Cost of client's queued items, every
 // class together.
 func (s *Scheduler) ClientDemand(client string) Amount {

@@ -14,11 +14,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
 
@@ -98,11 +100,12 @@ type Config struct {
 	// Protocols are the upstreams' wire protocols, one per dispatcher.
 	// Required.
 	Protocols map[string]llm.Protocol
-	// Fallbacks are, per upstream, where its jobs go while it is
-	// unavailable (its dispatcher's breaker open), tried in order; each
-	// must name a dispatcher of the same protocol. Defaults to none: a job
-	// waits for its upstream.
-	Fallbacks map[string]Fallbacks
+	// Admission is the admission layer (internal/admit): where each
+	// job's call goes (its upstream or a fallback, by the same rule as a
+	// live request's) and whether its client's budget and own limits let
+	// it go now. Defaults to nil: every call goes to its own upstream,
+	// unlimited.
+	Admission Admission
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Owner names this process's workers in leases. Defaults to
@@ -216,42 +219,18 @@ type Config struct {
 	// Tracer makes a span per job attempt (the engine hangs the attempt's
 	// upstream call under it). Defaults to a no-op tracer.
 	Tracer trace.Tracer
-	// Spend reserves each call's worst-case cost against its client's
-	// spend budget before it is sent and settles it after (the gateway's
-	// budgets, docs/budgets.md). Defaults to nil: no budgets.
-	Spend Spender
 }
 
-// Spender reserves a job's call against its client's spend budget.
-type Spender interface {
-	// Reserve is called with the call's request (Client set) before it is
-	// sent. A *BudgetError refuses it: the job waits until
-	// BudgetError.RetryAt without burning an attempt, or dies when RetryAt
-	// is zero.
-	Reserve(upstream string, req *dispatch.Request) (SpendHold, error)
+// Admission is the admission layer as the job runtime asks it;
+// *admit.Layer implements it.
+type Admission interface {
+	// Route is where a call of class on upstream goes now (ok false: the
+	// upstream has no engine).
+	Route(upstream string, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (admit.Target, string, bool)
+	// AdmitNow admits a call to t at once: an *admit.Refusal from its
+	// client's budget, an *admit.Held from its client's own limit.
+	AdmitNow(t admit.Target, req *dispatch.Request) (*admit.Admission, error)
 }
-
-// SpendHold is one reserved call.
-type SpendHold interface {
-	// Settle charges the call once: end as the engine read it, or a refund
-	// when ended is false (the call failed or was never sent). It returns
-	// the cost charged, in US dollars.
-	Settle(end dispatch.End, ended bool) float64
-}
-
-// BudgetError is a call refused by its client's spend budget.
-type BudgetError struct {
-	// Status and Message are recorded in the job's history (and, when it
-	// dies, its error).
-	Status  int
-	Message string
-	// RetryAt is when the call may fit (the budget window's reset, or soon
-	// when calls in flight hold it); zero means never (a total cap, a
-	// request larger than the budget): the job dies.
-	RetryAt time.Time
-}
-
-func (e *BudgetError) Error() string { return e.Message }
 
 // WithDefaults returns c with every unset field filled in. It is pure.
 func (c Config) WithDefaults() Config {
@@ -309,19 +288,6 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	if c.Store == nil {
 		return errors.New("Store is required")
-	}
-	for name, fb := range c.Fallbacks {
-		if c.Dispatchers[name] == nil {
-			return fmt.Errorf("Fallbacks[%s]: no dispatcher is named %q", name, name)
-		}
-		for i, to := range fb.To {
-			if c.Dispatchers[to.Upstream] == nil {
-				return fmt.Errorf("Fallbacks[%s].To[%d].Upstream: no dispatcher is named %q", name, i, to.Upstream)
-			}
-			if c.Protocols[to.Upstream] != c.Protocols[name] {
-				return fmt.Errorf("Fallbacks[%s].To[%d].Upstream: %q speaks %s, not %s", name, i, to.Upstream, c.Protocols[to.Upstream], c.Protocols[name])
-			}
-		}
 	}
 	if len(c.Dispatchers) == 0 {
 		return errors.New("Dispatchers: at least one upstream is required")

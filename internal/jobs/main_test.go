@@ -45,6 +45,9 @@ func (f *fakeDispatcher) TryAcquire(dispatch.AcquireParams) (*dispatch.Ticket, b
 	return dispatch.NewTicketFunc(f.Do), true
 }
 
+// Unavailable makes it an admit.Engine: never in an outage.
+func (f *fakeDispatcher) Unavailable() bool { return false }
+
 func (f *fakeDispatcher) Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error) {
 	f.mu.Lock()
 	f.calls++

@@ -42,11 +42,14 @@ type AttemptOutcome string
 const (
 	// AttemptSuccess: the provider answered 2xx and the job succeeded.
 	AttemptSuccess AttemptOutcome = "success"
-	// AttemptRateLimited: a rate limit, requeued at the provider's hint
-	// with one attempt burnt; or a call the engine gave back unsent (its
-	// real cost did not fit the quota now), requeued for when it fits
-	// without burning an attempt.
+	// AttemptRateLimited: the provider answered with a rate limit; the
+	// job was requeued at its hint with one attempt burnt.
 	AttemptRateLimited AttemptOutcome = "rate_limited"
+	// AttemptHeld: nothing was sent: its client's own limit or budget held
+	// the call back, or its real cost did not fit the quota now; the job
+	// was requeued for when it may go, without burning an attempt (and,
+	// for its client's limit, without an entry in its history).
+	AttemptHeld AttemptOutcome = "held"
 	// AttemptRetry: overload, transient or stream failure; the job was
 	// requeued with backoff, one attempt burnt.
 	AttemptRetry AttemptOutcome = "retry"
@@ -70,7 +73,7 @@ const (
 )
 
 // AttemptOutcomes lists every attempt outcome.
-var AttemptOutcomes = []AttemptOutcome{AttemptSuccess, AttemptRateLimited, AttemptRetry, AttemptDead,
+var AttemptOutcomes = []AttemptOutcome{AttemptSuccess, AttemptRateLimited, AttemptHeld, AttemptRetry, AttemptDead,
 	AttemptLeaseLost, AttemptCanceled, AttemptStopped, AttemptStoreError}
 
 // WebhookOutcome is how one webhook POST ended. Every POST this gateway

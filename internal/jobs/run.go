@@ -38,6 +38,8 @@ type verdict struct {
 	outcome AttemptOutcome
 	// costUSD is what the call was charged against its client's budget.
 	costUSD float64
+	// heldBy names the client limit that held the call back (AttemptHeld).
+	heldBy string
 }
 
 // run executes one leased job with its admission ticket: one call with a
@@ -135,6 +137,15 @@ func (w *worker) run(j *jobstore.Job, a admission) {
 func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, queued, d time.Duration, servedBy string) {
 	log := w.s.cfg.Logger
 	ctx := context.Background()
+	if outcome == AttemptHeld {
+		// Nothing was sent: no attempt to log (and never a rate limit).
+		if log.Enabled(ctx, slog.LevelDebug) {
+			reason := cmp.Or(v.heldBy, v.fail.Error.Message, "the quota had no room for its cost now")
+			log.LogAttrs(ctx, slog.LevelDebug, "job held", slog.Int64("job_id", j.ID), slog.String("upstream", w.upstream),
+				slog.String("client", j.Client), slog.String("reason", reason), slog.Time("retry_at", v.fail.RetryAt))
+		}
+		return
+	}
 	if !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
@@ -249,17 +260,15 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, a admission) verdict
 	w.costs.remember(j.Priority, req.Cost)
 	if a.via.upstream != "" {
 		// A fallback serves the call: the job's model as it maps it.
-		req.Body = frontdoor.RewriteModel(req.Body, a.via.models)
-		if to, ok := a.via.models[req.Cost.Model]; ok {
-			req.Cost.Model = to
-		}
+		*req = a.via.target.Rewrite(*req)
 	}
-	// Reserved on the upstream that serves the call, at the price of the
-	// model it is sent as.
-	hold, err := w.reserveSpend(cmp.Or(a.via.upstream, w.upstream), req)
+	// Admitted on the upstream that serves the call: its client's budget
+	// at the price of the model it is sent as, its client's own limit
+	// there.
+	hold, err := w.admitCall(a.via, req)
 	if err != nil {
 		t.Release()
-		return w.budgetRefused(j, err)
+		return w.notAdmitted(err)
 	}
 	resp, err := t.Call(ctx, req)
 	if err != nil {
@@ -323,7 +332,7 @@ func (w *worker) callFailure(j *jobstore.Job, err error) verdict {
 		// now, or the dispatcher stopped): reschedule for when it would,
 		// without an attempt or a history entry (the history lists calls).
 		f := w.fate(j, false, out, de.RetryAfter)
-		v := verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, RetryAt: f.At}, outcome: AttemptRateLimited}
+		v := verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, RetryAt: f.At}, outcome: AttemptHeld}
 		if errors.Is(de, dispatch.ErrStopped) {
 			v.outcome = AttemptStopped
 		}

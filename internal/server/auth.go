@@ -23,8 +23,6 @@ type client struct {
 	// admin may see and manage every client's jobs and batches and call
 	// the admin routes. With no clients configured every caller is admin.
 	admin bool
-	// limits are the client's per-upstream limits (client_limits.go).
-	limits ClientLimits
 }
 
 // caller is the client as the front door knows it.
@@ -51,7 +49,7 @@ func newClientSet(cfgs []ClientConfig) *clientSet {
 		// Validated by Config.validate; a parse failure cannot happen here.
 		def, _ := llm.ParsePriority(c.DefaultPriority)
 		maxP, _ := llm.ParsePriority(c.MaxPriority)
-		cl := client{name: c.Name, defaultPriority: def, maxPriority: maxP, admin: c.Role == RoleAdmin, limits: c.Limits}
+		cl := client{name: c.Name, defaultPriority: def, maxPriority: maxP, admin: c.Role == RoleAdmin}
 		for _, d := range c.digests() {
 			cs.entries = append(cs.entries, clientEntry{digest: d, client: cl})
 		}

@@ -137,7 +137,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 	}
 	s.cluster.Store(n)
 	s.clusterBackend = b
-	if err := s.startTenants(ctx, b); err != nil { // client_share_cluster.go
+	if err := s.startTenants(ctx, b); err != nil { // cluster_tenants.go
 		return errors.Join(err, n.Stop(ctx), b.Close())
 	}
 	s.log.Info("sharing quotas with the cluster", "node", n.ID(), "upstreams", len(members))
@@ -155,7 +155,7 @@ func (c clusterLifecycle) Stop(ctx context.Context) error {
 	if n == nil {
 		return nil
 	}
-	err := errors.Join(c.s.stopTenants(ctx), n.Stop(ctx))
+	err := errors.Join(c.s.admit.StopSharing(ctx), n.Stop(ctx))
 	return errors.Join(err, c.s.clusterBackend.Close())
 }
 

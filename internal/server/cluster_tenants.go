@@ -22,9 +22,9 @@ func WithSharedStore(st jobstore.Store) Option {
 	return func(o *options) { o.store, o.sharedStore = st, true }
 }
 
-// startTenants shares the per-client limits (client_share.go) and, when
-// the spend is shared through the store, the budgets (budget_share.go)
-// with the cluster on b. s.mu is held.
+// startTenants shares the per-client limits and, when the spend is
+// shared through the store, the budgets with the cluster on b (the
+// admission layer's tenants; it stops them). s.mu is held.
 func (s *Server) startTenants(ctx context.Context, b cluster.Backend) error {
 	cfg := s.cfg.Cluster.node()
 	if n := s.cluster.Load(); n != nil {
@@ -37,22 +37,7 @@ func (s *Server) startTenants(ctx context.Context, b cluster.Backend) error {
 	if err := t.Start(ctx); err != nil {
 		return fmt.Errorf("sharing client limits with the cluster: %w", err)
 	}
-	s.tenants = t
 	cfg = cfg.WithDefaults()
-	timeout := max(cfg.SyncInterval, cfg.LeaseTTL/3)
-	s.gates.shares.Store(newClientShares(t, s.clock, timeout))
-	if s.spend.shared {
-		s.spend.ledger.SetVisibleAfter(spendVisibleAfter)
-		s.spend.joinTimeout = timeout
-		s.spend.tenants.Store(t)
-	}
+	s.admit.ShareWith(t, max(cfg.SyncInterval, cfg.LeaseTTL/3))
 	return nil
-}
-
-// stopTenants gives the tenants' leases back.
-func (s *Server) stopTenants(ctx context.Context) error {
-	if s.tenants == nil {
-		return nil
-	}
-	return s.tenants.Stop(ctx)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"github.com/sluicehq/sluice/internal/admit"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,7 +24,13 @@ import (
 // and a shared cluster.Memory, its engines fakes.
 type clusterNode struct {
 	srv *Server
-	js  jobSpender
+}
+
+// admitJob admits a job's call of client (in and out tokens) on upstream
+// a at once, as the job worker does.
+func (n *clusterNode) admitJob(client string, in, out int) (*admit.Admission, error) {
+	target, _, _ := n.srv.admit.Route("a", llm.Low, "", provider.Cost{}, time.Time{})
+	return n.srv.admit.AdmitNow(target, tenantReq(client, in, out))
 }
 
 func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id string, clients []ClientConfig, st jobstore.Store) *clusterNode {
@@ -52,17 +59,17 @@ func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id strin
 		t.Cleanup(func() { require.NoError(t, clusterLifecycle{srv}.Stop(context.Background())) })
 	}
 	if st != nil {
-		require.NoError(t, srv.spend.start(t.Context(), st))
-		t.Cleanup(func() { require.NoError(t, srv.spend.close(context.Background())) })
+		require.NoError(t, srv.admit.Start(t.Context(), st))
+		t.Cleanup(func() { require.NoError(t, srv.admit.Stop(context.Background())) })
 	}
-	return &clusterNode{srv: srv, js: jobSpender{srv}}
+	return &clusterNode{srv: srv}
 }
 
 // sync runs one round of the tenants' syncs (the loop's step, also run by
 // the loop itself on the clock).
 func (n *clusterNode) sync(ctx context.Context) {
-	if n.srv.tenants != nil {
-		n.srv.tenants.SyncAll(ctx)
+	if t := n.srv.admit.Tenants(); t != nil {
+		t.SyncAll(ctx)
 	}
 }
 
@@ -71,19 +78,12 @@ func tenantReq(client string, in, out int) *dispatch.Request {
 		Cost: provider.Cost{Model: "claude-sonnet-4-5", InputTokens: int64(in), OutputTokens: int64(out)}}
 }
 
-// floodClientLimit floods client a's jobs at the given nodes (five calls
-// per node per 100 ms) for d, each node syncing every 500 ms (node i at
+// floodClientLimit floods client a's calls at the given nodes (five per
+// node per 100 ms) for d, each node syncing every 500 ms (node i at
 // offset 200·i ms), and returns the instants of the calls admitted (all
-// nodes).
+// nodes). It admits them at once (AdmitNow), through the client's one
+// Gate on the upstream: the same gate a live request's dispatcher checks.
 func floodClientLimit(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flooded []bool, d time.Duration) []time.Time {
-	t.Helper()
-	return flood(t, clk, nodes, flooded, d, false)
-}
-
-// flood is floodClientLimit through the job door or, live, through the
-// live requests' admission (admitClient) with its deadline now, so that
-// a request over the limit is refused at once rather than waiting.
-func flood(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flooded []bool, d time.Duration, live bool) []time.Time {
 	t.Helper()
 	var admitted []time.Time
 	for step := time.Duration(0); step < d; step += 100 * time.Millisecond {
@@ -92,22 +92,10 @@ func flood(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flooded []bool, 
 				continue
 			}
 			for range 5 {
-				if live {
-					cl, ok := n.srv.clients.Load().byName("a")
-					require.True(t, ok)
-					req := tenantReq("a", 10, 10)
-					req.Deadline = clk.Now() // no wait: refused at once when over
-					adm, err := n.srv.admitClient(t.Context(), cl, n.srv.upstreams["a"], req)
-					if err != nil {
-						require.ErrorIs(t, err, errClientLimit)
-						continue
-					}
-					admitted = append(admitted, clk.Now())
-					adm.done(0, 0)
-					continue
-				}
-				h, err := n.js.Reserve("a", tenantReq("a", 10, 10))
+				h, err := n.admitJob("a", 10, 10)
 				if err != nil {
+					var held *admit.Held
+					require.ErrorAs(t, err, &held)
 					continue
 				}
 				admitted = append(admitted, clk.Now())
@@ -146,28 +134,23 @@ func maxInWindow(at []time.Time, w time.Duration) int {
 // cluster.Memory.
 func TestClusterClientLimitIsClusterWide(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: ClientLimits{LimitValues: LimitValues{RequestsPerMinute: 60}}}}
+	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}}}
 	const limit, depth = 60, 1
 	for _, tc := range []struct {
 		name    string
 		shared  bool
-		live    bool
 		flooded []bool
 		check   func(t *testing.T, perMinute int)
 	}{
-		{"both nodes flood", true, false, []bool{true, true}, func(t *testing.T, perMinute int) {
+		{"both nodes flood", true, []bool{true, true}, func(t *testing.T, perMinute int) {
 			require.LessOrEqual(t, perMinute, limit+2*depth, "the cluster admits at most the client's limit plus a request per node")
 			require.GreaterOrEqual(t, perMinute, limit*9/10, "and uses nearly all of it")
 		}},
-		{"both nodes flood live requests", true, true, []bool{true, true}, func(t *testing.T, perMinute int) {
-			require.LessOrEqual(t, perMinute, limit+2*depth)
-			require.GreaterOrEqual(t, perMinute, limit*9/10)
-		}},
-		{"one node alone", true, false, []bool{true, false}, func(t *testing.T, perMinute int) {
+		{"one node alone", true, []bool{true, false}, func(t *testing.T, perMinute int) {
 			require.LessOrEqual(t, perMinute, limit+2*depth)
 			require.GreaterOrEqual(t, perMinute, limit*9/10, "a node alone gets nearly all of the client's limit")
 		}},
-		{"no cluster", false, false, []bool{true, true}, func(t *testing.T, perMinute int) {
+		{"no cluster", false, []bool{true, true}, func(t *testing.T, perMinute int) {
 			require.Greater(t, perMinute, limit+2*depth, "each node alone spends the whole limit")
 		}},
 	} {
@@ -179,7 +162,7 @@ func TestClusterClientLimitIsClusterWide(t *testing.T) {
 				mem = cluster.NewMemory(clk)
 			}
 			nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}
-			admitted := flood(t, clk, nodes, tc.flooded, 3*time.Minute, tc.live)
+			admitted := floodClientLimit(t, clk, nodes, tc.flooded, 3*time.Minute)
 			perMinute := maxInWindow(admitted, time.Minute)
 			t.Logf("%s: %d admitted in 3 min, at most %d in a minute window (limit %d)", tc.name, len(admitted), perMinute, limit)
 			tc.check(t, perMinute)
@@ -192,7 +175,7 @@ func TestClusterClientLimitIsClusterWide(t *testing.T) {
 // than 4 in flight across both.
 func TestClusterClientConcurrencyIsClusterWide(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: ClientLimits{LimitValues: LimitValues{MaxConcurrency: 4}}}}
+	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{MaxConcurrency: 4}}}}
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	mem := cluster.NewMemory(clk)
 	nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}
@@ -217,7 +200,7 @@ func TestClusterClientConcurrencyIsClusterWide(t *testing.T) {
 		open = kept
 		for _, n := range nodes {
 			for range 3 {
-				h, err := n.js.Reserve("a", tenantReq("a", 10, 10))
+				h, err := n.admitJob("a", 10, 10)
 				if err != nil {
 					continue
 				}
@@ -236,7 +219,7 @@ func TestClusterClientConcurrencyIsClusterWide(t *testing.T) {
 	t.Logf("peak in flight %d of max_concurrency 4, %d admitted in 60 s", peak, total)
 	var slots int
 	for _, n := range nodes {
-		st := n.srv.gates.status(clk.Now())
+		st := n.srv.admit.ClientLimits(clk.Now())
 		require.Len(t, st, 1)
 		require.NotNil(t, st[0].ClusterSlots, "/v1/status shows the node's slots of the client's limit")
 		slots += *st[0].ClusterSlots
@@ -267,10 +250,10 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 			if shared {
 				mem = cluster.NewMemory(clk)
 			}
-			clients := []ClientConfig{{Name: "b", Key: "ck-b", Budget: BudgetConfig{Total: 1}}}
+			clients := []ClientConfig{{Name: "b", Key: "ck-b", Budget: admit.Budget{Total: 1}}}
 			nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, st), newClusterNode(t, clk, mem, "n2", clients, st)}
 			type held struct {
-				h     jobHold
+				h     *admit.Admission
 				until time.Time
 			}
 			var open []held
@@ -289,16 +272,16 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 				open = kept
 				for _, n := range nodes {
 					for range 2 {
-						h, err := n.js.Reserve("a", tenantReq("b", 10_000, 6_000)) // $0.03 + $0.09 worst case
+						h, err := n.admitJob("b", 10_000, 6_000) // $0.03 + $0.09 worst case
 						if err != nil {
 							continue
 						}
-						open = append(open, held{h: h.(jobHold), until: now.Add(time.Second)})
+						open = append(open, held{h: h, until: now.Add(time.Second)})
 					}
 				}
 				committed := settled
 				for _, o := range open {
-					committed += o.h.h.hold.Amount()
+					committed += pricing.FromDollars(o.h.Reserved())
 				}
 				peak = max(peak, committed)
 				if step%5 == 0 {
@@ -308,13 +291,13 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 				}
 				if step%50 == 0 {
 					for _, n := range nodes {
-						_ = n.srv.spend.flush(t.Context())
+						_ = n.srv.admit.Flush(t.Context())
 					}
 				}
 				clk.Advance(100 * time.Millisecond)
 			}
 			t.Logf("%s: spent %s, peak committed (settled + in flight) %s of a $1 budget", name, settled, peak)
-			ss := nodes[0].srv.spendStatus(clk.Now())
+			ss := nodes[0].srv.admit.Spend(clk.Now())
 			require.Len(t, ss.Clients, 1)
 			require.Equal(t, shared, ss.Clients[0].ClusterShare != nil, "/v1/status shows the node's share of a shared budget")
 			if shared {
@@ -333,22 +316,22 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 // join again and share its limit as before.
 func TestClusterIdleClientLeavesAndComesBack(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: ClientLimits{LimitValues: LimitValues{RequestsPerMinute: 60}}}}
+	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}}}
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	mem := cluster.NewMemory(clk)
 	nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}
 	key := cluster.ClientKey("a", "a")
 	floodClientLimit(t, clk, nodes, []bool{true, true}, time.Minute)
 	for _, n := range nodes {
-		require.True(t, n.srv.tenants.Has(key))
+		require.True(t, n.srv.admit.Tenants().Has(key))
 	}
 	floodClientLimit(t, clk, nodes, []bool{false, false}, cluster.TenantIdleAfter+10*time.Second)
 	for _, n := range nodes {
-		require.False(t, n.srv.tenants.Has(key), "idle: left")
+		require.False(t, n.srv.admit.Tenants().Has(key), "idle: left")
 	}
 	admitted := floodClientLimit(t, clk, nodes, []bool{true, true}, 2*time.Minute)
 	for _, n := range nodes {
-		require.True(t, n.srv.tenants.Has(key), "back: joined again")
+		require.True(t, n.srv.admit.Tenants().Has(key), "back: joined again")
 	}
 	perMinute := maxInWindow(admitted, time.Minute)
 	t.Logf("back from idle: %d admitted in 2 min, at most %d in a minute window", len(admitted), perMinute)

@@ -7,16 +7,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
-	"github.com/sluicehq/sluice/internal/quota"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
 	"go.yaml.in/yaml/v3"
 )
@@ -146,16 +145,17 @@ type ClientConfig struct {
 	// client's jobs and batches, pausing upstreams, requeueing across
 	// clients, per-client status). Defaults to client.
 	Role string `yaml:"role"`
-	// Limits caps what the client may send to each upstream, enforced
-	// before dispatch (client_limits.go). Defaults to no limit.
-	Limits ClientLimits `yaml:"limits"`
+	// Limits caps what the client may send to each upstream, checked in
+	// each upstream's admission step (internal/admit). Defaults to no
+	// limit.
+	Limits admit.ClientLimits `yaml:"limits"`
 	// KeySHA256 is one more key given as the hex SHA-256 of the key, so
 	// the config file holds nothing a caller could send (generate with
 	// `printf %s "$KEY" | sha256sum`). Defaults to none.
 	KeySHA256 string `yaml:"key_sha256"`
 	// Budget caps the client's spend in US dollars, reserved before each
 	// request is sent (docs/budgets.md). Defaults to none (no cap).
-	Budget BudgetConfig `yaml:"budget"`
+	Budget admit.Budget `yaml:"budget"`
 }
 
 // Client roles.
@@ -192,39 +192,6 @@ func (cl ClientConfig) digests() [][sha256.Size]byte {
 	}
 	return out
 }
-
-// BudgetConfig is a client's spend budget in US dollars (priced by the
-// price table, Config.Prices). A request whose worst-case cost does not
-// fit is refused: 429 with retry-after for Day and Month, 402 for Total.
-type BudgetConfig struct {
-	// Day caps the spend per UTC calendar day. Defaults to 0 (no cap).
-	Day float64 `yaml:"day"`
-	// Month caps the spend per UTC calendar month. Defaults to 0 (no cap).
-	Month float64 `yaml:"month"`
-	// Total caps the spend for good (a hard cap: it never resets).
-	// Defaults to 0 (no cap).
-	Total float64 `yaml:"total"`
-}
-
-// limits returns b in the ledger's units.
-func (b BudgetConfig) limits() quota.Limits {
-	return quota.Limits{Day: pricing.FromDollars(b.Day), Month: pricing.FromDollars(b.Month), Total: pricing.FromDollars(b.Total)}
-}
-
-func (b BudgetConfig) validate() error {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"day", b.Day}, {"month", b.Month}, {"total", b.Total}} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > MaxBudgetUSD {
-			return fmt.Errorf("%s: %v is not an amount of US dollars between 0 and %d", f.name, f.v, MaxBudgetUSD)
-		}
-	}
-	return nil
-}
-
-// MaxBudgetUSD bounds a budget window, in US dollars.
-const MaxBudgetUSD = 1_000_000_000
 
 // LookupEnv reads an environment variable; os.LookupEnv in production.
 type LookupEnv func(name string) (string, bool)
@@ -396,7 +363,7 @@ func (c Config) validate() error {
 		if err := cl.validate(); err != nil {
 			return fmt.Errorf("clients[%d].%w", i, err)
 		}
-		if err := cl.Limits.validate(names); err != nil {
+		if err := cl.Limits.Validate(names); err != nil {
 			return fmt.Errorf("clients[%d].limits.%w", i, err)
 		}
 		if clientNames[cl.Name] {
@@ -467,7 +434,7 @@ func (cl ClientConfig) validate() error {
 	if def < maxP {
 		return fmt.Errorf("default_priority: %s is more urgent than max_priority %s", def, maxP)
 	}
-	if err := cl.Budget.validate(); err != nil {
+	if err := cl.Budget.Validate(); err != nil {
 		return fmt.Errorf("budget.%w", err)
 	}
 	return nil

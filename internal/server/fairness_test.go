@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/admit"
 	"io"
 	"net/http"
 	"slices"
@@ -49,12 +50,14 @@ func TestClientLimitFairness(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
-	share := LimitValues{RequestsPerMinute: fairShareRPM}
+	// A one-second burst: greedy is held to its rate from the start (the
+	// default, a whole minute, would let it send a minute's worth at once).
+	share := admit.LimitValues{RequestsPerMinute: fairShareRPM, BurstSeconds: 1}
 	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up",
 			Limits: upcfg.Limits{RequestsPerMinute: fairUpstreamRPM}}},
-		Clients: []ClientConfig{{Name: "quiet", Key: "ck-quiet", Limits: ClientLimits{LimitValues: share}},
-			{Name: "greedy", Key: "ck-greedy", Limits: ClientLimits{LimitValues: share}}}},
+		Clients: []ClientConfig{{Name: "quiet", Key: "ck-quiet", Limits: admit.ClientLimits{LimitValues: share}},
+			{Name: "greedy", Key: "ck-greedy", Limits: admit.ClientLimits{LimitValues: share}}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/admit"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +66,10 @@ func newFallbackRig(t *testing.T, primary, fallback mock.Config, mod func(p, f *
 		r.s.upstreams[x.uc.Name] = &upstream{cfg: x.uc, engine: d}
 		r.mocks[x.uc.Name], r.engine[x.uc.Name] = m, d
 	}
+	layer, err := admit.New(admit.Config{Upstreams: []upcfg.Config{pc, fcfg}, Clock: fc})
+	require.NoError(t, err)
+	layer.Bind(map[string]admit.Engine{"primary": r.engine["primary"], "fallback": r.engine["fallback"]})
+	r.s.admit = layer
 	return r
 }
 
@@ -123,7 +129,8 @@ func (r *fbRig) sendAsync(class llm.Priority, deadline time.Duration, h http.Hea
 	}
 	ch := make(chan fbResult, 1)
 	go func() {
-		resp, err := r.s.doRouted(context.Background(), r.s.upstreams["primary"], req, h)
+		noFallback := strings.EqualFold(h.Get(HeaderFallback), "off")
+		resp, err := r.s.admit.Do(context.Background(), "primary", req, noFallback, nil)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
@@ -285,7 +292,7 @@ func TestJobsPacedByTheirClientLimit(t *testing.T) {
 	const n, rpm = 8, 120 // two a second, a burst of two
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
-		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch", Limits: ClientLimits{LimitValues: LimitValues{RequestsPerMinute: rpm}}}}},
+		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: rpm, BurstSeconds: 1}}}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

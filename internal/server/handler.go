@@ -56,7 +56,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
-	if s.spend.unmetered(cl.name, r.Method, rest) {
+	if s.admit.Unmetered(cl.name, r.Method, rest) {
 		// A budget is only as good as its meter: a client with a budget
 		// may not reach the provider's billable routes unscheduled.
 		s.outcome(rl, "", outcomeBudget)

@@ -12,7 +12,6 @@ import (
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
 
@@ -103,7 +102,6 @@ func (s *Server) startJobs(ctx context.Context) error {
 		dispatchers[name] = d
 		protocols[name] = s.upstreams[name].cfg.Protocol
 	}
-	fallbacks := jobFallbacks(s.order, func(name string) upcfg.Config { return s.upstreams[name].cfg })
 	jc := s.cfg.Jobs
 	spoolDir := jc.SpoolDir
 	if s.ownStore != nil || spoolDir == StoreNone {
@@ -119,12 +117,11 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	svc, err := jobs.New(jobs.Config{
 		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Fallbacks: fallbacks, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
 		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
 		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
 		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
 		WebhookMaxDelay: jc.Webhooks.MaxDelay, WebhookTimeout: jc.Webhooks.Timeout,
-		Spend:    jobSpender{s},
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
@@ -147,14 +144,14 @@ func (s *Server) startJobs(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())
 	}
 	// The spend kept in the store, before any request is charged.
-	if err := s.spend.start(ctx, st); err != nil {
+	if err := s.admit.Start(ctx, st); err != nil {
 		return errors.Join(err, s.closeStore())
 	}
 	if err := svc.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.spend.close(ctx), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.admit.Stop(ctx), s.closeStore())
 	}
 	if err := cleaner.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.spend.close(ctx), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.admit.Stop(ctx), s.closeStore())
 	}
 	s.jobs.Store(svc)
 	s.cleaner = cleaner
@@ -181,7 +178,7 @@ func (s *Server) stopJobs(ctx context.Context) error {
 	}
 	// The spend settled since the last flush, once no job can add to it
 	// (live requests were drained before), then the store.
-	errs = append(errs, s.spend.close(ctx))
+	errs = append(errs, s.admit.Stop(ctx))
 	errs = append(errs, s.closeStore())
 	return errors.Join(errs...)
 }
@@ -196,26 +193,4 @@ func (s *Server) closeStore() error {
 		return fmt.Errorf("closing the job store: %w", err)
 	}
 	return nil
-}
-
-// jobFallbacks translates the upstreams' fallbacks and fallback_classes
-// for the job service: jobs fall back as live requests do while their
-// upstream is unavailable.
-func jobFallbacks(order []string, cfg func(string) upcfg.Config) map[string]jobs.Fallbacks {
-	out := map[string]jobs.Fallbacks{}
-	for _, name := range order {
-		c := cfg(name)
-		if len(c.Fallbacks) == 0 {
-			continue
-		}
-		var fb jobs.Fallbacks
-		for _, f := range c.Fallbacks {
-			fb.To = append(fb.To, jobs.FallbackTarget{Upstream: f.Upstream, Models: f.Models})
-		}
-		for p := range llm.NumPriorities {
-			fb.Classes[p] = c.FallbackClass(llm.Priority(p))
-		}
-		out[name] = fb
-	}
-	return out
 }

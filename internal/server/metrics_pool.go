@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
 )
@@ -26,7 +27,7 @@ func newPoolMetrics(reg *prometheus.Registry, s *Server) *poolMetrics {
 	reg.MustRegister(p.fallbacks, &keyCollector{s: s})
 	for _, u := range s.cfg.Upstreams {
 		for _, f := range u.Fallbacks {
-			for _, r := range []string{fallbackUnavailable, fallbackDeadline} {
+			for _, r := range []string{admit.FallbackUnavailable, admit.FallbackDeadline} {
 				p.fallbacks.WithLabelValues(u.Name, f.Upstream, r)
 			}
 		}

@@ -1,25 +1,27 @@
 package server
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
-// spendMetrics are the spend budgets' metrics (docs/budgets.md). Labels
-// are bounded: clients come from the config (or the key digest when none
-// are configured), upstreams from the config, models are price-table
-// entries or "unknown", windows are day, month and total.
-type spendMetrics struct {
+// admitMetrics are the admission layer's metrics: its Observer
+// (docs/budgets.md, docs/pools.md). Labels are bounded: clients come from
+// the config (or the key digest when none are configured), upstreams from
+// the config, models are price-table entries or "unknown", windows are
+// day, month and total.
+type admitMetrics struct {
 	spentUSD *prometheus.CounterVec
 	refusals *prometheus.CounterVec
+	s        *Server
 }
 
-func newSpendMetrics(reg *prometheus.Registry, s *Server) *spendMetrics {
-	m := &spendMetrics{
+var _ admit.Observer = (*admitMetrics)(nil)
+
+func newAdmitMetrics(reg *prometheus.Registry, s *Server) *admitMetrics {
+	m := &admitMetrics{s: s,
 		spentUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_spend_usd_total",
 			Help: "US dollars spent (settled at the price table) since the gateway started, by client, upstream and price-table model.",
@@ -33,28 +35,19 @@ func newSpendMetrics(reg *prometheus.Registry, s *Server) *spendMetrics {
 	return m
 }
 
-func (m *spendMetrics) spent(l spendLabel, cost pricing.Amount) {
-	if m == nil {
-		return
-	}
-	m.spentUSD.WithLabelValues(l.client, l.upstream, l.model).Add(cost.Dollars())
+// Spent implements admit.Observer.
+func (m *admitMetrics) Spent(client, upstream, model string, usd float64) {
+	m.spentUSD.WithLabelValues(client, upstream, model).Add(usd)
 }
 
-func (m *spendMetrics) refused(client string, err error) {
-	if m == nil {
-		return
-	}
-	window, reason := "", "unknown_model"
-	if e, ok := errors.AsType[*quota.ExceededError](err); ok {
-		window, reason = string(e.Window), "exhausted"
-		switch {
-		case e.TooLarge:
-			reason = "too_large"
-		case e.Pending:
-			reason = "pending"
-		}
-	}
+// BudgetRefused implements admit.Observer.
+func (m *admitMetrics) BudgetRefused(client, window, reason string) {
 	m.refusals.WithLabelValues(client, window, reason).Inc()
+}
+
+// FallbackTaken implements admit.Observer.
+func (m *admitMetrics) FallbackTaken(upstream, fallback, reason string) {
+	m.s.metrics.fallbackTaken(upstream, fallback, reason)
 }
 
 var (
@@ -76,11 +69,10 @@ func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
-	sp := c.s.spend
-	if sp == nil {
+	if c.s.admit == nil {
 		return
 	}
-	for _, a := range sp.ledger.Accounts(sp.clock.Now()) {
+	for _, a := range c.s.admit.Accounts(c.s.clock.Now()) {
 		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, a.Day.Reserved.Dollars(), a.Client)
 		for _, w := range quota.Windows {
 			u := a.Of(w)

@@ -66,9 +66,8 @@ func (s *Server) Reload(next Config) error {
 		}
 	}
 	s.clients.Store(newClientSet(next.Clients))
-	if s.spend != nil {
-		s.spend.setBudgets(next.Clients) // new budgets apply to the spend already made
-	}
+	// New limits and budgets; the spend already made is kept.
+	s.admit.SetClients(admitClients(next.Clients))
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
 )
 
@@ -27,9 +28,12 @@ type requestLine struct {
 	tokensIn  int64
 	tokensOut int64
 	traceID   trace.TraceID // zero unless traced (logged as trace_id)
-	// spend is the request's budget reservation; its settled cost is
-	// logged as cost_usd.
-	spend *spendHold
+	// resp is the engine's answer: its settled cost is logged as cost_usd
+	// (admit.Spent).
+	resp *dispatch.Response
+	// trail is every upstream the request was sent to, with its attempts
+	// (served_by, tried).
+	trail admit.Trail
 }
 
 // outcome records the request's outcome in sluice_requests_total and in
@@ -45,7 +49,8 @@ func (s *Server) outcome(rl *requestLine, priority, outcome string) {
 // fromResponse records what the engine says about a relayed answer:
 // queue wait, attempts and, when its body was read to its end, the usage.
 func (rl *requestLine) fromResponse(resp *dispatch.Response) {
-	rl.queue, rl.attempts = resp.QueueWait, resp.Attempts
+	rl.resp = resp
+	rl.queue, rl.attempts = resp.QueueWait, rl.trail.Attempts(resp.Attempts)
 	if end, ok := resp.End(); ok && end.HasUsage {
 		rl.tokensIn, rl.tokensOut = end.Usage.InputTokens, end.Usage.OutputTokens
 	}
@@ -68,7 +73,13 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
 		slog.Int64("tokens_in", rl.tokensIn),
 		slog.Int64("tokens_out", rl.tokensOut),
-		slog.Float64("cost_usd", rl.spend.costSoFar().Dollars()),
+		slog.Float64("cost_usd", admit.Spent(rl.resp)),
+	}
+	if len(rl.trail.Legs) > 0 {
+		attrs = append(attrs, slog.String("served_by", rl.trail.ServedBy()))
+		if len(rl.trail.Legs) > 1 {
+			attrs = append(attrs, slog.String("tried", rl.trail.String()))
+		}
 	}
 	if rl.traceID.IsValid() {
 		attrs = append(attrs, slog.String("trace_id", rl.traceID.String()))

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 )
+
+// HeaderFallback set to "off" on a request keeps it on its upstream.
+const HeaderFallback = "X-Sluice-Fallback"
 
 // serveScheduled handles POST /{upstream}/v1/messages or
 // /v1/chat/completions: it reads and prices the body, works out class and
@@ -58,24 +63,19 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	}
 	s.active.add()
 	defer s.active.done()
-	adm, err := s.admitClient(r.Context(), cl, u, req) // client_limits.go
+	// The admission layer: the client's budget at once, its own limit in
+	// the upstream's queue, a fallback when the upstream cannot serve it.
+	noFallback := strings.EqualFold(strings.TrimSpace(r.Header.Get(HeaderFallback)), "off")
+	resp, err := s.admit.Do(r.Context(), u.cfg.Name, req, noFallback, &rl.trail)
 	if err != nil {
-		s.writeLimitError(w, r, u, req, rl, err)
-		return
-	}
-	resp, err := s.doRouted(r.Context(), u, req, r.Header)
-	if err != nil {
-		adm.done(0, 0)
 		s.writeEngineError(w, r, u, req, rl, err)
 		return
 	}
-	defer func() { adm.done(rl.tokensIn, rl.tokensOut) }()
 	defer resp.Body.Close()
 	// If the client goes away mid-body, close the upstream body at once
 	// (a Read blocked on the upstream returns), which ends the attempt.
 	stopWatch := context.AfterFunc(r.Context(), func() { _ = resp.Body.Close() })
 	defer stopWatch()
-	rl.spend = holdOf(resp)
 	s.outcome(rl, req.Priority.String(), outcomeFor(resp.StatusCode))
 	frontdoor.PrepareResponse(req, resp)
 	cut := relay(w, r, resp.Response, s.log)
@@ -91,14 +91,15 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	p := u.cfg.Protocol
 	reqID := rl.id
 	prio := req.Priority.String()
-	if _, ok := errors.AsType[*spendRefusedError](err); ok {
+	if rf, ok := errors.AsType[*admit.Refusal](err); ok {
 		s.outcome(rl, prio, outcomeBudget)
-		frontdoor.WriteProblem(w, p, reqID, spendProblem(p, err, s.clock.Now()))
+		frontdoor.WriteProblem(w, p, reqID, rf.Problem)
 		return
 	}
 	if _, ok := errors.AsType[*dispatch.Error](err); ok {
 		s.outcome(rl, prio, outcomeGaveUp)
 		pr, _ := frontdoor.ProblemFor(err)
+		pr.Attempts = rl.trail.Attempts(pr.Attempts)
 		rl.queue, rl.attempts = pr.QueueWait, pr.Attempts
 		frontdoor.WriteProblem(w, p, reqID, pr)
 		return
@@ -120,18 +121,6 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	s.log.Error("upstream request failed", "upstream", u.cfg.Name, "request_id", reqID, "err", err)
 	frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusBadGateway,
 		Message: "the gateway could not complete the upstream request (request id " + reqID + ")"})
-}
-
-// writeLimitError answers a request its client's own limit refused, or
-// whose client left while it waited for its client's room.
-func (s *Server) writeLimitError(w http.ResponseWriter, r *http.Request, u *upstream, req *dispatch.Request, rl *requestLine, err error) {
-	prio := req.Priority.String()
-	if lp, ok := errors.AsType[*limitError](err); ok {
-		s.outcome(rl, prio, outcomeGaveUp)
-		frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, lp.pr)
-		return
-	}
-	s.writeEngineError(w, r, u, req, rl, err)
 }
 
 // refuseForMemory answers a request the byte budget had no room for (or

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/sluicehq/sluice/internal/admit"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -52,7 +53,7 @@ func TestNoSecretAnywhere(t *testing.T) {
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(),
 			APIKeys: []upcfg.Key{{Key: secrets[3]}, {Key: secrets[4]}}}},
 		Clients: []ClientConfig{{Name: "alice", Key: secrets[0], Keys: []string{secrets[1]},
-			Limits: ClientLimits{LimitValues: LimitValues{RequestsPerMinute: 60}}},
+			Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60}}},
 			{Name: "root", Key: secrets[2], Role: RoleAdmin}},
 		Jobs: JobsConfig{WebhookSecret: secrets[5]}}
 	g, err := New(cfg, WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))

@@ -16,12 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -124,8 +126,7 @@ type Server struct {
 	registry  *prometheus.Registry
 	metrics   *metrics
 	budget    *byteBudget     // request bytes in flight (budget.go)
-	gates     *clientGates    // per-client limits (client_limits.go)
-	spend     *spender        // spend budgets and accounting (spend.go)
+	admit     *admit.Layer    // client limits, budgets, fallbacks (internal/admit)
 	live      *live           // outcomes, latencies and client usage (live.go)
 	history   *historySampler // the last minutes, for the dashboard (history.go)
 	// statusJobs caches /v1/status's job counts (status_why.go).
@@ -156,8 +157,7 @@ type Server struct {
 	// cluster shares the quotas with other nodes (cluster.go); nil when off.
 	cluster        atomic.Pointer[cluster.Node] // read by handlers without s.mu
 	clusterBackend cluster.Backend
-	clusterGiven   cluster.Backend  // WithClusterBackend
-	tenants        *cluster.Tenants // per-client limits and budgets (cluster_tenants.go)
+	clusterGiven   cluster.Backend // WithClusterBackend
 }
 
 // errShutdown is the cause given to in-flight requests cut off by Stop. It
@@ -255,7 +255,6 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		clusterGiven:   o.clusterBackend,
 	}
 	s.clients.Store(newClientSet(cfg.Clients))
-	s.gates = newClientGates(s.clock)
 	names := make([]string, 0, len(cfg.Upstreams))
 	for _, uc := range cfg.Upstreams {
 		names = append(names, uc.Name)
@@ -264,12 +263,12 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
-	sp, err := newSpender(cfg, s.clock, s.log, newSpendMetrics(s.registry, s))
+	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
+		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: newAdmitMetrics(s.registry, s)})
 	if err != nil {
 		return nil, fmt.Errorf("validating config: %w", err)
 	}
-	s.spend = sp
-	sp.shared = sp.shared || o.sharedStore
+	s.admit = layer
 	for _, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.BaseURL)
 		if err != nil { // validated above; kept for safety
@@ -289,8 +288,43 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		s.upstreams[uc.Name] = u
 		s.order = append(s.order, uc.Name)
 	}
+	engines := map[string]admit.Engine{}
+	for name, u := range s.upstreams {
+		engines[name] = admitEngine{u.engine}
+	}
+	layer.Bind(engines)
 	s.handler = s.routes()
 	return s, nil
+}
+
+// admitClients is the admission layer's view of the configured clients.
+func admitClients(cfgs []ClientConfig) []admit.Client {
+	out := make([]admit.Client, len(cfgs))
+	for i, c := range cfgs {
+		out[i] = admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget}
+	}
+	return out
+}
+
+// admitEngine is an upstream's engine as the admission layer sends to it:
+// one that cannot tell its availability (a test's fake) is always
+// available.
+type admitEngine struct{ engine }
+
+func (e admitEngine) Unavailable() bool {
+	a, ok := e.engine.(interface{ Unavailable() bool })
+	return ok && a.Unavailable()
+}
+
+// PredictWait is the engine's, when it predicts (the router's deadline
+// rule); 0 otherwise.
+func (e admitEngine) PredictWait(cost provider.Cost, class llm.Priority, client string) (time.Duration, bool) {
+	if p, ok := e.engine.(interface {
+		PredictWait(provider.Cost, llm.Priority, string) (time.Duration, bool)
+	}); ok {
+		return p.PredictWait(cost, class, client)
+	}
+	return 0, false
 }
 
 // Config returns the defaulted configuration the server started with

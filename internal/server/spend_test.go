@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/admit"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -36,7 +37,7 @@ func worstOf(t *testing.T, p llm.Protocol, body string) pricing.Amount {
 	return pricing.FromDollars((float64(c.InputTokens)*10 + float64(c.OutputTokens)*100) / 1e6)
 }
 
-func budgetClient(b BudgetConfig) []ClientConfig {
+func budgetClient(b admit.Budget) []ClientConfig {
 	return []ClientConfig{{Name: "team", Key: "ck-team", Budget: b}, {Name: "free", Key: "ck-free"},
 		{Name: "ops", Key: "ck-admin", Role: RoleAdmin}}
 }
@@ -56,7 +57,7 @@ func readStatus(t *testing.T, url, key string) StatusResponse {
 	return st
 }
 
-func clientSpend(t *testing.T, st StatusResponse, name string) ClientSpend {
+func clientSpend(t *testing.T, st StatusResponse, name string) admit.ClientSpend {
 	t.Helper()
 	for _, c := range st.Spend.Clients {
 		if c.Client == name {
@@ -64,7 +65,7 @@ func clientSpend(t *testing.T, st StatusResponse, name string) ClientSpend {
 		}
 	}
 	t.Fatalf("no spend for client %s in %+v", name, st.Spend)
-	return ClientSpend{}
+	return admit.ClientSpend{}
 }
 
 // TestBudgetRefusalShapes: with fake engines (each success charged its
@@ -78,7 +79,7 @@ func TestBudgetRefusalShapes(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	worst := worstOf(t, llm.Anthropic, anthropicBody) // max_tokens 64
 	day := 2.5 * worst.Dollars()
-	ts := newLoggedTestServer(t, budgetClient(BudgetConfig{Day: day}), log, func(c *Config) { c.Prices = spendPrices })
+	ts := newLoggedTestServer(t, budgetClient(admit.Budget{Day: day}), log, func(c *Config) { c.Prices = spendPrices })
 	h := map[string]string{"x-api-key": "ck-team"}
 	for range 2 {
 		r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
@@ -116,7 +117,7 @@ func TestBudgetRefusalShapes(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.StatusCode)
 
 	// A total cap is a 402, in the OpenAI shape on an OpenAI upstream.
-	ts = newTestServer(t, budgetClient(BudgetConfig{Total: worstOf(t, llm.OpenAI, openAIBody).Dollars() * 1.5}),
+	ts = newTestServer(t, budgetClient(admit.Budget{Total: worstOf(t, llm.OpenAI, openAIBody).Dollars() * 1.5}),
 		func(c *Config) { c.Prices = spendPrices })
 	r, body = ts.do(t, "POST", "/o/v1/chat/completions", openAIBody, h)
 	require.Equal(t, http.StatusOK, r.StatusCode, string(body))
@@ -125,7 +126,7 @@ func TestBudgetRefusalShapes(t *testing.T) {
 	require.Contains(t, requireProviderError(t, llm.OpenAI, body, "insufficient_quota"), "total budget")
 	require.Empty(t, r.Header.Get("Retry-After"), "a hard cap gives no retry time")
 	// In Anthropic's shape on an Anthropic upstream.
-	ts = newTestServer(t, budgetClient(BudgetConfig{Total: worst.Dollars() * 1.5}), func(c *Config) { c.Prices = spendPrices })
+	ts = newTestServer(t, budgetClient(admit.Budget{Total: worst.Dollars() * 1.5}), func(c *Config) { c.Prices = spendPrices })
 	r, _ = ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	r, body = ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
@@ -133,14 +134,14 @@ func TestBudgetRefusalShapes(t *testing.T) {
 	requireProviderError(t, llm.Anthropic, body, "billing_error")
 
 	// A request whose worst case alone exceeds the budget: 400.
-	ts = newTestServer(t, budgetClient(BudgetConfig{Month: worst.Dollars() / 2}), func(c *Config) { c.Prices = spendPrices })
+	ts = newTestServer(t, budgetClient(admit.Budget{Month: worst.Dollars() / 2}), func(c *Config) { c.Prices = spendPrices })
 	r, body = ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
 	require.Equal(t, http.StatusBadRequest, r.StatusCode)
 	require.Contains(t, requireProviderError(t, llm.Anthropic, body, "invalid_request_error"), "lower max_tokens")
 
 	// An unpriced model with prices.unknown: refuse: 400 for a client with
 	// a budget, served for one without.
-	ts = newTestServer(t, budgetClient(BudgetConfig{Day: 100}), func(c *Config) {
+	ts = newTestServer(t, budgetClient(admit.Budget{Day: 100}), func(c *Config) {
 		c.Prices = pricing.Config{Unknown: pricing.UnknownRefuse, NoShipped: true}
 	})
 	r, body = ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
@@ -156,13 +157,13 @@ func TestBudgetRefusalShapes(t *testing.T) {
 func TestBudgetRefundedOnFailure(t *testing.T) {
 	t.Parallel()
 	worst := worstOf(t, llm.Anthropic, anthropicBody)
-	ts := newTestServer(t, budgetClient(BudgetConfig{Day: worst.Dollars()}), func(c *Config) { c.Prices = spendPrices })
+	ts := newTestServer(t, budgetClient(admit.Budget{Day: worst.Dollars()}), func(c *Config) { c.Prices = spendPrices })
 	var fail sync.Mutex
 	mode := "gave_up"
 	ts.a.do = func(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error) {
 		fail.Lock()
 		defer fail.Unlock()
-		acc := ts.srv.spend.ledger.Account("team", ts.clock.Now())
+		acc := ts.srv.admit.Account("team", ts.clock.Now())
 		require.Equal(t, worst, acc.Day.Reserved, "reserved before the engine sees it")
 		switch mode {
 		case "gave_up":
@@ -183,7 +184,7 @@ func TestBudgetRefundedOnFailure(t *testing.T) {
 	fail.Unlock()
 	r, _ = ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
 	require.Equal(t, http.StatusBadRequest, r.StatusCode)
-	acc := ts.srv.spend.ledger.Account("team", ts.clock.Now())
+	acc := ts.srv.admit.Account("team", ts.clock.Now())
 	require.Zero(t, acc.Day.Spent)
 	require.Zero(t, acc.Day.Reserved)
 	// The whole budget is still there for a request that succeeds.
@@ -192,7 +193,7 @@ func TestBudgetRefundedOnFailure(t *testing.T) {
 	fail.Unlock()
 	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
 	require.Equal(t, http.StatusOK, r.StatusCode, string(body))
-	require.Equal(t, worst, ts.srv.spend.ledger.Account("team", ts.clock.Now()).Day.Spent)
+	require.Equal(t, worst, ts.srv.admit.Account("team", ts.clock.Now()).Day.Spent)
 }
 
 // spendGateway starts a mock and a gateway in front of it with the spend
@@ -235,7 +236,7 @@ func TestBudgetRaceOverTheMock(t *testing.T) {
 	store := testStore(t)
 	worst := worstOf(t, llm.Anthropic, raceBody)
 	limit := pricing.FromDollars(10.5 * worst.Dollars())
-	clients := budgetClient(BudgetConfig{Day: limit.Dollars()})
+	clients := budgetClient(admit.Budget{Day: limit.Dollars()})
 	g := spendGateway(t, m, store, clients)
 	base := "http://" + g.Addr()
 
@@ -271,7 +272,7 @@ func TestBudgetRaceOverTheMock(t *testing.T) {
 
 	// The last answers' bodies may still be settling as their clients
 	// finish reading.
-	var team ClientSpend
+	var team admit.ClientSpend
 	require.Eventually(t, func() bool {
 		team = clientSpend(t, readStatus(t, base, "ck-team"), "team")
 		return team.ReservedUSD == 0 && team.By[0].Requests == int64(ok)
@@ -281,7 +282,7 @@ func TestBudgetRaceOverTheMock(t *testing.T) {
 	require.Zero(t, team.ReservedUSD)
 	require.NotNil(t, team.Day.LimitUSD)
 	require.Len(t, team.By, 1)
-	require.Equal(t, ModelSpend{Upstream: "claude", Model: "claude-x", USD: team.By[0].USD, Requests: int64(ok)}, team.By[0])
+	require.Equal(t, admit.ModelSpend{Upstream: "claude", Model: "claude-x", USD: team.By[0].USD, Requests: int64(ok)}, team.By[0])
 
 	_, metrics := call(t, "GET", base+"/metrics", "ck-team", "")
 	require.Contains(t, string(metrics), `sluice_spend_usd_total{client="team",model="claude-x",upstream="claude"}`)
@@ -313,7 +314,7 @@ func TestBudgetAppliesToJobs(t *testing.T) {
 	m := startSpendMock(t)
 	worst := worstOf(t, llm.Anthropic, raceBody)
 	logs := &syncBuffer{}
-	g := spendGateway(t, m, testStore(t), budgetClient(BudgetConfig{Total: 1.5 * worst.Dollars()}),
+	g := spendGateway(t, m, testStore(t), budgetClient(admit.Budget{Total: 1.5 * worst.Dollars()}),
 		slog.New(slog.NewJSONHandler(logs, nil)))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
 	base := "http://" + g.Addr()
@@ -339,7 +340,7 @@ func TestBudgetAppliesToJobs(t *testing.T) {
 	require.Contains(t, second, "total budget")
 	require.Contains(t, second, `"status":402`)
 	require.Equal(t, calls, m.Stats().Overall.ByStatus["200"], "the refused job never reached the provider")
-	var team ClientSpend
+	var team admit.ClientSpend
 	require.Eventually(t, func() bool {
 		team = clientSpend(t, readStatus(t, base, "ck-team"), "team")
 		return team.ReservedUSD == 0
@@ -372,7 +373,7 @@ prices:
     my-model: {input: 1, output: 2}
 `), nil)
 	require.NoError(t, err)
-	require.Equal(t, BudgetConfig{Day: 5, Month: 100, Total: 1000}, cfg.Clients[0].Budget)
+	require.Equal(t, admit.Budget{Day: 5, Month: 100, Total: 1000}, cfg.Clients[0].Budget)
 	require.Equal(t, pricing.UnknownRefuse, cfg.Prices.Unknown)
 	for doc, want := range map[string]string{
 		"clients: [{name: t, key: k1, budget: {day: -1}}]\n":           "clients[0].budget.day",
@@ -396,7 +397,7 @@ func TestBudgetChargesStreams(t *testing.T) {
 	t.Parallel()
 	m := startSpendMock(t)
 	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: spendPrices,
-		Clients: budgetClient(BudgetConfig{Day: 10}),
+		Clients: budgetClient(admit.Budget{Day: 10}),
 		Upstreams: []upcfg.Config{
 			{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"},
 			{Name: "gpt", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: "sk-up"},
@@ -409,7 +410,7 @@ func TestBudgetChargesStreams(t *testing.T) {
 		`{"model":"claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"stream it"}]}`)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Contains(t, string(body), "message_stop")
-	var team ClientSpend
+	var team admit.ClientSpend
 	require.Eventually(t, func() bool {
 		team = clientSpend(t, readStatus(t, base, "ck-team"), "team")
 		return team.ReservedUSD == 0
@@ -458,7 +459,7 @@ func TestBudgetIsUsedUpOverTheMock(t *testing.T) {
 	m := startSpendMock(t)
 	worst := worstOf(t, llm.Anthropic, raceBody)
 	limit := pricing.FromDollars(20.5 * worst.Dollars())
-	g := spendGateway(t, m, testStore(t), budgetClient(BudgetConfig{Day: limit.Dollars()}))
+	g := spendGateway(t, m, testStore(t), budgetClient(admit.Budget{Day: limit.Dollars()}))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
 	base := "http://" + g.Addr()
 	var mu sync.Mutex
@@ -502,12 +503,12 @@ func TestBudgetIsUsedUpOverTheMock(t *testing.T) {
 func TestReloadAppliesBudgets(t *testing.T) {
 	t.Parallel()
 	worst := worstOf(t, llm.Anthropic, anthropicBody)
-	ts := newTestServer(t, budgetClient(BudgetConfig{Day: 10}), func(c *Config) { c.Prices = spendPrices })
+	ts := newTestServer(t, budgetClient(admit.Budget{Day: 10}), func(c *Config) { c.Prices = spendPrices })
 	h := map[string]string{"x-api-key": "ck-team"}
 	r, _ := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	cfg := ts.srv.Config()
-	cfg.Clients = budgetClient(BudgetConfig{Day: 1.5 * worst.Dollars()})
+	cfg.Clients = budgetClient(admit.Budget{Day: 1.5 * worst.Dollars()})
 	require.NoError(t, ts.srv.Reload(cfg))
 	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
 	require.Equal(t, http.StatusTooManyRequests, r.StatusCode, string(body))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -29,16 +30,26 @@ type StatusResponse struct {
 	Clients []ClientUsage `json:"clients,omitempty"`
 	// ClientLimits is each limited client's room on each upstream
 	// (client_limits.go). Admin callers only.
-	ClientLimits []ClientLimitStatus `json:"client_limits,omitempty"`
+	ClientLimits []admit.ClientLimitStatus `json:"client_limits,omitempty"`
 	// Spend is each client's spend and budget windows (status_spend.go).
 	// Admin callers only.
-	Spend *SpendStatus `json:"spend,omitempty"`
+	Spend *admit.SpendStatus `json:"spend,omitempty"`
 }
 
 // forCaller drops the per-client sections a caller that is not an admin
-// may not see (other clients' names and usage).
-func (st *StatusResponse) forCaller(admin bool) {
+// may not see (other clients' names and usage): a client sees the holds
+// of its own limits only.
+func (st *StatusResponse) forCaller(name string, admin bool) {
 	if !admin {
+		for i := range st.Upstreams {
+			var own []HeldClient
+			for _, h := range st.Upstreams[i].Held {
+				if h.Client == name {
+					own = append(own, h)
+				}
+			}
+			st.Upstreams[i].Held = own
+		}
 		st.ClientLimits = nil
 		st.Spend = nil
 		st.Clients = nil
@@ -61,6 +72,9 @@ type UpstreamStatus struct {
 	// WaitingOn says what the head of the queue waits on (null: nothing
 	// waits). See status_why.go.
 	WaitingOn *WaitingOn `json:"waiting_on"`
+	// Held lists the clients whose own limit holds their queued requests
+	// back (counted in Queued with everything else; see status_why.go).
+	Held []HeldClient `json:"held_by_client_limit,omitempty"`
 	// InFlight and ConcurrencyLimit: requests being sent or streamed, and
 	// the adaptive limit they are held to.
 	InFlight         int `json:"in_flight"`
@@ -168,8 +182,8 @@ func (s *Server) status(ctx context.Context) StatusResponse {
 		out.Upstreams = append(out.Upstreams, st)
 	}
 	out.Cluster = s.clusterStatus()
-	out.ClientLimits = s.gates.status(now)
-	out.Spend = s.spendStatus(now)
+	out.ClientLimits = s.admit.ClientLimits(now)
+	out.Spend = s.admit.Spend(now)
 	return out
 }
 
@@ -185,7 +199,7 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	st := s.status(r.Context())
-	st.forCaller(cl.admin)
+	st.forCaller(cl.name, cl.admin)
 	_ = enc.Encode(st)
 }
 

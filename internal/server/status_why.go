@@ -101,6 +101,20 @@ func bucketStatus(d flow.Dim, b flow.BucketState) BucketStatus {
 	return bs
 }
 
+// HeldClient is a client whose own limit holds its queued requests back
+// on an upstream, in one class.
+type HeldClient struct {
+	Client   string `json:"client"`
+	Priority string `json:"priority"`
+	// Queued is how many of its requests wait in the class.
+	Queued int `json:"queued"`
+	// Limit names the limit ("client acme's requests_per_minute (30) on
+	// claude"); Until is when it has room (absent: when one of the
+	// client's requests in flight ends).
+	Limit string     `json:"limit"`
+	Until *time.Time `json:"until,omitempty"`
+}
+
 // explain fills st's why-it-waits fields from the engine, if it can tell.
 func explain(st *UpstreamStatus, e engine, now time.Time) {
 	ex, ok := e.(explainer)
@@ -115,6 +129,14 @@ func explain(st *UpstreamStatus, e engine, now time.Time) {
 			w.Until = &t
 		}
 		st.WaitingOn = w
+	}
+	for _, h := range x.Held {
+		hc := HeldClient{Client: h.Client, Priority: h.Class.String(), Queued: h.Queued, Limit: h.Limit}
+		if !h.Until.IsZero() {
+			t := h.Until.UTC()
+			hc.Until = &t
+		}
+		st.Held = append(st.Held, hc)
 	}
 	for c, at := range x.OldestArrival {
 		if !at.IsZero() {

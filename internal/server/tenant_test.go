@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/admit"
 	"net/http"
 	"strings"
 	"testing"
@@ -284,7 +285,7 @@ func TestWebhookSSRFRefused(t *testing.T) {
 // limits and room to an admin, and leaves them out for a client.
 func TestStatusPerClientDetailsAdminOnly(t *testing.T) {
 	t.Parallel()
-	limited := ClientLimits{LimitValues: LimitValues{RequestsPerMinute: 600, MaxConcurrency: 4}}
+	limited := admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 600, MaxConcurrency: 4}}
 	ts := newTestServer(t, []ClientConfig{{Name: "alice", Key: "ck-alice", Limits: limited}, {Name: "root", Key: "ck-root", Role: RoleAdmin}})
 	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "ck-alice"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(body))

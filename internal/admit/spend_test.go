@@ -1,8 +1,10 @@
-package server
+package admit
 
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
 )
@@ -45,12 +46,12 @@ func (c *countingStore) AddSpend(ctx context.Context, p jobstore.AddSpendParams)
 func TestSpendWritesAreBatched(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := jobstore.Open(ctx, testStore(t), jobstore.Options{})
+	st, err := jobstore.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "s.db"), jobstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	cs := &countingStore{Store: st, added: make(chan struct{}, 16)}
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	sp, err := newSpender(Config{Prices: spendPrices, Clients: budgetClient(BudgetConfig{Day: 100})}, fc, discardLogger(), nil)
+	sp, err := newTestSpender(fc, Budget{Day: 100})
 	require.NoError(t, err)
 	require.NoError(t, sp.start(ctx, cs))
 	settle := func(n int) {
@@ -95,14 +96,14 @@ func TestSpendWritesAreBatched(t *testing.T) {
 func TestSharedStoreSpendIsSeenByEveryGateway(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := testStore(t)
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "s.db")
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	node := func() *spender {
 		st, err := jobstore.Open(ctx, dsn, jobstore.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, st.Close()) })
 		// $0.01 a day: five requests of $0.002 each.
-		sp, err := newSpender(Config{Prices: spendPrices, Clients: budgetClient(BudgetConfig{Day: 0.01})}, fc, discardLogger(), nil)
+		sp, err := newTestSpender(fc, Budget{Day: 0.01})
 		require.NoError(t, err)
 		sp.shared = true
 		require.NoError(t, sp.start(ctx, st))
@@ -137,13 +138,13 @@ func TestSharedStoreSpendIsSeenByEveryGateway(t *testing.T) {
 func TestSetBudgetsKeepsSpend(t *testing.T) {
 	t.Parallel()
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	sp, err := newSpender(Config{Prices: spendPrices, Clients: budgetClient(BudgetConfig{Day: 1})}, fc, discardLogger(), nil)
+	sp, err := newTestSpender(fc, Budget{Day: 1})
 	require.NoError(t, err)
 	req := &dispatch.Request{Cost: provider.Cost{Model: "claude-x", InputTokens: 1000, OutputTokens: 1000}} // $0.11 worst
 	h, err := sp.reserve("team", "claude", llm.Anthropic, req)
 	require.NoError(t, err)
 	h.settle(dispatch.End{Outcome: llm.Outcome{Kind: llm.Success}}, true) // no usage: the worst case
-	sp.setBudgets(budgetClient(BudgetConfig{Day: 0.15}))
+	sp.setBudgets([]Client{{Name: "team", Budget: Budget{Day: 0.15}}})
 	_, err = sp.reserve("team", "claude", llm.Anthropic, req)
 	require.Error(t, err, "0.11 spent + 0.11 > 0.15")
 	sp.setBudgets(nil)
@@ -153,36 +154,16 @@ func TestSetBudgetsKeepsSpend(t *testing.T) {
 	require.Equal(t, pricing.FromDollars(0.11), sp.ledger.Account("team", fc.Now()).Day.Spent)
 }
 
-// TestFallbackIsChargedAsItsModel: a request served by a fallback is
-// charged on the fallback upstream at the price of the model it was sent
-// as (sonnet rewritten to haiku), and the primary's failed attempts cost
-// nothing.
-func TestFallbackIsChargedAsItsModel(t *testing.T) {
-	t.Parallel()
-	r := newFallbackRig(t, mock.Config{Faults: mock.Faults{Outages: []mock.Outage{{Start: 0, Duration: time.Hour}}}}, mock.Config{}, nil)
-	sp, err := newSpender(Config{}, r.fc, discardLogger(), nil)
-	require.NoError(t, err)
-	r.s.spend = sp
-	for range 40 {
-		res, _ := r.send(t, llm.Normal, 0, nil)
-		if res.err == nil && res.resp.Upstream == "fallback" {
-			break
-		}
-		r.fc.Advance(250 * time.Millisecond)
+// spendPrices price the test models: $10 and $100 per million tokens.
+var spendPrices = pricing.Config{Models: map[string]pricing.Price{"claude-x": {Input: 10, Output: 100}}}
+
+// newTestSpender is a spender at spendPrices with one client, "team",
+// and its budget.
+func newTestSpender(fc *clock.Fake, b Budget) (*spender, error) {
+	sp, err := newSpender(spendPrices, false, fc, slog.New(slog.DiscardHandler), NopObserver{})
+	if err != nil {
+		return nil, err
 	}
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	var fallback, primary int64
-	for l, d := range sp.totals {
-		switch {
-		case l.upstream == "fallback":
-			require.Equal(t, "claude-haiku-4-5", l.model)
-			fallback += d.requests
-		case l.upstream == "primary" && d.nanos > 0:
-			primary += d.requests
-		}
-	}
-	require.Positive(t, fallback, "a fallback served and was charged")
-	require.Zero(t, primary, "the primary's failures are refunded")
-	require.Zero(t, sp.ledger.Account("", r.fc.Now()).Day.Reserved)
+	sp.setBudgets([]Client{{Name: "team", Budget: b}})
+	return sp, nil
 }
