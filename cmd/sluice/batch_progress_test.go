@@ -15,9 +15,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // TestBatchRateAfterResume: results a rerun finds already finished on
@@ -42,7 +45,7 @@ func TestBatchRateAfterResume(t *testing.T) {
 // return, no escape), and the run ends with a summary.
 func TestBatchProgressOffATerminal(t *testing.T) {
 	t.Parallel()
-	srv := jobsGatewayWith(t, &countingUpstream{calls: map[string]int{}}, true, func(c *jobs.Config) { c.Spend = flatSpender(0.0125) })
+	srv := jobsGatewayWith(t, &countingUpstream{calls: map[string]int{}}, true, func(c *jobs.Config) { c.Admission = flatSpender(0.0125) })
 	in, out := batchInput(t, 6)
 	var stdout, stderr bytes.Buffer
 	code := runMain(boundedContext(t), []string{"batch", "run", in, "--server", srv.URL, "-o", out}, &stdout, &stderr)
@@ -127,10 +130,15 @@ func listJobs(t *testing.T, base, state string) []jobs.JobView {
 	return page.Data
 }
 
-// flatSpender charges every job call the same cost.
+// flatSpender admits every job call on its own upstream and charges it
+// the same cost.
 type flatSpender float64
 
-func (f flatSpender) Reserve(string, *dispatch.Request) (jobs.SpendHold, error) { return f, nil }
+func (f flatSpender) Route(upstream string, _ llm.Priority, _ string, _ provider.Cost, _ time.Time) (admit.Target, string, bool) {
+	return admit.Target{Upstream: upstream}, "", true
+}
+
+func (f flatSpender) AdmitNow(admit.Target, *dispatch.Request) (admit.Settler, error) { return f, nil }
 
 func (f flatSpender) Settle(_ dispatch.End, ended bool) float64 {
 	if !ended {

@@ -211,6 +211,14 @@ func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dis
 	return resp, nil
 }
 
+// Settler settles an admitted call once it has ended (*Admission).
+type Settler interface {
+	// Settle ends the admission with how the call ended (ended false: it
+	// failed without an answer's body) and returns its cost in US
+	// dollars.
+	Settle(end dispatch.End, ended bool) float64
+}
+
 // Admission is a job's call admitted by AdmitNow: its budget reservation
 // and its slot at its client's gate. Settle it once the call has ended.
 type Admission struct {
@@ -225,7 +233,7 @@ type Admission struct {
 // client's own limit on t (a *Held, saying when to come back, when the
 // client is over it: the job waits in the store without burning an
 // attempt, and is never recorded as a rate limit).
-func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (*Admission, error) {
+func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
 		return nil, l.refusal(t, err)

@@ -106,6 +106,10 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 	} else if deadline.IsZero() {
 		deadline = dl
 	}
+	if !deadline.IsZero() && !deadline.After(in.Now) {
+		// Nothing can be done for it: the caller's mistake, not a wait.
+		return nil, badRequest("the request's deadline (%s) is already past", deadline.UTC().Format(time.RFC3339Nano))
+	}
 	client := in.Override.Client
 	if client == "" {
 		client = in.Caller.Name

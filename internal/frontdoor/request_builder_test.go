@@ -58,6 +58,9 @@ func TestBuild(t *testing.T) {
 		{name: "bad stainless ignored", caller: frontdoor.InProcess, header: map[string]string{"X-Stainless-Timeout": "soon"}, wantPriority: llm.Normal},
 		{name: "bad deadline", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Deadline": "tomorrow"}, wantErr: "X-Sluice-Deadline header"},
 		{name: "negative deadline", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Deadline": "-5s"}, wantErr: "must be positive"},
+		{name: "deadline already past", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Deadline": "2026-03-01T11:00:00Z"}, wantErr: "already past"},
+		{name: "deadline now", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Deadline": t0.Format(time.RFC3339)}, wantErr: "already past"},
+		{name: "override deadline already past", caller: frontdoor.InProcess, override: frontdoor.Override{Deadline: t0.Add(-time.Second)}, wantErr: "already past"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -10,12 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
-// settler settles an admitted call; *admit.Admission is one, noAdmission
-// the call of a runtime without an admission layer.
-type settler interface {
-	Settle(end dispatch.End, ended bool) float64
-}
-
+// noAdmission settles the call of a runtime without an admission layer.
 type noAdmission struct{}
 
 func (noAdmission) Settle(dispatch.End, bool) float64 { return 0 }
@@ -23,16 +18,12 @@ func (noAdmission) Settle(dispatch.End, bool) float64 { return 0 }
 // admitCall asks the admission layer whether req may go to via now: its
 // client's budget and its client's own limit there (the same calls as a
 // live request's, at once rather than waited for).
-func (w *worker) admitCall(via route, req *dispatch.Request) (settler, error) {
+func (w *worker) admitCall(via route, req *dispatch.Request) (admit.Settler, error) {
 	a := w.s.cfg.Admission
 	if a == nil || via.target.Upstream == "" {
 		return noAdmission{}, nil
 	}
-	adm, err := a.AdmitNow(via.target, req)
-	if err != nil {
-		return nil, err
-	}
-	return adm, nil
+	return a.AdmitNow(via.target, req)
 }
 
 // notAdmitted is the verdict of a call the admission layer held back or

@@ -229,7 +229,7 @@ type Admission interface {
 	Route(upstream string, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (admit.Target, string, bool)
 	// AdmitNow admits a call to t at once: an *admit.Refusal from its
 	// client's budget, an *admit.Held from its client's own limit.
-	AdmitNow(t admit.Target, req *dispatch.Request) (*admit.Admission, error)
+	AdmitNow(t admit.Target, req *dispatch.Request) (admit.Settler, error)
 }
 
 // WithDefaults returns c with every unset field filled in. It is pure.

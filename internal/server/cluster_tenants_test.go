@@ -28,7 +28,7 @@ type clusterNode struct {
 
 // admitJob admits a job's call of client (in and out tokens) on upstream
 // a at once, as the job worker does.
-func (n *clusterNode) admitJob(client string, in, out int) (*admit.Admission, error) {
+func (n *clusterNode) admitJob(client string, in, out int) (admit.Settler, error) {
 	target, _, _ := n.srv.admit.Route("a", llm.Low, "", provider.Cost{}, time.Time{})
 	return n.srv.admit.AdmitNow(target, tenantReq(client, in, out))
 }
@@ -253,7 +253,7 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 			clients := []ClientConfig{{Name: "b", Key: "ck-b", Budget: admit.Budget{Total: 1}}}
 			nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, st), newClusterNode(t, clk, mem, "n2", clients, st)}
 			type held struct {
-				h     *admit.Admission
+				h     admit.Settler
 				until time.Time
 			}
 			var open []held
@@ -281,7 +281,7 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 				}
 				committed := settled
 				for _, o := range open {
-					committed += pricing.FromDollars(o.h.Reserved())
+					committed += pricing.FromDollars(o.h.(*admit.Admission).Reserved())
 				}
 				peak = max(peak, committed)
 				if step%5 == 0 {

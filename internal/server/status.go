@@ -65,6 +65,9 @@ func (st *StatusResponse) forCaller(name string, admin bool) {
 type UpstreamStatus struct {
 	Name     string       `json:"name"`
 	Protocol llm.Protocol `json:"protocol"`
+	// Fallbacks are the upstreams its requests go to while it cannot
+	// serve them, in order (internal/admit's router).
+	Fallbacks []string `json:"fallbacks,omitempty"`
 	// Queued is the queue length per class; OldestWait the seconds the
 	// longest-waiting request of each non-empty class has waited.
 	Queued     map[string]int     `json:"queued"`
@@ -145,6 +148,9 @@ func (s *Server) status(ctx context.Context) StatusResponse {
 		u := s.upstreams[name]
 		st := UpstreamStatus{Name: name, Protocol: u.cfg.Protocol, Queued: map[string]int{}, OldestWait: map[string]float64{},
 			Buckets: map[string]BucketStatus{}, BreakerHistory: []BreakerEventStatus{}, Jobs: jobs[name]}
+		for _, f := range u.cfg.Fallbacks {
+			st.Fallbacks = append(st.Fallbacks, f.Upstream)
+		}
 		if sn, ok := u.engine.(snapshotter); ok {
 			snap := sn.Snapshot()
 			for c, n := range snap.Queued {
