@@ -52,7 +52,7 @@ func newMockRig(t *testing.T, mc mock.Config, clients []ClientConfig, mutate ...
 		// requests back until the provider's first headers.
 		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, BaseURL: "http://mock.invalid", APIKey: upstreamKey,
 			Limits: upcfg.Limits{RequestsPerMinute: 60_000}}},
-		Clients:   clients}
+		Clients: clients}
 	for _, f := range mutate {
 		f(&cfg)
 	}
