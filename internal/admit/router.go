@@ -179,6 +179,7 @@ func (r *router) do(ctx context.Context, name string, req *dispatch.Request, noF
 	}
 	first, reason := r.choose(cands, req.Priority, req.Client, req.Cost, req.Deadline)
 	var firstErr error
+	tried := 0 // attempts on the upstreams tried before
 	for i := first; i < len(cands); i++ {
 		if i > 0 && ctx.Err() != nil {
 			break
@@ -192,7 +193,11 @@ func (r *router) do(ctx context.Context, name string, req *dispatch.Request, noF
 		resp, err := send(ctx, t, &next)
 		if err == nil {
 			trail.add(t.Upstream, resp, nil, "")
+			resp.Attempts += tried // every attempt, on every upstream tried
 			return resp, nil
+		}
+		if de, ok := errors.AsType[*dispatch.Error](err); ok {
+			tried += de.Attempts
 		}
 		reason = fallbackReason(err, t)
 		trail.add(t.Upstream, nil, err, reason)
@@ -259,9 +264,9 @@ func (t *Trail) add(name string, resp *dispatch.Response, err error, fellBack st
 	t.Legs = append(t.Legs, Leg{Upstream: name, Attempts: n, FellBack: fellBack})
 }
 
-// Attempts is every attempt on every upstream tried: the last leg's
-// counted as last (the attempts of the response that served), the earlier
-// legs' as the trail recorded them.
+// Attempts is every attempt on every upstream tried, given last, the
+// attempts of the last leg's error (a response that served already
+// counts every upstream's).
 func (t *Trail) Attempts(last int) int {
 	if t == nil || len(t.Legs) == 0 {
 		return last

@@ -1,12 +1,18 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -141,4 +147,59 @@ func TestJobsFallBackWhileTheirUpstreamIsUnavailable(t *testing.T) {
 			require.Equal(t, id, decode[JobView](t, body).ID)
 		})
 	}
+}
+
+// TestJobHeldByItsClientLimitIsNoAttempt: a client's jobs over its own
+// requests_per_minute are held back in the store until its next turn,
+// not sent: each succeeds with one attempt and no entry in its history,
+// and the log has no rate limit in it.
+func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
+	t.Parallel()
+	layer, err := admit.New(admit.Config{Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic}},
+		Clients: []admit.Client{{Name: "acme", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 120, BurstSeconds: 0.5}}}}})
+	require.NoError(t, err)
+	d := succeed()
+	layer.Bind(map[string]admit.Engine{"claude": d})
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	s := newService(t, nil, d, nil, func(c *Config) {
+		c.Admission = layer
+		c.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	var ids []int64
+	for i := range 3 {
+		code, body := do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","idempotency_key":"k`+strconv.Itoa(i)+`","request":`+anthropicBody+`}`,
+			"X-Sluice-Client", "acme")
+		require.Equal(t, http.StatusAccepted, code, string(body))
+		ids = append(ids, decode[JobView](t, body).ID)
+	}
+	for _, id := range ids {
+		v := await(t, s, id)
+		require.Equal(t, "succeeded", string(v.State))
+		require.Equal(t, 1, v.Attempts, "the limit burns no attempt")
+		require.Empty(t, v.Errors, "nothing in its history")
+	}
+	// The attempt line is written just after the job's result.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(logs.String(), `"msg":"job attempt"`) == 3
+	}, 5*time.Second, time.Millisecond, "one attempt line each")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, logs.String(), `"msg":"job held"`, "two of the three were held back")
+	require.Contains(t, logs.String(), "client acme's requests_per_minute (120) on claude")
+	require.NotContains(t, logs.String(), "rate_limited")
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -23,54 +24,91 @@ import (
 )
 
 // mockRig is a whole gateway (New and Start, no listener, no job queue)
-// with the real engine of upstream "a" over an in-process mock, on one
-// fake clock: client limits and budgets are the admission layer's and the
-// dispatcher's, as in production.
+// with the real engines of its upstreams over in-process mocks, on one
+// fake clock: client limits, budgets and fallbacks are the admission
+// layer's and the dispatchers', as in production. Upstream "a" unless
+// the rig names others.
 type mockRig struct {
 	srv   *Server
 	http  *httptest.Server
 	clock *clock.Fake
-	mock  *mock.Server
+	mock  *mock.Server            // upstream a's (or the first's)
+	mocks map[string]*mock.Server // by upstream
 }
 
 func newMockRig(t *testing.T, mc mock.Config, clients []ClientConfig, mutate ...func(*Config)) *mockRig {
 	t.Helper()
+	return newRig(t, rigSpec{mocks: []rigMock{{"a", mc}}, clients: clients, mutate: mutate})
+}
+
+// rigSpec shapes a mockRig: its upstreams (Anthropic, each on its own
+// mock, at http://NAME.invalid), clients, config edits and logger.
+type rigSpec struct {
+	mocks   []rigMock
+	clients []ClientConfig
+	mutate  []func(*Config)
+	log     *slog.Logger
+}
+
+type rigMock struct {
+	upstream string
+	cfg      mock.Config
+}
+
+func newRig(t *testing.T, spec rigSpec) *mockRig {
+	t.Helper()
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	mc.Clock, mc.Seed = fc, 1
-	m, err := mock.New(mc)
-	require.NoError(t, err)
-	h := m.Handler()
+	r := &mockRig{clock: fc, mocks: map[string]*mock.Server{}}
+	handlers := map[string]http.Handler{}
+	cfg := Config{Store: StoreNone, Clients: spec.clients}
+	for _, x := range spec.mocks {
+		x.cfg.Clock, x.cfg.Seed = fc, 1
+		m, err := mock.New(x.cfg)
+		require.NoError(t, err)
+		r.mocks[x.upstream], handlers[x.upstream+".invalid"] = m, m.Handler()
+		if r.mock == nil {
+			r.mock = m
+		}
+		// A limit configured, so the engine does not hold its first
+		// requests back until the provider's first headers.
+		cfg.Upstreams = append(cfg.Upstreams, upcfg.Config{Name: x.upstream, Protocol: llm.Anthropic,
+			BaseURL: "http://" + x.upstream + ".invalid", APIKey: upstreamKey, Limits: upcfg.Limits{RequestsPerMinute: 60_000}})
+	}
 	rt := roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		handlers[req.URL.Host].ServeHTTP(rec, req)
 		resp := rec.Result()
 		resp.Request = req
 		return resp, nil
 	})
-	cfg := Config{Store: StoreNone,
-		// A limit configured, so the engine does not hold its first
-		// requests back until the provider's first headers.
-		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, BaseURL: "http://mock.invalid", APIKey: upstreamKey,
-			Limits: upcfg.Limits{RequestsPerMinute: 60_000}}},
-		Clients: clients}
-	for _, f := range mutate {
+	for _, f := range spec.mutate {
 		f(&cfg)
 	}
-	srv, err := New(cfg, WithClock(fc), WithTransport(rt), WithoutListener(), WithLogger(discardLogger()))
+	log := spec.log
+	if log == nil {
+		log = discardLogger()
+	}
+	srv, err := New(cfg, WithClock(fc), WithTransport(rt), WithoutListener(), WithLogger(log))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, srv.Stop(context.Background())) })
-	r := &mockRig{srv: srv, http: httptest.NewServer(srv.Handler()), clock: fc, mock: m}
+	r.srv, r.http = srv, httptest.NewServer(srv.Handler())
 	t.Cleanup(r.http.Close)
 	return r
 }
 
-// send posts a messages request with key and headers h in the
-// background.
+// send posts a messages request to upstream a with key and headers h in
+// the background.
 func (r *mockRig) send(t *testing.T, key string, h map[string]string) <-chan httpResult {
 	t.Helper()
+	return r.sendTo(t, "a", key, h)
+}
+
+// sendTo is send to the named upstream.
+func (r *mockRig) sendTo(t *testing.T, upstream, key string, h map[string]string) <-chan httpResult {
+	t.Helper()
 	ch := make(chan httpResult, 1)
-	req, err := http.NewRequestWithContext(t.Context(), "POST", r.http.URL+"/a/v1/messages", strings.NewReader(anthropicBody))
+	req, err := http.NewRequestWithContext(t.Context(), "POST", r.http.URL+"/"+upstream+"/v1/messages", strings.NewReader(anthropicBody))
 	require.NoError(t, err)
 	req.Header.Set("x-api-key", key)
 	for k, v := range h {

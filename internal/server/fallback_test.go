@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/sluicehq/sluice/internal/admit"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -334,4 +335,31 @@ func TestJobsPacedByTheirClientLimit(t *testing.T) {
 	require.GreaterOrEqual(t, last.Sub(first), time.Duration(float64(n-2-1)*float64(time.Minute)/rpm),
 		"the client's jobs never went faster than its limit")
 	require.Equal(t, int64(n), m.Stats().Overall.ByStatus["200"])
+}
+
+// TestFirstRequestIntoAnOutageFallsBackAtOnce: the first request to meet
+// a new outage of its upstream is served by the fallback after that one
+// failed attempt, with no backoff (no fake time passes), and its log line
+// names the upstream that served it and the attempts on each.
+func TestFirstRequestIntoAnOutageFallsBackAtOnce(t *testing.T) {
+	t.Parallel()
+	log, logs := capturedLogger(slog.LevelInfo)
+	r := newRig(t, rigSpec{
+		mocks: []rigMock{{"primary", mock.Config{Faults: mock.Faults{Outages: []mock.Outage{{Duration: time.Hour}}}}}, {"backup", mock.Config{}}},
+		mutate: []func(*Config){func(c *Config) { c.Upstreams[0].Fallbacks = []upcfg.Fallback{{Upstream: "backup"}} }},
+		log:    log,
+	})
+	start := r.clock.Now()
+	res := <-r.sendTo(t, "primary", "any", nil)
+	require.NoError(t, res.err)
+	require.Equal(t, http.StatusOK, res.status, string(res.body))
+	require.Equal(t, start, r.clock.Now(), "no backoff before the fallback")
+	require.Equal(t, "backup", res.header.Get("X-Sluice-Upstream"))
+	require.Equal(t, "2", res.header.Get("X-Sluice-Attempts"), "one on each")
+	require.EqualValues(t, 1, r.mocks["primary"].Stats().Overall.ByStatus["529"], "one failed attempt on the primary")
+	line := logs.waitLines(t, "request", 1)[0]
+	require.Equal(t, "primary", line["upstream"])
+	require.Equal(t, "backup", line["served_by"])
+	require.Equal(t, "primary:1,backup:1", line["tried"])
+	require.EqualValues(t, 2, line["attempts"])
 }

@@ -50,7 +50,7 @@ func (s *Server) outcome(rl *requestLine, priority, outcome string) {
 // queue wait, attempts and, when its body was read to its end, the usage.
 func (rl *requestLine) fromResponse(resp *dispatch.Response) {
 	rl.resp = resp
-	rl.queue, rl.attempts = resp.QueueWait, rl.trail.Attempts(resp.Attempts)
+	rl.queue, rl.attempts = resp.QueueWait, resp.Attempts
 	if end, ok := resp.End(); ok && end.HasUsage {
 		rl.tokensIn, rl.tokensOut = end.Usage.InputTokens, end.Usage.OutputTokens
 	}
