@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // Protocol names a provider wire protocol.

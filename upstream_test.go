@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // gatewayOnly are the engine's fields the library does not mirror: a

@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // answer is one scripted upstream answer.

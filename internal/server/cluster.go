@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // ClusterStoreOff turns quota sharing off even on a PostgreSQL store.

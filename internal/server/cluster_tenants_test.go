@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // clusterNode is one gateway of an in-process cluster: a real Server

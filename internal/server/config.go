@@ -17,7 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/quota"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 	"go.yaml.in/yaml/v3"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/llm"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 	"github.com/stretchr/testify/require"
 )
 

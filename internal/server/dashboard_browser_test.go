@@ -20,7 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // chromiumPath finds a Chromium to drive. Missing, the browser test skips,

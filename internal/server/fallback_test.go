@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/provider"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 var fbT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -12,8 +12,8 @@ import (
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
 	"github.com/sluicehq/sluice/internal/webhook"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // The durable job queue runs inside the gateway: jobs are dispatched by the

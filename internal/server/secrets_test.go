@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // lockedBuffer collects log lines from many goroutines.

@@ -7,8 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // TestKeysStringOrObject: api_keys takes strings and {key, limits, org}
@@ -41,14 +40,14 @@ orgs:
 	require.Equal(t, "acme", keys[2].Org)
 	require.Equal(t, int64(120), c.Orgs["acme"].Limits.RequestsPerMinute)
 
-	one := upstream.Config{Name: "a", Protocol: llm.Anthropic, APIKey: "sk", Limits: upstream.Limits{RequestsPerMinute: 7}}
+	one := upstream.Config{Name: "a", Protocol: upstream.Anthropic, APIKey: "sk", Limits: upstream.Limits{RequestsPerMinute: 7}}
 	require.Equal(t, []upstream.Key{{Key: "sk", Limits: upstream.Limits{RequestsPerMinute: 7}}}, one.Keys())
 }
 
 // TestPoolValidation: every pool error names its field.
 func TestPoolValidation(t *testing.T) {
 	t.Parallel()
-	base := func() upstream.Config { return upstream.Config{Name: "a", Protocol: llm.OpenAI} }
+	base := func() upstream.Config { return upstream.Config{Name: "a", Protocol: upstream.OpenAI} }
 	for _, tt := range []struct {
 		want string
 		mod  func(*upstream.Config)
