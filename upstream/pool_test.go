@@ -79,3 +79,29 @@ func TestPoolValidation(t *testing.T) {
 		})
 	}
 }
+
+// FuzzDecodeConfig: no YAML makes decoding (Key's string-or-object form
+// included), defaulting or validating a Config panic, and a valid Config
+// stays valid once defaulted.
+func FuzzDecodeConfig(f *testing.F) {
+	for _, s := range []string{
+		"name: a\nprotocol: openai\napi_keys: [k1, {key: k2, org: acme}]\norgs: {acme: {limits: {requests_per_minute: 1}}}",
+		"name: a\nprotocol: anthropic\nclasses: {low: {weight: 1, headroom: -1}}\nretry: {base_delay: 1s}",
+		"api_keys: [[]]", "api_keys: [{key: [1]}]", "api_keys: k", "fallbacks: [{upstream: b}]\nfallback_classes: [urgent]",
+		"profile: latency\nlimits: {max_concurrency: 2}", "",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		var c upstream.Config
+		if dec.Decode(&c) != nil {
+			return
+		}
+		_ = c.Keys()
+		if c.Validate() == nil {
+			require.NoError(t, c.WithDefaults().Validate())
+		}
+	})
+}

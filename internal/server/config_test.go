@@ -320,3 +320,36 @@ func TestDocsExampleParses(t *testing.T) {
 	require.Len(t, cfg.Upstreams, 2)
 	require.Len(t, cfg.Clients, 2)
 }
+
+// TestDocsUpstreamExamplesLoad: every YAML block of docs/ that has an
+// upstreams: list loads as a whole gateway config (every ${VAR} set), so
+// the gateway's own rules hold in the examples too: fallbacks name an
+// upstream of the same protocol, every upstream has a key.
+func TestDocsUpstreamExamplesLoad(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	anyVar := func(name string) (string, bool) { return "v-" + strings.ToLower(name), true }
+	loaded := 0
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		rest := string(doc)
+		for n := 1; ; n++ {
+			var block string
+			var ok bool
+			if _, rest, ok = strings.Cut(rest, "```yaml\n"); !ok {
+				break
+			}
+			block, rest, ok = strings.Cut(rest, "```")
+			require.True(t, ok, "%s: YAML block %d is not closed", f, n)
+			if !strings.HasPrefix(block, "upstreams:") && !strings.Contains(block, "\nupstreams:") {
+				continue
+			}
+			_, err := ParseConfig([]byte(block), anyVar)
+			require.NoError(t, err, "%s, YAML block %d", filepath.Base(f), n)
+			loaded++
+		}
+	}
+	require.GreaterOrEqual(t, loaded, 2, "the complete example (config.md) and the pool (pools.md)")
+}
