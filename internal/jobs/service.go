@@ -90,7 +90,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg:         cfg,
 		store:       cfg.Store,
-		backoff:     flow.Backoff{Base: cfg.RetryBaseDelay, Max: cfg.RetryMaxDelay}.WithDefaults(),
+		backoff:     flow.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay}.WithDefaults(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		runningJobs: map[int64]context.CancelCauseFunc{},
 		stopping:    context.Background(), // until Start

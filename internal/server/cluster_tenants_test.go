@@ -33,7 +33,7 @@ func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id strin
 		Clients:   clients,
 		// The tests sync by hand (clusterNode.sync), at fake instants of
 		// their choosing: the loop's own interval never comes.
-		Cluster: ClusterConfig{NodeID: id, SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour},
+		Cluster: cluster.Config{NodeID: id, SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour},
 	}
 	opts := []Option{withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger())}
 	if mem != nil {

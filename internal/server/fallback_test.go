@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -243,7 +244,7 @@ func TestJobFallsBackThroughGateway(t *testing.T) {
 				Fallbacks: []upcfg.Fallback{{Upstream: "backup", Models: map[string]string{"claude-sonnet-4-5": "claude-haiku-4-5"}}}},
 			{Name: "backup", Protocol: llm.Anthropic, BaseURL: up.URL(), APIKey: "sk-b"},
 		},
-		Jobs: JobsConfig{MaxAttempts: 5}}, WithLogger(discardLogger()))
+		Jobs: jobs.Settings{MaxAttempts: 5}}, WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
