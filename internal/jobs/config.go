@@ -254,8 +254,11 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// validate reports the first invalid field, by name.
-func (c Config) validate() error {
+// Validate reports the first invalid field of c once defaulted: one of
+// the Settings by its YAML path (Settings.Validate), any other by its Go
+// name.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if c.Store == nil {
 		return errors.New("Store is required")
 	}

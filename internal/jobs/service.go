@@ -84,7 +84,7 @@ type Service struct {
 // the invalid field.
 func New(cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("configuring job service: %w", err)
 	}
 	s := &Service{
