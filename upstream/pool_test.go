@@ -105,3 +105,25 @@ func FuzzDecodeConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestKeyRefusesUnknownFields: an api_keys object's unknown fields (its
+// own or its limits') are refused with the strict decoder's message and
+// line, as everywhere else in the config; a list or a map where a key
+// belongs is a type error, not a panic.
+func TestKeyRefusesUnknownFields(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ doc, want string }{
+		{"api_keys:\n  - k1\n  - {key: k2, orgg: a}", "line 3: field orgg not found in type upstream.Key"},
+		{"api_keys:\n  - {key: k2, limits: {rpm: 1}}", "line 2: field rpm not found in type upstream.Limits"},
+		{"api_keys: [[k]]", "line 1: cannot unmarshal !!seq into upstream.Key"},
+		{"api_keys: [{key: [k]}]", "line 1: cannot unmarshal !!seq into string"},
+	} {
+		dec := yaml.NewDecoder(bytes.NewReader([]byte(tt.doc)))
+		dec.KnownFields(true)
+		var c upstream.Config
+		require.ErrorContains(t, dec.Decode(&c), tt.want, tt.doc)
+	}
+	var c upstream.Config
+	require.NoError(t, yaml.Unmarshal([]byte("api_keys: [&k {key: k1, org: a}, *k]"), &c), "anchors and aliases")
+	require.Equal(t, []upstream.Key{{Key: "k1", Org: "a"}, {Key: "k1", Org: "a"}}, c.APIKeys)
+}

@@ -274,7 +274,7 @@ func ParseConfig(data []byte, lookup LookupEnv) (Config, error) {
 	dec.KnownFields(true)
 	var cfg Config
 	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("decoding config: %w", err)
+		return Config{}, decodeError(err, expanded, &root)
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

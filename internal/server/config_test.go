@@ -210,6 +210,39 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// TestDecodeErrorsNameThePathAndLine: a value of the wrong type or an
+// unknown field is reported by its YAML path and its line in the file
+// (the strict decoder reads a re-encoded copy, whose lines differ), in
+// flow and block style, in lists, and in api_keys objects; where several
+// fields on one line could be meant, the line at least is the file's.
+func TestDecodeErrorsNameThePathAndLine(t *testing.T) {
+	t.Parallel()
+	const doc = "# comment\n\nlisten: 127.0.0.1:8080\n\n\n# more\n\nupstreams:\n" +
+		"  - name: a\n    protocol: openai\n\n    api_key: k\n" +
+		"    limits: {max_concurrency: lots, rpm: 2}\n" + // line 13
+		"  - name: b\n    protocol: openai\n    api_keys:\n\n" +
+		"      - {key: x, limits: {tpm: 1}}\n" + // line 18
+		"      - [y]\n" +
+		"    breaker: {window: a-very-long-value}\n" +
+		"jobs:\n  retry:\n    base_delay: fast\n" + // line 23
+		"clients: [{name: c, key: k, limits: {upstreams: {a: {rpm: 1}}}}]\n"
+	_, err := ParseConfig([]byte(doc), env(nil))
+	require.Error(t, err)
+	for _, want := range []string{
+		"upstreams[0].limits.max_concurrency: cannot unmarshal !!str `lots` into int (line 13)",
+		"upstreams[0].limits.rpm: field rpm not found in type upstream.Limits (line 13)",
+		"upstreams[1].api_keys[0].limits.tpm: field tpm not found in type upstream.Limits (line 18)",
+		"upstreams[1].api_keys[1]: cannot unmarshal !!seq into upstream.Key",
+		"upstreams[1].breaker.window: cannot unmarshal !!str `a-very-...` into time.Duration (line 20)",
+		"jobs.retry.base_delay: cannot unmarshal !!str `fast` into time.Duration (line 23)",
+		"clients[0].limits.upstreams.a.rpm: field rpm not found",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+	_, err = ParseConfig([]byte("listen: 127.0.0.1:1\n\nupstreams: [{name: a, protocol: openai, api_key: k, limits: {requests_per_minute: x, tokens_per_minute: x}}]\n"), env(nil))
+	require.ErrorContains(t, err, "line 3: cannot unmarshal !!str `x` into int64")
+}
+
 func TestParseConfigNeverEchoesSecrets(t *testing.T) {
 	t.Parallel()
 	_, err := ParseConfig([]byte("store: postgres://u:hunter2@[::1\nupstreams: [{name: a, protocol: openai, api_key: k}]\n"), env(nil))
