@@ -21,9 +21,9 @@
 //	ctx, cancel := context.WithTimeout(sluice.WithPriority(ctx, sluice.High), 20*time.Second)
 //	msg, err := client.Messages.New(ctx, params)
 //
-// Upstream has the fields, defaults and YAML names of an entry of the
-// gateway's upstreams: list (docs/config.md); a zero field takes its
-// Profile's value, else its default. A request waits in its class's queue
+// Upstream is the gateway's own upstream config (package upstream): an
+// entry of the gateway's upstreams: list (docs/config.md) decodes into it;
+// a zero field takes its Profile's value, else its default. A request waits in its class's queue
 // until it is admitted, its context's deadline or the class's MaxWait,
 // whichever comes first; a request that cannot be admitted before its
 // deadline is refused at once with the provider's 429.
@@ -34,6 +34,7 @@ package sluice
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -121,7 +122,10 @@ func NewTransport(cfg Upstream, opts ...Option) (*Transport, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	dc := dispatch.Config{Config: cfg.config(), HTTPClient: o.httpClient}
+	if len(cfg.Fallbacks) > 0 || len(cfg.FallbackClasses) > 0 {
+		return nil, fmt.Errorf("upstream %q: fallbacks: a Transport has one upstream; fallbacks are the gateway's (sluice serve)", cfg.Name)
+	}
+	dc := dispatch.Config{Config: cfg, HTTPClient: o.httpClient}
 	if o.clock != nil {
 		dc.Clock = clockAdapter{o.clock}
 	}

@@ -1,201 +1,87 @@
-package sluice
+package sluice_test
 
 import (
-	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"reflect"
-	"regexp"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/upstream"
 )
 
-// gatewayOnly are the engine's fields the library does not mirror: a
-// fallback names another upstream of the gateway's config, and a Transport
-// has one upstream.
-var gatewayOnly = map[string]bool{"Upstream.Fallbacks": true, "Upstream.FallbackClasses": true}
-
-// TestUpstreamMirrorsConfig: the public Upstream and the engine's
-// upstream.Config have the same fields, in the same order, with the same
-// kinds and YAML names, all the way down, so a field added to one and not
-// the other fails here.
-func TestUpstreamMirrorsConfig(t *testing.T) {
+// TestUpstreamDecodesTheGatewaysYAML: an entry of the gateway's
+// upstreams: list, api_keys as plain strings and objects mixed, decodes
+// into sluice.Upstream (the gateway's own type) and drives a Transport:
+// the first key, revoked, is taken out of the pool and the request is
+// served with the second.
+func TestUpstreamDecodesTheGatewaysYAML(t *testing.T) {
 	t.Parallel()
-	var walk func(path string, pub, in reflect.Type)
-	walk = func(path string, pub, in reflect.Type) {
-		require.Equal(t, in.Kind(), pub.Kind(), "%s: kind", path)
-		switch pub.Kind() {
-		case reflect.Slice:
-			walk(path+"[]", pub.Elem(), in.Elem())
-			return
-		case reflect.Map:
-			walk(path+"{}", pub.Elem(), in.Elem())
-			return
-		case reflect.Struct:
-		default:
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		key := r.Header.Get("x-api-key")
+		mu.Lock()
+		seen = append(seen, key)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if key != "sk-2" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`)
 			return
 		}
-		var inFields []reflect.StructField
-		for i := range in.NumField() {
-			if f := in.Field(i); !gatewayOnly[path+"."+f.Name] {
-				inFields = append(inFields, f)
-			}
-		}
-		require.Len(t, inFields, pub.NumField(), "%s: number of fields (%v vs %v)", path, pub, in)
-		for i := range pub.NumField() {
-			pf, inf := pub.Field(i), inFields[i]
-			p := path + "." + pf.Name
-			require.Equal(t, inf.Name, pf.Name, "%s: field %d", path, i)
-			require.Equal(t, inf.Tag.Get("yaml"), pf.Tag.Get("yaml"), "%s: yaml tag", p)
-			require.NotEmpty(t, pf.Tag.Get("yaml"), "%s: yaml tag", p)
-			walk(p, pf.Type, inf.Type)
-		}
-	}
-	walk("Upstream", reflect.TypeFor[Upstream](), reflect.TypeFor[upstream.Config]())
-}
+		_, _ = io.WriteString(w, `{"id":"m","type":"message","role":"assistant","content":[],"usage":{"input_tokens":1,"output_tokens":1}}`)
+	}))
+	t.Cleanup(up.Close)
 
-// TestUpstreamConversionCopiesEveryField: every field set in an Upstream
-// arrives, with its value, in the engine's config.
-func TestUpstreamConversionCopiesEveryField(t *testing.T) {
-	t.Parallel()
-	var u Upstream
-	n := 0
-	var fill func(v reflect.Value)
-	fill = func(v reflect.Value) {
-		n++
-		switch v.Kind() {
-		case reflect.Struct:
-			for i := range v.NumField() {
-				fill(v.Field(i))
-			}
-		case reflect.String:
-			v.SetString("s" + string(rune('a'+n%26)))
-		case reflect.Int, reflect.Int64:
-			v.SetInt(int64(n))
-		case reflect.Float64:
-			v.SetFloat(float64(n) + 0.5)
-		case reflect.Slice:
-			v.Set(reflect.MakeSlice(v.Type(), 1, 1))
-			fill(v.Index(0))
-		case reflect.Map:
-			e := reflect.New(v.Type().Elem()).Elem()
-			fill(e)
-			v.Set(reflect.MakeMap(v.Type()))
-			v.SetMapIndex(reflect.ValueOf("org"), e)
-		default:
-			t.Fatalf("no filler for kind %s", v.Kind())
-		}
-	}
-	fill(reflect.ValueOf(&u).Elem())
-	var compare func(path string, pub, in reflect.Value)
-	compare = func(path string, pub, in reflect.Value) {
-		switch pub.Kind() {
-		case reflect.Struct:
-			for i := range pub.NumField() {
-				name := pub.Type().Field(i).Name
-				compare(path+"."+name, pub.Field(i), in.FieldByName(name))
-			}
-			return
-		case reflect.Slice:
-			require.Equal(t, pub.Len(), in.Len(), "%s: length", path)
-			for i := range pub.Len() {
-				compare(fmt.Sprintf("%s[%d]", path, i), pub.Index(i), in.Index(i))
-			}
-			return
-		case reflect.Map:
-			require.Equal(t, pub.Len(), in.Len(), "%s: length", path)
-			for _, k := range pub.MapKeys() {
-				compare(path+"{"+k.String()+"}", pub.MapIndex(k), in.MapIndex(k))
-			}
-			return
-		default: // a scalar: compared below
-		}
-		require.False(t, in.IsZero(), "%s was not copied", path)
-		require.Equal(t, pub.Convert(in.Type()).Interface(), in.Interface(), "%s", path)
-	}
-	compare("Upstream", reflect.ValueOf(u), reflect.ValueOf(u.config()))
-}
+	doc := `
+name: claude
+protocol: anthropic
+base_url: ` + up.URL + `
+api_keys: ["sk-1", {key: sk-2, org: a}]
+`
+	dec := yaml.NewDecoder(strings.NewReader(doc))
+	dec.KnownFields(true)
+	var cfg sluice.Upstream
+	require.NoError(t, dec.Decode(&cfg))
+	require.Equal(t, []sluice.Key{{Key: "sk-1"}, {Key: "sk-2", Org: "a"}}, cfg.APIKeys)
+	require.Equal(t, sluice.Anthropic, cfg.Protocol)
+	require.NoError(t, cfg.Validate())
 
-// TestUpstreamDocsStateTheDefaults: every numeric "Defaults to X" in the
-// doc comments of Upstream and its parts states what the engine's
-// WithDefaults sets (for a class, the four classes' values in order).
-func TestUpstreamDocsStateTheDefaults(t *testing.T) {
-	t.Parallel()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "upstream.go", nil, parser.ParseComments)
+	tr, err := sluice.NewTransport(cfg)
 	require.NoError(t, err)
-	docs := map[string]map[string]string{} // type -> field -> doc
-	ast.Inspect(f, func(n ast.Node) bool {
-		ts, ok := n.(*ast.TypeSpec)
-		if !ok {
-			return true
-		}
-		st, ok := ts.Type.(*ast.StructType)
-		if !ok {
-			return false
-		}
-		docs[ts.Name.Name] = map[string]string{}
-		for _, fl := range st.Fields.List {
-			docs[ts.Name.Name][fl.Names[0].Name] = strings.Join(strings.Fields(fl.Doc.Text()), " ")
-		}
-		return false
-	})
-	def := regexp.MustCompile(strings.ReplaceAll(`Defaults to (?:the profile's, else )?(N(?:, N)*)`, "N", `[0-9](?:[0-9a-z.]*[0-9a-z])?`))
-	d := Upstream{Name: "a", Protocol: Anthropic}.config().WithDefaults()
-	classes := reflect.ValueOf(d.Classes)
-	checked := 0
-	var walk func(typ string, v reflect.Value)
-	walk = func(typ string, v reflect.Value) {
-		for i := range v.NumField() {
-			name := v.Type().Field(i).Name
-			fv := v.Field(i)
-			if typ == "Upstream" && (name == "Classes") {
-				continue // per class, below
-			}
-			if fv.Kind() == reflect.Struct {
-				walk(v.Type().Field(i).Type.Name(), fv)
-				continue
-			}
-			m := def.FindStringSubmatch(docs[typ][name])
-			if m == nil {
-				continue
-			}
-			checked++
-			require.Equal(t, docString(fv), m[1], "%s.%s: %q", typ, name, docs[typ][name])
-		}
-	}
-	walk("Upstream", reflect.ValueOf(d))
-	for _, field := range []string{"Weight", "MaxWait", "Headroom"} {
-		m := def.FindStringSubmatch(docs["Class"][field])
-		require.NotNil(t, m, "Class.%s states its defaults", field)
-		var vals []string
-		for c := range classes.NumField() {
-			vals = append(vals, docString(classes.Field(c).FieldByName(field)))
-		}
-		require.Equal(t, strings.Join(vals, ", "), m[1], "Class.%s", field)
-		checked++
-	}
-	require.Greater(t, checked, 20)
+	require.NoError(t, tr.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, tr.Stop(context.Background())) })
+	req, err := http.NewRequestWithContext(context.Background(), "POST", "http://x/v1/messages",
+		strings.NewReader(`{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"sk-1", "sk-2"}, seen, "both keys of the pool, the revoked one first")
 }
 
-// docString formats a default as the doc comments write it: 500ms, 30s,
-// 10m, 0.98, 64.
-func docString(v reflect.Value) string {
-	if d, ok := v.Interface().(time.Duration); ok {
-		s := d.String() // 10m0s, 1h0m0s
-		if strings.HasSuffix(s, "m0s") {
-			s = strings.TrimSuffix(s, "0s")
-		}
-		if strings.HasSuffix(s, "h0m") {
-			s = strings.TrimSuffix(s, "0m")
-		}
-		return s
-	}
-	return fmt.Sprint(v.Interface())
+// TestTransportRefusesFallbacks: a Transport serves one upstream, so the
+// gateway's fallbacks are refused rather than ignored.
+func TestTransportRefusesFallbacks(t *testing.T) {
+	t.Parallel()
+	_, err := sluice.NewTransport(sluice.Upstream{Name: "a", Protocol: sluice.Anthropic,
+		Fallbacks: []upstream.Fallback{{Upstream: "b"}}})
+	require.ErrorContains(t, err, `upstream "a": fallbacks: `)
+	_, err = sluice.NewTransport(sluice.Upstream{Name: "a", Protocol: sluice.Anthropic, FallbackClasses: []string{"high"}})
+	require.ErrorContains(t, err, `upstream "a": fallbacks: `)
 }

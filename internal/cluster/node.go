@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,44 +33,86 @@ const (
 	LeaderName = "maintenance"
 )
 
-// Config configures a Node.
+// StoreOff, as Config.Store, turns quota sharing off even on a
+// PostgreSQL job store.
+const StoreOff = "off"
+
+// Config configures a Node: the gateway's cluster: section
+// (docs/config.md), decoded from YAML. A zero field takes its default
+// (WithDefaults); Validate names a bad field by its YAML path, without the
+// "cluster." the gateway puts before it.
 type Config struct {
-	// NodeID names this node in the shared state. Defaults to
-	// hostname-pid.
-	NodeID string
-	// SyncInterval defaults to SyncIntervalDefault.
-	SyncInterval time.Duration
-	// LeaseTTL defaults to LeaseTTLDefault; it must exceed two sync
-	// intervals.
-	LeaseTTL time.Duration
+	// Store is where the shared state lives: postgres://…, redis://… or
+	// rediss://… (a key_prefix=… parameter names the keys' prefix,
+	// RedisPrefixDefault otherwise), or StoreOff. The gateway opens it
+	// (Open) and hands NewNode the Backend; a Node does not read it.
+	// Defaults to the gateway's job store when that is PostgreSQL, else
+	// off (the gateway's to decide).
+	Store string `yaml:"store"`
+	// NodeID names this node in the shared state, at most 200 characters.
+	// Defaults to hostname-pid.
+	NodeID string `yaml:"node_id"`
+	// SyncInterval is how often each upstream's lease is renewed and its
+	// share recomputed, at least 10ms. Defaults to 500ms
+	// (SyncIntervalDefault).
+	SyncInterval time.Duration `yaml:"sync_interval"`
+	// LeaseTTL is how long a node's share outlives its last sync (a dead
+	// node's share comes back within it), at least two sync intervals.
+	// Defaults to 3s (LeaseTTLDefault).
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 
-// WithDefaults fills the zero fields.
+// WithDefaults fills the zero fields but Store. It is pure.
 func (c Config) WithDefaults() Config {
 	if c.NodeID == "" {
 		h, _ := os.Hostname()
 		c.NodeID = fmt.Sprintf("%s-%d", h, os.Getpid())
 	}
-	if c.SyncInterval == 0 {
-		c.SyncInterval = SyncIntervalDefault
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = LeaseTTLDefault
-	}
+	c.SyncInterval = cmp.Or(c.SyncInterval, SyncIntervalDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	return c
 }
 
-// Validate returns an error naming the cluster's YAML field at fault.
+// Validate reports the first invalid field of c once defaulted, named by
+// its YAML path (e.g. "lease_ttl: must be at least twice sync_interval").
 func (c Config) Validate() error {
+	d := c.WithDefaults()
 	switch {
-	case c.SyncInterval < 10*time.Millisecond:
-		return fmt.Errorf("cluster.sync_interval must be at least 10ms, got %v", c.SyncInterval)
-	case c.LeaseTTL < 2*c.SyncInterval:
-		return fmt.Errorf("cluster.lease_ttl must be at least twice cluster.sync_interval (%v), got %v", c.SyncInterval, c.LeaseTTL)
-	case len(c.NodeID) > 200:
-		return errors.New("cluster.node_id must be at most 200 characters")
+	case d.Store != "" && d.Store != StoreOff && !isPostgres(d.Store) && !isRedis(d.Store):
+		return fmt.Errorf("store: want postgres://…, redis://… or %q", StoreOff)
+	case d.SyncInterval < 10*time.Millisecond:
+		return fmt.Errorf("sync_interval: must be at least 10ms, got %v", d.SyncInterval)
+	case d.LeaseTTL < 2*d.SyncInterval:
+		return fmt.Errorf("lease_ttl: must be at least twice sync_interval (%v), got %v", d.SyncInterval, d.LeaseTTL)
+	case len(d.NodeID) > 200:
+		return errors.New("node_id: must be at most 200 characters")
 	}
 	return nil
+}
+
+func isPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+func isRedis(dsn string) bool {
+	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
+}
+
+// Open opens the shared store named by dsn (Config.Store): Redis for
+// redis:// and rediss://, else PostgreSQL.
+func Open(ctx context.Context, dsn string) (Backend, error) {
+	if isRedis(dsn) {
+		r, err := OpenRedis(ctx, dsn)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	p, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Member is one upstream's engine as the cluster sees it. A Member that

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,4 +147,31 @@ func nodesSharePausesAndLead(t *testing.T, open func() (cluster.Backend, error))
 	st := nodes[1].Status()
 	require.Len(t, st.Members, 1)
 	require.False(t, st.Degraded)
+}
+
+// TestConfigValidateNamesTheField: a bad cluster config is reported by
+// its YAML path, and a zero one is valid.
+func TestConfigValidateNamesTheField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  cluster.Config
+		want string
+	}{
+		{cluster.Config{Store: "memcached://h"}, `store: want postgres://…, redis://… or "off"`},
+		{cluster.Config{SyncInterval: time.Millisecond}, "sync_interval: must be at least 10ms"},
+		{cluster.Config{SyncInterval: time.Second, LeaseTTL: time.Second}, "lease_ttl: must be at least twice sync_interval"},
+		{cluster.Config{NodeID: strings.Repeat("n", 201)}, "node_id: must be at most 200 characters"},
+	} {
+		err := tc.cfg.Validate()
+		require.Error(t, err)
+		require.True(t, strings.HasPrefix(err.Error(), tc.want), "%v", err)
+	}
+	for _, ok := range []string{"", cluster.StoreOff, "postgres://h/db", "postgresql://h/db", "redis://h:6379/0", "rediss://h/1?key_prefix=eu"} {
+		require.NoError(t, cluster.Config{Store: ok}.Validate(), ok)
+	}
+	d := cluster.Config{}.WithDefaults()
+	require.Equal(t, cluster.SyncIntervalDefault, d.SyncInterval)
+	require.Equal(t, cluster.LeaseTTLDefault, d.LeaseTTL)
+	require.NotEmpty(t, d.NodeID)
+	require.Equal(t, d, d.WithDefaults(), "idempotent")
 }

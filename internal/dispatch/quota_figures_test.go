@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // TestQuotaAllowanceFigures measures how much of the gap to the omniscient

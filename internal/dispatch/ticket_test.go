@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 
 	"github.com/stretchr/testify/require"
 

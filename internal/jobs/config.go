@@ -21,7 +21,6 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/webhook"
 )
 
 // Defaults for Config fields.
@@ -91,6 +90,10 @@ type Dispatcher interface {
 
 // Config configures a Service.
 type Config struct {
+	// Settings are the user-settable fields (the gateway's jobs: section):
+	// lease, in-flight cap, attempts, stalls, requeue backoff, webhook
+	// signing and delivery, retention, spool.
+	Settings
 	// Store is the durable job store. Required. The Service does not close
 	// it.
 	Store jobstore.Store
@@ -111,17 +114,9 @@ type Config struct {
 	// Owner names this process's workers in leases. Defaults to
 	// "host-pid".
 	Owner string
-	// LeaseFor is how long a lease lasts without a heartbeat. Defaults to
-	// LeaseForDefault.
-	LeaseFor time.Duration
 	// HeartbeatEvery is how often a running job's lease is renewed; it must
 	// be shorter than LeaseFor. Defaults to LeaseFor/3.
 	HeartbeatEvery time.Duration
-	// MaxInFlightPerUpstream caps the admissions a worker keeps outstanding
-	// for one upstream: tickets waiting in its engine plus calls in flight
-	// (only the latter hold a lease). Defaults to
-	// MaxInFlightPerUpstreamDefault.
-	MaxInFlightPerUpstream int
 	// ClaimBatch is the most jobs claimed in one store call. Defaults to
 	// ClaimBatchDefault (capped by MaxInFlightPerUpstream).
 	ClaimBatch int
@@ -132,18 +127,6 @@ type Config struct {
 	// expired leases; negative disables it (run one elsewhere). Defaults
 	// to LeaseFor/2.
 	RescueInterval time.Duration
-	// MaxStalls is how many expired leases a job survives before it dies.
-	// Defaults to MaxStallsDefault.
-	MaxStalls int
-	// MaxAttempts is a job's attempt budget when the submitter names none.
-	// Defaults to MaxAttemptsDefault.
-	MaxAttempts int
-	// RetryBaseDelay is the first backoff ceiling when a job is requeued
-	// after a failed call (full jitter, doubling, never before the
-	// provider's hint). Defaults to RetryBaseDelayDefault.
-	RetryBaseDelay time.Duration
-	// RetryMaxDelay caps that backoff. Defaults to RetryMaxDelayDefault.
-	RetryMaxDelay time.Duration
 	// MaxBodyBytes is the largest POST /v1/jobs body; larger gets 413.
 	// Defaults to MaxBodyBytesDefault.
 	MaxBodyBytes int64
@@ -156,12 +139,6 @@ type Config struct {
 	// MaxLongPoll bounds GET /v1/jobs/{id}?wait=. Defaults to
 	// MaxLongPollDefault.
 	MaxLongPoll time.Duration
-	// WebhookSecret signs webhooks: the Standard Webhooks
-	// webhook-signature (HMAC-SHA256 of id.timestamp.body; a "whsec_"
-	// secret is base64 after the prefix, any other string is the key as
-	// is) and the legacy X-Sluice-Signature (HMAC-SHA256 of the body keyed
-	// with the string). Defaults to empty: webhooks are sent unsigned.
-	WebhookSecret string
 	// WebhookClient sends webhooks. Defaults to a client with
 	// http.DefaultTransport.
 	WebhookClient *http.Client
@@ -169,28 +146,9 @@ type Config struct {
 	// private and metadata destinations: webhook.Guard); an error is
 	// answered 400 with its text. Defaults to accepting any http(s) URL.
 	WebhookCheck func(ctx context.Context, url string) error
-	// WebhookRetryFor is how long a delivery is retried (from the job's
-	// finish, or from a redeliver) before it is marked failed. Defaults to
-	// WebhookRetryForDefault.
-	WebhookRetryFor time.Duration
-	// WebhookTimeout bounds one POST. Defaults to WebhookTimeoutDefault.
-	WebhookTimeout time.Duration
-	// WebhookBaseDelay is the first retry's backoff ceiling, doubling
-	// after (full jitter). Defaults to WebhookBaseDelayDefault.
-	WebhookBaseDelay time.Duration
-	// WebhookMaxDelay caps the retry backoff. Defaults to
-	// WebhookMaxDelayDefault (or WebhookBaseDelay when larger).
-	WebhookMaxDelay time.Duration
 	// WebhookConcurrency is how many POSTs this gateway runs at once.
 	// Defaults to WebhookConcurrencyDefault.
 	WebhookConcurrency int
-	// SpoolDir is the directory where a worker keeps a finished result
-	// (a success, or a terminal failure) that the store could not take
-	// before the worker's lease could no longer be trusted or the service
-	// stopped; the results there are written back before any claim, at
-	// start-up and after an outage. Defaults to empty: no spool (such a
-	// result is dropped and its job called again once its lease expires).
-	SpoolDir string
 	// SpoolMaxBytes bounds the bytes the spool holds; a result that does
 	// not fit is dropped (and logged). Defaults to SpoolMaxBytesDefault.
 	SpoolMaxBytes int64
@@ -239,16 +197,11 @@ func (c Config) WithDefaults() Config {
 		host, _ := os.Hostname()
 		c.Owner = cmp.Or(host, "sluice") + "-" + strconv.Itoa(os.Getpid())
 	}
-	c.LeaseFor = cmp.Or(c.LeaseFor, LeaseForDefault)
+	c.Settings = c.Settings.WithDefaults()
 	c.HeartbeatEvery = cmp.Or(c.HeartbeatEvery, c.LeaseFor/3)
-	c.MaxInFlightPerUpstream = cmp.Or(c.MaxInFlightPerUpstream, MaxInFlightPerUpstreamDefault)
 	c.ClaimBatch = min(cmp.Or(c.ClaimBatch, ClaimBatchDefault), c.MaxInFlightPerUpstream)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.RescueInterval = cmp.Or(c.RescueInterval, c.LeaseFor/2)
-	c.MaxStalls = cmp.Or(c.MaxStalls, MaxStallsDefault)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
-	c.RetryBaseDelay = cmp.Or(c.RetryBaseDelay, RetryBaseDelayDefault)
-	c.RetryMaxDelay = cmp.Or(c.RetryMaxDelay, max(RetryMaxDelayDefault, c.RetryBaseDelay))
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, MaxBatchBytesDefault)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, MaxBatchJobsDefault)
@@ -256,10 +209,6 @@ func (c Config) WithDefaults() Config {
 	if c.WebhookClient == nil {
 		c.WebhookClient = &http.Client{Transport: http.DefaultTransport}
 	}
-	c.WebhookRetryFor = cmp.Or(c.WebhookRetryFor, WebhookRetryForDefault)
-	c.WebhookTimeout = cmp.Or(c.WebhookTimeout, WebhookTimeoutDefault)
-	c.WebhookBaseDelay = cmp.Or(c.WebhookBaseDelay, WebhookBaseDelayDefault)
-	c.WebhookMaxDelay = cmp.Or(c.WebhookMaxDelay, max(WebhookMaxDelayDefault, c.WebhookBaseDelay))
 	c.WebhookConcurrency = cmp.Or(c.WebhookConcurrency, WebhookConcurrencyDefault)
 	c.SpoolMaxBytes = cmp.Or(c.SpoolMaxBytes, SpoolMaxBytesDefault)
 	c.SpoolMaxEntries = cmp.Or(c.SpoolMaxEntries, SpoolMaxEntriesDefault)
@@ -284,8 +233,11 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// validate reports the first invalid field, by name.
-func (c Config) validate() error {
+// Validate reports the first invalid field of c once defaulted: one of
+// the Settings by its YAML path (Settings.Validate), any other by its Go
+// name.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if c.Store == nil {
 		return errors.New("Store is required")
 	}
@@ -304,25 +256,16 @@ func (c Config) validate() error {
 			return fmt.Errorf("Protocols[%s]: %w", name, err)
 		}
 	}
+	if err := c.Settings.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case c.LeaseFor <= 0:
-		return fmt.Errorf("LeaseFor must be positive, got %v", c.LeaseFor)
 	case c.HeartbeatEvery <= 0 || c.HeartbeatEvery >= c.LeaseFor:
 		return fmt.Errorf("HeartbeatEvery must be in (0, LeaseFor=%v), got %v", c.LeaseFor, c.HeartbeatEvery)
-	case c.MaxInFlightPerUpstream < 1:
-		return fmt.Errorf("MaxInFlightPerUpstream must be >= 1, got %d", c.MaxInFlightPerUpstream)
 	case c.ClaimBatch < 1:
 		return fmt.Errorf("ClaimBatch must be >= 1, got %d", c.ClaimBatch)
 	case c.PollInterval <= 0:
 		return fmt.Errorf("PollInterval must be positive, got %v", c.PollInterval)
-	case c.MaxStalls < 0:
-		return fmt.Errorf("MaxStalls must be >= 0, got %d", c.MaxStalls)
-	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsMax:
-		return fmt.Errorf("MaxAttempts must be in [1, %d], got %d", MaxAttemptsMax, c.MaxAttempts)
-	case c.RetryBaseDelay <= 0:
-		return fmt.Errorf("RetryBaseDelay must be positive, got %v", c.RetryBaseDelay)
-	case c.RetryMaxDelay < c.RetryBaseDelay:
-		return fmt.Errorf("RetryMaxDelay (%v) must be >= RetryBaseDelay (%v)", c.RetryMaxDelay, c.RetryBaseDelay)
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
 	case c.MaxBatchBytes < 1:
@@ -331,23 +274,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("MaxBatchJobs must be >= 1, got %d", c.MaxBatchJobs)
 	case c.MaxLongPoll <= 0:
 		return fmt.Errorf("MaxLongPoll must be positive, got %v", c.MaxLongPoll)
-	case c.WebhookRetryFor <= 0:
-		return fmt.Errorf("WebhookRetryFor must be positive, got %v", c.WebhookRetryFor)
-	case c.WebhookTimeout <= 0:
-		return fmt.Errorf("WebhookTimeout must be positive, got %v", c.WebhookTimeout)
-	case c.WebhookBaseDelay <= 0:
-		return fmt.Errorf("WebhookBaseDelay must be positive, got %v", c.WebhookBaseDelay)
-	case c.WebhookMaxDelay < c.WebhookBaseDelay:
-		return fmt.Errorf("WebhookMaxDelay (%v) must be >= WebhookBaseDelay (%v)", c.WebhookMaxDelay, c.WebhookBaseDelay)
 	case c.WebhookConcurrency < 1:
 		return fmt.Errorf("WebhookConcurrency must be >= 1, got %d", c.WebhookConcurrency)
 	case c.SpoolMaxBytes < 1:
 		return fmt.Errorf("SpoolMaxBytes must be >= 1, got %d", c.SpoolMaxBytes)
 	case c.SpoolMaxEntries < 1:
 		return fmt.Errorf("SpoolMaxEntries must be >= 1, got %d", c.SpoolMaxEntries)
-	}
-	if _, err := webhook.NewSigner(c.WebhookSecret); err != nil {
-		return fmt.Errorf("WebhookSecret: %w", err)
 	}
 	return nil
 }

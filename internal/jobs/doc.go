@@ -75,6 +75,6 @@
 // with the Standard Webhooks headers webhook-id (the delivery's stable id,
 // the same on every attempt), webhook-timestamp and webhook-signature, plus
 // the legacy X-Sluice-Signature, retried with full-jitter backoff until
-// Config.WebhookRetryFor has passed, then marked failed. Delivery is at
+// Config.Webhooks.RetryFor has passed, then marked failed. Delivery is at
 // least once: a receiver deduplicates by webhook-id.
 package jobs

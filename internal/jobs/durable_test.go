@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // answer is one scripted upstream answer.
@@ -109,7 +109,7 @@ func TestOverloadedUpstreamBoundsProviderCalls(t *testing.T) {
 			st := openStore(t)
 			s := newService(t, st, d, nil, func(c *Config) {
 				c.Clock = clock.Real()
-				c.RetryBaseDelay, c.RetryMaxDelay = time.Millisecond, 2*time.Millisecond
+				c.Retry.BaseDelay, c.Retry.MaxDelay = time.Millisecond, 2*time.Millisecond
 				c.PollInterval = 5 * time.Millisecond
 			})
 			j := submit(t, s, `,"max_attempts":3`)
@@ -174,7 +174,7 @@ func TestWaitingJobHoldsNoLease(t *testing.T) {
 			st := openStore(t)
 			s := newService(t, st, d, nil, func(c *Config) {
 				c.Clock = clk
-				c.RetryBaseDelay, c.RetryMaxDelay = time.Second, time.Second
+				c.Retry.BaseDelay, c.Retry.MaxDelay = time.Second, time.Second
 				c.PollInterval = time.Second
 				c.RescueInterval = -1
 			})

@@ -108,7 +108,7 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 	}))
 	defer srv.Close()
 	s := newService(t, nil, succeed(), nil, func(c *Config) {
-		c.WebhookSecret, c.WebhookBaseDelay = secret, time.Millisecond
+		c.WebhookSecret, c.Webhooks.BaseDelay = secret, time.Millisecond
 		c.WebhookClient = srv.Client()
 	})
 	j := submit(t, s, `,"webhook_url":"`+srv.URL+`/hook"`)

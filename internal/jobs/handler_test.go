@@ -36,14 +36,17 @@ func TestConfigValidate(t *testing.T) {
 		{"missing protocol", func(c *Config) { c.Protocols = nil }, "Protocols[a]"},
 		{"bad protocol", func(c *Config) { c.Protocols["a"] = "gemini" }, "Protocols[a]"},
 		{"heartbeat too slow", func(c *Config) { c.LeaseFor, c.HeartbeatEvery = time.Second, 2*time.Second }, "HeartbeatEvery"},
-		{"negative lease", func(c *Config) { c.LeaseFor = -time.Second }, "LeaseFor"},
-		{"in flight", func(c *Config) { c.MaxInFlightPerUpstream = -1 }, "MaxInFlightPerUpstream"},
-		{"attempts", func(c *Config) { c.MaxAttempts = 1000 }, "MaxAttempts"},
-		{"retry delays", func(c *Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Minute, time.Second }, "RetryMaxDelay"},
-		{"webhook retry window", func(c *Config) { c.WebhookRetryFor = -time.Hour }, "WebhookRetryFor"},
-		{"webhook delays", func(c *Config) { c.WebhookBaseDelay, c.WebhookMaxDelay = time.Minute, time.Second }, "WebhookMaxDelay"},
+		{"negative lease", func(c *Config) { c.LeaseFor = -time.Second }, "lease_for: must be >= 0"},
+		{"short lease", func(c *Config) { c.LeaseFor = 500 * time.Millisecond }, "lease_for: must be at least 1s"},
+		{"in flight", func(c *Config) { c.MaxInFlightPerUpstream = -1 }, "max_in_flight: must be >= 0"},
+		{"attempts", func(c *Config) { c.MaxAttempts = 1000 }, "max_attempts: must be at most 100"},
+		{"retry delays", func(c *Config) { c.Retry.BaseDelay, c.Retry.MaxDelay = time.Minute, time.Second }, "retry.max_delay: must be >= retry.base_delay"},
+		{"webhook retry window", func(c *Config) { c.Webhooks.RetryFor = -time.Hour }, "webhooks.retry_for: must be >= 0"},
+		{"webhook delays", func(c *Config) { c.Webhooks.BaseDelay, c.Webhooks.MaxDelay = time.Minute, time.Second }, "webhooks.max_delay: must be >= webhooks.base_delay"},
 		{"webhook concurrency", func(c *Config) { c.WebhookConcurrency = -1 }, "WebhookConcurrency"},
-		{"webhook secret", func(c *Config) { c.WebhookSecret = "whsec_not base64!" }, "WebhookSecret"},
+		{"webhook secret", func(c *Config) { c.WebhookSecret = "whsec_not base64!" }, "webhook_secret: "},
+		{"webhook allow", func(c *Config) { c.Webhooks.Allow = []string{"10.0.0.0/33"} }, "webhooks.allow[0]: "},
+		{"retention", func(c *Config) { c.Retention.Dead = -time.Hour }, "retention.dead: must be >= 0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,7 +66,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestWithDefaultsIsPure(t *testing.T) {
 	t.Parallel()
-	c := Config{LeaseFor: 9 * time.Second}
+	c := Config{Settings: Settings{LeaseFor: 9 * time.Second}}
 	d := c.WithDefaults()
 	require.Zero(t, c.HeartbeatEvery)
 	require.Equal(t, 3*time.Second, d.HeartbeatEvery)
@@ -334,7 +337,7 @@ func TestOutcomes(t *testing.T) {
 			t.Parallel()
 			d := &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) { return tc.resp() }}
 			st := openStore(t)
-			s := newService(t, st, d, nil, func(c *Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour })
+			s := newService(t, st, d, nil, func(c *Config) { c.Retry.BaseDelay, c.Retry.MaxDelay = time.Hour, time.Hour })
 			j := submit(t, s, "")
 			require.Eventually(t, func() bool { return d.Calls() == 1 }, 10*time.Second, time.Millisecond)
 			var got *jobstore.Job

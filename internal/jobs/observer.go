@@ -88,7 +88,7 @@ const (
 	// delivery is retried after a backoff.
 	WebhookFailed WebhookOutcome = "failed"
 	// WebhookGaveUp: the POST failed at the end of the delivery's retry
-	// window (Config.WebhookRetryFor); the delivery is marked failed.
+	// window (Config.Webhooks.RetryFor); the delivery is marked failed.
 	WebhookGaveUp WebhookOutcome = "gave_up"
 	// WebhookAbandoned: the POST was cut off by this gateway's shutdown;
 	// the delivery is due again at once, for the next gateway to send.

@@ -191,7 +191,7 @@ func TestObserverFollowsJobLifecycles(t *testing.T) {
 			st := openStore(t)
 			s := newService(t, st, d, nil, func(c *Config) {
 				c.Observer = rec
-				c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour // a requeued job waits: one attempt each
+				c.Retry.BaseDelay, c.Retry.MaxDelay = time.Hour, time.Hour // a requeued job waits: one attempt each
 			})
 			id := submit(t, s, tc.extra).ID
 			if tc.replay {

@@ -84,13 +84,13 @@ type Service struct {
 // the invalid field.
 func New(cfg Config) (*Service, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("configuring job service: %w", err)
 	}
 	s := &Service{
 		cfg:         cfg,
 		store:       cfg.Store,
-		backoff:     flow.Backoff{Base: cfg.RetryBaseDelay, Max: cfg.RetryMaxDelay}.WithDefaults(),
+		backoff:     flow.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay}.WithDefaults(),
 		rnd:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		runningJobs: map[int64]context.CancelCauseFunc{},
 		stopping:    context.Background(), // until Start

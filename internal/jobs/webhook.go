@@ -30,7 +30,7 @@ func webhookHost(raw string) string {
 // post sends one signed webhook POST at now and returns the receiver's
 // status (0 when it did not answer). Its error never holds the URL.
 func (s *Service) post(ctx context.Context, rawURL, id string, body []byte, now time.Time) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WebhookTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Webhooks.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
@@ -58,7 +58,7 @@ func (s *Service) post(ctx context.Context, rawURL, id string, body []byte, now 
 			err = ue.Err // *url.Error's text holds the whole URL
 		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-			return 0, fmt.Errorf("posting webhook: no answer within %v", s.cfg.WebhookTimeout)
+			return 0, fmt.Errorf("posting webhook: no answer within %v", s.cfg.Webhooks.Timeout)
 		}
 		return 0, fmt.Errorf("posting webhook: %w", err)
 	}

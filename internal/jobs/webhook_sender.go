@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
-// webhookLeaseSlack is added to WebhookTimeout to lease a delivery: the
+// webhookLeaseSlack is added to Webhooks.Timeout to lease a delivery: the
 // lease must outlast the POST and the write of its result, or another
 // gateway could send the delivery again while this one still runs it.
 const webhookLeaseSlack = 30 * time.Second
@@ -21,7 +21,7 @@ const webhookLeaseSlack = 30 * time.Second
 // deliveries from the store (ClaimDeliveries), POSTs each at most
 // WebhookConcurrency at a time, and records the result with the lease's
 // token: delivered on a 2xx, else due again after a jittered exponential
-// backoff until WebhookRetryFor has passed since the job finished (or was
+// backoff until Webhooks.RetryFor has passed since the job finished (or was
 // redelivered), then failed. The store writes the outbox rows with the
 // jobs' completions, so a delivery survives crashes and restarts of the
 // gateway and of the receiver; gateways sharing one PostgreSQL never hold
@@ -52,7 +52,7 @@ type webhookSender struct {
 func newWebhookSender(s *Service) *webhookSender {
 	return &webhookSender{
 		s:       s,
-		backoff: flow.Backoff{Base: s.cfg.WebhookBaseDelay, Max: s.cfg.WebhookMaxDelay}.WithDefaults(),
+		backoff: flow.Backoff{Base: s.cfg.Webhooks.BaseDelay, Max: s.cfg.Webhooks.MaxDelay}.WithDefaults(),
 		kickC:   make(chan struct{}, 1),
 		slots:   make(chan struct{}, s.cfg.WebhookConcurrency),
 	}
@@ -159,7 +159,7 @@ func (h *webhookSender) loop(ctx context.Context) {
 func (h *webhookSender) claim(ctx context.Context, n int) ([]*jobstore.WebhookDelivery, error) {
 	cfg := h.s.cfg
 	ds, err := h.s.store.ClaimDeliveries(ctx, jobstore.ClaimDeliveriesParams{
-		Limit: n, LeaseFor: cfg.WebhookTimeout + webhookLeaseSlack, Now: cfg.Clock.Now()})
+		Limit: n, LeaseFor: cfg.Webhooks.Timeout + webhookLeaseSlack, Now: cfg.Clock.Now()})
 	if err != nil {
 		return nil, fmt.Errorf("claiming webhook deliveries: %w", err)
 	}
@@ -250,7 +250,7 @@ func (h *webhookSender) post(ctx context.Context, d *jobstore.WebhookDelivery, r
 // the end of its retry window (one last try there); failed once the window
 // is over.
 func (h *webhookSender) retryAt(d *jobstore.WebhookDelivery, now time.Time) (jobstore.DeliveryState, time.Time) {
-	end := d.RetryFrom.Add(h.s.cfg.WebhookRetryFor)
+	end := d.RetryFrom.Add(h.s.cfg.Webhooks.RetryFor)
 	if !now.Before(end) {
 		return jobstore.DeliveryFailed, time.Time{}
 	}

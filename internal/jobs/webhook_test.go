@@ -348,7 +348,7 @@ func TestWebhookSlowReceiverDuplicatesKeepTheirID(t *testing.T) {
 	rc := newReceiver(t, "")
 	// The timeout must leave a fast answer time to arrive, even under -race
 	// on a loaded machine: an answer later than it is a (legitimate) repeat.
-	o := newOutbox(t, nil, func(c *Config) { c.WebhookTimeout = 250 * time.Millisecond })
+	o := newOutbox(t, nil, func(c *Config) { c.Webhooks.Timeout = 250 * time.Millisecond })
 	// Slow: the receiver takes the webhook in, but answers only after the
 	// sender gave up (it waits for the sender to hang up).
 	rc.setAnswer(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
@@ -378,7 +378,7 @@ func TestWebhookSlowReceiverDuplicatesKeepTheirID(t *testing.T) {
 func TestWebhookRetryForExpiry(t *testing.T) {
 	t.Parallel()
 	rc := newReceiver(t, "")
-	o := newOutbox(t, nil, func(c *Config) { c.WebhookRetryFor = 10 * time.Minute })
+	o := newOutbox(t, nil, func(c *Config) { c.Webhooks.RetryFor = 10 * time.Minute })
 	rc.setAnswer(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
 	ids := o.finish(t, 1, rc.url())
 	o.runFor(t, 10*time.Minute-time.Second, time.Second)

@@ -1,27 +1,22 @@
 package llm
 
-import "fmt"
+import "github.com/sluicehq/sluice/upstream"
 
-// Protocol names a provider wire protocol.
-type Protocol string
+// Protocol names a provider wire protocol. It is the public
+// upstream.Protocol, defined there once.
+type Protocol = upstream.Protocol
 
 // The protocols Sluice speaks.
 const (
 	// Anthropic is the Anthropic Messages API (POST /v1/messages).
-	Anthropic Protocol = "anthropic"
+	Anthropic = upstream.Anthropic
 	// OpenAI is the OpenAI Chat Completions API (POST /v1/chat/completions)
 	// and OpenAI-compatible gateways.
-	OpenAI Protocol = "openai"
+	OpenAI = upstream.OpenAI
 )
 
 // ParseProtocol returns the Protocol named s, or an error naming the choices.
-func ParseProtocol(s string) (Protocol, error) {
-	switch Protocol(s) {
-	case Anthropic, OpenAI:
-		return Protocol(s), nil
-	}
-	return "", fmt.Errorf("unknown protocol %q (want anthropic or openai)", s)
-}
+func ParseProtocol(s string) (Protocol, error) { return upstream.ParseProtocol(s) }
 
 // Usage is what a response reports it consumed.
 type Usage struct {

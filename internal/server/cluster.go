@@ -9,36 +9,13 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
-
-// ClusterStoreOff turns quota sharing off even on a PostgreSQL store.
-const ClusterStoreOff = "off"
-
-// ClusterConfig shares each upstream's quota, concurrency and pauses with
-// the other nodes using the same shared store (docs/cluster.md). When
-// Store is empty and the job store is PostgreSQL, sharing is on through
-// the job store's database; on SQLite (or store: none) it is off.
-type ClusterConfig struct {
-	// Store is where the shared state lives: postgres://…, redis://… or
-	// rediss://… (a key_prefix=… parameter names the keys' prefix), or
-	// "off". Defaults to the job store when that is PostgreSQL.
-	Store string `yaml:"store"`
-	// NodeID names this node. Defaults to hostname-pid.
-	NodeID string `yaml:"node_id"`
-	// SyncInterval is how often each upstream's lease is renewed and its
-	// share recomputed. Defaults to 500ms (cluster.SyncIntervalDefault).
-	SyncInterval time.Duration `yaml:"sync_interval"`
-	// LeaseTTL is how long a node's share outlives its last sync: a dead
-	// node's share comes back within it. Defaults to 3s
-	// (cluster.LeaseTTLDefault).
-	LeaseTTL time.Duration `yaml:"lease_ttl"`
-}
 
 // clusterStore is the shared store in use ("" when sharing is off).
 func (c Config) clusterStore() string {
 	switch {
-	case c.Cluster.Store == ClusterStoreOff:
+	case c.Cluster.Store == cluster.StoreOff:
 		return ""
 	case c.Cluster.Store != "":
 		return c.Cluster.Store
@@ -50,34 +27,6 @@ func (c Config) clusterStore() string {
 
 func isPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
-}
-
-func isRedis(dsn string) bool {
-	return strings.HasPrefix(dsn, "redis://") || strings.HasPrefix(dsn, "rediss://")
-}
-
-// openClusterBackend opens the shared store named by dsn.
-func openClusterBackend(ctx context.Context, dsn string) (cluster.Backend, error) {
-	if isRedis(dsn) {
-		return cluster.OpenRedis(ctx, dsn)
-	}
-	return cluster.OpenPostgres(ctx, dsn)
-}
-
-func (c ClusterConfig) node() cluster.Config {
-	return cluster.Config{NodeID: c.NodeID, SyncInterval: c.SyncInterval, LeaseTTL: c.LeaseTTL}
-}
-
-func (c ClusterConfig) validate() error {
-	switch {
-	case c.Store == "", c.Store == ClusterStoreOff, isPostgres(c.Store), isRedis(c.Store):
-	default:
-		return fmt.Errorf("cluster.store: want postgres://…, redis://… or %q", ClusterStoreOff)
-	}
-	if err := c.node().WithDefaults().Validate(); err != nil {
-		return err
-	}
-	return nil
 }
 
 // clusterMember adapts a dispatcher to cluster.Member.
@@ -122,13 +71,13 @@ func (s *Server) startCluster(ctx context.Context) error {
 	}
 	b := s.clusterGiven
 	if b == nil {
-		opened, err := openClusterBackend(ctx, dsn)
+		opened, err := cluster.Open(ctx, dsn)
 		if err != nil {
 			return fmt.Errorf("starting the cluster node: %w", err)
 		}
 		b = opened
 	}
-	n, err := cluster.NewNode(s.cfg.Cluster.node(), b, members, s.clock, s.log, s.metrics.clusterObserver())
+	n, err := cluster.NewNode(s.cfg.Cluster, b, members, s.clock, s.log, s.metrics.clusterObserver())
 	if err != nil {
 		return errors.Join(fmt.Errorf("starting the cluster node: %w", err), b.Close())
 	}

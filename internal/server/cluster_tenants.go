@@ -26,7 +26,7 @@ func WithSharedStore(st jobstore.Store) Option {
 // shared through the store, the budgets with the cluster on b (the
 // admission layer's tenants; it stops them). s.mu is held.
 func (s *Server) startTenants(ctx context.Context, b cluster.Backend) error {
-	cfg := s.cfg.Cluster.node()
+	cfg := s.cfg.Cluster
 	if n := s.cluster.Load(); n != nil {
 		cfg.NodeID = n.ID()
 	}

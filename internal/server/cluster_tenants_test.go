@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // clusterNode is one gateway of an in-process cluster: a real Server
@@ -40,7 +40,7 @@ func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id strin
 		Clients:   clients,
 		// The tests sync by hand (clusterNode.sync), at fake instants of
 		// their choosing: the loop's own interval never comes.
-		Cluster: ClusterConfig{NodeID: id, SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour},
+		Cluster: cluster.Config{NodeID: id, SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour},
 	}
 	opts := []Option{withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger())}
 	if mem != nil {

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/cluster"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -64,11 +66,17 @@ type Config struct {
 	// Store is the job-queue store: sqlite:PATH or postgres://... Defaults
 	// to sqlite:./sluice.db.
 	Store string `yaml:"store"`
-	// Jobs tunes the durable job queue. Defaults to the jobs package's
-	// defaults.
-	Jobs JobsConfig `yaml:"jobs"`
-	// Cluster shares quotas with other nodes (docs/cluster.md).
-	Cluster ClusterConfig `yaml:"cluster"`
+	// Jobs tunes the durable job queue (POST /v1/jobs, /v1/batches): the
+	// job runtime's own settings (docs/config.md lists the fields).
+	// Defaults to the jobs package's defaults; an empty spool_dir to the
+	// SQLite file's path plus ".spool", or SpoolDirDefault on PostgreSQL.
+	Jobs jobs.Settings `yaml:"jobs"`
+	// Cluster shares each upstream's quota, concurrency and pauses with
+	// the other nodes using the same shared store (docs/cluster.md). When
+	// its Store is empty and the job store is PostgreSQL, sharing is on
+	// through the job store's database; on SQLite (or store: none) it is
+	// off. Defaults to the cluster package's defaults.
+	Cluster cluster.Config `yaml:"cluster"`
 	// MaxBodyBytes is the largest request body accepted on a scheduled
 	// route; larger bodies get 413. Defaults to 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
@@ -233,7 +241,7 @@ func ParseConfig(data []byte, lookup LookupEnv) (Config, error) {
 	dec.KnownFields(true)
 	var cfg Config
 	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("decoding config: %w", err)
+		return Config{}, decodeError(err, expanded, &root)
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -279,6 +287,8 @@ func (c Config) WithDefaults() Config {
 		c.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight()
 	}
 	c.RequestBytesWait = cmp.Or(c.RequestBytesWait, RequestBytesWaitDefault)
+	c.Jobs = c.Jobs.WithDefaults()
+	c.Cluster = c.Cluster.WithDefaults()
 	c.Upstreams = append([]upcfg.Config(nil), c.Upstreams...)
 	for i, u := range c.Upstreams {
 		c.Upstreams[i] = u.WithDefaults()
@@ -305,11 +315,11 @@ func (c Config) validate() error {
 	if err := validateStore(c.Store); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	if err := c.Jobs.validate(); err != nil {
+	if err := c.Jobs.Validate(); err != nil {
 		return fmt.Errorf("jobs.%w", err)
 	}
-	if err := c.Cluster.validate(); err != nil {
-		return err
+	if err := c.Cluster.Validate(); err != nil {
+		return fmt.Errorf("cluster.%w", err)
 	}
 	if c.MaxBodyBytes < 0 {
 		return errors.New("max_body_bytes: must be >= 0")

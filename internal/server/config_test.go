@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/llm"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -210,6 +210,39 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// TestDecodeErrorsNameThePathAndLine: a value of the wrong type or an
+// unknown field is reported by its YAML path and its line in the file
+// (the strict decoder reads a re-encoded copy, whose lines differ), in
+// flow and block style, in lists, and in api_keys objects; where several
+// fields on one line could be meant, the line at least is the file's.
+func TestDecodeErrorsNameThePathAndLine(t *testing.T) {
+	t.Parallel()
+	const doc = "# comment\n\nlisten: 127.0.0.1:8080\n\n\n# more\n\nupstreams:\n" +
+		"  - name: a\n    protocol: openai\n\n    api_key: k\n" +
+		"    limits: {max_concurrency: lots, rpm: 2}\n" + // line 13
+		"  - name: b\n    protocol: openai\n    api_keys:\n\n" +
+		"      - {key: x, limits: {tpm: 1}}\n" + // line 18
+		"      - [y]\n" +
+		"    breaker: {window: a-very-long-value}\n" +
+		"jobs:\n  retry:\n    base_delay: fast\n" + // line 23
+		"clients: [{name: c, key: k, limits: {upstreams: {a: {rpm: 1}}}}]\n"
+	_, err := ParseConfig([]byte(doc), env(nil))
+	require.Error(t, err)
+	for _, want := range []string{
+		"upstreams[0].limits.max_concurrency: cannot unmarshal !!str `lots` into int (line 13)",
+		"upstreams[0].limits.rpm: field rpm not found in type upstream.Limits (line 13)",
+		"upstreams[1].api_keys[0].limits.tpm: field tpm not found in type upstream.Limits (line 18)",
+		"upstreams[1].api_keys[1]: cannot unmarshal !!seq into upstream.Key",
+		"upstreams[1].breaker.window: cannot unmarshal !!str `a-very-...` into time.Duration (line 20)",
+		"jobs.retry.base_delay: cannot unmarshal !!str `fast` into time.Duration (line 23)",
+		"clients[0].limits.upstreams.a.rpm: field rpm not found",
+	} {
+		require.ErrorContains(t, err, want)
+	}
+	_, err = ParseConfig([]byte("listen: 127.0.0.1:1\n\nupstreams: [{name: a, protocol: openai, api_key: k, limits: {requests_per_minute: x, tokens_per_minute: x}}]\n"), env(nil))
+	require.ErrorContains(t, err, "line 3: cannot unmarshal !!str `x` into int64")
+}
+
 func TestParseConfigNeverEchoesSecrets(t *testing.T) {
 	t.Parallel()
 	_, err := ParseConfig([]byte("store: postgres://u:hunter2@[::1\nupstreams: [{name: a, protocol: openai, api_key: k}]\n"), env(nil))
@@ -319,4 +352,37 @@ func TestDocsExampleParses(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cfg.Upstreams, 2)
 	require.Len(t, cfg.Clients, 2)
+}
+
+// TestDocsUpstreamExamplesLoad: every YAML block of docs/ that has an
+// upstreams: list loads as a whole gateway config (every ${VAR} set), so
+// the gateway's own rules hold in the examples too: fallbacks name an
+// upstream of the same protocol, every upstream has a key.
+func TestDocsUpstreamExamplesLoad(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	anyVar := func(name string) (string, bool) { return "v-" + strings.ToLower(name), true }
+	loaded := 0
+	for _, f := range files {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		rest := string(doc)
+		for n := 1; ; n++ {
+			var block string
+			var ok bool
+			if _, rest, ok = strings.Cut(rest, "```yaml\n"); !ok {
+				break
+			}
+			block, rest, ok = strings.Cut(rest, "```")
+			require.True(t, ok, "%s: YAML block %d is not closed", f, n)
+			if !strings.HasPrefix(block, "upstreams:") && !strings.Contains(block, "\nupstreams:") {
+				continue
+			}
+			_, err := ParseConfig([]byte(block), anyVar)
+			require.NoError(t, err, "%s, YAML block %d", filepath.Base(f), n)
+			loaded++
+		}
+	}
+	require.GreaterOrEqual(t, loaded, 2, "the complete example (config.md) and the pool (pools.md)")
 }

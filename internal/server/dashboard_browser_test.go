@@ -18,9 +18,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // chromiumPath finds a Chromium to drive. Missing, the browser test skips,
@@ -92,7 +93,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
-		Jobs:      JobsConfig{MaxAttempts: 1}}, WithLogger(discardLogger()))
+		Jobs:      jobs.Settings{MaxAttempts: 1}}, WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })

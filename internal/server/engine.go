@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // newEngine is the one assembly of an upstream's engine from its config,

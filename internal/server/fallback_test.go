@@ -18,10 +18,11 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/provider"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 var fbT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -251,7 +252,7 @@ func TestJobFallsBackThroughGateway(t *testing.T) {
 				Fallbacks: []upcfg.Fallback{{Upstream: "backup", Models: map[string]string{"claude-sonnet-4-5": "claude-haiku-4-5"}}}},
 			{Name: "backup", Protocol: llm.Anthropic, BaseURL: up.URL(), APIKey: "sk-b"},
 		},
-		Jobs: JobsConfig{MaxAttempts: 5}}, WithLogger(discardLogger()))
+		Jobs: jobs.Settings{MaxAttempts: 5}}, WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
@@ -345,7 +346,7 @@ func TestFirstRequestIntoAnOutageFallsBackAtOnce(t *testing.T) {
 	t.Parallel()
 	log, logs := capturedLogger(slog.LevelInfo)
 	r := newRig(t, rigSpec{
-		mocks: []rigMock{{"primary", mock.Config{Faults: mock.Faults{Outages: []mock.Outage{{Duration: time.Hour}}}}}, {"backup", mock.Config{}}},
+		mocks:  []rigMock{{"primary", mock.Config{Faults: mock.Faults{Outages: []mock.Outage{{Duration: time.Hour}}}}}, {"backup", mock.Config{}}},
 		mutate: []func(*Config){func(c *Config) { c.Upstreams[0].Fallbacks = []upcfg.Fallback{{Upstream: "backup"}} }},
 		log:    log,
 	})

@@ -12,8 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // TestMaxConnectionsAnswers503: a connection beyond max_connections gets a
@@ -64,7 +65,7 @@ func TestRequestLimitsOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0", MaxBodyBytes: 1024, MaxHeaderBytes: 2048,
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up", BaseURL: "http://127.0.0.1:1"}},
-		Jobs:      JobsConfig{}},
+		Jobs:      jobs.Settings{}},
 		withEngine("claude", &fakeEngine{}), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

@@ -17,9 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // scrape answers GET /metrics from h.
@@ -47,7 +48,7 @@ func TestJobMetricsAfterJobsRan(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	srv, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, APIKey: "k"}},
-		Jobs:      JobsConfig{Webhooks: WebhooksConfig{Allow: []string{"127.0.0.1"}}}},
+		Jobs:      jobs.Settings{Webhooks: jobs.Webhooks{Allow: []string{"127.0.0.1"}}}},
 		withEngine("a", &fakeEngine{}), WithClock(clk), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))

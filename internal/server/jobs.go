@@ -103,9 +103,8 @@ func (s *Server) startJobs(ctx context.Context) error {
 		protocols[name] = s.upstreams[name].cfg.Protocol
 	}
 	jc := s.cfg.Jobs
-	spoolDir := jc.SpoolDir
-	if s.ownStore != nil || spoolDir == StoreNone {
-		spoolDir = jc.spoolDir(s.cfg.Store) // a store given by the embedder has no path of ours
+	if s.ownStore != nil || jc.SpoolDir == StoreNone {
+		jc.SpoolDir = spoolDir(jc.SpoolDir, s.cfg.Store) // a store given by the embedder has no path of ours
 	}
 	var obs jobs.Observer // nil (no metrics) unless the metrics have the queue's
 	if s.metrics.jobs != nil {
@@ -115,13 +114,9 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
-	svc, err := jobs.New(jobs.Config{
+	svc, err := jobs.New(jobs.Config{Settings: jc,
 		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
 		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
-		LeaseFor: jc.LeaseFor, MaxInFlightPerUpstream: jc.MaxInFlight, MaxAttempts: jc.MaxAttempts,
-		MaxStalls: jc.MaxStalls, WebhookSecret: jc.WebhookSecret, SpoolDir: spoolDir,
-		WebhookRetryFor: jc.Webhooks.RetryFor, WebhookBaseDelay: jc.Webhooks.BaseDelay,
-		WebhookMaxDelay: jc.Webhooks.MaxDelay, WebhookTimeout: jc.Webhooks.Timeout,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
@@ -193,4 +188,21 @@ func (s *Server) closeStore() error {
 		return fmt.Errorf("closing the job store: %w", err)
 	}
 	return nil
+}
+
+// SpoolDirDefault is the result spool's directory with a PostgreSQL store.
+const SpoolDirDefault = "./sluice-spool"
+
+// spoolDir is the result spool's directory of jobs.spool_dir (dir) for
+// store, "" for none.
+func spoolDir(dir, store string) string {
+	switch {
+	case dir == StoreNone:
+		return ""
+	case dir != "":
+		return dir
+	case strings.HasPrefix(store, "sqlite:"):
+		return strings.TrimPrefix(strings.TrimPrefix(store, "sqlite:"), "//") + ".spool"
+	}
+	return SpoolDirDefault
 }

@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // testStore is a fresh SQLite job store for one test.
@@ -50,7 +52,7 @@ func TestJobsThroughGateway(t *testing.T) {
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
 		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch"}},
-		Jobs:      JobsConfig{MaxAttempts: 10}},
+		Jobs:      jobs.Settings{MaxAttempts: 10}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
@@ -135,6 +137,26 @@ func TestJobsConfigValidationNamesField(t *testing.T) {
 	require.ErrorContains(t, err, "jobs.lease_for: must be at least 1s")
 	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {webhooks: {base_delay: 1m, max_delay: 1s}}\n"), nil)
 	require.ErrorContains(t, err, "jobs.webhooks.max_delay: must be >= webhooks.base_delay")
+	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {retry: {base_delay: 1m, max_delay: 1s}}\n"), nil)
+	require.ErrorContains(t, err, "jobs.retry.max_delay: must be >= retry.base_delay")
+	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {max_attempts: 500}\n"), nil)
+	require.ErrorContains(t, err, "jobs.max_attempts: must be at most 100")
+	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {webhook_secret: \"whsec_not base64!\"}\n"), nil)
+	require.ErrorContains(t, err, "jobs.webhook_secret: ")
+	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {retry: {base_delay: 1s, jitter: 1s}}\n"), nil)
+	require.ErrorContains(t, err, "field jitter not found")
+}
+
+// TestJobsRetryFromYAML: jobs.retry sets the requeue backoff, and a zero
+// field takes its default.
+func TestJobsRetryFromYAML(t *testing.T) {
+	t.Parallel()
+	cfg, err := ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {retry: {base_delay: 5s}}\n"), nil)
+	require.NoError(t, err)
+	require.Equal(t, jobs.Retry{BaseDelay: 5 * time.Second, MaxDelay: jobs.RetryMaxDelayDefault}, cfg.Jobs.Retry)
+	cfg, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {retry: {base_delay: 10m}}\n"), nil)
+	require.NoError(t, err)
+	require.Equal(t, jobs.Retry{BaseDelay: 10 * time.Minute, MaxDelay: 10 * time.Minute}, cfg.Jobs.Retry, "a base above the default cap raises it")
 }
 
 // TestJobsPriorityCappedByClient: a client limited to normal cannot submit

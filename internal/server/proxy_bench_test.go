@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/llm"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // BenchmarkProxiedRequest sends one OpenAI chat completion (about 2 KB in,

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"strings"
 
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // ErrRestartNeeded means a reloaded configuration changes a field that

@@ -13,9 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // lockedBuffer collects log lines from many goroutines.
@@ -55,7 +56,7 @@ func TestNoSecretAnywhere(t *testing.T) {
 		Clients: []ClientConfig{{Name: "alice", Key: secrets[0], Keys: []string{secrets[1]},
 			Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60}}},
 			{Name: "root", Key: secrets[2], Role: RoleAdmin}},
-		Jobs: JobsConfig{WebhookSecret: secrets[5]}}
+		Jobs: jobs.Settings{WebhookSecret: secrets[5]}}
 	g, err := New(cfg, WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

@@ -11,9 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
-	upcfg "github.com/sluicehq/sluice/internal/upstream"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 const tenantJobBody = `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
@@ -267,7 +268,7 @@ func TestWebhookSSRFRefused(t *testing.T) {
 			t.Parallel()
 			g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 				Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up"}},
-				Jobs:      JobsConfig{Webhooks: WebhooksConfig{Allow: tc.allow}}},
+				Jobs:      jobs.Settings{Webhooks: jobs.Webhooks{Allow: tc.allow}}},
 				withEngine("claude", &fakeEngine{}), WithLogger(discardLogger()))
 			require.NoError(t, err)
 			require.NoError(t, g.Start(t.Context()))

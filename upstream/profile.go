@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Profile presets an upstream's class, retry and quota settings in one
@@ -35,9 +33,9 @@ func ParseProfile(s string) (Profile, error) {
 
 // preset is what a profile sets; zero fields set nothing.
 type preset struct {
-	weights  [llm.NumPriorities]float64
-	maxWait  [llm.NumPriorities]time.Duration
-	headroom [llm.NumPriorities]float64
+	weights  [NumPriorities]float64
+	maxWait  [NumPriorities]time.Duration
+	headroom [NumPriorities]float64
 	// burstRoom is the cap of the learned room for urgent bursts.
 	burstRoom float64
 	retry     Retry
@@ -48,12 +46,12 @@ var profiles = map[Profile]preset{
 	Balanced: {},
 	Latency: {
 		// Critical overtakes harder under saturation: twice balanced's share.
-		weights: [llm.NumPriorities]float64{16, 4, 2, 1},
+		weights: [NumPriorities]float64{16, 4, 2, 1},
 		// A user is waiting: a 429 after 10 s beats an answer after a minute.
-		maxWait: [llm.NumPriorities]time.Duration{10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute},
+		maxWait: [NumPriorities]time.Duration{10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute},
 		// Keep more of each bucket for urgent arrivals, so a critical request
 		// is admitted at once even right after a burst of lower traffic.
-		headroom: [llm.NumPriorities]float64{0, 0.20, 0.30, 0.30},
+		headroom: [NumPriorities]float64{0, 0.20, 0.30, 0.30},
 		// Keep up to 80 % of each bucket for the bursts urgent traffic was
 		// seen to send: batch work loses more of its start, a user waits
 		// less.
@@ -64,7 +62,7 @@ var profiles = map[Profile]preset{
 	},
 	Throughput: {
 		// Queued work waits for quota instead of failing and being resubmitted.
-		maxWait: [llm.NumPriorities]time.Duration{2 * time.Minute, 10 * time.Minute, 30 * time.Minute, 2 * time.Hour},
+		maxWait: [NumPriorities]time.Duration{2 * time.Minute, 10 * time.Minute, 30 * time.Minute, 2 * time.Hour},
 		// Keep at most a quarter of each bucket for urgent bursts: the
 		// batch keeps more of the bucket, an urgent burst larger than that
 		// waits for refill.
@@ -77,7 +75,7 @@ var profiles = map[Profile]preset{
 
 // fill sets c's zero fields to the preset's values.
 func (p preset) fill(c Config) Config {
-	for i := range llm.Priority(llm.NumPriorities) {
+	for i := range Priority(NumPriorities) {
 		cl := c.Classes.ptr(i)
 		cl.Weight = cmp.Or(cl.Weight, p.weights[i])
 		cl.MaxWait = cmp.Or(cl.MaxWait, p.maxWait[i])

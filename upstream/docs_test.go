@@ -1,6 +1,10 @@
 package upstream_test
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"reflect"
 	"regexp"
@@ -11,14 +15,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // configDoc returns the lines of docs/config.md.
 func configDoc(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/config.md")
+	b, err := os.ReadFile("../docs/config.md")
 	require.NoError(t, err)
 	return strings.Split(string(b), "\n")
 }
@@ -86,7 +89,7 @@ func classValues[T any](c upstream.Classes, f func(upstream.Class) T) []any {
 // what WithDefaults sets.
 func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 	t.Parallel()
-	d := upstream.Config{Name: "a", Protocol: llm.Anthropic}.WithDefaults()
+	d := upstream.Config{Name: "a", Protocol: upstream.Anthropic}.WithDefaults()
 	want := map[string][]any{
 		"profile":                         {string(d.Profile)},
 		"limits.requests_per_minute":      {d.Limits.RequestsPerMinute},
@@ -160,7 +163,7 @@ func TestDocsProfileTable(t *testing.T) {
 	t.Parallel()
 	cfgs := map[int]upstream.Config{}
 	for i, p := range []upstream.Profile{upstream.Balanced, upstream.Latency, upstream.Throughput} {
-		cfgs[i+1] = upstream.Config{Name: "a", Protocol: llm.Anthropic, Profile: p}.WithDefaults()
+		cfgs[i+1] = upstream.Config{Name: "a", Protocol: upstream.Anthropic, Profile: p}.WithDefaults()
 	}
 	rows := map[string]func(upstream.Config) []any{
 		"`classes.*.weight` (critical, high, normal, low)": func(c upstream.Config) []any {
@@ -193,4 +196,83 @@ func TestDocsProfileTable(t *testing.T) {
 		}
 	}
 	require.Equal(t, len(rows), checked, "every profile setting has its row")
+}
+
+// TestDocCommentsStateTheDefaults: every numeric "Defaults to X" in the
+// doc comments of Config and its parts states what WithDefaults sets (for
+// a class, the four classes' values in order), so godoc tells a library
+// user the truth.
+func TestDocCommentsStateTheDefaults(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "config.go", nil, parser.ParseComments)
+	require.NoError(t, err)
+	docs := map[string]map[string]string{} // type -> field -> doc
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok {
+			return true
+		}
+		st, ok := ts.Type.(*ast.StructType)
+		if !ok {
+			return false
+		}
+		docs[ts.Name.Name] = map[string]string{}
+		for _, fl := range st.Fields.List {
+			docs[ts.Name.Name][fl.Names[0].Name] = strings.Join(strings.Fields(fl.Doc.Text()), " ")
+		}
+		return false
+	})
+	def := regexp.MustCompile(strings.ReplaceAll(`Defaults to (?:the profile's, else )?(N(?:, N)*)`, "N", `[0-9](?:[0-9a-z.]*[0-9a-z])?`))
+	d := upstream.Config{Name: "a", Protocol: upstream.Anthropic}.WithDefaults()
+	classes := reflect.ValueOf(d.Classes)
+	checked := 0
+	var walk func(typ string, v reflect.Value)
+	walk = func(typ string, v reflect.Value) {
+		for i := range v.NumField() {
+			name := v.Type().Field(i).Name
+			fv := v.Field(i)
+			if typ == "Config" && name == "Classes" {
+				continue // per class, below
+			}
+			if fv.Kind() == reflect.Struct {
+				walk(v.Type().Field(i).Type.Name(), fv)
+				continue
+			}
+			m := def.FindStringSubmatch(docs[typ][name])
+			if m == nil {
+				continue
+			}
+			checked++
+			require.Equal(t, docString(fv), m[1], "%s.%s: %q", typ, name, docs[typ][name])
+		}
+	}
+	walk("Config", reflect.ValueOf(d))
+	for _, field := range []string{"Weight", "MaxWait", "Headroom"} {
+		m := def.FindStringSubmatch(docs["Class"][field])
+		require.NotNil(t, m, "Class.%s states its defaults", field)
+		var vals []string
+		for c := range classes.NumField() {
+			vals = append(vals, docString(classes.Field(c).FieldByName(field)))
+		}
+		require.Equal(t, strings.Join(vals, ", "), m[1], "Class.%s", field)
+		checked++
+	}
+	require.Greater(t, checked, 20)
+}
+
+// docString formats a default as the doc comments write it: 500ms, 30s,
+// 10m, 0.98, 64.
+func docString(v reflect.Value) string {
+	if d, ok := v.Interface().(time.Duration); ok {
+		s := d.String() // 10m0s, 1h0m0s
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		return s
+	}
+	return fmt.Sprint(v.Interface())
 }

@@ -8,8 +8,6 @@ import (
 	"net/url"
 	"regexp"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // nameRE is what an upstream name may be: a route segment and a metric
@@ -27,7 +25,7 @@ func (c Config) Validate() error {
 	if !nameRE.MatchString(c.Name) {
 		return fmt.Errorf("name: %q must be 1-63 lower-case letters, digits, '-' or '_'", c.Name)
 	}
-	if _, err := llm.ParseProtocol(string(c.Protocol)); err != nil {
+	if _, err := ParseProtocol(string(c.Protocol)); err != nil {
 		return fmt.Errorf("protocol: %w", err)
 	}
 	d := c.WithDefaults()
@@ -108,10 +106,10 @@ func (c Config) Validate() error {
 	if d.OutputReservation != OutputReservationMaxTokens && d.OutputReservation != OutputReservationLearned {
 		return fmt.Errorf("output_reservation: must be %q or %q, got %q", OutputReservationMaxTokens, OutputReservationLearned, d.OutputReservation)
 	}
-	if d.OutputReservation == OutputReservationLearned && d.Protocol == llm.OpenAI {
+	if d.OutputReservation == OutputReservationLearned && d.Protocol == OpenAI {
 		return errors.New("output_reservation: learned needs a provider that counts only the output produced; OpenAI reserves max_tokens against TPM")
 	}
-	for p := range llm.Priority(llm.NumPriorities) {
+	for p := range Priority(NumPriorities) {
 		cl := d.Classes.Get(p)
 		if !(cl.Weight > 0 && cl.Weight <= 1e6) {
 			return fmt.Errorf("classes.%s.weight: must be > 0 (0 for the default)", p)

@@ -3,8 +3,6 @@ package upstream
 import (
 	"cmp"
 	"time"
-
-	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Defaults of Config, the one place they are defined. Per-class defaults
@@ -99,16 +97,18 @@ const (
 // critical p95 was still 2x its unloaded value).
 var (
 	// WeightsDefault are the classes' weighted-fair-queueing shares.
-	WeightsDefault = [llm.NumPriorities]float64{8, 4, 2, 1}
+	WeightsDefault = [NumPriorities]float64{8, 4, 2, 1}
 	// MaxWaitDefault are the classes' aging bounds and default deadlines.
-	MaxWaitDefault = [llm.NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
+	MaxWaitDefault = [NumPriorities]time.Duration{30 * time.Second, time.Minute, 5 * time.Minute, 30 * time.Minute}
 	// HeadroomDefault are the shares of each bucket's depth a class leaves
 	// unused while a more urgent class is active.
-	HeadroomDefault = [llm.NumPriorities]float64{0, 0.10, 0.20, 0.20}
+	HeadroomDefault = [NumPriorities]float64{0, 0.10, 0.20, 0.20}
 )
 
 // Config is one upstream: a provider API and how its traffic is shaped.
-// A zero numeric field means "the profile's value, else the default".
+// It is an entry of the gateway's upstreams: list, with the same fields and
+// YAML names, and the Go library's sluice.Upstream. A zero field means
+// "the profile's value, else the default".
 type Config struct {
 	// Name names the upstream: its route (/{name}/...) in the gateway, and
 	// its label in errors and metrics. Required: 1-63 lower-case letters,
@@ -116,10 +116,10 @@ type Config struct {
 	Name string `yaml:"name"`
 	// Protocol is the wire protocol, anthropic or openai. Required.
 	// Defaults to none.
-	Protocol llm.Protocol `yaml:"protocol"`
+	Protocol Protocol `yaml:"protocol"`
 	// BaseURL is the provider's root URL; the request's path is appended.
-	// Defaults to the protocol's public API (AnthropicBaseURLDefault or
-	// OpenAIBaseURLDefault).
+	// Defaults to the protocol's public API, https://api.anthropic.com or
+	// https://api.openai.com (AnthropicBaseURLDefault, OpenAIBaseURLDefault).
 	BaseURL string `yaml:"base_url"`
 	// APIKey is the provider key, sent as x-api-key (Anthropic) or
 	// Authorization: Bearer (OpenAI). The gateway requires it. Defaults to
@@ -137,14 +137,15 @@ type Config struct {
 	Orgs map[string]Org `yaml:"orgs"`
 	// KeyProbeInterval is how long a key taken out of the pool (revoked,
 	// out of credit) waits before one request probes it again. Defaults to
-	// 60s (KeyProbeIntervalDefault).
+	// 1m (KeyProbeIntervalDefault).
 	KeyProbeInterval time.Duration `yaml:"key_probe_interval"`
 	// Fallbacks are upstreams of the same protocol tried, in order, when
 	// this one is unavailable (breaker open, outage) or would make a
-	// request miss its deadline. Defaults to none.
+	// request miss its deadline (docs/pools.md). The gateway's only: a
+	// sluice.Transport has one upstream and refuses them. Defaults to none.
 	Fallbacks []Fallback `yaml:"fallbacks"`
-	// FallbackClasses are the priority classes that may fall back.
-	// Defaults to every class.
+	// FallbackClasses are the priority classes that may fall back, by name
+	// (critical, high, normal, low). Defaults to every class.
 	FallbackClasses []string `yaml:"fallback_classes"`
 	// Profile presets the class, retry and quota settings left zero:
 	// latency, throughput or balanced. Defaults to balanced
@@ -184,7 +185,8 @@ type Config struct {
 	MinConcurrency int `yaml:"min_concurrency"`
 	// RequestTimeout bounds how long one attempt may wait for the
 	// upstream's response headers (a stream then runs as long as it
-	// needs). Defaults to 10m (RequestTimeoutDefault).
+	// needs); in the Go library it applies to the default HTTP client only
+	// (see sluice.WithHTTPClient). Defaults to 10m (RequestTimeoutDefault).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
 	// HeadroomWindow is how recently a more urgent class must have sent a
 	// request for a class's headroom to apply: traffic of one class alone
@@ -208,8 +210,8 @@ type Config struct {
 	// Breaker is the circuit breaker. Defaults to Breaker's defaults.
 	Breaker Breaker `yaml:"breaker"`
 	// Classes are the priority classes' scheduling settings. Defaults to
-	// the profile's, else WeightsDefault, MaxWaitDefault and
-	// HeadroomDefault.
+	// the profile's, else Class's defaults (WeightsDefault, MaxWaitDefault
+	// and HeadroomDefault).
 	Classes Classes `yaml:"classes"`
 }
 
@@ -291,29 +293,33 @@ type Classes struct {
 // Class is one priority class's scheduling settings.
 type Class struct {
 	// Weight is the class's share in weighted fair queueing, > 0.
-	// Defaults to the profile's, else WeightsDefault.
+	// Defaults to the profile's, else 8, 4, 2, 1 (critical to low;
+	// WeightsDefault).
 	Weight float64 `yaml:"weight"`
 	// MaxWait is the class's aging bound and the deadline of a request
-	// that sets none. Defaults to the profile's, else MaxWaitDefault.
+	// that sets none (a context deadline also bounds the wait). Defaults to
+	// the profile's, else 30s, 1m, 5m, 30m (critical to low;
+	// MaxWaitDefault).
 	MaxWait time.Duration `yaml:"max_wait"`
 	// Headroom is the share (0 to <1) of each quota bucket's depth that
 	// requests of this class leave unused while a more urgent class is
 	// active, so that class is admitted at once under saturation; negative
-	// means none. Defaults to the profile's, else HeadroomDefault.
+	// means none. Defaults to the profile's, else 0, 0.1, 0.2, 0.2
+	// (critical to low; HeadroomDefault).
 	Headroom float64 `yaml:"headroom"`
 }
 
 // Get returns class p's settings.
-func (c Classes) Get(p llm.Priority) Class { return *c.ptr(p) }
+func (c Classes) Get(p Priority) Class { return *c.ptr(p) }
 
 // ptr returns a pointer to class p's settings (p must be valid).
-func (c *Classes) ptr(p llm.Priority) *Class {
+func (c *Classes) ptr(p Priority) *Class {
 	switch p {
-	case llm.Critical:
+	case Critical:
 		return &c.Critical
-	case llm.High:
+	case High:
 		return &c.High
-	case llm.Normal:
+	case Normal:
 		return &c.Normal
 	default:
 		return &c.Low
@@ -329,9 +335,9 @@ func (c Config) WithDefaults() Config {
 		c = p.fill(c)
 	}
 	switch c.Protocol {
-	case llm.Anthropic:
+	case Anthropic:
 		c.BaseURL = cmp.Or(c.BaseURL, AnthropicBaseURLDefault)
-	case llm.OpenAI:
+	case OpenAI:
 		c.BaseURL = cmp.Or(c.BaseURL, OpenAIBaseURLDefault)
 	}
 	c.Limits.MaxConcurrency = cmp.Or(c.Limits.MaxConcurrency, MaxConcurrencyDefault)
@@ -362,7 +368,7 @@ func (c Config) WithDefaults() Config {
 	c.Breaker.ConsecutiveFailures = cmp.Or(c.Breaker.ConsecutiveFailures, BreakerConsecutiveFailuresDefault)
 	c.Breaker.OpenTimeout = cmp.Or(c.Breaker.OpenTimeout, BreakerOpenTimeoutDefault)
 	c.Breaker.HalfOpenProbes = cmp.Or(c.Breaker.HalfOpenProbes, BreakerHalfOpenProbesDefault)
-	for p := range llm.Priority(llm.NumPriorities) {
+	for p := range Priority(NumPriorities) {
 		cl := c.Classes.ptr(p)
 		cl.Weight = cmp.Or(cl.Weight, WeightsDefault[p])
 		cl.MaxWait = cmp.Or(cl.MaxWait, MaxWaitDefault[p])

@@ -1,9 +1,9 @@
-package llm_test
+package upstream_test
 
 import (
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/upstream"
 	"github.com/stretchr/testify/require"
 )
 
@@ -11,15 +11,15 @@ func TestParsePriority(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		in   string
-		want llm.Priority
+		want upstream.Priority
 		err  bool
 	}{
-		{"critical", llm.Critical, false}, {" HIGH ", llm.High, false}, {"normal", llm.Normal, false},
-		{"low", llm.Low, false}, {"0", llm.Critical, false}, {"3", llm.Low, false},
+		{"critical", upstream.Critical, false}, {" HIGH ", upstream.High, false}, {"normal", upstream.Normal, false},
+		{"low", upstream.Low, false}, {"0", upstream.Critical, false}, {"3", upstream.Low, false},
 		{"4", 0, true}, {"-1", 0, true}, {"urgent", 0, true}, {"", 0, true},
 	}
 	for _, tt := range tests {
-		got, err := llm.ParsePriority(tt.in)
+		got, err := upstream.ParsePriority(tt.in)
 		if tt.err {
 			require.Error(t, err, tt.in)
 			continue
@@ -28,7 +28,7 @@ func TestParsePriority(t *testing.T) {
 		require.Equal(t, tt.want, got)
 		b, err := got.MarshalText()
 		require.NoError(t, err)
-		var back llm.Priority
+		var back upstream.Priority
 		require.NoError(t, back.UnmarshalText(b))
 		require.Equal(t, got, back)
 	}
@@ -41,14 +41,14 @@ func FuzzParsePriority(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := llm.ParsePriority(s)
+		p, err := upstream.ParsePriority(s)
 		if err != nil {
 			return
 		}
 		if !p.Valid() {
 			t.Fatalf("ParsePriority(%q) = %d, not a valid class", s, p)
 		}
-		again, err := llm.ParsePriority(p.String())
+		again, err := upstream.ParsePriority(p.String())
 		if err != nil || again != p {
 			t.Fatalf("round trip of %q: %v, %v", s, again, err)
 		}

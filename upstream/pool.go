@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -28,11 +30,23 @@ type Key struct {
 	Org string `yaml:"org"`
 }
 
-// UnmarshalYAML reads a key from a string or an object.
+// UnmarshalYAML reads a key from a string or an object. An object's
+// unknown fields are refused as a strict decoder (yaml.Decoder.KnownFields)
+// refuses them elsewhere, which yaml.Node.Decode alone would not.
 func (k *Key) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
 		*k = Key{}
 		return n.Decode(&k.Key)
+	case yaml.MappingNode:
+	default:
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s into upstream.Key (a key, or {key, limits, org})", n.Line, n.ShortTag())}}
+	}
+	if errs := unknownFields(n, reflect.TypeFor[Key]()); len(errs) > 0 {
+		return &yaml.TypeError{Errors: errs}
 	}
 	type plain Key
 	var p plain
@@ -41,6 +55,35 @@ func (k *Key) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*k = Key(p)
 	return nil
+}
+
+// unknownFields lists, in the strict decoder's words, the keys of mapping
+// n (and of the mappings under its struct fields) that are not YAML fields
+// of struct type t.
+func unknownFields(n *yaml.Node, t reflect.Type) []string {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil // a type error, which Decode reports
+	}
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		fields[name] = t.Field(i).Type
+	}
+	var errs []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		ft, ok := fields[key.Value]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Sprintf("line %d: field %s not found in type %s", key.Line, key.Value, t))
+		case ft.Kind() == reflect.Struct:
+			errs = append(errs, unknownFields(val, ft)...)
+		}
+	}
+	return errs
 }
 
 // Org is an account shared by some of a pool's keys.

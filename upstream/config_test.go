@@ -9,14 +9,13 @@ import (
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/upstream"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func minimal() upstream.Config {
-	return upstream.Config{Name: "a", Protocol: llm.Anthropic}
+	return upstream.Config{Name: "a", Protocol: upstream.Anthropic}
 }
 
 func TestWithDefaultsBalanced(t *testing.T) {
@@ -30,7 +29,7 @@ func TestWithDefaultsBalanced(t *testing.T) {
 	require.Equal(t, 0.98, d.SafetyMargin)
 	require.Equal(t, 0.995, d.MaxSafetyMargin, "adaptive: narrow while no 429 is seen")
 	require.Equal(t, upstream.OutputReservationMaxTokens, d.OutputReservation)
-	chosen := upstream.Config{Name: "a", Protocol: llm.Anthropic, APIKey: "k", SafetyMargin: 0.9}.WithDefaults()
+	chosen := upstream.Config{Name: "a", Protocol: upstream.Anthropic, APIKey: "k", SafetyMargin: 0.9}.WithDefaults()
 	require.Equal(t, 0.9, chosen.MaxSafetyMargin, "a margin the user chose stays fixed")
 	require.Equal(t, 100*time.Millisecond, d.JitterAllowance)
 	require.Equal(t, 10*time.Minute, d.RequestTimeout)
@@ -44,8 +43,8 @@ func TestWithDefaultsBalanced(t *testing.T) {
 		Low:      upstream.Class{Weight: 1, MaxWait: 30 * time.Minute, Headroom: 0.20},
 	}, d.Classes)
 	require.Equal(t, d, d.WithDefaults(), "idempotent")
-	require.Equal(t, d, upstream.Config{Name: "a", Protocol: llm.Anthropic, Profile: upstream.Balanced}.WithDefaults())
-	require.Equal(t, upstream.OpenAIBaseURLDefault, upstream.Config{Protocol: llm.OpenAI}.WithDefaults().BaseURL)
+	require.Equal(t, d, upstream.Config{Name: "a", Protocol: upstream.Anthropic, Profile: upstream.Balanced}.WithDefaults())
+	require.Equal(t, upstream.OpenAIBaseURLDefault, upstream.Config{Protocol: upstream.OpenAI}.WithDefaults().BaseURL)
 	require.Equal(t, 2, upstream.Config{Limits: upstream.Limits{MaxConcurrency: 2}}.WithDefaults().MinConcurrency)
 }
 
@@ -84,7 +83,7 @@ func TestProfiles(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tt.cfg.Name, tt.cfg.Protocol = "a", llm.Anthropic
+			tt.cfg.Name, tt.cfg.Protocol = "a", upstream.Anthropic
 			d := tt.cfg.WithDefaults()
 			require.NoError(t, d.Validate())
 			require.NoError(t, tt.cfg.Validate())
@@ -113,7 +112,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{func(c *upstream.Config) { c.BurstSeconds = -1 }, "burst_seconds: "},
 		{func(c *upstream.Config) { c.SafetyMargin, c.MaxSafetyMargin = 0.98, 0.9 }, "max_safety_margin: must be >= safety_margin"},
 		{func(c *upstream.Config) { c.OutputReservation = "some" }, "output_reservation: must be "},
-		{func(c *upstream.Config) { c.Protocol, c.OutputReservation = llm.OpenAI, "learned" }, "output_reservation: learned needs"},
+		{func(c *upstream.Config) { c.Protocol, c.OutputReservation = upstream.OpenAI, "learned" }, "output_reservation: learned needs"},
 		{func(c *upstream.Config) { c.JitterAllowance = 2 * time.Minute }, "jitter_allowance: must be <= 1m"},
 		{func(c *upstream.Config) { c.RequestTimeout = -time.Second }, "request_timeout: must be >= 0"},
 		{func(c *upstream.Config) { c.Retry.MaxDelay = time.Millisecond }, "retry.base_delay: must be <= retry.max_delay"},

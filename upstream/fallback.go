@@ -3,8 +3,6 @@ package upstream
 import (
 	"errors"
 	"fmt"
-
-	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Fallback is another upstream of the same protocol a request may be sent
@@ -19,12 +17,12 @@ type Fallback struct {
 
 // FallbackClass reports whether requests of class p may fall back: every
 // class when FallbackClasses is empty.
-func (c Config) FallbackClass(p llm.Priority) bool {
+func (c Config) FallbackClass(p Priority) bool {
 	if len(c.FallbackClasses) == 0 {
 		return true
 	}
 	for _, s := range c.FallbackClasses {
-		if q, err := llm.ParsePriority(s); err == nil && q == p {
+		if q, err := ParsePriority(s); err == nil && q == p {
 			return true
 		}
 	}
@@ -52,7 +50,7 @@ func (c Config) validateFallbacks() error {
 		}
 	}
 	for i, s := range c.FallbackClasses {
-		if _, err := llm.ParsePriority(s); err != nil {
+		if _, err := ParsePriority(s); err != nil {
 			return fmt.Errorf("fallback_classes[%d]: %w", i, err)
 		}
 	}
