@@ -29,7 +29,11 @@ var ErrForbiddenDestination = errors.New("webhook destination not allowed")
 //     192.168/16, 100.64/10, fc00::/7) are refused unless an Allow entry
 //     covers them: a CIDR or IP that contains the address, or the URL's
 //     host name itself;
-//   - every other (public) address is allowed.
+//   - every other (public) address is allowed;
+//   - an IPv6 address that carries an IPv4 one (NAT64 64:ff9b::/96 and
+//     64:ff9b:1::/48, 6to4 2002::/16, Teredo 2001::/32, IPv4-compatible
+//     ::a.b.c.d, and IPv4-mapped ::ffff:a.b.c.d) is judged as that
+//     address too.
 //
 // The check runs twice: on the URL when a job is submitted (CheckURL, the
 // host name resolved), and on the address actually dialled (Transport,
@@ -49,6 +53,38 @@ var alwaysRefused = []netip.Prefix{
 	netip.MustParsePrefix("192.0.0.192/32"),     // Oracle Cloud metadata (legacy)
 	netip.MustParsePrefix("0.0.0.0/8"),          // "this network"
 	netip.MustParsePrefix("255.255.255.255/32"), // broadcast
+}
+
+// IPv6 ranges that carry an IPv4 address (embeddedIPv4).
+var (
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052
+	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215, the address at bits 48-88 less the u octet
+	sixToFour      = netip.MustParsePrefix("2002::/16")      // RFC 3056, the address at bits 16-48
+	teredo         = netip.MustParsePrefix("2001::/32")      // RFC 4380: server at bits 32-64, client inverted at 96-128
+	ipv4Compatible = netip.MustParsePrefix("::/96")          // RFC 4291, deprecated
+)
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address reaches through
+// a translation or tunnel form (none for a plain address).
+func embeddedIPv4(ip netip.Addr) []netip.Addr {
+	if !ip.Is6() {
+		return nil
+	}
+	b := ip.As16()
+	v4 := func(x [4]byte) netip.Addr { return netip.AddrFrom4(x) }
+	switch {
+	case nat64WellKnown.Contains(ip):
+		return []netip.Addr{v4([4]byte{b[12], b[13], b[14], b[15]})}
+	case nat64Local.Contains(ip):
+		return []netip.Addr{v4([4]byte{b[6], b[7], b[9], b[10]})}
+	case sixToFour.Contains(ip):
+		return []netip.Addr{v4([4]byte{b[2], b[3], b[4], b[5]})}
+	case teredo.Contains(ip):
+		return []netip.Addr{v4([4]byte{b[4], b[5], b[6], b[7]}), v4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})}
+	case ipv4Compatible.Contains(ip) && !ip.IsUnspecified() && !ip.IsLoopback():
+		return []netip.Addr{v4([4]byte{b[12], b[13], b[14], b[15]})}
+	}
+	return nil
 }
 
 // sharedAddressSpace is 100.64.0.0/10 (carrier-grade NAT), private too.
@@ -86,6 +122,13 @@ func NewGuard(allow []string) (*Guard, error) {
 // ErrForbiddenDestination that says why.
 func (g *Guard) CheckIP(host string, ip netip.Addr) error {
 	ip = ip.Unmap()
+	for _, v4 := range embeddedIPv4(ip) {
+		// An IPv6 address that carries an IPv4 one (NAT64, 6to4, Teredo,
+		// IPv4-compatible) reaches it: it is judged as that address.
+		if err := g.CheckIP(host, v4); err != nil {
+			return fmt.Errorf("%s embeds %s: %w", ip, v4, err)
+		}
+	}
 	for _, p := range alwaysRefused {
 		if p.Contains(ip) {
 			return fmt.Errorf("%w: %s is a metadata or reserved address", ErrForbiddenDestination, ip)

@@ -40,6 +40,16 @@ func TestGuardCheckURL(t *testing.T) {
 		{"private allowed by IP", allowHost, "http://10.1.2.3/hook", true},
 		{"other private not allowed", allowHost, "http://10.1.2.4/hook", false},
 		{"public", open, "https://93.184.215.14/hook", true},
+		{"NAT64 metadata", allowLoop, "http://[64:ff9b::a9fe:a9fe]/", false},
+		{"NAT64 loopback", open, "http://[64:ff9b::7f00:1]/", false},
+		{"NAT64 local-use loopback", open, "http://[64:ff9b:1:7f00:0:100::]/", false},
+		{"6to4 metadata", allowLoop, "http://[2002:a9fe:a9fe::1]/", false},
+		{"6to4 loopback", open, "http://[2002:7f00:1::]/", false},
+		{"Teredo client loopback", open, "http://[2001:0:5db8:a9fe:0:0:80ff:fffe]/", false},
+		{"IPv4-compatible metadata", allowLoop, "http://[::169.254.169.254]/", false},
+		{"IPv4-compatible loopback", open, "http://[::127.0.0.1]/", false},
+		{"NAT64 public", open, "http://[64:ff9b::5db8:d70e]/", true},
+		{"NAT64 loopback allowed with loopback", allowLoop, "http://[64:ff9b::7f00:1]/", true},
 		{"not http", open, "file:///etc/passwd", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
