@@ -98,7 +98,7 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 			return exchanged{}, fmt.Errorf("calling upstream %q: %w", d.cfg.Name, context.Cause(ctx))
 		}
 		out := provider.ClassifyTransportError(err)
-		d.noteAnswer(k, out, false, now)
+		d.noteAnswer(k, out, false, g.keyProbe, now)
 		d.obs.Attempted(out.Kind, 0, since(start, now))
 		d.settle(w, g, out)
 		return exchanged{out: out}, nil
@@ -118,7 +118,7 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	d.noteLimits(k, obs)
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		d.noteAnswer(k, llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, true, now)
+		d.noteAnswer(k, llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, true, g.keyProbe, now)
 		if provider.IsEventStream(resp.Header) {
 			return d.stream(ctx, w, g, resp, start)
 		}
@@ -142,7 +142,7 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	if out.Kind == llm.Rate {
 		d.obs.RateLimited(overshoot(rl, known))
 	}
-	keyOut := d.noteAnswer(k, out, true, now)
+	keyOut := d.noteAnswer(k, out, true, g.keyProbe, now)
 	d.obs.Attempted(out.Kind, resp.StatusCode, since(start, now))
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	if keyOut {

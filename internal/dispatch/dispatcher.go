@@ -383,7 +383,7 @@ func (d *Dispatcher) admit() time.Duration {
 		key.inflight++
 		key.granted(w, now)
 		d.reserved = d.reserved.Add(w.cost)
-		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}
+		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}
 	}
 	return 0
 }
@@ -526,8 +526,10 @@ type grant struct {
 	// the upstream's health.
 	probe bool
 	// key is the pool's key the attempt is sent with; its cost is
-	// reserved in that key's buckets (and its org's).
-	key *poolKey
+	// reserved in that key's buckets (and its org's). keyProbe is set
+	// when the key was out of the pool: the attempt is its probe.
+	key      *poolKey
+	keyProbe bool
 	// reserved is the estimate counted in Dispatcher.reserved while the
 	// attempt is in flight.
 	reserved flow.Amount

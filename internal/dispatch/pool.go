@@ -468,15 +468,19 @@ func keyRevoked(o llm.Outcome) bool { return provider.KeyRevoked(o) }
 // goes to the client), any other answer brings a probed key back in. It
 // returns true when the request should be placed on another key without
 // burning an attempt. A transport error (answered false) says nothing.
-func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now time.Time) bool {
+func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered, keyProbe bool, now time.Time) bool {
 	if k == nil {
 		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	wasProbe := k.probing
-	k.probing = false
+	if keyProbe {
+		k.probing = false
+	}
 	if !answered {
+		if keyProbe && k.out {
+			k.probeAt = now.Add(d.cfg.KeyProbeInterval) // no answer: probed again later
+		}
 		return false
 	}
 	if k.blind {
@@ -489,7 +493,9 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 		k.rates.Add(1)
 	}
 	if !keyRevoked(o) {
-		if k.out {
+		if k.out && keyProbe {
+			// Only its probe brings a key back: an answer to a request
+			// sent before it was taken out says nothing of it now.
 			k.out = false
 			d.cfg.States.KeyBack(k.cred.Load().fp, now.Sub(k.outSince))
 			d.kickLocked()
@@ -499,7 +505,7 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered bool, now ti
 	if k.out {
 		// A failed probe, or an answer to a request admitted before it
 		// was taken out: stays out, probed again later.
-		if wasProbe {
+		if keyProbe {
 			k.probeAt = now.Add(d.cfg.KeyProbeInterval)
 		}
 		return d.othersIn(k)

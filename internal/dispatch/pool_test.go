@@ -254,3 +254,38 @@ func TestPoolOrgSharesAccountLimit(t *testing.T) {
 	require.LessOrEqual(t, status429(two.mock.Stats()), status429(one.mock.Stats()))
 	require.GreaterOrEqual(t, t2.Seconds(), t1.Seconds()*0.95, "the account's limit holds for the pool")
 }
+
+// TestPoolKeyOutReturnsOnlyThroughItsProbe: answers to requests a key
+// took before it was revoked come back after it is out of the pool; they
+// say nothing of the key now, and it stays out until its probe.
+func TestPoolKeyOutReturnsOnlyThroughItsProbe(t *testing.T) {
+	t.Parallel()
+	p := newPoolRig(t, mock.Config{TTFT: time.Second}, upcfg.Config{APIKeys: keys(2), KeyProbeInterval: 20 * time.Second,
+		Limits: upcfg.Limits{RequestsPerMinute: 6000}})
+	var done atomic.Int32
+	first := p.submit(4, &done) // two on each key, answering after 1 s
+	waitQuiet(t, 20*time.Second, func() bool { return p.mock.Stats().Overall.InFlight == 4 })
+	require.NoError(t, p.mock.RevokeKey("sk-pool-1", mock.KeyRevoked))
+	second := p.submit(2, &done) // the one placed on the revoked key moves to the other
+	waitQuiet(t, 20*time.Second, func() bool { return p.mock.Stats().Overall.InFlight == 6 && p.d.Keys()[1].Out })
+	p.fc.Advance(time.Second) // the first four answer 200, two of them on the key now out
+	for _, r := range collect(first) {
+		require.NoError(t, r.err)
+	}
+	require.True(t, p.d.Keys()[1].Out, "answers to requests sent before it was revoked do not bring it back")
+	p.fc.Advance(time.Second)
+	for _, r := range collect(second) {
+		require.NoError(t, r.err)
+	}
+	require.True(t, p.d.Keys()[1].Out)
+	// Back only through its probe, once the provider accepts it again.
+	p.mock.RestoreKey("sk-pool-1")
+	p.fc.Advance(20 * time.Second)
+	probe := p.submit(2, &done)
+	waitQuiet(t, 20*time.Second, func() bool { return p.mock.Stats().Overall.InFlight == 2 })
+	p.fc.Advance(time.Second)
+	for _, r := range collect(probe) {
+		require.NoError(t, r.err)
+	}
+	require.False(t, p.d.Keys()[1].Out, "its probe brought it back")
+}

@@ -109,7 +109,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	key.inflight++
 	key.granted(w, now)
 	d.reserved = d.reserved.Add(w.cost)
-	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, reserved: w.cost}}, true
+	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}}, true
 }
 
 // ticketWaiter is the waiter of a ticket: a placeholder request of the
