@@ -164,7 +164,9 @@ func isTerminal(f *os.File) bool {
 // hands it to the server; a refusal is logged and changes nothing.
 func reloadConfig(srv *server.Server, path, listen string, grace time.Duration, logger *slog.Logger) {
 	cfg, err := loadServeConfig(path)
-	if err == nil {
+	if err != nil {
+		srv.ReloadFailed()
+	} else {
 		if listen != "" {
 			cfg.Listen = listen
 		}

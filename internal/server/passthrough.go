@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -48,6 +50,13 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 			}
 			if r.Context().Err() != nil {
 				return // client gone
+			}
+			if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
+				// A chunked body that outgrew max_body_bytes on the way:
+				// the caller's to fix, not a gateway failure to retry.
+				frontdoor.WriteProblem(w, u.cfg.Protocol, reqID, frontdoor.Problem{Status: http.StatusRequestEntityTooLarge,
+					Message: fmt.Sprintf("request body exceeds the gateway's limit of %d bytes (max_body_bytes)", s.cfg.MaxBodyBytes)})
+				return
 			}
 			// The error may name the upstream URL but never holds the key;
 			// it is logged, not sent.

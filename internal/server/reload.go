@@ -6,12 +6,50 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // ErrRestartNeeded means a reloaded configuration changes a field that
 // only a restart applies.
 var ErrRestartNeeded = errors.New("needs a restart")
+
+// reloadMetrics count the config reloads: sluice_config_reloads_total by
+// result and sluice_config_last_reload_successful, so an alert can catch
+// a SIGHUP that changed nothing.
+type reloadMetrics struct {
+	total *prometheus.CounterVec
+	last  prometheus.Gauge
+}
+
+func newReloadMetrics(reg prometheus.Registerer) *reloadMetrics {
+	m := &reloadMetrics{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Config reloads (SIGHUP) by result: applied, or refused (invalid, or a change that needs a restart; the running config stays).",
+		}, []string{"result"}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_last_reload_successful",
+			Help: "1 when the last config reload was applied (or none was tried), 0 when it was refused.",
+		}),
+	}
+	m.total.WithLabelValues("applied")
+	m.total.WithLabelValues("refused")
+	m.last.Set(1)
+	reg.MustRegister(m.total, m.last)
+	return m
+}
+
+func (m *reloadMetrics) done(err error) {
+	if err != nil {
+		m.total.WithLabelValues("refused").Inc()
+		m.last.Set(0)
+		return
+	}
+	m.total.WithLabelValues("applied").Inc()
+	m.last.Set(1)
+}
 
 // keyRotator is implemented by engines whose key pool can take new
 // secrets in place (*dispatch.Dispatcher).
@@ -31,6 +69,16 @@ type keyRotator interface {
 // already sent keep the key they were sent with. Config keeps returning
 // the configuration the server started with.
 func (s *Server) Reload(next Config) error {
+	err := s.reload(next)
+	s.reloads.done(err)
+	return err
+}
+
+// ReloadFailed counts a reload that never reached Reload (the file did
+// not load) as refused.
+func (s *Server) ReloadFailed() { s.reloads.done(errors.New("not loaded")) }
+
+func (s *Server) reload(next Config) error {
 	next = next.WithDefaults()
 	if err := next.validate(); err != nil {
 		return fmt.Errorf("validating config: %w", err)

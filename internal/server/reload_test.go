@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/llm"
@@ -97,6 +98,9 @@ func TestReloadUnderLoad(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code, "the removed key is refused")
 	code, _ = call(t, "POST", url, "ck-ops", anthropicBody)
 	require.Equal(t, http.StatusOK, code, "the refused reloads left the config whole")
+	require.InDelta(t, 3, testutil.ToFloat64(g.reloads.total.WithLabelValues("refused")), 0, "every refused reload is counted")
+	require.InDelta(t, 0, testutil.ToFloat64(g.reloads.last), 0, "the last one was refused")
+	require.Positive(t, testutil.ToFloat64(g.reloads.total.WithLabelValues("applied")))
 	_, newSeen := seen.Load("sk-new")
 	require.True(t, newSeen, "the upstream got the new key")
 	_, newerSeen := seen.Load("sk-newer")

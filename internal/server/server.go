@@ -126,6 +126,7 @@ type Server struct {
 	registry  *prometheus.Registry
 	metrics   *metrics
 	budget    *byteBudget     // request bytes in flight (budget.go)
+	reloads   *reloadMetrics  // reload.go
 	admit     *admit.Layer    // client limits, budgets, fallbacks (internal/admit)
 	live      *live           // outcomes, latencies and client usage (live.go)
 	history   *historySampler // the last minutes, for the dashboard (history.go)
@@ -263,6 +264,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
 	s.metrics = newMetrics(s.registry, s)
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
+	s.reloads = newReloadMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
 		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: newAdmitMetrics(s.registry, s)})
 	if err != nil {

@@ -601,3 +601,23 @@ func FuzzScheduledRequest(f *testing.F) {
 func validHeaderValue(v string) bool {
 	return !strings.ContainsAny(v, "\r\n\x00") && bytes.Equal([]byte(strings.TrimSpace(v)), []byte(v)) || v == ""
 }
+
+// TestPassthroughChunkedBodyTooLarge: a pass-through body sent without a
+// length (chunked) that outgrows max_body_bytes on its way is answered
+// 413, not as a gateway failure an SDK would retry.
+func TestPassthroughChunkedBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	ts := newTestServer(t, nil)
+	big := strings.Repeat("x", 3*4096)
+	req, err := http.NewRequestWithContext(t.Context(), "POST", ts.http.URL+"/a/v1/files", io.MultiReader(strings.NewReader(big)))
+	require.NoError(t, err)
+	req.ContentLength = -1 // chunked
+	resp, err := ts.http.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, string(body))
+	require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+	require.Contains(t, requireProviderError(t, llm.Anthropic, body, "request_too_large"), "max_body_bytes")
+}
