@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,6 +39,24 @@ type Redis struct {
 // named the prefix, the payload being the key). The store URL's
 // key_prefix parameter overrides it, so clusters can share a server.
 const RedisPrefixDefault = "sluice:cluster"
+
+// redisLog routes the Redis client library's own messages (reconnections,
+// pool errors), which it writes as plain text to stderr by default, to a
+// structured logger.
+type redisLog struct{ log *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, "redis client", "message", strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
+// SetRedisLogger sends the Redis client library's messages to l (at warn,
+// msg "redis client"), so a JSON log stays JSON. The library's logger is
+// global to the process: the last call wins.
+func SetRedisLogger(l *slog.Logger) {
+	if l != nil {
+		redis.SetLogger(redisLog{log: l})
+	}
+}
 
 // OpenRedis connects to url (redis://[user:password@]host:port/db, with
 // an optional key_prefix=… parameter) and checks the server answers.

@@ -238,6 +238,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	cluster.SetRedisLogger(o.logger) // the Redis client's own messages, as structured lines
 	if o.transport == nil {
 		o.transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
