@@ -54,6 +54,9 @@ const (
 	// the lower classes leave unused for the learned bursts of the more
 	// urgent classes (the balanced profile's).
 	BurstRoomDefault = 0.5
+	// AbandonedStreamDrainDefault is how long the engine reads on a
+	// stream its client left, to learn the usage the provider bills.
+	AbandonedStreamDrainDefault = time.Minute
 	// BurstMemoryDefault is how long a burst of urgent requests is
 	// remembered before the room kept for it decays (and the decay's
 	// time constant).
@@ -203,6 +206,14 @@ type Config struct {
 	// the room kept for it is held this long after the burst, then decays
 	// with this time constant. Defaults to 10m (BurstMemoryDefault).
 	BurstMemory time.Duration `yaml:"burst_memory"`
+	// AbandonedStreamDrain is how long the engine goes on reading a
+	// stream whose client left before its end, to learn the usage the
+	// provider bills (the provider goes on generating meanwhile): the
+	// client's budget and the output quota are then settled with it. A
+	// stream not ended by then (or past 8 MiB) is cut and charged its
+	// worst case (input and max_tokens); negative cuts it at once, with
+	// that charge. Defaults to 1m (AbandonedStreamDrainDefault).
+	AbandonedStreamDrain time.Duration `yaml:"abandoned_stream_drain"`
 	// Retry shapes retries of attempts that fail with an overload or
 	// transient error. Defaults to the profile's, else Retry's
 	// defaults.
@@ -356,6 +367,7 @@ func (c Config) WithDefaults() Config {
 	c.HeadroomWindow = cmp.Or(c.HeadroomWindow, HeadroomWindowDefault)
 	c.BurstRoom = cmp.Or(c.BurstRoom, BurstRoomDefault)
 	c.BurstMemory = cmp.Or(c.BurstMemory, BurstMemoryDefault)
+	c.AbandonedStreamDrain = cmp.Or(c.AbandonedStreamDrain, AbandonedStreamDrainDefault)
 	c.KeyProbeInterval = cmp.Or(c.KeyProbeInterval, KeyProbeIntervalDefault)
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, BaseDelayDefault)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, max(MaxDelayDefault, c.Retry.BaseDelay))

@@ -107,6 +107,7 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"headroom_window":                 {d.HeadroomWindow},
 		"burst_room":                      {d.BurstRoom},
 		"burst_memory":                    {d.BurstMemory},
+		"abandoned_stream_drain":          {d.AbandonedStreamDrain},
 		"key_probe_interval":              {d.KeyProbeInterval},
 		"retry.base_delay":                {d.Retry.BaseDelay},
 		"retry.max_delay":                 {d.Retry.MaxDelay},

@@ -299,16 +299,26 @@ func (h *Held) Error() string {
 	return fmt.Sprintf("held back by %s until %s", h.Limit, h.RetryAt.UTC().Format(time.RFC3339))
 }
 
-// Spent returns the cost, in US dollars, settled for a response Do
-// returned (0 before its body ended, or without a budget charge).
-func Spent(resp *dispatch.Response) float64 {
+// SpentOn returns a function that tells the cost, in US dollars, settled
+// for a response Do returned: 0 before its body ended, or without a
+// budget charge; once the body has ended it settles it first, if that is
+// not done yet. Take it before wrapping the response's body.
+func SpentOn(resp *dispatch.Response) func() float64 {
 	if resp == nil {
-		return 0
+		return func() float64 { return 0 }
 	}
-	if b, ok := resp.Body.(*spendBody); ok {
+	b, ok := resp.Body.(*spendBody)
+	if !ok {
+		return func() float64 { return 0 }
+	}
+	return func() float64 {
+		select {
+		case <-resp.Ended():
+			b.settle() // once: a no-op when the body's Close settled it
+		default:
+		}
 		return b.hold.costSoFar().Dollars()
 	}
-	return 0
 }
 
 // ClientLimits lists the gates in use (per client and upstream) and their

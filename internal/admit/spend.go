@@ -203,8 +203,10 @@ func (sp *spender) warnUnknown(model string, refused bool) {
 }
 
 // settle charges what the call cost: the usage the engine read when there
-// is one; the worst case for a success that reported none; nothing (a
-// refund) for a call that failed without usage. It returns the cost.
+// is one; the worst case for a success that reported none, or a stream
+// its client left that the engine could not read on to its usage;
+// nothing (a refund) for a call that failed without usage. It returns the
+// cost.
 func (h *spendHold) settle(end dispatch.End, ended bool) pricing.Amount {
 	if h == nil {
 		return 0
@@ -214,7 +216,10 @@ func (h *spendHold) settle(end dispatch.End, ended bool) pricing.Amount {
 		switch {
 		case ended && end.HasUsage:
 			cost = h.price.Cost(h.protocol, end.Usage)
-		case ended && end.Outcome.Kind == llm.Success:
+		case ended && (end.Outcome.Kind == llm.Success || end.Abandoned):
+			// A success without usage, or a stream its client left and
+			// the engine could not read to its end: the worst case, never
+			// less than the provider may bill.
 			cost = h.hold.Amount()
 		}
 		h.mu.Lock()
@@ -289,7 +294,17 @@ func (b *spendBody) Read(p []byte) (int, error) {
 
 func (b *spendBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.settle()
+	select {
+	case <-b.resp.Ended():
+		b.settle()
+	default:
+		// A stream its client left: the engine reads on to its usage and
+		// the hold settles with it.
+		go func() {
+			<-b.resp.Ended()
+			b.settle()
+		}()
+	}
 	return err
 }
 

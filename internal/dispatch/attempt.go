@@ -67,7 +67,14 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 		d.budget.RecordRequest(start)
 	}
 	w.attempts++
-	hreq, err := d.newUpstreamRequest(ctx, w.req, g.key)
+	// The call's own context: the caller's cancel reaches it until a
+	// stream is handed over, which then outlives its reader (a client
+	// that leaves a stream: the engine reads on to the provider's usage,
+	// trackedBody.drainAbandoned). The body's end releases it.
+	callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
+	c := &callLink{cancel: cancelCall, unlink: context.AfterFunc(ctx, cancelCall)}
+	defer c.release()
+	hreq, err := d.newUpstreamRequest(callCtx, w.req, g.key)
 	if err != nil {
 		d.release(w, g, flow.Neutral, w.cost)
 		return exchanged{}, fmt.Errorf("building request for upstream %q: %w", d.cfg.Name, err)
@@ -120,10 +127,10 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		d.noteAnswer(k, llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, true, g.keyProbe, now)
 		if provider.IsEventStream(resp.Header) {
-			return d.stream(ctx, w, g, resp, start)
+			return d.stream(ctx, w, g, resp, start, c)
 		}
 		d.obs.Attempted(llm.Success, resp.StatusCode, since(start, now))
-		return exchanged{resp: d.success(w, g, resp, nil, nil)}, nil
+		return exchanged{resp: d.success(w, g, resp, nil, nil, c)}, nil
 	}
 
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
@@ -294,7 +301,7 @@ func describe(o llm.Outcome) string {
 // end, or an error event). An error before any content is retried
 // invisibly; otherwise the bytes read ahead are replayed to the client
 // ahead of the rest of the stream.
-func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.Response, start time.Time) (exchanged, error) {
+func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.Response, start time.Time, c *callLink) (exchanged, error) {
 	so := provider.NewStreamObserver(d.cfg.Protocol)
 	var ahead bytes.Buffer
 	buf := make([]byte, 16<<10)
@@ -317,7 +324,8 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.
 	// event ends a stream): content has started either way.
 	if so.Content() || (so.Done() && !bad) {
 		d.obs.Attempted(llm.Success, resp.StatusCode, since(start, now))
-		return exchanged{resp: d.success(w, g, resp, &ahead, so)}, nil
+		c.detach() // the stream outlives its reader, if it leaves
+		return exchanged{resp: d.success(w, g, resp, &ahead, so, c)}, nil
 	}
 	_ = resp.Body.Close()
 	if ctx.Err() != nil {
@@ -361,6 +369,40 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *pool
 	provider.SetUpstreamHeaders(req.Header, d.cfg.Protocol, k.cred.Load().secret, true)
 	injectTrace(ctx, req.Header)
 	return req, nil
+}
+
+// callLink is an upstream call's context: cancel ends it, unlink stops
+// the caller's cancel from reaching it. release, deferred by the attempt,
+// ends it unless a body took it over (handOver), which releases it when
+// it ends.
+type callLink struct {
+	cancel   context.CancelFunc
+	unlink   func() bool
+	handed   bool
+	detached bool
+}
+
+// detach lets the call outlive its caller's context.
+func (c *callLink) detach() {
+	c.unlink()
+	c.detached = true
+}
+
+// handOver gives the call to a body: release leaves it be.
+func (c *callLink) handOver() { c.handed = true }
+
+// release ends the call unless a body took it over.
+func (c *callLink) release() {
+	if !c.handed {
+		c.unlink()
+		c.cancel()
+	}
+}
+
+// end ends a call a body took over.
+func (c *callLink) end() {
+	c.unlink()
+	c.cancel()
 }
 
 // overshoot tells whether a rate-limit answer is the engine's own

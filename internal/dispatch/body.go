@@ -21,8 +21,9 @@ import (
 // closing it) reconciles the quota with the usage it reports, records the
 // outcome and frees the concurrency slot. ahead holds stream bytes already
 // read (replayed first); so is the stream's observer (nil for JSON).
-func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver) *Response {
-	b := &trackedBody{d: d, w: w, g: g, upstream: resp.Body, so: so, status: resp.StatusCode}
+func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver, c *callLink) *Response {
+	c.handOver()
+	b := &trackedBody{d: d, w: w, g: g, upstream: resp.Body, so: so, status: resp.StatusCode, done: make(chan struct{}), call: c}
 	if ahead != nil {
 		b.replay = ahead.Bytes()
 	}
@@ -65,10 +66,14 @@ type trackedBody struct {
 	replay   []byte
 	span     trace.Span // the stream's span (nil: not traced)
 
-	mu       sync.Mutex
-	finished bool
-	ended    End   // set by finish
-	cutErr   error // set by cut: what Read returns once the upstream is closed
+	mu        sync.Mutex
+	finished  bool
+	ended     End           // set by finish
+	cutErr    error         // set by cut: what Read returns once the upstream is closed
+	abandoned bool          // closed by its reader before its end: being drained
+	reading   bool          // a Read is blocked on the upstream (it starts the drain then)
+	call      *callLink     // the upstream call's context, ended by finish
+	done      chan struct{} // closed by finish
 }
 
 // cut ends a live stream from Sluice's side (Dispatcher.Stop): the upstream
@@ -104,18 +109,28 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, err
 	}
+	if b.abandoned {
+		b.mu.Unlock()
+		return 0, errAbandoned
+	}
 	if len(b.replay) > 0 {
 		n := copy(p, b.replay)
 		b.replay = b.replay[n:]
 		b.mu.Unlock()
 		return n, nil
 	}
+	b.reading = true
 	b.mu.Unlock()
 	// Not under b.mu: a Close from another goroutine must be able to abort
 	// a Read blocked on the upstream.
 	n, err := b.upstream.Read(p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reading = false
+	if b.abandoned && err == nil && !b.finished {
+		// Closed while this Read waited: the drain reads on from here.
+		defer func() { go b.drainAbandoned() }()
+	}
 	if n > 0 && !b.finished {
 		switch {
 		case b.so != nil:
@@ -139,13 +154,75 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 }
 
 // Close closes the upstream body and finishes the request if it was not
-// read to the end.
+// read to the end. A stream closed before its end (its client left) is
+// read on in the background instead, for up to the upstream's
+// abandoned_stream_drain, to learn the usage the provider bills
+// (drainAbandoned); Response.Ended says when it is settled.
 func (b *trackedBody) Close() error {
+	b.mu.Lock()
+	if b.abandoned && !b.finished {
+		b.mu.Unlock()
+		return nil // being drained: it finishes on its own
+	}
+	if !b.finished && b.so != nil && b.cutErr == nil && b.d.cfg.AbandonedStreamDrain > 0 {
+		b.abandoned = true
+		if !b.reading { // else the Read blocked on the upstream starts it
+			go b.drainAbandoned()
+		}
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
 	err := b.upstream.Close()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.so != nil && !b.finished && b.cutErr == nil {
+		b.abandoned = true // cut at once (abandoned_stream_drain < 0)
+	}
 	b.finish(false, nil)
 	return err
+}
+
+// errAbandoned is what a Read returns once its reader closed the stream.
+var errAbandoned = errors.New("stream closed by its reader")
+
+// AbandonedDrainBytes bounds what the engine reads of a stream its client
+// left (with the upstream's abandoned_stream_drain).
+const AbandonedDrainBytes = 8 << 20
+
+// drainAbandoned reads an abandoned stream on to its end, or to its time
+// or byte bound, feeding the stream's observer, then finishes it: with
+// the provider's usage when the stream got to it, else cut and charged
+// its worst case (finish). Dispatcher.Stop cuts it like any live stream.
+func (b *trackedBody) drainAbandoned() {
+	t := b.d.clk.NewTimer(b.d.cfg.AbandonedStreamDrain)
+	defer t.Stop()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-t.C():
+			_ = b.upstream.Close() // unblocks the Read below
+		case <-stop:
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	read := 0
+	var err error
+	for err == nil && read <= AbandonedDrainBytes {
+		var n int
+		n, err = b.upstream.Read(buf)
+		read += n
+		b.mu.Lock()
+		if n > 0 && !b.finished {
+			_, _ = b.so.Write(buf[:n])
+		}
+		b.mu.Unlock()
+	}
+	_ = b.upstream.Close()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.finish(errors.Is(err, io.EOF) && b.so.Done(), nil)
 }
 
 // finish runs once, with b.mu held: it reconciles the estimate with the
@@ -163,6 +240,10 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	var usage llm.Usage
 	var ok bool
 	switch {
+	case b.so != nil && b.abandoned && !complete:
+		// Cut before its end: what it reported so far is not what the
+		// provider bills. No usage: the reservation stands (the engine's
+		// and the budget's worst case).
 	case b.so != nil:
 		usage, ok = b.so.Usage()
 	case b.buf != nil && complete:
@@ -170,7 +251,9 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	}
 	putUsageBuf(b.buf)
 	b.buf = nil
-	b.ended = End{Outcome: llm.Outcome{Kind: llm.Success, Status: b.status}, Usage: usage, HasUsage: ok}
+	b.ended = End{Outcome: llm.Outcome{Kind: llm.Success, Status: b.status}, Usage: usage, HasUsage: ok, Abandoned: b.abandoned}
+	defer close(b.done)
+	defer b.call.end()
 	if b.span != nil {
 		b.endSpan(complete, readErr)
 	}

@@ -94,6 +94,11 @@ type End struct {
 	// (frontdoor.PrepareResponse). It is true for a body the engine does
 	// not read (a passed-through error answer): there is nothing to add.
 	Terminal bool
+	// Abandoned is true for a stream its reader closed before its end (a
+	// client that left): the engine read on to learn the usage the
+	// provider bills (Usage, when it came before the drain's bound), and
+	// the stream never reached the reader whole.
+	Abandoned bool
 }
 
 // End returns what the engine read once the Body was read to its end or
@@ -104,6 +109,23 @@ func (r *Response) End() (End, bool) {
 	}
 	return r.body.end()
 }
+
+// Ended returns a channel closed once End is known: at once for a body
+// the engine does not read, else when the body was read to its end or
+// closed and, for a stream its reader left, when the engine has read on
+// to its end (or its bound) and settled it.
+func (r *Response) Ended() <-chan struct{} {
+	if r.body == nil {
+		return closedChan
+	}
+	return r.body.done
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Reasons a Dispatcher gives up without a usable upstream response.
 var (

@@ -44,6 +44,18 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		lu.opened(rl, askedPriority(r, cl))
 		s.serveScheduled(sw, r, u, cl, rl, rest)
 		lu.closed(rl)
+		if rl.abandoned != nil {
+			// The client left a stream: logged (with the usage the
+			// provider bills) once the engine has read on to it.
+			go func(status int) {
+				<-rl.abandoned.Ended()
+				rl.fromResponse(rl.abandoned)
+				s.metrics.abandonedStream(rl.upstream, rl.abandoned)
+				s.logRequest(context.Background(), slog.LevelInfo, rl, status)
+				s.finished(rl)
+			}(sw.status)
+			return
+		}
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		s.finished(rl)
 		return

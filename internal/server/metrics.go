@@ -25,7 +25,8 @@ const (
 	outcomeUnauthorized  = "unauthorized"   // unknown or missing client key
 	outcomeCanceled      = "canceled"       // client went away
 	outcomeError         = "error"          // unexpected engine failure
-	outcomeBudget        = "budget"         // refused by the client's spend budget (spend.go)
+	outcomeBudget        = "budget"         // refused by the client's spend budget (internal/admit)
+	outcomeAbandoned     = "abandoned"      // the client left a stream before its end
 )
 
 // priorityUnknown labels requests rejected before their class was known.
@@ -52,6 +53,7 @@ type metrics struct {
 	rateLimited *prometheus.CounterVec
 	breaker     *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
+	abandoned   *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	latency     *prometheus.HistogramVec
 	live        *live // the dashboard's counts, fed by the observers
@@ -107,6 +109,11 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"upstream"}),
 	}
+	m.abandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_streams_abandoned_total",
+		Help: "Streams a client left before their end, by how they were settled: usage (read on to the usage the provider bills) or worst_case (cut first: charged input and max_tokens).",
+	}, []string{"upstream", "settled"})
+	reg.MustRegister(m.abandoned)
 	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.rateLimited, m.breaker, m.tokens, m.queueWait, m.latency,
 		&snapshotCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -229,6 +236,16 @@ func statusLabel(status int) string {
 		return "0"
 	}
 	return strconv.Itoa(status)
+}
+
+// abandonedStream counts a stream its client left, once the engine
+// settled it.
+func (m *metrics) abandonedStream(upstream string, resp *dispatch.Response) {
+	settled := "worst_case"
+	if end, ok := resp.End(); ok && end.HasUsage {
+		settled = "usage"
+	}
+	m.abandoned.WithLabelValues(upstream, settled).Inc()
 }
 
 // shedReason maps the dispatcher's sentinels to label values.

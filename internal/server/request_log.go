@@ -28,12 +28,15 @@ type requestLine struct {
 	tokensIn  int64
 	tokensOut int64
 	traceID   trace.TraceID // zero unless traced (logged as trace_id)
-	// resp is the engine's answer: its settled cost is logged as cost_usd
-	// (admit.Spent).
-	resp *dispatch.Response
+	// spent is the answer's settled cost, logged as cost_usd
+	// (admit.SpentOn); nil before an answer.
+	spent func() float64
 	// trail is every upstream the request was sent to, with its attempts
 	// (served_by, tried).
 	trail admit.Trail
+	// abandoned is set for a stream its client left: the line waits for
+	// its end (Response.Ended).
+	abandoned *dispatch.Response
 }
 
 // outcome records the request's outcome in sluice_requests_total and in
@@ -49,11 +52,18 @@ func (s *Server) outcome(rl *requestLine, priority, outcome string) {
 // fromResponse records what the engine says about a relayed answer:
 // queue wait, attempts and, when its body was read to its end, the usage.
 func (rl *requestLine) fromResponse(resp *dispatch.Response) {
-	rl.resp = resp
 	rl.queue, rl.attempts = resp.QueueWait, resp.Attempts
 	if end, ok := resp.End(); ok && end.HasUsage {
 		rl.tokensIn, rl.tokensOut = end.Usage.InputTokens, end.Usage.OutputTokens
 	}
+}
+
+// cost is what the request was charged, in US dollars.
+func (rl *requestLine) cost() float64 {
+	if rl.spent == nil {
+		return 0
+	}
+	return rl.spent()
 }
 
 // logRequest writes rl at level, with status the one the client got.
@@ -73,7 +83,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
 		slog.Int64("tokens_in", rl.tokensIn),
 		slog.Int64("tokens_out", rl.tokensOut),
-		slog.Float64("cost_usd", admit.Spent(rl.resp)),
+		slog.Float64("cost_usd", rl.cost()),
 	}
 	if len(rl.trail.Legs) > 0 {
 		attrs = append(attrs, slog.String("served_by", rl.trail.ServedBy()))

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // HeaderFallback set to "off" on a request keeps it on its upstream.
@@ -71,14 +72,25 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 		s.writeEngineError(w, r, u, req, rl, err)
 		return
 	}
+	rl.spent = admit.SpentOn(resp)
 	defer resp.Body.Close()
-	// If the client goes away mid-body, close the upstream body at once
-	// (a Read blocked on the upstream returns), which ends the attempt.
+	// If the client goes away mid-body, close the body at once: the
+	// engine reads a stream on to learn what the provider bills
+	// (abandoned_stream_drain), any other body ends there.
 	stopWatch := context.AfterFunc(r.Context(), func() { _ = resp.Body.Close() })
 	defer stopWatch()
-	s.outcome(rl, req.Priority.String(), outcomeFor(resp.StatusCode))
 	frontdoor.PrepareResponse(req, resp)
 	cut := relay(w, r, resp.Response, s.log)
+	if _, ended := resp.End(); !ended && provider.IsEventStream(resp.Header) {
+		// The relay stopped before the stream's end: its client left.
+		// The engine reads on to what the provider bills; the log line
+		// waits for it.
+		_ = resp.Body.Close()
+		rl.abandoned = resp
+		s.outcome(rl, req.Priority.String(), outcomeAbandoned)
+		return
+	}
+	s.outcome(rl, req.Priority.String(), outcomeFor(resp.StatusCode))
 	rl.fromResponse(resp)
 	if cut != "" {
 		s.log.Warn("stream cut before its end; the client got an error event", "upstream", u.cfg.Name,
