@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -376,7 +377,7 @@ func TestStopHandsBackLeases(t *testing.T) {
 	require.Equal(t, jobstore.StateQueued, got.State, "the lease was handed back")
 	require.Zero(t, got.Attempts, "no attempt burnt")
 	require.NoError(t, s.Stop(context.Background()), "Stop is idempotent")
-	require.ErrorIs(t, s.Start(context.Background()), ErrStopped)
+	require.ErrorIs(t, s.Start(context.Background()), lifecycle.ErrStopped)
 }
 
 // claimCounter counts claude's Claim calls (other upstreams' workers claim

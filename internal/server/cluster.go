@@ -144,19 +144,15 @@ func (s *Server) startCluster(ctx context.Context) error {
 	return nil
 }
 
-// clusterLifecycle stops the node (giving its shares back) and closes the
+// stopCluster stops the node (giving its shares back) and closes the
 // shared store, after the dispatchers.
-type clusterLifecycle struct{ s *Server }
-
-func (c clusterLifecycle) Start(context.Context) error { return nil }
-
-func (c clusterLifecycle) Stop(ctx context.Context) error {
-	n := c.s.cluster.Load()
+func (s *Server) stopCluster(ctx context.Context) error {
+	n := s.cluster.Load()
 	if n == nil {
 		return nil
 	}
-	err := errors.Join(c.s.stopTenants(ctx), n.Stop(ctx))
-	return errors.Join(err, c.s.clusterBackend.Close())
+	err := errors.Join(s.stopTenants(ctx), n.Stop(ctx))
+	return errors.Join(err, s.clusterBackend.Close())
 }
 
 // clusterLeading is the job cleaner's gate: on a cluster only the leader

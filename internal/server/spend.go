@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/quota"
@@ -65,8 +66,9 @@ type spender struct {
 	tenants     atomic.Pointer[cluster.Tenants]
 	joined      sync.Map
 	joinTimeout time.Duration
-	stop        chan struct{}
-	done        chan struct{}
+	// flusher runs the flush loop while the spend is kept in a store
+	// (spend_store.go).
+	flusher lifecycle.Base
 }
 
 // spendLabel is the bounded breakdown of spend: the client, the upstream
