@@ -78,7 +78,7 @@ type Member interface {
 	// Key is the shared quota's key (Key).
 	Key() string
 	// Load returns its current load.
-	Load() Load
+	Load() flow.ClusterLoad
 	// Apply sets its share of the quota and its slots (< 0: uncapped),
 	// and returns the fraction of its burst depth the change dropped
 	// (flow.Limiter.SetShare).
@@ -112,7 +112,7 @@ type memberState struct {
 	leases      []Lease
 	pausedUntil time.Time
 	fallback    bool
-	learned     []Learned             // the last grant's provider reports
+	learned     []flow.ClusterReport  // the last grant's provider reports
 	sentLearned map[string]flow.Heard // the latest of our own reports the store has, per record
 	starting    bool                  // not granted anything since Start
 	returned    float64               // burst dropped applying grants, not yet reported
@@ -266,7 +266,7 @@ func (n *Node) loop(ctx context.Context) {
 
 // urgent reports whether a member's load has news for the cluster that
 // should not wait for the next sync.
-func (n *Node) urgent(ms *memberState, l Load) bool {
+func (n *Node) urgent(ms *memberState, l flow.ClusterLoad) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	queued := false
@@ -452,7 +452,7 @@ type MemberStatus struct {
 	// Learned are the cluster's latest provider reports for this key
 	// (limits learned from headers and the remaining), with who
 	// reported them.
-	Learned []Learned
+	Learned []flow.ClusterReport
 	// Pool is what the key's burst pool held after this node's last sync,
 	// and Credited the part of the burst this node was credited since it
 	// started (fractions of the whole burst depth).
@@ -471,7 +471,7 @@ func (n *Node) Status() Status {
 		s.Degraded = s.Degraded || ms.fallback
 		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
 			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe,
-			Learned: append([]Learned(nil), ms.learned...), Pool: ms.pool, Credited: ms.credited})
+			Learned: append([]flow.ClusterReport(nil), ms.learned...), Pool: ms.pool, Credited: ms.credited})
 	}
 	return s
 }

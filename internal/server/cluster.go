@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
 	upcfg "github.com/sluicehq/sluice/internal/upstream"
 )
 
@@ -88,13 +89,7 @@ type clusterMember struct {
 
 func (m clusterMember) Key() string { return m.key }
 
-func (m clusterMember) Load() cluster.Load {
-	l := m.d.ClusterLoad()
-	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
-		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil,
-		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil,
-		BurstDepth: l.BurstDepth, BurstLevel: l.BurstLevel, BurstSeconds: l.BurstSeconds}
-}
+func (m clusterMember) Load() flow.ClusterLoad { return m.d.ClusterLoad() }
 
 func (m clusterMember) Apply(share float64, slots int) float64 {
 	return m.d.SetClusterShare(share, slots)

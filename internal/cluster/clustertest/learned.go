@@ -41,7 +41,7 @@ func learnedAnnounce(t *testing.T, b cluster.Backend) {
 		})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	sync := func(node string, ls ...cluster.Learned) {
+	sync := func(node string, ls ...flow.ClusterReport) {
 		t.Helper()
 		r := report(key, node, 0, 1)
 		r.Learned = ls
@@ -87,16 +87,16 @@ func at(s int) time.Time {
 	return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Add(time.Duration(s) * time.Second)
 }
 
-func limit(acct string, d flow.Dim, lim float64, when time.Time) cluster.Learned {
-	return cluster.Learned{Account: acct, Dim: d, Heard: flow.Heard{Limit: lim, LimitAt: when, Remaining: -1}}
+func limit(acct string, d flow.Dim, lim float64, when time.Time) flow.ClusterReport {
+	return flow.ClusterReport{Account: acct, Dim: d, Heard: flow.Heard{Limit: lim, LimitAt: when, Remaining: -1}}
 }
 
-func remaining(acct string, d flow.Dim, rem float64, sent, when time.Time) cluster.Learned {
-	return cluster.Learned{Account: acct, Dim: d, Heard: flow.Heard{Remaining: rem, SentAt: sent, At: when, Reset: when.Add(time.Second)}}
+func remaining(acct string, d flow.Dim, rem float64, sent, when time.Time) flow.ClusterReport {
+	return flow.ClusterReport{Account: acct, Dim: d, Heard: flow.Heard{Remaining: rem, SentAt: sent, At: when, Reset: when.Add(time.Second)}}
 }
 
 // find returns the record of acct and d in g.
-func find(t *testing.T, g cluster.Grant, acct string, d flow.Dim) cluster.Learned {
+func find(t *testing.T, g cluster.Grant, acct string, d flow.Dim) flow.ClusterReport {
 	t.Helper()
 	for _, l := range g.Learned {
 		if l.Account == acct && l.Dim == d {
@@ -104,7 +104,7 @@ func find(t *testing.T, g cluster.Grant, acct string, d flow.Dim) cluster.Learne
 		}
 	}
 	require.Failf(t, "no record", "%s/%s in %+v", acct, d, g.Learned)
-	return cluster.Learned{}
+	return flow.ClusterReport{}
 }
 
 func learnedLatest(t *testing.T, b cluster.Backend) {
@@ -116,7 +116,7 @@ func learnedLatest(t *testing.T, b cluster.Backend) {
 	require.Empty(t, g.Learned)
 
 	r := report(key, "a", 0, 1)
-	r.Learned = []cluster.Learned{limit("k1", flow.Requests, 1000, at(10)), remaining("k1", flow.Requests, 400, at(9), at(10))}
+	r.Learned = []flow.ClusterReport{limit("k1", flow.Requests, 1000, at(10)), remaining("k1", flow.Requests, 400, at(9), at(10))}
 	_, err = b.Sync(ctx, r)
 	require.NoError(t, err)
 	// b, which never saw an answer, gets a's report.
@@ -134,13 +134,13 @@ func learnedLatest(t *testing.T, b cluster.Backend) {
 	// b learns a changed limit later: it wins; a's older limit, reported
 	// late, does not overwrite it, but a's newer remaining does.
 	r = report(key, "b", 0, 1)
-	r.Learned = []cluster.Learned{limit("k1", flow.Requests, 2000, at(20))}
+	r.Learned = []flow.ClusterReport{limit("k1", flow.Requests, 2000, at(20))}
 	_, err = b.Sync(ctx, r)
 	require.NoError(t, err)
 	r = report(key, "a", 0, 1)
 	stale := limit("k1", flow.Requests, 500, at(15))
 	stale.Remaining, stale.SentAt, stale.At = 7, at(29), at(30)
-	r.Learned = []cluster.Learned{stale, remaining("k1", flow.Requests, 900, at(1), at(2))}
+	r.Learned = []flow.ClusterReport{stale, remaining("k1", flow.Requests, 900, at(1), at(2))}
 	g, err = b.Sync(ctx, r)
 	require.NoError(t, err)
 	l = find(t, g, "k1", flow.Requests)
@@ -153,7 +153,7 @@ func learnedLatest(t *testing.T, b cluster.Backend) {
 	// Per dimension and per account: another dimension or key does not
 	// touch this one.
 	r = report(key, "c", 0, 1)
-	r.Learned = []cluster.Learned{limit("k1", flow.InputTokens, 80000, at(5)), limit("k2", flow.Requests, 50, at(40))}
+	r.Learned = []flow.ClusterReport{limit("k1", flow.InputTokens, 80000, at(5)), limit("k2", flow.Requests, 50, at(40))}
 	g, err = b.Sync(ctx, r)
 	require.NoError(t, err)
 	require.Len(t, g.Learned, 3)
@@ -176,7 +176,7 @@ func learnedSurvives(t *testing.T, b cluster.Backend) {
 	key := uniqueKey(t)
 	r := report(key, "a", 0, 1)
 	r.TTL = 200 * time.Millisecond
-	r.Learned = []cluster.Learned{limit("k1", flow.OutputTokens, 16000, at(1))}
+	r.Learned = []flow.ClusterReport{limit("k1", flow.OutputTokens, 16000, at(1))}
 	_, err := b.Sync(ctx, r)
 	require.NoError(t, err)
 	// a dies: its lease goes, its report stays.
@@ -200,14 +200,14 @@ func learnedSurvives(t *testing.T, b cluster.Backend) {
 func learnedBad(t *testing.T, b cluster.Backend) {
 	ctx := context.Background()
 	key := uniqueKey(t)
-	for _, l := range []cluster.Learned{
+	for _, l := range []flow.ClusterReport{
 		limit("", flow.Requests, 1, at(1)),
 		limit("a/b", flow.Requests, 1, at(1)),
 		limit("k", flow.NumDims, 1, at(1)),
 		limit("k", -1, 1, at(1)),
 	} {
 		r := report(key, "a", 0, 1)
-		r.Learned = []cluster.Learned{l}
+		r.Learned = []flow.ClusterReport{l}
 		_, err := b.Sync(ctx, r)
 		require.ErrorIs(t, err, cluster.ErrBadReport)
 	}
