@@ -20,12 +20,14 @@ import (
 // back, as an open breaker holds a job's admission.
 type outageDispatcher struct {
 	*fakeDispatcher
-	down atomic.Bool
+	down      atomic.Bool
+	acquiring atomic.Int64 // Acquire calls made (a job routed here waits in one)
 }
 
 func (o *outageDispatcher) Unavailable() bool { return o.down.Load() }
 
 func (o *outageDispatcher) Acquire(ctx context.Context, p dispatch.AcquireParams) (*dispatch.Ticket, error) {
+	o.acquiring.Add(1)
 	for o.down.Load() {
 		select {
 		case <-ctx.Done():
@@ -84,7 +86,8 @@ func TestJobsFallBackWhileTheirUpstreamIsUnavailable(t *testing.T) {
 			primary := &outageDispatcher{fakeDispatcher: primaryFake}
 			primary.down.Store(true)
 			backup, backupModels := modelRecorder()
-			s := newService(t, nil, primary, nil, func(c *Config) {
+			st := &claimCounter{Store: openStore(t)}
+			s := newService(t, st, primary, nil, func(c *Config) {
 				c.Dispatchers["claude-b"] = backup
 				c.Protocols["claude-b"] = llm.Anthropic
 				var classes [llm.NumPriorities]bool
@@ -97,8 +100,13 @@ func TestJobsFallBackWhileTheirUpstreamIsUnavailable(t *testing.T) {
 			require.Equal(t, http.StatusAccepted, code, string(body))
 			id := decode[JobView](t, body).ID
 			if !tc.fallback {
-				// The job waits (several polls pass) while its upstream is down...
-				time.Sleep(200 * time.Millisecond)
+				// The job waits while its upstream is down: its admission
+				// was asked of the upstream (the route is decided before
+				// Acquire, and not again while it waits), and several polls
+				// pass without another route...
+				require.Eventually(t, func() bool { return primary.acquiring.Load() > 0 }, 10*time.Second, time.Millisecond,
+					"the low job's admission waits on its upstream")
+				st.waitPolls(t, 5)
 				require.Empty(t, backupModels(), "a low job does not fall back")
 				require.Empty(t, primaryModels())
 				primary.down.Store(false) // ...and runs there once it is back.

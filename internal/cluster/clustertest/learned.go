@@ -22,32 +22,42 @@ func runLearned(t *testing.T, open Open) {
 // learnedAnnounce: a Listener hears of a limit whose value changed, and
 // of nothing when the reports only renew it or carry a remaining (every
 // sync does: announcing those would make every node sync at once, over
-// and over).
+// and over). Absence is proven by a barrier: a changed limit on another
+// key, published after the syncs that must announce nothing. Every store
+// delivers its announcements in the order it publishes them (PostgreSQL
+// in commit order, Redis and Memory in publish order) to a listener that
+// hears them one by one, so once the barrier's is heard, an announcement
+// of the syncs before it would have been heard already.
 func learnedAnnounce(t *testing.T, b cluster.Backend) {
 	l, ok := b.(cluster.Listener)
 	if !ok {
 		t.Skip("not a Listener")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	key := uniqueKey(t)
+	key, marker := uniqueKey(t), uniqueKey(t)
 	heard := make(chan struct{}, 64)
+	barriers := make(chan struct{}, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		l.Listen(ctx, func(k string) {
-			if k == key {
+			switch k {
+			case key:
 				heard <- struct{}{}
+			case marker:
+				barriers <- struct{}{}
 			}
 		})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	sync := func(node string, ls ...flow.ClusterReport) {
+	syncKey := func(key, node string, ls ...flow.ClusterReport) {
 		t.Helper()
 		r := report(key, node, 0, 1)
 		r.Learned = ls
 		_, err := b.Sync(ctx, r)
 		require.NoError(t, err)
 	}
+	sync := func(node string, ls ...flow.ClusterReport) { t.Helper(); syncKey(key, node, ls...) }
 	// Until the listener is up, publish a new limit now and then.
 	lim := 100.0
 	require.Eventually(t, func() bool {
@@ -60,18 +70,33 @@ func learnedAnnounce(t *testing.T, b cluster.Backend) {
 			return false
 		}
 	}, 10*time.Second, time.Millisecond)
+	// barrier returns once every announcement published before it has
+	// been heard.
+	barrierLimit := 0.0
+	barrier := func() {
+		t.Helper()
+		barrierLimit++
+		syncKey(marker, "m", limit("k1", flow.Requests, barrierLimit, at(int(barrierLimit))))
+		select {
+		case <-barriers:
+		case <-time.After(5 * time.Second): //nolint:forbidigo // the store announces on its own time
+			require.Fail(t, "the barrier's changed limit is announced")
+		}
+	}
+	barrier()
+	for len(heard) > 0 {
+		<-heard // announcements of the limits published while waiting for the listener
+	}
 	// The same limit again, later, from another node; remainings; nothing.
 	sync("b", limit("k1", flow.Requests, lim, at(int(lim)+1)))
 	sync("a", remaining("k1", flow.Requests, 5, at(int(lim)+1), at(int(lim)+2)))
 	sync("b")
 	sync("c")
-	time.Sleep(300 * time.Millisecond) //nolint:forbidigo // waiting for what must not come
-	for len(heard) > 0 {
-		<-heard // announcements of the limits published while waiting for the listener
-	}
+	barrier()
+	require.Empty(t, heard, "a renewed limit, a remaining or nothing: nothing announced")
 	sync("b", remaining("k1", flow.Requests, 4, at(int(lim)+2), at(int(lim)+3)))
 	sync("a")
-	time.Sleep(300 * time.Millisecond) //nolint:forbidigo // waiting for what must not come
+	barrier()
 	require.Empty(t, heard, "nothing changed: nothing announced")
 	// A changed limit is announced.
 	sync("c", limit("k1", flow.Requests, lim*2, at(int(lim)+10)))
