@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	"runtime/metrics"
 	"slices"
 	"sync"
 	"testing"
@@ -30,7 +28,7 @@ func p95(ds []time.Duration) time.Duration {
 
 // inProcess serves requests with h in the caller's goroutine, without a
 // network: every goroutine of a rig is then running or blocked where the
-// runtime sees it (settle).
+// runtime sees it (clock.Settle).
 type inProcess struct{ h http.Handler }
 
 func (p inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -39,46 +37,11 @@ func (p inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 	return rec.Result(), nil
 }
 
-// settle returns once every goroutine but the caller is blocked (on the
-// fake clock, a channel, a lock), as the runtime's scheduler reports on
-// three samples in a row: what the clock's last step set off has run its
-// course. Only a test that runs alone (not parallel) may use it: the
-// scheduler counts the goroutines of the whole process.
-func settle(t *testing.T) {
-	t.Helper()
-	s := []metrics.Sample{
-		{Name: "/sched/goroutines/runnable:goroutines"},
-		{Name: "/sched/goroutines/running:goroutines"},
-		{Name: "/sched/goroutines/not-in-go:goroutines"},
-	}
-	limit := time.Now().Add(time.Minute)
-	for quiet := 0; quiet < 3; {
-		runtime.Gosched()
-		metrics.Read(s)
-		if s[0].Value.Uint64() == 0 && s[1].Value.Uint64() <= 1 && s[2].Value.Uint64() == 0 {
-			quiet++
-		} else {
-			quiet = 0
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("never settled: %d runnable, %d running, %d not in Go", s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64())
-		}
-	}
-}
-
-// stepUntil moves fc from rest to rest, timer by timer (settle between),
-// until done holds.
+// stepUntil moves fc from rest to rest (clock.Fake.StepUntil) until done
+// holds.
 func stepUntil(t *testing.T, fc *clock.Fake, done func() bool) {
 	t.Helper()
-	for {
-		settle(t)
-		if done() {
-			return
-		}
-		next, ok := fc.Next()
-		require.True(t, ok, "nothing waits on the clock")
-		fc.Set(next)
-	}
+	require.NoError(t, fc.StepUntil(done, time.Minute))
 }
 
 // TestCriticalAtOneNodeWhileOthersFloodLow: three nodes (real
@@ -90,7 +53,7 @@ func stepUntil(t *testing.T, fc *clock.Fake, done func() bool) {
 // when the cluster is idle (the whole request, on the fake clock), while
 // the cluster keeps the quota busy and never exceeds it.
 func TestCriticalAtOneNodeWhileOthersFloodLow(t *testing.T) {
-	// Not parallel: settle reads the whole process's scheduler.
+	// Not parallel: clock.Settle reads the whole process's scheduler.
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: 3000}, BurstSeconds: 1, TTFT: 400 * time.Millisecond, Clock: fc})
 	require.NoError(t, err)
