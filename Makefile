@@ -3,13 +3,16 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 export SLUICE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: help test test-race lint fuzz bench demo build ci
+.PHONY: help test test-race lint fuzz bench demo build generate ci
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## Build the sluice binary into ./bin.
 	go build -o bin/sluice ./cmd/sluice
+
+generate: ## Regenerate the generated code (the job store's edge, from its Store interface).
+	go generate ./...
 
 test: ## Run all tests (the README's test command).
 	go test ./...

@@ -139,11 +139,12 @@ func NewTransport(cfg Upstream, opts ...Option) (*Transport, error) {
 	return &Transport{d: d, t: frontdoor.NewTransport(d)}, nil
 }
 
-// Start starts the engine.
+// Start starts the engine. It runs until Stop (ctx bounds the start
+// only); a second Start, or a Start after Stop, is an error.
 func (t *Transport) Start(ctx context.Context) error { return t.d.Start(ctx) }
 
 // Stop stops the engine; queued requests fail with a provider-shaped 503.
-// It is idempotent.
+// It is idempotent and safe before Start.
 func (t *Transport) Stop(ctx context.Context) error { return t.d.Stop(ctx) }
 
 // RoundTrip implements http.RoundTripper.

@@ -2,7 +2,6 @@ package admit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
 	"github.com/sluicehq/sluice/internal/quota"
@@ -64,10 +64,10 @@ type Layer struct {
 	router *router
 
 	clients atomic.Pointer[map[string]Client]
-	tenants *cluster.Tenants
 
-	mu      sync.Mutex
-	started bool
+	life    lifecycle.Base
+	mu      sync.Mutex // guards tenants
+	tenants *cluster.Tenants
 }
 
 // New returns a Layer for cfg, or an error naming the invalid field.
@@ -109,24 +109,15 @@ func (l *Layer) SetClients(clients []Client) {
 func (l *Layer) Bind(engines map[string]Engine) { l.router.bind(engines) }
 
 // Start loads the spend kept in st (nil: spend kept in memory only) and
-// flushes to it every SpendFlushEvery until Stop.
+// flushes to it every SpendFlushEvery until Stop (lifecycle.Base).
 func (l *Layer) Start(ctx context.Context, st SpendStore) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.started {
-		return errors.New("starting the admission layer: already started")
-	}
-	if err := l.spend.start(ctx, st); err != nil {
-		return err
-	}
-	l.started = true
-	return nil
+	return l.life.Start(ctx, func(context.Context) error { return l.spend.start(ctx, st) })
 }
 
 // Stop writes the pending spend to the store. It is idempotent and safe
 // before Start.
 func (l *Layer) Stop(ctx context.Context) error {
-	return l.spend.close(ctx)
+	return l.life.Stop(ctx, l.spend.close)
 }
 
 // ShareWith makes the clients' limits and, when the spend is shared

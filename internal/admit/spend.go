@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/quota"
@@ -62,8 +63,9 @@ type spender struct {
 	tenants     atomic.Pointer[cluster.Tenants]
 	joined      sync.Map
 	joinTimeout time.Duration
-	stop        chan struct{}
-	done        chan struct{}
+	// flusher runs the flush loop while the spend is kept in a store
+	// (spend_store.go).
+	flusher lifecycle.Base
 }
 
 // spendLabel is the bounded breakdown of spend: the client, the upstream

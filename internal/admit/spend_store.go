@@ -20,40 +20,39 @@ type SpendStore interface {
 }
 
 // start loads the spend kept in st (nil: none) into the budgets and
-// flushes to it every SpendFlushEvery until stop.
+// flushes to it every SpendFlushEvery until close (lifecycle.Base: once).
 func (sp *spender) start(ctx context.Context, st SpendStore) error {
 	if st == nil {
 		return nil
 	}
-	rows, err := st.Spend(ctx, jobstore.SpendParams{})
-	if err != nil {
-		return fmt.Errorf("reading the spend kept in the store: %w", err)
-	}
-	now := sp.clock.Now()
-	sp.mu.Lock()
-	for _, r := range rows {
-		sp.ledger.Load(r.Client, r.Day, pricing.Amount(r.Nanos), now)
-		sp.addTotal(spendLabel{client: r.Client, upstream: r.Upstream, model: r.Model}, pricing.Amount(r.Nanos), r.Requests)
-	}
-	sp.store = st
-	stop, done := make(chan struct{}), make(chan struct{})
-	sp.stop, sp.done = stop, done
-	sp.mu.Unlock()
-	go sp.loop(stop, done)
-	return nil
+	return sp.flusher.Start(ctx, func(run context.Context) error {
+		rows, err := st.Spend(ctx, jobstore.SpendParams{})
+		if err != nil {
+			return fmt.Errorf("reading the spend kept in the store: %w", err)
+		}
+		now := sp.clock.Now()
+		sp.mu.Lock()
+		for _, r := range rows {
+			sp.ledger.Load(r.Client, r.Day, pricing.Amount(r.Nanos), now)
+			sp.addTotal(spendLabel{client: r.Client, upstream: r.Upstream, model: r.Model}, pricing.Amount(r.Nanos), r.Requests)
+		}
+		sp.store = st
+		sp.mu.Unlock()
+		sp.flusher.Go(func() { sp.loop(run) })
+		return nil
+	})
 }
 
-func (sp *spender) loop(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+func (sp *spender) loop(run context.Context) {
 	t := sp.clock.NewTimer(SpendFlushEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-run.Done():
 			return
 		case <-t.C():
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), SpendFlushEvery)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(run), SpendFlushEvery)
 		_ = sp.flush(ctx)
 		cancel()
 		t.Reset(SpendFlushEvery)
@@ -168,20 +167,17 @@ func (sp *spender) sync(ctx context.Context, st SpendStore) error {
 }
 
 // close stops the flush loop and writes what is pending; the store stays
-// open (its owner closes it after).
+// open (its owner closes it after). It is idempotent and safe before
+// start.
 func (sp *spender) close(ctx context.Context) error {
-	sp.mu.Lock()
-	stop, done := sp.stop, sp.done
-	sp.stop = nil
-	sp.mu.Unlock()
-	if stop == nil {
-		return nil
-	}
-	close(stop)
-	<-done
-	err := sp.flush(ctx)
-	sp.mu.Lock()
-	sp.store = nil
-	sp.mu.Unlock()
-	return err
+	return sp.flusher.Stop(ctx, func(ctx context.Context) error {
+		// A flush in progress ends on its own timeout: wait for it
+		// whatever is left of ctx, then write what is pending.
+		_ = sp.flusher.Halt(context.WithoutCancel(ctx))
+		err := sp.flush(ctx)
+		sp.mu.Lock()
+		sp.store = nil
+		sp.mu.Unlock()
+		return err
+	})
 }

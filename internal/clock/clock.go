@@ -8,7 +8,9 @@
 //
 // Real() is the wall clock. NewFake returns a clock that only moves when the
 // test calls Advance or Set; timers created from it fire, in deadline order,
-// as time passes over their deadlines.
+// as time passes over their deadlines. A test that runs alone can move it
+// only while the code under test rests (Fake.StepUntil, Settle), so that
+// latencies measured on it are the algorithms' and not the machine's.
 package clock
 
 import (

@@ -65,3 +65,36 @@ func TestRealClock(t *testing.T) {
 	require.NoError(t, clock.Sleep(context.Background(), c, time.Millisecond))
 	require.GreaterOrEqual(t, clock.Since(c, before), time.Millisecond)
 }
+
+// TestStepUntilMovesFromRestToRest: each goroutine acts on what the last
+// step set off before the clock moves again, so a chain of work measures
+// its own time however slowly its goroutines are scheduled.
+func TestStepUntilMovesFromRestToRest(t *testing.T) {
+	// Not parallel: Settle reads the whole process's scheduler.
+	f := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := f.Now()
+	done := make(chan time.Time)
+	go func() {
+		// Three 100 ms waits, with work between them that takes real time.
+		for range 3 {
+			if err := clock.Sleep(context.Background(), f, 100*time.Millisecond); err != nil {
+				panic(err)
+			}
+			for i := range 1_000_000 {
+				_ = i * i
+			}
+		}
+		done <- f.Now()
+	}()
+	var end time.Time
+	require.NoError(t, f.StepUntil(func() bool {
+		select {
+		case end = <-done:
+			return true
+		default:
+			return false
+		}
+	}, time.Minute))
+	require.Equal(t, 300*time.Millisecond, end.Sub(start))
+	require.ErrorIs(t, f.StepUntil(func() bool { return false }, time.Minute), clock.ErrNothingWaits)
+}

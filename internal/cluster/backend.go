@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
 )
 
 // Backend is the shared state behind a cluster. Every method is one atomic
@@ -79,7 +81,7 @@ type Report struct {
 	// Learned are the provider's reports this node received since it
 	// last published them (learned.go): the store keeps the latest per
 	// account and dimension.
-	Learned []Learned
+	Learned []flow.ClusterReport
 
 	// The burst pool (burstPool), in fractions of the whole burst depth.
 
@@ -141,7 +143,7 @@ type Grant struct {
 	// Learned are the key's latest provider reports, per account and
 	// dimension, from any node (learned.go), ordered by account and
 	// dimension.
-	Learned []Learned
+	Learned []flow.ClusterReport
 	// Credit is the fraction of the burst granted to the node out of the
 	// key's burst pool, to add to its buckets (flow.Limiter.Credit).
 	Credit float64

@@ -31,14 +31,8 @@ type dispatchMember struct {
 	key string
 }
 
-func (m dispatchMember) Key() string { return m.key }
-func (m dispatchMember) Load() cluster.Load {
-	l := m.d.ClusterLoad()
-	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
-		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil,
-		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil,
-		BurstDepth: l.BurstDepth, BurstLevel: l.BurstLevel, BurstSeconds: l.BurstSeconds}
-}
+func (m dispatchMember) Key() string            { return m.key }
+func (m dispatchMember) Load() flow.ClusterLoad { return m.d.ClusterLoad() }
 func (m dispatchMember) Apply(share float64, slots int) float64 {
 	return m.d.SetClusterShare(share, slots)
 }
@@ -47,20 +41,8 @@ func (m dispatchMember) Pause(until time.Time) { m.d.ApplyPause(until) }
 func (m dispatchMember) Breaker(openUntil time.Time, probe bool, since time.Time) {
 	m.d.ApplyClusterBreaker(openUntil, probe, since)
 }
-func (m dispatchMember) Heard() []cluster.Learned {
-	var out []cluster.Learned
-	for _, r := range m.d.ClusterReports() {
-		out = append(out, cluster.Learned{Account: r.Account, Dim: r.Dim, Heard: r.Heard})
-	}
-	return out
-}
-func (m dispatchMember) Adopt(ls []cluster.Learned) {
-	var rs []dispatch.ClusterReport
-	for _, l := range ls {
-		rs = append(rs, dispatch.ClusterReport{Account: l.Account, Dim: l.Dim, Heard: l.Heard})
-	}
-	m.d.AdoptClusterReports(rs)
-}
+func (m dispatchMember) Heard() []flow.ClusterReport   { return m.d.ClusterReports() }
+func (m dispatchMember) Adopt(ls []flow.ClusterReport) { m.d.AdoptClusterReports(ls) }
 
 // startClusterNodes starts one dispatcher and one cluster node per
 // upstream URL, all on clk and sharing backend.

@@ -4,9 +4,9 @@
 // its max_concurrency, sized from its class-weighted demand, and the
 // shares granted never sum above the whole. A RATE pause seen by one node
 // is published and applied by all, and so are the limits learned from the
-// provider's headers and its reported remaining (Learned: a remaining only
-// lowers each node's share of it); one node at a time is the leader that
-// runs the store's maintenance.
+// provider's headers and its reported remaining (flow.ClusterReport: a
+// remaining only lowers each node's share of it); one node at a time is the
+// leader that runs the store's maintenance.
 //
 // The store is reached through Backend, which this package defines for
 // its own needs; clustertest holds the conformance suite every Backend

@@ -12,32 +12,16 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 )
 
-// Learned is what the provider's rate-limit headers reported of one
-// dimension of one provider key, as the cluster shares it: the latest
-// limit (and when it was learned) and the latest remaining (with when the
-// request it answered was sent, when the answer came and the reset).
-//
-// The store keeps, per key, account and dimension, the limit with the
-// latest LimitAt and, separately, the remaining with the latest At; a
+// A node shares the provider's reports (flow.ClusterReport) through the
+// store: per key, account and dimension, the store keeps the limit with
+// the latest LimitAt and, separately, the remaining with the latest At; a
 // report older than the one kept does not overwrite it, and the record
 // outlives the lease of the node that reported it. The instants are the
 // reporting nodes' clocks: nodes whose clocks disagree by d order two
 // reports less than d apart arbitrarily (both are recent).
-type Learned struct {
-	// Account is the provider key's fingerprint (an upstream with a key
-	// pool has one per key).
-	Account string
-	// Dim is the dimension reported.
-	Dim flow.Dim
-	flow.Heard
-	// LimitNode and RemainingNode name the nodes whose reports the store
-	// kept (in a Grant; ignored in a Report).
-	LimitNode     string
-	RemainingNode string
-}
 
 // field names l's record within its key.
-func (l Learned) field() string { return l.Account + "/" + strconv.Itoa(int(l.Dim)) }
+func field(l flow.ClusterReport) string { return l.Account + "/" + strconv.Itoa(int(l.Dim)) }
 
 // Learner is a Member that shares what the provider's headers teach it:
 // the node publishes Heard's reports and applies every sync's Grant
@@ -46,13 +30,13 @@ func (l Learned) field() string { return l.Account + "/" + strconv.Itoa(int(l.Di
 type Learner interface {
 	// Heard returns the member's own latest reports (LimitNode and
 	// RemainingNode unset).
-	Heard() []Learned
+	Heard() []flow.ClusterReport
 	// Adopt applies the cluster's latest reports.
-	Adopt(ls []Learned)
+	Adopt(ls []flow.ClusterReport)
 }
 
 // validateLearned checks a Report's learned records.
-func validateLearned(ls []Learned) error {
+func validateLearned(ls []flow.ClusterReport) error {
 	for _, l := range ls {
 		switch {
 		case l.Account == "" || strings.Contains(l.Account, "/"):
@@ -71,7 +55,7 @@ func validateLearned(ls []Learned) error {
 // answered later. changed says the limit's value changed (a new limit
 // or the provider's change of one): the other nodes hear of it at once
 // (Listener). The Postgres upsert and the Redis script do the same.
-func mergeLearned(cur, in Learned, node string) (next Learned, changed bool) {
+func mergeLearned(cur, in flow.ClusterReport, node string) (next flow.ClusterReport, changed bool) {
 	cur.Account, cur.Dim = in.Account, in.Dim
 	if in.HasLimit() && in.LimitAt.After(cur.LimitAt) {
 		changed = in.Limit != cur.Limit
@@ -84,7 +68,7 @@ func mergeLearned(cur, in Learned, node string) (next Learned, changed bool) {
 }
 
 // normalLearned is l as a Grant carries it: no remaining is Remaining −1.
-func normalLearned(l Learned) Learned {
+func normalLearned(l flow.ClusterReport) flow.ClusterReport {
 	if l.At.IsZero() {
 		l.Remaining = -1
 	}
@@ -92,8 +76,8 @@ func normalLearned(l Learned) Learned {
 }
 
 // sortLearned orders records by account and dimension, for stable answers.
-func sortLearned(ls []Learned) {
-	slices.SortFunc(ls, func(a, b Learned) int {
+func sortLearned(ls []flow.ClusterReport) {
+	slices.SortFunc(ls, func(a, b flow.ClusterReport) int {
 		if c := strings.Compare(a.Account, b.Account); c != 0 {
 			return c
 		}
@@ -103,21 +87,21 @@ func sortLearned(ls []Learned) {
 
 // learnedStep merges r's records into the key's and returns them all, and
 // whether a limit changed; m.mu held.
-func (m *Memory) learnedStep(r Report) ([]Learned, bool) {
+func (m *Memory) learnedStep(r Report) ([]flow.ClusterReport, bool) {
 	if m.learned == nil {
-		m.learned = map[string]map[string]Learned{}
+		m.learned = map[string]map[string]flow.ClusterReport{}
 	}
 	recs := m.learned[r.Key]
 	if recs == nil {
-		recs = map[string]Learned{}
+		recs = map[string]flow.ClusterReport{}
 		m.learned[r.Key] = recs
 	}
 	changed := false
 	for _, in := range r.Learned {
-		next, ch := mergeLearned(recs[in.field()], in, r.Node)
-		recs[in.field()], changed = next, changed || ch
+		next, ch := mergeLearned(recs[field(in)], in, r.Node)
+		recs[field(in)], changed = next, changed || ch
 	}
-	out := make([]Learned, 0, len(recs))
+	out := make([]flow.ClusterReport, 0, len(recs))
 	for _, l := range recs {
 		out = append(out, normalLearned(l))
 	}
@@ -127,10 +111,10 @@ func (m *Memory) learnedStep(r Report) ([]Learned, bool) {
 
 // toPublish returns the records of heard the node has not published yet
 // (newer than the last it published for that record); n.mu held.
-func (ms *memberState) toPublish(heard []Learned) []Learned {
-	var out []Learned
+func (ms *memberState) toPublish(heard []flow.ClusterReport) []flow.ClusterReport {
+	var out []flow.ClusterReport
 	for _, h := range heard {
-		sent := ms.sentLearned[h.field()]
+		sent := ms.sentLearned[field(h)]
 		fresh := h
 		if !h.LimitAt.After(sent.LimitAt) {
 			fresh.Limit, fresh.LimitAt = 0, time.Time{}
@@ -148,9 +132,9 @@ func (ms *memberState) toPublish(heard []Learned) []Learned {
 // newLimit reports whether heard has a limit the store has not had from
 // this node (a first one, or the provider changed it): worth a sync at
 // once rather than at the interval; n.mu held.
-func (ms *memberState) newLimit(heard []Learned) bool {
+func (ms *memberState) newLimit(heard []flow.ClusterReport) bool {
 	for _, h := range heard {
-		if h.HasLimit() && ms.sentLearned[h.field()].Limit != h.Limit {
+		if h.HasLimit() && ms.sentLearned[field(h)].Limit != h.Limit {
 			return true
 		}
 	}
@@ -158,24 +142,24 @@ func (ms *memberState) newLimit(heard []Learned) bool {
 }
 
 // markPublished records that ls reached the store; n.mu held.
-func (ms *memberState) markPublished(ls []Learned) {
+func (ms *memberState) markPublished(ls []flow.ClusterReport) {
 	if ms.sentLearned == nil {
 		ms.sentLearned = map[string]flow.Heard{}
 	}
 	for _, l := range ls {
-		s := ms.sentLearned[l.field()]
+		s := ms.sentLearned[field(l)]
 		if l.HasLimit() {
 			s.Limit, s.LimitAt = l.Limit, l.LimitAt
 		}
 		if l.HasRemaining() {
 			s.Remaining, s.At = l.Remaining, l.At
 		}
-		ms.sentLearned[l.field()] = s
+		ms.sentLearned[field(l)] = s
 	}
 }
 
 // heardOf returns m's own reports when it is a Learner.
-func heardOf(m Member) []Learned {
+func heardOf(m Member) []flow.ClusterReport {
 	if lm, ok := m.(Learner); ok {
 		return lm.Heard()
 	}
@@ -183,7 +167,7 @@ func heardOf(m Member) []Learned {
 }
 
 // adopt applies a grant's records to m when it is a Learner.
-func adopt(m Member, ls []Learned) {
+func adopt(m Member, ls []flow.ClusterReport) {
 	if lm, ok := m.(Learner); ok && len(ls) > 0 {
 		lm.Adopt(ls)
 	}

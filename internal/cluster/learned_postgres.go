@@ -75,8 +75,8 @@ func queueLearned(b *pgx.Batch, r Report) {
 
 // readLearnedBatch reads queueLearned's answers: the key's records and
 // whether a limit's value changed.
-func readLearnedBatch(res pgx.BatchResults, r Report) ([]Learned, bool, error) {
-	var before []Learned
+func readLearnedBatch(res pgx.BatchResults, r Report) ([]flow.ClusterReport, bool, error) {
+	var before []flow.ClusterReport
 	if len(r.Learned) > 0 {
 		var err error
 		if before, err = readLearned(res); err != nil {
@@ -97,22 +97,22 @@ func readLearnedBatch(res pgx.BatchResults, r Report) ([]Learned, bool, error) {
 		if len(r.Learned) == 0 {
 			break
 		}
-		i := slices.IndexFunc(before, func(o Learned) bool { return o.Account == l.Account && o.Dim == l.Dim })
+		i := slices.IndexFunc(before, func(o flow.ClusterReport) bool { return o.Account == l.Account && o.Dim == l.Dim })
 		changed = changed || (l.HasLimit() && (i < 0 || before[i].Limit != l.Limit))
 	}
 	return out, changed, nil
 }
 
 // readLearned reads one select of a key's records.
-func readLearned(res pgx.BatchResults) ([]Learned, error) {
+func readLearned(res pgx.BatchResults) ([]flow.ClusterReport, error) {
 	rows, err := res.Query()
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []Learned
+	var out []flow.ClusterReport
 	for rows.Next() {
-		var l Learned
+		var l flow.ClusterReport
 		var dim int
 		var limAt, reset, sent, at *time.Time
 		if err := rows.Scan(&l.Account, &dim, &l.Limit, &limAt, &l.LimitNode, &l.Remaining, &reset, &sent, &at, &l.RemainingNode); err != nil {

@@ -72,7 +72,7 @@ func (r *Redis) pipeline(ctx context.Context, sync *redis.Script, keys []string,
 		if !l.HasRemaining() {
 			at = 0
 		}
-		largs = append(largs, l.field(), num(l.Limit), limAt, num(l.Remaining), usOf(l.Reset), usOf(l.SentAt), at)
+		largs = append(largs, field(l), num(l.Limit), limAt, num(l.Remaining), usOf(l.Reset), usOf(l.SentAt), at)
 	}
 	pipe := r.client.Pipeline()
 	syncCmd = sync.EvalSha(ctx, pipe, keys, args...)
@@ -88,7 +88,7 @@ func (r *Redis) pipeline(ctx context.Context, sync *redis.Script, keys []string,
 }
 
 // readRedisLearned decodes redisLearned's answer.
-func readRedisLearned(cmd *redis.Cmd) ([]Learned, error) {
+func readRedisLearned(cmd *redis.Cmd) ([]flow.ClusterReport, error) {
 	res, err := cmd.StringSlice()
 	if err != nil {
 		return nil, err
@@ -98,13 +98,13 @@ func readRedisLearned(cmd *redis.Cmd) ([]Learned, error) {
 
 func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-func decodeRedisLearned(res []string) ([]Learned, error) {
+func decodeRedisLearned(res []string) ([]flow.ClusterReport, error) {
 	if len(res)%2 != 0 {
 		return nil, errRedisReply
 	}
-	out := make([]Learned, 0, len(res)/2)
+	out := make([]flow.ClusterReport, 0, len(res)/2)
 	for i := 0; i < len(res); i += 2 {
-		var l Learned
+		var l flow.ClusterReport
 		var rec redisLearnedRecord
 		acct, dim, ok := cutLast(res[i])
 		d, derr := strconv.Atoi(dim)

@@ -12,31 +12,9 @@ import (
 // queued: a backlog counts as the rate that would drain it in this time.
 const BacklogHorizon = 10 * time.Second
 
-// Load is what a member reports of its upstream (dispatch.ClusterLoad).
-type Load struct {
-	Queued         [llm.NumPriorities]flow.Amount
-	QueuedCount    [llm.NumPriorities]int
-	Weights        [llm.NumPriorities]float64
-	InFlight       int
-	Debited        flow.Amount
-	Capacity       [flow.NumDims]float64
-	MaxConcurrency int
-	PausedUntil    time.Time
-	// Breaker is the local breaker's state; BreakerOpenUntil the end of
-	// its open period while Open.
-	Breaker          flow.BreakerState
-	BreakerOpenUntil time.Time
-	// BurstDepth is each dimension's whole burst depth (0 unknown),
-	// BurstLevel the buckets' fill as a fraction of it (the emptiest
-	// dimension) and BurstSeconds how long the whole rate takes to refill
-	// it: what the burst pool needs (Report).
-	BurstDepth               [flow.NumDims]float64
-	BurstLevel, BurstSeconds float64
-}
-
 // Backlog is a member's queued cost as a fraction of its burst depth (the
 // largest dimension): the most of the burst pool it is credited.
-func Backlog(cur Load) float64 {
+func Backlog(cur flow.ClusterLoad) float64 {
 	var b float64
 	for d, depth := range cur.BurstDepth {
 		if depth <= 0 {
@@ -82,7 +60,7 @@ const UsedSmoothing = time.Second
 // Used returns the share of its quota a member used over the last dt (the
 // busiest dimension), averaged into prev with the time constant
 // UsedSmoothing.
-func Used(cur Load, prevDebited flow.Amount, dt time.Duration, prev float64) float64 {
+func Used(cur flow.ClusterLoad, prevDebited flow.Amount, dt time.Duration, prev float64) float64 {
 	if dt <= 0 {
 		return prev
 	}
@@ -102,7 +80,7 @@ func Used(cur Load, prevDebited flow.Amount, dt time.Duration, prev float64) flo
 // Demand is a member's demand on its quota, in shares of it: the share it
 // used lately (Used), plus its class-weighted backlog as the share that
 // would drain it within BacklogHorizon.
-func Demand(cur Load, used float64) float64 {
+func Demand(cur flow.ClusterLoad, used float64) float64 {
 	var backlog float64
 	for c := range cur.Queued {
 		var b float64
@@ -125,7 +103,7 @@ func Demand(cur Load, used float64) float64 {
 
 // SlotDemand is a member's demand for concurrency slots: its requests in
 // flight plus its class-weighted queue.
-func SlotDemand(cur Load) float64 {
+func SlotDemand(cur flow.ClusterLoad) float64 {
 	d := float64(cur.InFlight)
 	for c, n := range cur.QueuedCount {
 		d += classFactor(cur.Weights, c) * float64(n)

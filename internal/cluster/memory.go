@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/flow"
 )
 
 // Memory is a Backend held in one process, on a Clock: the nodes of a
@@ -19,8 +20,8 @@ type Memory struct {
 	mu      sync.Mutex
 	leases  map[string]map[string]Lease // key → node → lease
 	signals map[string]signals
-	leaders map[string]Lease              // name → holder (Node, ExpiresAt)
-	learned map[string]map[string]Learned // key → account/dim → record (learned.go)
+	leaders map[string]Lease                         // name → holder (Node, ExpiresAt)
+	learned map[string]map[string]flow.ClusterReport // key → account/dim → record (learned.go)
 	subs    map[chan string]struct{}
 }
 

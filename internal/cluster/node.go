@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 )
 
 // Defaults of Config.
@@ -121,7 +122,7 @@ type Member interface {
 	// Key is the shared quota's key (Key).
 	Key() string
 	// Load returns its current load.
-	Load() Load
+	Load() flow.ClusterLoad
 	// Apply sets its share of the quota and its slots (< 0: uncapped),
 	// and returns the fraction of its burst depth the change dropped
 	// (flow.Limiter.SetShare).
@@ -155,7 +156,7 @@ type memberState struct {
 	leases      []Lease
 	pausedUntil time.Time
 	fallback    bool
-	learned     []Learned             // the last grant's provider reports
+	learned     []flow.ClusterReport  // the last grant's provider reports
 	sentLearned map[string]flow.Heard // the latest of our own reports the store has, per record
 	starting    bool                  // not granted anything since Start
 	returned    float64               // burst dropped applying grants, not yet reported
@@ -180,9 +181,8 @@ type Node struct {
 	leader  bool
 	lastErr error
 
-	syncMu sync.Mutex // one sync of a member at a time
-	cancel context.CancelFunc
-	done   chan struct{}
+	syncMu sync.Mutex     // one sync of a member at a time
+	life   lifecycle.Base // Start and Stop; runs the syncs
 }
 
 // Observer receives a node's measurements, for metrics. Methods must not
@@ -218,61 +218,60 @@ func NewNode(cfg Config, backend Backend, members []Member, clk clock.Clock, log
 // ID returns the node's id.
 func (n *Node) ID() string { return n.cfg.NodeID }
 
-// Start syncs every member once (so the node starts with its share) and
-// then keeps syncing in the background until Stop.
+// Start syncs every member once (so the node starts with its share; ctx
+// bounds that sync) and then keeps syncing in the background until Stop
+// (lifecycle.Base: a second Start answers lifecycle.ErrStarted, a Start
+// after Stop lifecycle.ErrStopped).
 func (n *Node) Start(ctx context.Context) error {
-	now := n.clk.Now()
-	for _, ms := range n.members {
-		// Until the first grant, nothing is ours (what a fresh process's
-		// buckets hold is not: the key's burst pool stands for it).
-		ms.share, ms.prevAt, ms.prevDebited, ms.starting = 0, now, ms.m.Load().Debited, true
-		ms.m.Apply(0, 0)
-	}
-	n.syncAll(ctx)
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	n.cancel = cancel
-	n.done = make(chan struct{})
-	listening := make(chan struct{})
-	if l, ok := n.backend.(Listener); ok {
-		go func() {
-			defer close(listening)
-			l.Listen(loopCtx, func(key string) {
-				for _, ms := range n.members {
-					if ms.m.Key() == key {
-						n.syncOne(loopCtx, ms)
+	err := n.life.Start(ctx, func(run context.Context) error {
+		now := n.clk.Now()
+		for _, ms := range n.members {
+			// Until the first grant, nothing is ours (what a fresh process's
+			// buckets hold is not: the key's burst pool stands for it).
+			ms.share, ms.prevAt, ms.prevDebited, ms.starting = 0, now, ms.m.Load().Debited, true
+			ms.m.Apply(0, 0)
+		}
+		n.syncAll(ctx)
+		if l, ok := n.backend.(Listener); ok {
+			n.life.Go(func() {
+				l.Listen(run, func(key string) {
+					for _, ms := range n.members {
+						if ms.m.Key() == key {
+							n.syncOne(run, ms)
+						}
 					}
-				}
+				})
 			})
-		}()
-	} else {
-		close(listening)
+		}
+		n.life.Go(func() { n.loop(run) })
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("starting cluster node: %w", err)
 	}
-	go func() {
-		n.loop(loopCtx)
-		<-listening
-		close(n.done)
-	}()
 	return nil
 }
 
-// Stop ends the syncs and gives this node's leases back.
+// Stop ends the syncs and gives this node's leases back. It is idempotent
+// and safe before Start.
 func (n *Node) Stop(ctx context.Context) error {
-	if n.cancel == nil {
-		return nil
+	err := n.life.Stop(ctx, func(ctx context.Context) error {
+		// The syncs end first, so that none renews a lease given back.
+		if err := n.life.Halt(ctx); err != nil {
+			return err
+		}
+		lctx, cancel := context.WithTimeout(ctx, n.timeout())
+		defer cancel()
+		var errs []error
+		for _, ms := range n.members {
+			errs = append(errs, n.backend.Leave(lctx, ms.m.Key(), n.cfg.NodeID))
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return fmt.Errorf("stopping cluster node: %w", err)
 	}
-	n.cancel()
-	select {
-	case <-n.done:
-	case <-ctx.Done():
-		return fmt.Errorf("stopping cluster node: %w", context.Cause(ctx))
-	}
-	lctx, cancel := context.WithTimeout(ctx, n.timeout())
-	defer cancel()
-	var errs []error
-	for _, ms := range n.members {
-		errs = append(errs, n.backend.Leave(lctx, ms.m.Key(), n.cfg.NodeID))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // timeout bounds one store call: a third of the lease's life, at least a
@@ -311,7 +310,7 @@ func (n *Node) loop(ctx context.Context) {
 
 // urgent reports whether a member's load has news for the cluster that
 // should not wait for the next sync.
-func (n *Node) urgent(ms *memberState, l Load) bool {
+func (n *Node) urgent(ms *memberState, l flow.ClusterLoad) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	queued := false
@@ -497,7 +496,7 @@ type MemberStatus struct {
 	// Learned are the cluster's latest provider reports for this key
 	// (limits learned from headers and the remaining), with who
 	// reported them.
-	Learned []Learned
+	Learned []flow.ClusterReport
 	// Pool is what the key's burst pool held after this node's last sync,
 	// and Credited the part of the burst this node was credited since it
 	// started (fractions of the whole burst depth).
@@ -516,7 +515,7 @@ func (n *Node) Status() Status {
 		s.Degraded = s.Degraded || ms.fallback
 		s.Members = append(s.Members, MemberStatus{Key: ms.m.Key(), Share: ms.share, Slots: ms.slots,
 			Fallback: ms.fallback, Leases: append([]Lease(nil), ms.leases...), BreakerShared: ms.sharedOpen, Probe: ms.probe,
-			Learned: append([]Learned(nil), ms.learned...), Pool: ms.pool, Credited: ms.credited})
+			Learned: append([]flow.ClusterReport(nil), ms.learned...), Pool: ms.pool, Credited: ms.credited})
 	}
 	return s
 }

@@ -28,10 +28,10 @@ type stubMember struct {
 }
 
 func (m *stubMember) Key() string { return m.key }
-func (m *stubMember) Load() cluster.Load {
+func (m *stubMember) Load() flow.ClusterLoad {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var l cluster.Load
+	var l flow.ClusterLoad
 	l.Capacity[flow.Requests] = 600
 	l.Queued[llm.Low][flow.Requests] = float64(m.queued)
 	l.QueuedCount[llm.Low] = m.queued

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 )
 
 // Tenants shares per-client quotas across the cluster: a client's limits
@@ -37,11 +38,11 @@ type Tenants struct {
 	clk     clock.Clock
 	log     *slog.Logger
 
+	life lifecycle.Base // Start and Stop; runs the syncs
+
 	mu      sync.Mutex
 	tenants map[string]*tenantState
 	lastErr error
-	cancel  context.CancelFunc
-	done    chan struct{}
 }
 
 // TenantIdleAfter is how long a tenant reports Idle before it leaves.
@@ -149,57 +150,58 @@ func (ts *Tenants) Join(ctx context.Context, t Tenant) {
 	st.syncMu.Unlock()
 }
 
-// Start syncs every joined tenant every SyncInterval until Stop.
+// Start syncs every joined tenant every SyncInterval until Stop
+// (lifecycle.Base: a second Start answers lifecycle.ErrStarted, a Start
+// after Stop lifecycle.ErrStopped).
 func (ts *Tenants) Start(ctx context.Context) error {
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ts.mu.Lock()
-	ts.cancel, ts.done = cancel, make(chan struct{})
-	done := ts.done
-	ts.mu.Unlock()
-	go func() {
-		defer close(done)
-		t := ts.clk.NewTimer(ts.cfg.SyncInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-t.C():
+	err := ts.life.Start(ctx, func(run context.Context) error {
+		ts.life.Go(func() {
+			t := ts.clk.NewTimer(ts.cfg.SyncInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-run.Done():
+					return
+				case <-t.C():
+				}
+				ts.SyncAll(run)
+				t.Reset(ts.cfg.SyncInterval)
 			}
-			ts.SyncAll(loopCtx)
-			t.Reset(ts.cfg.SyncInterval)
-		}
-	}()
+		})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("starting cluster tenants: %w", err)
+	}
 	return nil
 }
 
 // Stop ends the syncs and gives every lease back. Idempotent; safe before
 // Start.
 func (ts *Tenants) Stop(ctx context.Context) error {
-	ts.mu.Lock()
-	cancel, done := ts.cancel, ts.done
-	ts.cancel = nil
-	keys := make([]string, 0, len(ts.tenants))
-	for k := range ts.tenants {
-		keys = append(keys, k)
+	err := ts.life.Stop(ctx, func(ctx context.Context) error {
+		ts.mu.Lock()
+		keys := make([]string, 0, len(ts.tenants))
+		for k := range ts.tenants {
+			keys = append(keys, k)
+		}
+		ts.mu.Unlock()
+		// The syncs end first, so that none renews a lease given back.
+		if err := ts.life.Halt(ctx); err != nil {
+			return err
+		}
+		lctx, cancelLeave := context.WithTimeout(ctx, ts.timeout())
+		defer cancelLeave()
+		var errs []error
+		for _, k := range keys {
+			errs = append(errs, ts.backend.Leave(lctx, k, ts.cfg.NodeID))
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return fmt.Errorf("stopping cluster tenants: %w", err)
 	}
-	ts.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("stopping cluster tenants: %w", context.Cause(ctx))
-	}
-	lctx, cancelLeave := context.WithTimeout(ctx, ts.timeout())
-	defer cancelLeave()
-	var errs []error
-	for _, k := range keys {
-		errs = append(errs, ts.backend.Leave(lctx, k, ts.cfg.NodeID))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (ts *Tenants) timeout() time.Duration {

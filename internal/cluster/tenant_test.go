@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 )
 
 // fakeTenant reports a set demand and records its grants.
@@ -129,8 +130,11 @@ func runTenantCases(t *testing.T, open func(t *testing.T) cluster.Backend) {
 	})
 	t.Run("StartStop", func(t *testing.T) {
 		t.Parallel()
-		ts := newTenants(t, open(t), "n1")
+		b := open(t)
+		ts := newTenants(t, b, "n1")
 		require.NoError(t, ts.Stop(t.Context()), "Stop before Start")
+		require.ErrorIs(t, ts.Start(t.Context()), lifecycle.ErrStopped, "and it never starts")
+		ts = newTenants(t, b, "n1")
 		require.NoError(t, ts.Start(t.Context()))
 		ts.Join(t.Context(), &fakeTenant{key: tenantKey(t), demand: 1})
 		require.NoError(t, ts.Stop(t.Context()))

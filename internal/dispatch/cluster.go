@@ -7,49 +7,15 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
-// ClusterLoad is what a cluster node reports of this upstream to share its
-// quota with the other nodes (internal/cluster).
-type ClusterLoad struct {
-	// Queued is the estimated cost queued per class (critical first).
-	Queued [llm.NumPriorities]flow.Amount
-	// QueuedCount is the number of requests queued per class.
-	QueuedCount [llm.NumPriorities]int
-	// Weights are the classes' scheduling weights.
-	Weights [llm.NumPriorities]float64
-	// InFlight is how many requests are being sent.
-	InFlight int
-	// Debited is the limiter's running sum of debits (Limiter.Debited).
-	Debited flow.Amount
-	// Capacity is each dimension's whole per-minute capacity (after the
-	// safety margin, before this node's share); 0 unknown.
-	Capacity [flow.NumDims]float64
-	// MaxConcurrency is the configured max_concurrency.
-	MaxConcurrency int
-	// PausedUntil is the end of this node's pause of the upstream.
-	PausedUntil time.Time
-	// Breaker is the circuit breaker's state, and BreakerOpenUntil the
-	// end of its open period while it is Open (zero otherwise).
-	Breaker          flow.BreakerState
-	BreakerOpenUntil time.Time
-	// BurstDepth is each dimension's whole burst depth (flow.Limiter.
-	// BurstDepth, summed over the pool's keys); 0 unknown.
-	BurstDepth [flow.NumDims]float64
-	// BurstLevel is the buckets' fill as a fraction of the whole burst
-	// (flow.Limiter.BurstFill, the least over the pool's bucket sets),
-	// and BurstSeconds how long the whole rate takes to refill a whole
-	// burst (the least); both 0 when nothing is limited.
-	BurstLevel, BurstSeconds float64
-}
-
 // ClusterLoad returns the upstream's load for a cluster sync. With a key
 // pool the figures are the pool's: debits and capacity summed over its keys
 // (the cluster grants one share, applied to every key alike), and the
 // pause is the pool's as a whole: the earliest end among its keys' pauses,
 // zero while any key is not paused (one key's 429 pauses that key alone on
 // this node; the others' own 429s pause it there).
-func (d *Dispatcher) ClusterLoad() ClusterLoad {
+func (d *Dispatcher) ClusterLoad() flow.ClusterLoad {
 	now := d.clk.Now()
-	l := ClusterLoad{
+	l := flow.ClusterLoad{
 		Weights:        d.cfg.weights(),
 		MaxConcurrency: d.cfg.Limits.MaxConcurrency,
 	}

@@ -4,25 +4,17 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 )
 
-// ClusterReport is one dimension of one pool key's provider report as a
-// cluster shares it (internal/cluster.Learned): Account is the key's
-// Fingerprint.
-type ClusterReport struct {
-	Account string
-	Dim     flow.Dim
-	flow.Heard
-}
-
 // ClusterReports returns what the provider's rate-limit headers told this
 // node of each key of the pool (flow.Limiter.Heard): the latest limit and
-// remaining per dimension, for the cluster to share.
-func (d *Dispatcher) ClusterReports() []ClusterReport {
-	var out []ClusterReport
+// remaining per dimension, for the cluster to share. Account is the key's
+// Fingerprint.
+func (d *Dispatcher) ClusterReports() []flow.ClusterReport {
+	var out []flow.ClusterReport
 	for _, k := range d.keys {
 		fp := k.cred.Load().fp
 		for dim, h := range k.lim.Heard() {
 			if h.HasLimit() || h.HasRemaining() {
-				out = append(out, ClusterReport{Account: fp, Dim: flow.Dim(dim), Heard: h})
+				out = append(out, flow.ClusterReport{Account: fp, Dim: flow.Dim(dim), Heard: h})
 			}
 		}
 	}
@@ -34,7 +26,7 @@ func (d *Dispatcher) ClusterReports() []ClusterReport {
 // is learned here at once (and noted like one learned here), a remaining
 // lowers this node's share of the buckets. Reports of keys this node does
 // not have (a rotation, another pool) are ignored.
-func (d *Dispatcher) AdoptClusterReports(rs []ClusterReport) {
+func (d *Dispatcher) AdoptClusterReports(rs []flow.ClusterReport) {
 	if len(rs) == 0 {
 		return
 	}

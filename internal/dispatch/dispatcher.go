@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/upstream"
 )
@@ -70,8 +71,8 @@ type Dispatcher struct {
 	live     map[*trackedBody]struct{} // streams answered to Do, being read (Stop cuts them)
 	wake     chan struct{}             // buffered(1): something changed
 	stopping chan struct{}             // closed by Stop
-	done     chan struct{}             // closed when the loop exits
-	cancel   context.CancelFunc
+
+	life lifecycle.Base // Start and Stop; runs the admission loop
 
 	// park is the admission loop's resting state, for tests that drive a
 	// fake clock event by event (export_test.go).
@@ -110,7 +111,6 @@ func New(c Config) (*Dispatcher, error) {
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
-		done:     make(chan struct{}),
 	}
 	if d.keys, err = newPool(cfg, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
@@ -159,18 +159,19 @@ func (d *Dispatcher) Protocol() llm.Protocol { return d.cfg.Protocol }
 // Clock returns the dispatcher's time source.
 func (d *Dispatcher) Clock() clock.Clock { return d.clk }
 
-// Start starts the admission loop. Starting twice, or after Stop, is an
-// error.
+// Start starts the admission loop (lifecycle.Base: a second Start
+// answers lifecycle.ErrStarted, a Start after Stop lifecycle.ErrStopped).
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.state != created {
-		return fmt.Errorf("starting dispatcher %q: already started or stopped", d.cfg.Name)
+	err := d.life.Start(ctx, func(run context.Context) error {
+		d.mu.Lock()
+		d.state = running
+		d.mu.Unlock()
+		d.life.Go(func() { d.loop(run) })
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("starting dispatcher %q: %w", d.cfg.Name, err)
 	}
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	d.cancel = cancel
-	d.state = running
-	go d.loop(loopCtx)
 	return nil
 }
 
@@ -182,20 +183,22 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // Other requests already sent (tickets' calls, JSON bodies) finish on
 // their own. Stop is idempotent and safe before Start.
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	d.mu.Lock()
-	prev := d.state
-	d.state = stopped
-	if prev == stopped {
-		d.mu.Unlock()
-		return d.waitDone(ctx, false)
+	if err := d.life.Stop(ctx, d.stop); err != nil {
+		return fmt.Errorf("stopping dispatcher %q: %w", d.cfg.Name, err)
 	}
+	return nil
+}
+
+// stop is Stop's own step, before the loop is canceled and waited for:
+// nothing is admitted or queued from here on, the queue is failed and the
+// live streams are cut.
+func (d *Dispatcher) stop(context.Context) error {
+	d.mu.Lock()
+	d.state = stopped
 	close(d.stopping)
 	for _, it := range d.sched.Drain() {
 		w := it.Value.(*waiter)
 		w.grant <- grant{err: ErrStopped}
-	}
-	if d.cancel != nil {
-		d.cancel()
 	}
 	live := make([]*trackedBody, 0, len(d.live))
 	for b := range d.live {
@@ -205,7 +208,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	for _, b := range live {
 		b.cut(ErrStopped)
 	}
-	return d.waitDone(ctx, prev == running)
+	return nil
 }
 
 // trackLive and untrackLive keep the set of live streams Stop cuts.
@@ -247,21 +250,6 @@ func (d *Dispatcher) Drain() int {
 	return len(dropped)
 }
 
-func (d *Dispatcher) waitDone(ctx context.Context, started bool) error {
-	d.mu.Lock()
-	hasLoop := d.cancel != nil
-	d.mu.Unlock()
-	if !hasLoop && !started {
-		return nil
-	}
-	select {
-	case <-d.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stopping dispatcher %q: %w", d.cfg.Name, context.Cause(ctx))
-	}
-}
-
 // kick wakes the admission loop without blocking.
 func (d *Dispatcher) kick() {
 	d.kicks.Add(1)
@@ -273,7 +261,6 @@ func (d *Dispatcher) kick() {
 
 // loop is the admission goroutine.
 func (d *Dispatcher) loop(ctx context.Context) {
-	defer close(d.done)
 	var timer clock.Timer
 	defer func() {
 		if timer != nil {

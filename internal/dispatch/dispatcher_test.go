@@ -619,16 +619,15 @@ func TestFailedProbesDoNotBurnAttempts(t *testing.T) {
 // least `timers` timers wait (the dispatcher is asleep), until done holds.
 func stepUntil(t *testing.T, fc *clock.Fake, timers int, done func() bool) {
 	t.Helper()
-	for range 5000 {
+	require.Eventually(t, func() bool {
 		if done() {
-			return
+			return true
 		}
 		if fc.Timers() >= timers {
 			fc.Advance(50 * time.Millisecond)
 		}
-		time.Sleep(time.Millisecond) // let the dispatcher act on it
-	}
-	t.Fatal("condition never reached while stepping the clock")
+		return false
+	}, 10*time.Second, time.Millisecond, "condition never reached while stepping the clock")
 }
 
 // TestNoHeadroomWithoutUrgentTraffic: traffic of one class alone uses the

@@ -116,23 +116,23 @@ func (p *poolRig) settle(t testing.TB, n int, done *atomic.Int32) {
 	})
 }
 
-// waitQuiet returns once quiet holds three checks in a row, yielding to
-// the other goroutines between checks; it fails t after limit.
+// waitQuiet returns once quiet holds three checks in a row (a request
+// between two states shows in neither for a moment), each after the
+// previous one's answer; it fails t after limit.
 func waitQuiet(t testing.TB, limit time.Duration, quiet func() bool) {
 	t.Helper()
-	end := time.Now().Add(limit)
-	for stable := 0; stable < 3; {
+	stable := 0
+	require.Eventually(t, func() bool {
+		for range 8 {
+			runtime.Gosched()
+		}
 		if quiet() {
 			stable++
 		} else {
 			stable = 0
 		}
-		for range 8 {
-			runtime.Gosched()
-		}
-		time.Sleep(50 * time.Microsecond)
-		require.True(t, time.Now().Before(end), "no quiet state")
-	}
+		return stable == 3
+	}, limit, 50*time.Microsecond, "no quiet state")
 }
 
 // queued is how many requests s shows waiting, every class together.

@@ -215,19 +215,21 @@ func finished(t *testing.T, s *Service, id int64) bool {
 }
 
 // stepUntil advances clk by step (at most 200 times, letting the engine
-// and the worker act between steps) until done holds.
+// and the worker act between steps: twenty looks at done each) until done
+// holds.
 func stepUntil(t *testing.T, clk *clock.Fake, step time.Duration, done func() bool) {
 	t.Helper()
-	for range 200 {
-		for range 20 {
-			if done() {
-				return
-			}
-			time.Sleep(time.Millisecond)
+	looks, steps := 0, 0
+	require.Eventually(t, func() bool {
+		if done() {
+			return true
 		}
-		clk.Advance(step)
-	}
-	t.Fatal("condition never reached while stepping the clock")
+		if looks++; looks%20 == 0 && steps < 200 {
+			clk.Advance(step)
+			steps++
+		}
+		return false
+	}, 30*time.Second, time.Millisecond, "condition never reached while stepping the clock")
 }
 
 // TestCostMemory: an admission reserves the largest of a class's recent

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -379,7 +380,7 @@ func TestStopHandsBackLeases(t *testing.T) {
 	require.Equal(t, jobstore.StateQueued, got.State, "the lease was handed back")
 	require.Zero(t, got.Attempts, "no attempt burnt")
 	require.NoError(t, s.Stop(context.Background()), "Stop is idempotent")
-	require.ErrorIs(t, s.Start(context.Background()), ErrStopped)
+	require.ErrorIs(t, s.Start(context.Background()), lifecycle.ErrStopped)
 }
 
 // claimCounter counts claude's Claim calls (other upstreams' workers claim
@@ -387,8 +388,24 @@ func TestStopHandsBackLeases(t *testing.T) {
 // Handoff.
 type claimCounter struct {
 	jobstore.Store
-	claims  atomic.Int64
-	handoff atomic.Pointer[jobstore.Handoff]
+	claims   atomic.Int64
+	backlogs atomic.Int64 // claude's backlog reads: one per poll
+	handoff  atomic.Pointer[jobstore.Handoff]
+}
+
+func (c *claimCounter) Backlog(ctx context.Context, upstream string, now time.Time, limit int) ([llm.NumPriorities]int, error) {
+	if upstream == "claude" {
+		c.backlogs.Add(1)
+	}
+	return c.Store.Backlog(ctx, upstream, now, limit)
+}
+
+// waitPolls returns once claude's worker has read the backlog n more
+// times: n polls have passed.
+func (c *claimCounter) waitPolls(t *testing.T, n int64) {
+	t.Helper()
+	target := c.backlogs.Load() + n
+	require.Eventually(t, func() bool { return c.backlogs.Load() >= target }, 10*time.Second, time.Millisecond, "%d polls", n)
 }
 
 func (c *claimCounter) Handoff(p jobstore.HandoffParams) (*jobstore.Handoff, error) {
@@ -459,7 +476,7 @@ func TestIdleWorkerDoesNotClaim(t *testing.T) {
 		h := st.handoff.Load()
 		return h != nil && h.Offered() == 4
 	}, 10*time.Second, time.Millisecond, "the idle worker offers its four slots")
-	time.Sleep(50 * time.Millisecond) // ten polls
+	st.waitPolls(t, 10)
 	require.Zero(t, st.claims.Load(), "no claim without a backlog")
 	j := submit(t, s, "")
 	require.Equal(t, jobstore.StateRunning, j.State, "handed off")

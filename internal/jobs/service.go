@@ -14,18 +14,12 @@ import (
 
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
 
-// Errors callers branch on.
-var (
-	// ErrStarted is returned by a second Start.
-	ErrStarted = errors.New("job service already started")
-	// ErrStopped is returned by Start after Stop.
-	ErrStopped = errors.New("job service stopped")
-	// ErrUnknownUpstream means a job names an upstream with no dispatcher.
-	ErrUnknownUpstream = errors.New("unknown upstream")
-)
+// ErrUnknownUpstream means a job names an upstream with no dispatcher.
+var ErrUnknownUpstream = errors.New("unknown upstream")
 
 // Causes given to the contexts of running jobs.
 var (
@@ -37,14 +31,6 @@ var (
 // handBackTimeout bounds the store write that returns an aborted job's
 // lease on Stop.
 const handBackTimeout = 5 * time.Second
-
-type runState int
-
-const (
-	created runState = iota
-	running
-	stopped
-)
 
 // Service runs jobs from a store and serves the job API. Create it with
 // New, mount Handler, then Start it; Stop it before stopping the
@@ -66,8 +52,9 @@ type Service struct {
 	rmu sync.Mutex
 	rnd *rand.Rand
 
+	life lifecycle.Base // Start and Stop
+
 	mu         sync.Mutex
-	state      runState
 	stopClaims context.CancelCauseFunc
 	// stopping is done once Stop begins: a worker holding an answer the
 	// store cannot take then spools it (or gives it up) instead of
@@ -143,34 +130,30 @@ func (s *Service) Upstreams() []string { return slices.Clone(s.upstreams) }
 // queued and run once the workers start).
 func (s *Service) Handler() http.Handler { return s.handler }
 
-// Start starts one worker loop per upstream and the lease rescuer. The
-// workers outlive ctx's cancellation only until Stop: they run on a
-// context detached from ctx's deadline.
+// Start starts one worker loop per upstream, the lease rescuer and the
+// webhook sender (lifecycle.Base: a second Start answers
+// lifecycle.ErrStarted, a Start after Stop lifecycle.ErrStopped). The
+// workers run until Stop, whatever becomes of ctx.
 func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case running:
-		return ErrStarted
-	case stopped:
-		return ErrStopped
-	case created:
-		// First start: go on below.
+	if err := s.life.Start(ctx, s.start); err != nil {
+		return fmt.Errorf("starting job service: %w", err)
 	}
-	base := context.WithoutCancel(ctx)
-	claimCtx, stopClaims := context.WithCancelCause(base)
-	jobCtx, abortJobs := context.WithCancelCause(base)
+	return nil
+}
+
+func (s *Service) start(run context.Context) error {
+	claimCtx, stopClaims := context.WithCancelCause(run)
+	jobCtx, abortJobs := context.WithCancelCause(run)
+	s.mu.Lock()
 	s.stopClaims, s.abortJobs = stopClaims, abortJobs
 	s.stopping = claimCtx
+	s.mu.Unlock()
 	if s.rescuer != nil {
-		if err := s.rescuer.Start(base); err != nil {
-			stopClaims(errShutdown)
-			abortJobs(errShutdown)
-			return fmt.Errorf("starting job service: %w", err)
+		if err := s.rescuer.Start(run); err != nil {
+			return err // the run context's end stops claims and jobs alike
 		}
 	}
-	_ = s.hooks.Start(base) // never fails
-	s.state = running
+	s.hooks.start(run)
 	for _, name := range s.upstreams {
 		w := &worker{s: s, upstream: name, dispatcher: s.cfg.Dispatchers[name], protocol: s.cfg.Protocols[name], jobCtx: jobCtx}
 		s.loops.Add(1)
@@ -189,13 +172,14 @@ func (s *Service) Start(ctx context.Context) error {
 // store's outbox for the next gateway to send). It is idempotent and safe
 // before Start.
 func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	prev := s.state
-	s.state = stopped
-	s.mu.Unlock()
-	if prev != running {
-		return nil
+	if err := s.life.Stop(ctx, s.stop); err != nil {
+		return fmt.Errorf("stopping job service: %w", err)
 	}
+	return nil
+}
+
+// stop is Stop's order of shutdown.
+func (s *Service) stop(ctx context.Context) error {
 	s.stopClaims(errShutdown)
 	s.loops.Wait() // loops exit promptly: they only wait on claims and signals
 	var errs []error
@@ -211,11 +195,8 @@ func (s *Service) Stop(ctx context.Context) error {
 		cancel()
 	}
 	// Deliveries still pending stay in the outbox for the next gateway.
-	errs = append(errs, s.hooks.Stop(ctx))
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("stopping job service: %w", err)
-	}
-	return nil
+	s.hooks.stop(ctx)
+	return errors.Join(errs...)
 }
 
 // waitGroup waits for wg or ctx and reports whether wg finished.

@@ -32,9 +32,11 @@ const webhookLeaseSlack = 30 * time.Second
 //
 // The loop wakes when kicked (a job finished here, a redeliver), when an
 // attempt ends, and at least every PollInterval (deliveries finished by
-// other gateways or the rescuer, retries coming due). Start and Stop run
-// it; Stop lets attempts in flight finish until its context ends, then
-// cuts them off and puts them back due at once.
+// other gateways or the rescuer, retries coming due). It is a part of the
+// job service, not a service of its own: the Service's Start starts it
+// (start) and its Stop stops it (stop), each once, under the Service's
+// lifecycle. stop lets attempts in flight finish until its context ends,
+// then cuts them off and puts them back due at once.
 type webhookSender struct {
 	s       *Service
 	backoff flow.Backoff
@@ -42,8 +44,7 @@ type webhookSender struct {
 	slots   chan struct{} // one per POST in flight
 
 	mu       sync.Mutex
-	started  bool
-	stopped  bool
+	stopped  bool // stop began: claim no more
 	cancel   context.CancelCauseFunc
 	loopDone chan struct{}
 	posts    sync.WaitGroup // POSTs in flight; added to by the loop only
@@ -66,35 +67,26 @@ func (h *webhookSender) kick() {
 	}
 }
 
-// Start runs the delivery loop until Stop. A second Start, or a Start
-// after Stop, does nothing.
-func (h *webhookSender) Start(ctx context.Context) error {
+// start runs the delivery loop on run (the job service's run context)
+// until stop.
+func (h *webhookSender) start(run context.Context) {
+	ctx, cancel := context.WithCancelCause(run)
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.started || h.stopped {
-		return nil
-	}
-	h.started = true
-	ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	h.loopDone = make(chan struct{})
+	h.cancel, h.loopDone = cancel, make(chan struct{})
+	h.mu.Unlock()
 	go func() {
 		defer close(h.loopDone)
 		h.loop(ctx)
 	}()
-	return nil
 }
 
-// Stop stops claiming, waits for the POSTs in flight until ctx ends, then
+// stop stops claiming, waits for the POSTs in flight until ctx ends, then
 // cuts them off (they are put back due at once, for the next gateway to
-// start). Idempotent and safe before Start.
-func (h *webhookSender) Stop(ctx context.Context) error {
+// start).
+func (h *webhookSender) stop(ctx context.Context) {
 	h.mu.Lock()
-	started := h.started && !h.stopped
 	h.stopped = true
 	h.mu.Unlock()
-	if !started {
-		return nil
-	}
 	// Shutdown order: the loop stops claiming (it returns after at most
 	// one claim), then the POSTs in flight get ctx's grace, then the rest
 	// are cut off.
@@ -110,7 +102,6 @@ func (h *webhookSender) Stop(ctx context.Context) error {
 		h.posts.Wait()
 	}
 	h.cancel(errShutdown)
-	return nil
 }
 
 func (h *webhookSender) loop(ctx context.Context) {

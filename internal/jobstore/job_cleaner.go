@@ -85,7 +85,9 @@ func NewJobCleaner(store Store, cfg JobCleanerConfig) (*JobCleaner, error) {
 	return &JobCleaner{store: store, cfg: cfg}, nil
 }
 
-// Start runs passes every Interval until Stop or ctx ends.
+// Start runs passes every Interval until Stop (lifecycle.Base: a second
+// Start answers lifecycle.ErrStarted, a Start after Stop
+// lifecycle.ErrStopped).
 func (c *JobCleaner) Start(ctx context.Context) error {
 	if err := c.loop.start(ctx, c.cfg.Clock, c.cfg.Interval, func(ctx context.Context) {
 		if c.cfg.Leading != nil && !c.cfg.Leading() {
@@ -98,9 +100,14 @@ func (c *JobCleaner) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loop and waits for a pass in progress. It is idempotent
-// and safe before Start.
-func (c *JobCleaner) Stop(ctx context.Context) error { return c.loop.stop(ctx) }
+// Stop ends the loop and waits for a pass in progress (or ctx). It is
+// idempotent and safe before Start.
+func (c *JobCleaner) Stop(ctx context.Context) error {
+	if err := c.loop.stop(ctx); err != nil {
+		return fmt.Errorf("stopping job cleaner: %w", err)
+	}
+	return nil
+}
 
 // RunOnce deletes every expired finished job now and returns how many.
 func (c *JobCleaner) RunOnce(ctx context.Context) (int, error) {

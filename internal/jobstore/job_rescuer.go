@@ -74,7 +74,9 @@ func NewJobRescuer(store Store, cfg JobRescuerConfig) (*JobRescuer, error) {
 	return &JobRescuer{store: store, cfg: cfg}, nil
 }
 
-// Start runs passes every Interval until Stop or ctx ends.
+// Start runs passes every Interval until Stop (lifecycle.Base: a second
+// Start answers lifecycle.ErrStarted, a Start after Stop
+// lifecycle.ErrStopped).
 func (r *JobRescuer) Start(ctx context.Context) error {
 	if err := r.loop.start(ctx, r.cfg.Clock, r.cfg.Interval, func(ctx context.Context) { _, _ = r.RunOnce(ctx) }); err != nil {
 		return fmt.Errorf("starting job rescuer: %w", err)
@@ -82,9 +84,14 @@ func (r *JobRescuer) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loop and waits for a pass in progress. It is idempotent
-// and safe before Start.
-func (r *JobRescuer) Stop(ctx context.Context) error { return r.loop.stop(ctx) }
+// Stop ends the loop and waits for a pass in progress (or ctx). It is
+// idempotent and safe before Start.
+func (r *JobRescuer) Stop(ctx context.Context) error {
+	if err := r.loop.stop(ctx); err != nil {
+		return fmt.Errorf("stopping job rescuer: %w", err)
+	}
+	return nil
+}
 
 // RunOnce runs one pass now, repeating while batches come back full.
 func (r *JobRescuer) RunOnce(ctx context.Context) (RescueResult, error) {

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
@@ -128,4 +131,53 @@ func Open(ctx context.Context, dsn string, opts Options) (Store, error) {
 		return nil, unavailable(ctx, err)
 	}
 	return withEdge(st), nil
+}
+
+// checkSQLiteDir explains, before SQLite's "unable to open database file
+// (14)", why a store file cannot be created or written: its directory is
+// missing, is not a directory, or is not writable (SQLite also writes its
+// -wal and -shm files there).
+func checkSQLiteDir(path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("the directory %s does not exist", dir)
+	case err != nil:
+		return fmt.Errorf("the directory %s cannot be read: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	// Probe by creating a file: permission bits do not tell about
+	// read-only mounts, ACLs or another user's ownership.
+	f, err := os.CreateTemp(dir, ".sluice-probe-*")
+	if err != nil {
+		reason := "permission denied"
+		switch {
+		case errors.Is(err, syscall.EROFS):
+			reason = "read-only file system"
+		case errors.Is(err, syscall.ENOSPC):
+			reason = "no space left on device"
+		case !errors.Is(err, os.ErrPermission):
+			reason = err.Error()
+		}
+		return fmt.Errorf("the directory %s is not writable (%s)", dir, reason)
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	fi, err = os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil // created on open
+	case err != nil:
+		return fmt.Errorf("the file %s cannot be read: %w", path, err)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	f, err = os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("the file %s is not writable (%w)", path, err)
+	}
+	return f.Close()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 )
 
 func seedJob(t *testing.T, s jobstore.Store, now time.Time) *jobstore.Job {
@@ -30,10 +31,16 @@ func TestJobRescuerOnFakeClock(t *testing.T) {
 	require.NoError(t, err)
 
 	passes := make(chan jobstore.RescueResult, 4)
-	r, err := jobstore.NewJobRescuer(s, jobstore.JobRescuerConfig{Interval: 30 * time.Second, MaxStalls: 1, Clock: fc,
-		OnPass: func(res jobstore.RescueResult, err error) { require.NoError(t, err); passes <- res }})
-	require.NoError(t, err)
+	newRescuer := func() *jobstore.JobRescuer {
+		r, err := jobstore.NewJobRescuer(s, jobstore.JobRescuerConfig{Interval: 30 * time.Second, MaxStalls: 1, Clock: fc,
+			OnPass: func(res jobstore.RescueResult, err error) { require.NoError(t, err); passes <- res }})
+		require.NoError(t, err)
+		return r
+	}
+	r := newRescuer()
 	require.NoError(t, r.Stop(ctx), "Stop before Start is fine")
+	require.ErrorIs(t, r.Start(ctx), lifecycle.ErrStopped, "and the rescuer never starts")
+	r = newRescuer()
 	require.NoError(t, r.Start(ctx))
 
 	require.True(t, fc.WaitForTimers(1, 5*time.Second))

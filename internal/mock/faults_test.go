@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/lifecycle"
 )
 
 func TestInjectedFaults(t *testing.T) {
@@ -248,8 +250,11 @@ func TestLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Stop(context.Background()), "stop before start")
 	require.Empty(t, s.URL())
+	require.ErrorIs(t, s.Start(t.Context()), lifecycle.ErrStopped, "a server stopped before start never starts")
+	s, err = New(Config{Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
 	require.NoError(t, s.Start(t.Context()))
-	require.ErrorIs(t, s.Start(t.Context()), ErrAlreadyStarted)
+	require.ErrorIs(t, s.Start(t.Context()), lifecycle.ErrStarted)
 	require.Regexp(t, `^http://127\.0\.0\.1:\d+$`, s.URL())
 	require.NoError(t, s.Stop(context.Background()))
 	require.NoError(t, s.Stop(context.Background()), "idempotent")

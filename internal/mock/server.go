@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 )
 
 // Server is a mock LLM provider. Create it with New; serve it with Start or
@@ -27,23 +28,16 @@ type Server struct {
 	// revoked are the keys revoked at run time (keys.go).
 	revoked revocations
 
-	mu       sync.Mutex
-	srv      *http.Server
-	ln       net.Listener
-	cancel   context.CancelCauseFunc
-	done     chan struct{}
-	started  bool
-	stopped  bool
-	stopErr  error
-	stopOnce sync.Once
+	life   lifecycle.Base // Start and Stop; runs the HTTP server
+	mu     sync.Mutex
+	srv    *http.Server
+	ln     net.Listener
+	cancel context.CancelCauseFunc
 }
 
 // errStopped is the cause given to in-flight requests when Stop gives up
 // waiting for them.
 var errStopped = errors.New("mock server stopped")
-
-// ErrAlreadyStarted is returned by Start on a second call.
-var ErrAlreadyStarted = errors.New("mock server already started")
 
 // New returns a Server for cfg (defaults applied, then validated).
 func New(cfg Config) (*Server, error) {
@@ -73,35 +67,35 @@ func New(cfg Config) (*Server, error) {
 // Limits returns the effective per-minute limits (preset plus overrides).
 func (s *Server) Limits() Limits { return s.quotas.limits }
 
-// Start listens on Config.Listen and serves in the background until Stop.
-// Outage windows are timed from the moment Start is called.
+// Start listens on Config.Listen and serves in the background until Stop
+// (lifecycle.Base: a second Start answers lifecycle.ErrStarted, a Start
+// after Stop lifecycle.ErrStopped). Outage windows are timed from the
+// moment Start is called.
 func (s *Server) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return ErrAlreadyStarted
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
-	}
-	base, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	s.srv = &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return base },
-	}
-	s.ln, s.cancel, s.done, s.started = ln, cancel, make(chan struct{}), true
-	s.faults.mu.Lock()
-	s.faults.start = s.clock.Now()
-	s.faults.nextFlip = time.Time{}
-	s.faults.mu.Unlock()
-	go func() {
-		defer close(s.done)
-		_ = s.srv.Serve(ln) // returns http.ErrServerClosed after Shutdown
-	}()
-	return nil
+	return s.life.Start(ctx, func(run context.Context) error {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
+		}
+		base, cancel := context.WithCancelCause(run)
+		srv := &http.Server{
+			Handler:           s.Handler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return base },
+		}
+		s.mu.Lock()
+		s.srv, s.ln, s.cancel = srv, ln, cancel
+		s.mu.Unlock()
+		s.faults.mu.Lock()
+		s.faults.start = s.clock.Now()
+		s.faults.nextFlip = time.Time{}
+		s.faults.mu.Unlock()
+		s.life.Go(func() {
+			_ = srv.Serve(ln) // returns http.ErrServerClosed after Shutdown
+		})
+		return nil
+	})
 }
 
 // Addr returns the address the server listens on ("" before Start).
@@ -126,14 +120,10 @@ func (s *Server) URL() string {
 // ctx is done, then cancels them and closes every connection. It is
 // idempotent and safe before Start.
 func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	srv, cancel, done, started := s.srv, s.cancel, s.done, s.started
-	s.stopped = true
-	s.mu.Unlock()
-	if !started {
-		return nil
-	}
-	s.stopOnce.Do(func() {
+	return s.life.Stop(ctx, func(ctx context.Context) error {
+		s.mu.Lock()
+		srv, cancel := s.srv, s.cancel
+		s.mu.Unlock()
 		err := srv.Shutdown(ctx)
 		if err != nil {
 			cancel(errStopped)
@@ -141,10 +131,11 @@ func (s *Server) Stop(ctx context.Context) error {
 			err = fmt.Errorf("stopping mock server: %w", err)
 		}
 		cancel(errStopped)
-		<-done
-		s.stopErr = err
+		// Serve returns at once after Shutdown or Close: wait for it
+		// whatever is left of ctx.
+		_ = s.life.Halt(context.WithoutCancel(ctx))
+		return err
 	})
-	return s.stopErr
 }
 
 // Stats returns the statistics collected since New or the last reset.

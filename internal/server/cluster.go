@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -37,13 +38,7 @@ type clusterMember struct {
 
 func (m clusterMember) Key() string { return m.key }
 
-func (m clusterMember) Load() cluster.Load {
-	l := m.d.ClusterLoad()
-	return cluster.Load{Queued: l.Queued, QueuedCount: l.QueuedCount, Weights: l.Weights, InFlight: l.InFlight,
-		Debited: l.Debited, Capacity: l.Capacity, MaxConcurrency: l.MaxConcurrency, PausedUntil: l.PausedUntil,
-		Breaker: l.Breaker, BreakerOpenUntil: l.BreakerOpenUntil,
-		BurstDepth: l.BurstDepth, BurstLevel: l.BurstLevel, BurstSeconds: l.BurstSeconds}
-}
+func (m clusterMember) Load() flow.ClusterLoad { return m.d.ClusterLoad() }
 
 func (m clusterMember) Apply(share float64, slots int) float64 {
 	return m.d.SetClusterShare(share, slots)
@@ -93,19 +88,15 @@ func (s *Server) startCluster(ctx context.Context) error {
 	return nil
 }
 
-// clusterLifecycle stops the node (giving its shares back) and closes the
+// stopCluster stops the node (giving its shares back) and closes the
 // shared store, after the dispatchers.
-type clusterLifecycle struct{ s *Server }
-
-func (c clusterLifecycle) Start(context.Context) error { return nil }
-
-func (c clusterLifecycle) Stop(ctx context.Context) error {
-	n := c.s.cluster.Load()
+func (s *Server) stopCluster(ctx context.Context) error {
+	n := s.cluster.Load()
 	if n == nil {
 		return nil
 	}
-	err := errors.Join(c.s.admit.StopSharing(ctx), n.Stop(ctx))
-	return errors.Join(err, c.s.clusterBackend.Close())
+	err := errors.Join(s.admit.StopSharing(ctx), n.Stop(ctx))
+	return errors.Join(err, s.clusterBackend.Close())
 }
 
 // clusterLeading is the job cleaner's gate: on a cluster only the leader

@@ -3,30 +3,16 @@ package server
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/cluster"
-	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
 )
 
 // Heard implements cluster.Learner: the provider reports this node's
 // dispatcher received.
-func (m clusterMember) Heard() []cluster.Learned {
-	rs := m.d.ClusterReports()
-	out := make([]cluster.Learned, len(rs))
-	for i, r := range rs {
-		out[i] = cluster.Learned{Account: r.Account, Dim: r.Dim, Heard: r.Heard}
-	}
-	return out
-}
+func (m clusterMember) Heard() []flow.ClusterReport { return m.d.ClusterReports() }
 
 // Adopt implements cluster.Learner: the cluster's latest reports, applied
 // to the dispatcher.
-func (m clusterMember) Adopt(ls []cluster.Learned) {
-	rs := make([]dispatch.ClusterReport, len(ls))
-	for i, l := range ls {
-		rs[i] = dispatch.ClusterReport{Account: l.Account, Dim: l.Dim, Heard: l.Heard}
-	}
-	m.d.AdoptClusterReports(rs)
-}
+func (m clusterMember) Adopt(ls []flow.ClusterReport) { m.d.AdoptClusterReports(ls) }
 
 // ClusterLearned is one dimension of one provider key's latest report as
 // the cluster shares it: the limit learned from the headers and the node
@@ -50,7 +36,7 @@ type ClusterLearned struct {
 	RemainingNode string     `json:"remaining_node,omitempty"`
 }
 
-func clusterLearned(ls []cluster.Learned) []ClusterLearned {
+func clusterLearned(ls []flow.ClusterReport) []ClusterLearned {
 	out := make([]ClusterLearned, 0, len(ls))
 	utc := func(t time.Time) *time.Time {
 		if t.IsZero() {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/flow"
 )
 
@@ -18,20 +17,20 @@ func TestClusterLearnedStatus(t *testing.T) {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.FixedZone("X", 3600))
 	tests := []struct {
 		name string
-		in   cluster.Learned
+		in   flow.ClusterReport
 		want string
 	}{
-		{"limit only", cluster.Learned{Account: "ab12", Dim: flow.Requests, LimitNode: "a",
+		{"limit only", flow.ClusterReport{Account: "ab12", Dim: flow.Requests, LimitNode: "a",
 			Heard: flow.Heard{Limit: 600, LimitAt: at, Remaining: -1}},
 			`{"key":"ab12","dimension":"requests","limit":600,"learned_at":"2026-03-01T11:00:00Z","limit_node":"a"}`},
-		{"remaining only", cluster.Learned{Account: "ab12", Dim: flow.OutputTokens, RemainingNode: "b",
+		{"remaining only", flow.ClusterReport{Account: "ab12", Dim: flow.OutputTokens, RemainingNode: "b",
 			Heard: flow.Heard{Remaining: 0, SentAt: at, At: at.Add(time.Second), Reset: at.Add(time.Minute)}},
 			`{"key":"ab12","dimension":"output_tokens","limit":0,"remaining":0,"observed_at":"2026-03-01T11:00:01Z","reset":"2026-03-01T11:01:00Z","remaining_node":"b"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := clusterLearned([]cluster.Learned{tt.in})
+			got := clusterLearned([]flow.ClusterReport{tt.in})
 			require.Len(t, got, 1)
 			b, err := json.Marshal(got[0])
 			require.NoError(t, err)

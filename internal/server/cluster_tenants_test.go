@@ -56,7 +56,7 @@ func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id strin
 		err = srv.startCluster(t.Context())
 		srv.mu.Unlock()
 		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, clusterLifecycle{srv}.Stop(context.Background())) })
+		t.Cleanup(func() { require.NoError(t, srv.stopCluster(context.Background())) })
 	}
 	if st != nil {
 		require.NoError(t, srv.admit.Start(t.Context(), st))

@@ -216,18 +216,18 @@ func TestFallbackForACriticalDeadline(t *testing.T) {
 	require.NoError(t, low.err)
 	require.Equal(t, "primary", low.resp.Upstream, "a low request waits on the primary")
 	for _, ch := range lows {
-		for {
+		var x fbResult
+		require.Eventually(t, func() bool {
 			select {
-			case x := <-ch:
-				require.NoError(t, x.err)
-				require.Equal(t, "primary", x.resp.Upstream)
+			case x = <-ch:
+				return true
 			default:
-				r.fc.Advance(time.Second)
-				time.Sleep(100 * time.Microsecond)
-				continue
+				r.fc.Advance(time.Second) // the bucket refills until the low request is sent
+				return false
 			}
-			break
-		}
+		}, 30*time.Second, 100*time.Microsecond, "the low request is served")
+		require.NoError(t, x.err)
+		require.Equal(t, "primary", x.resp.Upstream)
 	}
 }
 

@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -63,20 +65,20 @@ type HistoryResponse struct {
 }
 
 // historySampler samples the gateway every interval into a ring. It has
-// its own Start/Stop lifecycle; Stop is idempotent and safe before Start.
+// its own lifecycle (lifecycle.Base); Stop is idempotent and safe before
+// Start.
 type historySampler struct {
 	s        *Server
 	clock    clock.Clock
 	interval time.Duration
 	size     int
 
-	mu      sync.Mutex
-	rings   map[string][]HistorySample
-	prev    map[string][4]uint64
-	prevAt  time.Time
-	cancel  context.CancelFunc
-	done    chan struct{}
-	stopped bool
+	life lifecycle.Base // Start and Stop; runs the sampling loop
+
+	mu     sync.Mutex
+	rings  map[string][]HistorySample
+	prev   map[string][4]uint64
+	prevAt time.Time
 }
 
 func newHistorySampler(s *Server, clk clock.Clock, interval time.Duration, size int) *historySampler {
@@ -85,21 +87,19 @@ func newHistorySampler(s *Server, clk clock.Clock, interval time.Duration, size 
 }
 
 // Start samples once now, then every interval until Stop.
-func (h *historySampler) Start(context.Context) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.stopped || h.done != nil {
+func (h *historySampler) Start(ctx context.Context) error {
+	err := h.life.Start(ctx, func(run context.Context) error {
+		h.sample(h.clock.Now())
+		h.life.Go(func() { h.loop(run) })
 		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("starting the history sampler: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan struct{})
-	h.sampleLocked(h.clock.Now())
-	go h.loop(ctx, h.done)
 	return nil
 }
 
-func (h *historySampler) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (h *historySampler) loop(ctx context.Context) {
 	t := h.clock.NewTimer(h.interval)
 	defer t.Stop()
 	for {
@@ -113,22 +113,12 @@ func (h *historySampler) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// Stop ends the sampling and waits for the loop to exit.
+// Stop ends the sampling and waits for the loop to exit (or ctx).
 func (h *historySampler) Stop(ctx context.Context) error {
-	h.mu.Lock()
-	h.stopped = true
-	cancel, done := h.cancel, h.done
-	h.mu.Unlock()
-	if cancel == nil {
-		return nil
+	if err := h.life.Stop(ctx, nil); err != nil {
+		return fmt.Errorf("stopping the history sampler: %w", err)
 	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	return nil
 }
 
 func (h *historySampler) sample(now time.Time) {

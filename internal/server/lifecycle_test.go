@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -35,7 +36,7 @@ func TestGracefulShutdown(t *testing.T) {
 	srv, err = New(srv.Config(), withEngine("a", eng), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))
-	require.ErrorIs(t, srv.Start(t.Context()), ErrStarted)
+	require.ErrorIs(t, srv.Start(t.Context()), lifecycle.ErrStarted)
 	base := "http://" + srv.Addr()
 
 	type result struct {
@@ -73,7 +74,7 @@ func TestGracefulShutdown(t *testing.T) {
 	require.Equal(t, `{"done":true}`, r.body)
 	require.NoError(t, <-stopped)
 	require.NoError(t, srv.Stop(t.Context()), "Stop is idempotent")
-	require.ErrorIs(t, srv.Start(t.Context()), ErrStopped)
+	require.ErrorIs(t, srv.Start(t.Context()), lifecycle.ErrStopped)
 }
 
 func TestShutdownGraceCutsOffStragglers(t *testing.T) {

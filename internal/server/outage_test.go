@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -33,7 +34,7 @@ func realEngineServer(t *testing.T, base string, mutate func(*upcfg.Config)) (*t
 	srv, err := New(cfg, WithClock(fc), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	for _, name := range srv.order {
-		lc := srv.upstreams[name].engine.(lifecycle)
+		lc := srv.upstreams[name].engine.(lifecycle.Service)
 		require.NoError(t, lc.Start(context.Background()))
 		t.Cleanup(func() { require.NoError(t, lc.Stop(context.Background())) })
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -31,24 +32,10 @@ import (
 // request headers (slowloris protection): Config.ReadHeaderTimeout.
 const ReadHeaderTimeoutDefault = 30 * time.Second
 
-// Errors callers branch on.
-var (
-	// ErrStopped is returned by Start after Stop.
-	ErrStopped = errors.New("server stopped")
-	// ErrStarted is returned by a second Start.
-	ErrStarted = errors.New("server already started")
-)
-
 // engine is what the server needs from an upstream's dispatcher: the real
 // one is *dispatch.Dispatcher; tests use a fake.
 type engine interface {
 	Do(ctx context.Context, req *dispatch.Request) (*dispatch.Response, error)
-}
-
-// lifecycle is implemented by engines that run in the background.
-type lifecycle interface {
-	Start(ctx context.Context) error
-	Stop(ctx context.Context) error
 }
 
 // Option configures a Server beyond its Config.
@@ -135,12 +122,11 @@ type Server struct {
 	handler    http.Handler
 	noListen   bool
 
-	mu        sync.Mutex
-	started   bool
-	stopped   bool
-	ln        net.Listener
-	http      *http.Server
-	serveDone chan struct{}
+	life lifecycle.Base // Start and Stop; runs the listener's Serve
+
+	mu   sync.Mutex
+	ln   net.Listener
+	http *http.Server
 	// cancelRequests ends the context of every in-flight request; Stop
 	// calls it when the grace period runs out.
 	cancelRequests context.CancelCauseFunc
@@ -371,20 +357,22 @@ func (s *Server) routes() http.Handler {
 
 // Start starts the dispatchers and the job queue, then listens on
 // Config.Listen and serves in the background until Stop (unless
-// WithoutListener).
+// WithoutListener). A second Start answers lifecycle.ErrStarted, a Start
+// after Stop lifecycle.ErrStopped; a Start that fails stops what it had
+// started.
 func (s *Server) Start(ctx context.Context) error {
+	return s.life.Start(ctx, func(context.Context) error { return s.start(ctx) })
+}
+
+// start is Start's order: ctx (Start's) bounds the opening of stores and
+// the cluster's first sync; every component runs until Stop.
+func (s *Server) start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.stopped:
-		return ErrStopped
-	case s.started:
-		return ErrStarted
-	}
 	// Dispatchers first, so the first request finds them running.
-	var started []lifecycle
+	var started []stopStep
 	for _, name := range s.order {
-		lc, ok := s.upstreams[name].engine.(lifecycle)
+		lc, ok := s.upstreams[name].engine.(lifecycle.Service)
 		if !ok {
 			continue
 		}
@@ -392,33 +380,32 @@ func (s *Server) Start(ctx context.Context) error {
 			s.undoStart(ctx, started)
 			return fmt.Errorf("starting dispatcher for upstream %s: %w", name, err)
 		}
-		started = append(started, lc)
+		started = append(started, lc.Stop)
 	}
 	// The cluster's shares, before any work arrives (cluster.go).
 	if err := s.startCluster(ctx); err != nil {
 		s.undoStart(ctx, started)
 		return err
 	}
-	started = append(started, clusterLifecycle{s})
+	started = append(started, s.stopCluster)
 	// The history sampler reads the engines only.
 	if err := s.history.Start(ctx); err != nil {
 		s.undoStart(ctx, started)
-		return fmt.Errorf("starting the history sampler: %w", err)
+		return err
 	}
-	started = append(started, s.history)
+	started = append(started, s.history.Stop)
 	// Then the job queue, which hands work to the dispatchers.
 	if err := s.startJobs(ctx); err != nil {
 		s.undoStart(ctx, started)
 		return err
 	}
 	if s.noListen {
-		s.started = true
 		return nil
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
 	if err != nil {
-		s.undoStart(ctx, append([]lifecycle{jobsLifecycle{s}}, started...))
+		s.undoStart(ctx, append([]stopStep{s.stopJobs}, started...))
 		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
 	}
 	ln = newLimitListener(ln, s.cfg.MaxConnections) // limit_listener.go
@@ -433,14 +420,12 @@ func (s *Server) Start(ctx context.Context) error {
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	s.serveDone = make(chan struct{})
-	s.started = true
-	go func() {
-		defer close(s.serveDone)
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	srv := s.http
+	s.life.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("serving HTTP", "err", err)
 		}
-	}()
+	})
 	return nil
 }
 
@@ -471,16 +456,18 @@ func (s *Server) Addr() string {
 //     back), the retention cleaner, and close the store;
 //  5. then stop the dispatchers, once nothing can hand them work.
 func (s *Server) Stop(ctx context.Context) error {
+	err := s.life.Stop(ctx, s.stop)
+	s.cancelRequests(errShutdown) // also when never started
+	if err != nil {
+		return fmt.Errorf("stopping server: %w", err)
+	}
+	return nil
+}
+
+// stop is Stop's order, steps 1 to 5.
+func (s *Server) stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped {
-		return nil
-	}
-	s.stopped = true
-	if !s.started {
-		s.cancelRequests(errShutdown)
-		return nil
-	}
 	var errs []error
 	if s.http == nil { // WithoutListener: no connections to drain
 		if n := s.drainEngines(); n > 0 {
@@ -527,20 +514,18 @@ func (s *Server) Stop(ctx context.Context) error {
 			errs = append(errs, s.closeWhenIdle(ctx))
 		}
 		s.cancelRequests(errShutdown)
-		<-s.serveDone
+		// Serve returns once Shutdown or Close has: wait for it.
+		_ = s.life.Halt(context.WithoutCancel(ctx))
 	}
-	lcs := []lifecycle{jobsLifecycle{s}}
+	steps := []stopStep{s.stopJobs}
 	for _, name := range s.order {
-		if lc, ok := s.upstreams[name].engine.(lifecycle); ok {
-			lcs = append(lcs, lc)
+		if lc, ok := s.upstreams[name].engine.(lifecycle.Service); ok {
+			steps = append(steps, lc.Stop)
 		}
 	}
-	lcs = append(lcs, clusterLifecycle{s}, s.history)
-	errs = append(errs, stopAll(ctx, lcs))
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("stopping server: %w", err)
-	}
-	return nil
+	steps = append(steps, s.stopCluster, s.history.Stop)
+	errs = append(errs, stopAll(ctx, steps))
+	return errors.Join(errs...)
 }
 
 // closeWhenIdle waits up to cutWait for the connections to finish the
@@ -576,26 +561,23 @@ func (s *Server) drainEngines() int {
 	return n
 }
 
-// jobsLifecycle stops the job queue as part of stopAll; s.mu is held by
-// the caller.
-type jobsLifecycle struct{ s *Server }
-
-func (j jobsLifecycle) Start(context.Context) error    { return nil }
-func (j jobsLifecycle) Stop(ctx context.Context) error { return j.s.stopJobs(ctx) }
+// stopStep is one component's Stop in a shutdown order.
+type stopStep func(ctx context.Context) error
 
 // undoStart stops what a failed Start had started. Start returns the error
 // that made it fail; a failure to stop on the way out is logged so that it
 // is not lost.
-func (s *Server) undoStart(ctx context.Context, lcs []lifecycle) {
-	if err := stopAll(ctx, lcs); err != nil {
+func (s *Server) undoStart(ctx context.Context, steps []stopStep) {
+	if err := stopAll(ctx, steps); err != nil {
 		s.log.Warn("stopping components after a failed start", "err", err)
 	}
 }
 
-func stopAll(ctx context.Context, lcs []lifecycle) error {
+// stopAll runs steps in order and joins their errors.
+func stopAll(ctx context.Context, steps []stopStep) error {
 	var errs []error
-	for _, lc := range lcs {
-		if err := lc.Stop(ctx); err != nil {
+	for _, stop := range steps {
+		if err := stop(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

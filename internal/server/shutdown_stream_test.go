@@ -116,16 +116,17 @@ func TestShutdownEndsEveryStream(t *testing.T) {
 			require.NoError(t, srv.Stop(context.Background()))
 			return
 		}
-		for {
+		var err error
+		require.Eventually(t, func() bool {
 			select {
-			case err := <-stopErr:
-				require.NoError(t, err)
-				return
+			case err = <-stopErr:
+				return true
 			default:
-				fc.Advance(grace)
-				time.Sleep(time.Millisecond)
+				fc.Advance(grace) // the grace, and the wait for the cut answers, end
+				return false
 			}
-		}
+		}, 30*time.Second, time.Millisecond, "Stop returns once the grace is over")
+		require.NoError(t, err)
 	})
 	base := "http://" + srv.Addr()
 	ac := anthropic.NewClient(aoption.WithBaseURL(base+"/a"), aoption.WithAPIKey("sk-client"), aoption.WithMaxRetries(0))

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -486,7 +487,13 @@ func TestBudgetIsUsedUpOverTheMock(t *testing.T) {
 				mu.Lock()
 				pending++
 				mu.Unlock()
-				time.Sleep(5 * time.Millisecond) // the test's own short retry, not the 2 s hint
+				// Ask again once a hold may have gone (a request in flight
+				// settled, or none holds anything), not after the 2 s hint.
+				held := g.admit.Account("team", g.clock.Now()).Day
+				assert.Eventually(t, func() bool {
+					now := g.admit.Account("team", g.clock.Now()).Day
+					return now.Reserved == 0 || now.Reserved < held.Reserved || now.Spent > held.Spent
+				}, 10*time.Second, time.Millisecond, "a hold of a request in flight is released")
 			}
 			t.Error("never told the budget is exhausted")
 		})

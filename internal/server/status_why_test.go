@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -264,7 +265,7 @@ func TestHistorySamplerLifecycle(t *testing.T) {
 	}
 	require.NoError(t, h.Stop(t.Context()))
 	require.NoError(t, h.Stop(t.Context()), "idempotent")
-	require.NoError(t, h.Start(t.Context()), "no restart after Stop")
+	require.ErrorIs(t, h.Start(t.Context()), lifecycle.ErrStopped, "no restart after Stop")
 	fc.Advance(time.Minute)
 	require.Len(t, h.history().Upstreams["claude"], 4)
 	require.Equal(t, time.Unix(1003, 0).UTC(), h.history().Upstreams["claude"][3].Time)
