@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
@@ -71,8 +72,16 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 	// stream is handed over, which then outlives its reader (a client
 	// that leaves a stream: the engine reads on to the provider's usage,
 	// trackedBody.drainAbandoned). The body's end releases it.
-	callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
-	c := &callLink{cancel: cancelCall, unlink: context.AfterFunc(ctx, cancelCall)}
+	callCtx, cancelCall := context.WithCancelCause(context.WithoutCancel(ctx))
+	c := &callLink{caller: ctx, cancel: func() { cancelCall(nil) }}
+	c.unlink = context.AfterFunc(ctx, func() {
+		// Once detached, only Sluice's own cut (the gateway stopping)
+		// still ends the call: a client that leaves does not. The cause
+		// goes with it (the front door's stream body reads it).
+		if cause := context.Cause(ctx); !c.detached.Load() || errors.Is(cause, ErrStopped) {
+			cancelCall(cause)
+		}
+	})
 	defer c.release()
 	hreq, err := d.newUpstreamRequest(callCtx, w.req, g.key)
 	if err != nil {
@@ -376,17 +385,16 @@ func (d *Dispatcher) newUpstreamRequest(ctx context.Context, r *Request, k *pool
 // ends it unless a body took it over (handOver), which releases it when
 // it ends.
 type callLink struct {
+	caller   context.Context // the caller's own context
 	cancel   context.CancelFunc
 	unlink   func() bool
 	handed   bool
-	detached bool
+	detached atomic.Bool
 }
 
-// detach lets the call outlive its caller's context.
-func (c *callLink) detach() {
-	c.unlink()
-	c.detached = true
-}
+// detach lets the call outlive its caller's context, unless the caller's
+// context ends with ErrStopped as its cause (the gateway cutting it).
+func (c *callLink) detach() { c.detached.Store(true) }
 
 // handOver gives the call to a body: release leaves it be.
 func (c *callLink) handOver() { c.handed = true }

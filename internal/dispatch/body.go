@@ -23,6 +23,12 @@ import (
 // read (replayed first); so is the stream's observer (nil for JSON).
 func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver, c *callLink) *Response {
 	c.handOver()
+	if resp.Request != nil && c.caller != nil {
+		// Who reads the response judges its end by the caller's context
+		// (the front door's stream body: the caller left, or the gateway
+		// cut it), not by the call's, which the body's own end closes.
+		resp.Request = resp.Request.WithContext(c.caller)
+	}
 	b := &trackedBody{d: d, w: w, g: g, upstream: resp.Body, so: so, status: resp.StatusCode, done: make(chan struct{}), call: c}
 	if ahead != nil {
 		b.replay = ahead.Bytes()
@@ -31,11 +37,12 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 		b.buf = usageBufs.Get().(*bytes.Buffer)
 	}
 	resp.Body = b
-	if so != nil && !w.ticket {
-		d.trackLive(b)
-	}
 	if so != nil {
 		b.span = d.startStream(w, d.clk.Now())
+		if !w.ticket {
+			d.trackLive(b)
+		}
+		b.startPump()
 	}
 	return &Response{Response: resp, QueueWait: w.queueWait, Attempts: w.attempts,
 		Outcome: llm.Outcome{Kind: llm.Success, Status: resp.StatusCode}, Protocol: d.cfg.Protocol, body: b,
@@ -54,7 +61,10 @@ func putUsageBuf(b *bytes.Buffer) {
 	usageBufs.Put(b)
 }
 
-// trackedBody is a Response's Body.
+// trackedBody is a Response's Body. A JSON body is read in its reader's
+// goroutine; an event stream is read by its own goroutine (pump, in
+// stream_pump.go), which hands the bytes on through a pipe and reads on
+// past a reader that leaves (the usage the provider bills).
 type trackedBody struct {
 	d        *Dispatcher
 	w        *waiter
@@ -66,18 +76,23 @@ type trackedBody struct {
 	replay   []byte
 	span     trace.Span // the stream's span (nil: not traced)
 
+	// A stream's pipe from its pump to its reader; nil for JSON.
+	pr       *io.PipeReader
+	pw       *io.PipeWriter
+	pumpDone chan struct{} // closed when the pump has finished
+
 	mu        sync.Mutex
 	finished  bool
 	ended     End           // set by finish
 	cutErr    error         // set by cut: what Read returns once the upstream is closed
 	abandoned bool          // closed by its reader before its end: being drained
-	reading   bool          // a Read is blocked on the upstream (it starts the drain then)
+	closed    bool          // Close ran
 	call      *callLink     // the upstream call's context, ended by finish
 	done      chan struct{} // closed by finish
 }
 
 // cut ends a live stream from Sluice's side (Dispatcher.Stop): the upstream
-// is closed, so a blocked Read returns, and Read reports err.
+// is closed, so the pump's Read returns, and the reader gets err.
 func (b *trackedBody) cut(err error) {
 	b.mu.Lock()
 	if b.finished {
@@ -86,6 +101,9 @@ func (b *trackedBody) cut(err error) {
 	}
 	b.cutErr = err
 	b.mu.Unlock()
+	if b.pr != nil {
+		_ = b.pr.CloseWithError(err)
+	}
 	_ = b.upstream.Close()
 }
 
@@ -97,6 +115,9 @@ func (b *trackedBody) end() (End, bool) {
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
+	if b.pr != nil {
+		return b.readStream(p)
+	}
 	b.mu.Lock()
 	if b.finished {
 		err := cmp.Or(b.cutErr, io.EOF)
@@ -109,39 +130,18 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, err
 	}
-	if b.abandoned {
-		b.mu.Unlock()
-		return 0, errAbandoned
-	}
-	if len(b.replay) > 0 {
-		n := copy(p, b.replay)
-		b.replay = b.replay[n:]
-		b.mu.Unlock()
-		return n, nil
-	}
-	b.reading = true
 	b.mu.Unlock()
 	// Not under b.mu: a Close from another goroutine must be able to abort
 	// a Read blocked on the upstream.
 	n, err := b.upstream.Read(p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.reading = false
-	if b.abandoned && err == nil && !b.finished {
-		// Closed while this Read waited: the drain reads on from here.
-		defer func() { go b.drainAbandoned() }()
-	}
-	if n > 0 && !b.finished {
-		switch {
-		case b.so != nil:
-			_, _ = b.so.Write(p[:n])
-		case b.buf != nil:
-			if b.buf.Len()+n > UsageBufferDefault {
-				putUsageBuf(b.buf)
-				b.buf = nil
-			} else {
-				b.buf.Write(p[:n])
-			}
+	if n > 0 && !b.finished && b.buf != nil {
+		if b.buf.Len()+n > UsageBufferDefault {
+			putUsageBuf(b.buf)
+			b.buf = nil
+		} else {
+			b.buf.Write(p[:n])
 		}
 	}
 	if b.cutErr != nil {
@@ -153,76 +153,20 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the upstream body and finishes the request if it was not
-// read to the end. A stream closed before its end (its client left) is
-// read on in the background instead, for up to the upstream's
-// abandoned_stream_drain, to learn the usage the provider bills
-// (drainAbandoned); Response.Ended says when it is settled.
+// Close ends the body for its reader. A JSON body not read to its end is
+// finished at once. A stream closed before its end (its client left) is
+// read on by its pump for up to the upstream's abandoned_stream_drain, to
+// learn the usage the provider bills; Response.Ended says when it is
+// settled. With the drain off (or cut by Stop) it is cut at once.
 func (b *trackedBody) Close() error {
-	b.mu.Lock()
-	if b.abandoned && !b.finished {
-		b.mu.Unlock()
-		return nil // being drained: it finishes on its own
+	if b.pr != nil {
+		return b.closeStream()
 	}
-	if !b.finished && b.so != nil && b.cutErr == nil && b.d.cfg.AbandonedStreamDrain > 0 {
-		b.abandoned = true
-		if !b.reading { // else the Read blocked on the upstream starts it
-			go b.drainAbandoned()
-		}
-		b.mu.Unlock()
-		return nil
-	}
-	b.mu.Unlock()
 	err := b.upstream.Close()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.so != nil && !b.finished && b.cutErr == nil {
-		b.abandoned = true // cut at once (abandoned_stream_drain < 0)
-	}
 	b.finish(false, nil)
 	return err
-}
-
-// errAbandoned is what a Read returns once its reader closed the stream.
-var errAbandoned = errors.New("stream closed by its reader")
-
-// AbandonedDrainBytes bounds what the engine reads of a stream its client
-// left (with the upstream's abandoned_stream_drain).
-const AbandonedDrainBytes = 8 << 20
-
-// drainAbandoned reads an abandoned stream on to its end, or to its time
-// or byte bound, feeding the stream's observer, then finishes it: with
-// the provider's usage when the stream got to it, else cut and charged
-// its worst case (finish). Dispatcher.Stop cuts it like any live stream.
-func (b *trackedBody) drainAbandoned() {
-	t := b.d.clk.NewTimer(b.d.cfg.AbandonedStreamDrain)
-	defer t.Stop()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		select {
-		case <-t.C():
-			_ = b.upstream.Close() // unblocks the Read below
-		case <-stop:
-		}
-	}()
-	buf := make([]byte, 32<<10)
-	read := 0
-	var err error
-	for err == nil && read <= AbandonedDrainBytes {
-		var n int
-		n, err = b.upstream.Read(buf)
-		read += n
-		b.mu.Lock()
-		if n > 0 && !b.finished {
-			_, _ = b.so.Write(buf[:n])
-		}
-		b.mu.Unlock()
-	}
-	_ = b.upstream.Close()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.finish(errors.Is(err, io.EOF) && b.so.Done(), nil)
 }
 
 // finish runs once, with b.mu held: it reconciles the estimate with the

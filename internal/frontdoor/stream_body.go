@@ -54,10 +54,21 @@ type streamBody struct {
 	endErr  error  // returned once out is empty: io.EOF or the caller's error
 	cut     string // the error event's message, when Sluice added one
 	scratch []byte
+	unwatch func() bool // stops the caller's context from closing body
 }
 
 func newStreamBody(ctx context.Context, p llm.Protocol, body io.ReadCloser, end func() (dispatch.End, bool)) *streamBody {
-	return &streamBody{ctx: ctx, p: p, body: body, end: end}
+	s := &streamBody{ctx: ctx, p: p, body: body, end: end}
+	// A caller that goes away closes the stream (a Read waiting returns;
+	// the engine reads on to the usage the provider bills). A cut by the
+	// gateway reaches the engine's call itself and ends with an error
+	// event.
+	s.unwatch = context.AfterFunc(ctx, func() {
+		if !errors.Is(context.Cause(ctx), dispatch.ErrStopped) {
+			_ = body.Close()
+		}
+	})
+	return s
 }
 
 // Read implements io.Reader.
@@ -139,7 +150,10 @@ func (s *streamBody) finish(err error) {
 
 // Close closes the inner body. A Read after Close still ends with the
 // stream's terminal event.
-func (s *streamBody) Close() error { return s.body.Close() }
+func (s *streamBody) Close() error {
+	s.unwatch()
+	return s.body.Close()
+}
 
 // lastEventEnd returns the index just past the last blank line in b (an
 // SSE event's end: "\n\n", "\r\n\r\n" or "\r\r"), or 0.
