@@ -102,6 +102,7 @@ func TestUrgentBurstFindsRoomAfterALongBatch(t *testing.T) {
 	waits := func(rs []result) (worst time.Duration) {
 		for _, r := range rs {
 			require.NoError(t, r.err)
+			require.Equal(t, 200, r.resp.StatusCode)
 			worst = max(worst, r.resp.QueueWait)
 		}
 		return worst

@@ -325,6 +325,9 @@ func (d *Dispatcher) admit() time.Duration {
 			}
 			return max(readyAt.Sub(now), time.Nanosecond)
 		}
+		if out, probeAt := d.keysOut(); out && probeAt.After(now) && d.failKeysOut(probeAt) > 0 {
+			continue // every key rejected: the live requests are answered now
+		}
 		if d.inflight >= d.aimd.Limit() {
 			return 0 // a completion wakes us
 		}
@@ -386,17 +389,32 @@ func untilRelease(next, now time.Time) time.Duration {
 // failUnreachable answers at once, with ErrUnavailable, every queued
 // request whose deadline ends before the open breaker's next probe at
 // readyAt: waiting could only end in the same answer later. It scans once
-// per breaker opening and returns how many it removed. d.mu must be held.
+// per readyAt and returns how many it removed. d.mu must be held.
 func (d *Dispatcher) failUnreachable(readyAt time.Time) int {
-	if readyAt.Equal(d.unreachableScan) {
+	return d.failQueued(readyAt, func(w *waiter) bool { return w.deadline.Before(readyAt) })
+}
+
+// failKeysOut is failUnreachable while the provider rejects every key of
+// the pool, until the next key probe at probeAt: every live request is
+// answered now (a rejected key seldom comes back by itself; an operator
+// replaces it), a ticket (a job) waits for the probe unless its deadline
+// ends first. A live request arriving when a probe is due is the probe.
+func (d *Dispatcher) failKeysOut(probeAt time.Time) int {
+	return d.failQueued(probeAt, func(w *waiter) bool { return !w.ticket || w.deadline.Before(probeAt) })
+}
+
+// failQueued removes the queued requests gone says cannot wait for at and
+// answers them with ErrUnavailable, once per at. d.mu must be held.
+func (d *Dispatcher) failQueued(at time.Time, gone func(*waiter) bool) int {
+	if at.Equal(d.unreachableScan) {
 		return 0
 	}
-	d.unreachableScan = readyAt
-	gone := d.sched.RemoveIf(func(it *flow.Item) bool { return it.Value.(*waiter).deadline.Before(readyAt) })
-	for _, it := range gone {
+	d.unreachableScan = at
+	removed := d.sched.RemoveIf(func(it *flow.Item) bool { return gone(it.Value.(*waiter)) })
+	for _, it := range removed {
 		it.Value.(*waiter).grant <- grant{err: ErrUnavailable}
 	}
-	return len(gone)
+	return len(removed)
 }
 
 // waiter is one request's journey through the dispatcher.
@@ -596,6 +614,11 @@ func (d *Dispatcher) do(ctx context.Context, w *waiter) (*Response, error) {
 		d.mu.Unlock()
 		return nil, d.giveUp(w, ErrUnavailable, "")
 	}
+	if out, probeAt := d.keysOut(); out && (probeAt.IsZero() || probeAt.After(now)) {
+		// Every key rejected and no probe due: the same (failKeysOut).
+		d.mu.Unlock()
+		return nil, d.giveUp(w, ErrUnavailable, "")
+	}
 	predicted := d.predictWait(d.sched.DemandAhead(class, req.Client).Add(w.cost), now)
 	if now.Add(predicted).After(w.deadline) {
 		d.mu.Unlock()
@@ -661,7 +684,10 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 		reason = context.Cause(ctx)
 	case <-t.C():
 		reason = ErrDeadline
-		if st, _ := d.brk.State(d.clk.Now()); st != flow.Closed {
+		d.mu.Lock()
+		out, _ := d.keysOut()
+		d.mu.Unlock()
+		if st, _ := d.brk.State(d.clk.Now()); st != flow.Closed || out {
 			reason = ErrUnavailable // it was the outage that held it
 		}
 	}

@@ -222,14 +222,12 @@ func TestOpenAIUsesBearerKey(t *testing.T) {
 
 func TestTerminalAnswersPassThrough(t *testing.T) {
 	t.Parallel()
-	spendCap := `{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your API usage limits","details":{"error_code":"enforced_spend_limit_reached"}}}`
 	tests := []struct {
 		name   string
 		rep    reply
 		status int
 	}{
 		{"bad request", reply{status: 400, body: `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: Field required"}}`}, 400},
-		{"spend cap 429", reply{status: 429, body: spendCap}, 429},
 		{"should-retry false on 529", reply{status: 529, header: map[string]string{"x-should-retry": "false"}, body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`}, 529},
 	}
 	for _, tt := range tests {

@@ -68,8 +68,8 @@ func OutageStatus(p llm.Protocol) int {
 
 // describeOutage fills e for an outage: the overloaded status, a message
 // naming the cause (the breaker's state and since when, the next probe, the
-// last upstream failure) and a retry-after that points at the breaker's
-// next probe while it is open. e.Message, when set, says what the request
+// last upstream failure; or the provider's rejection of every key and the
+// next key probe) and a retry-after that points at that next probe. e.Message, when set, says what the request
 // itself went through and is kept.
 func (d *Dispatcher) describeOutage(e *Error, now time.Time, burnt int) {
 	e.Status = OutageStatus(d.cfg.Protocol)
@@ -95,6 +95,27 @@ func (d *Dispatcher) describeOutage(e *Error, now time.Time, burnt int) {
 		e.RetryAfter = time.Second
 	case flow.Closed:
 		e.RetryAfter = clientRetryAfter(d.backoff.Ceiling(burnt))
+		d.mu.Lock()
+		out, probeAt := d.keysOut()
+		cause, outSince := d.keysOutCause()
+		d.mu.Unlock()
+		if !out {
+			break
+		}
+		e.OutageSince = outSince
+		fmt.Fprintf(&b, ": the provider rejected every key of its pool (last: %s) since %s",
+			cause, outSince.UTC().Format(time.RFC3339))
+		if probeAt.IsZero() {
+			b.WriteString(", a key is being probed")
+			e.RetryAfter = time.Second
+		} else {
+			fmt.Fprintf(&b, ", next key probe in %v", max(probeAt.Sub(now), 0).Round(time.Millisecond))
+			e.RetryAfter = max(probeAt.Sub(now), time.Second)
+		}
+		if e.Message == "" {
+			e.Message = b.String()
+			return
+		}
 	}
 	if e.Message != "" {
 		b.WriteString("; " + e.Message)

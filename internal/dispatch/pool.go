@@ -19,7 +19,7 @@ import (
 // poolKey is one provider key of the upstream's pool: its own quota
 // buckets (one flow.Limiter), its 429 pause (the Limiter's), its slots
 // and its place in or out of the pool. An upstream with api_key alone is a
-// pool of one, which is never taken out.
+// pool of one.
 type poolKey struct {
 	// cred is the key's secret and fingerprint, swapped whole by
 	// RotateKeys (read without d.mu on every attempt).
@@ -464,10 +464,12 @@ func (d *Dispatcher) predictWait(demand flow.Amount, now time.Time) time.Duratio
 func keyRevoked(o llm.Outcome) bool { return provider.KeyRevoked(o) }
 
 // noteAnswer records what an answer says about its key: a revoked key is
-// taken out of the pool (unless it is the last one in: its answer then
-// goes to the client), any other answer brings a probed key back in. It
-// returns true when the request should be placed on another key without
-// burning an attempt. A transport error (answered false) says nothing.
+// taken out of the pool, the last one in included (the upstream is then
+// unavailable until a probe brings one back, keysOut), and only its own
+// probe's answer brings a key back in. It returns true when the request
+// should go back in line for another key (or the next probe) without
+// burning an attempt: a key's rejection is the upstream's problem, never
+// the client's. A transport error (answered false) says nothing.
 func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered, keyProbe bool, now time.Time) bool {
 	if k == nil {
 		return false
@@ -508,10 +510,7 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered, keyProbe bo
 		if keyProbe {
 			k.probeAt = now.Add(d.cfg.KeyProbeInterval)
 		}
-		return d.othersIn(k)
-	}
-	if !d.othersIn(k) {
-		return false // the last key in: its answer is the pool's answer
+		return true
 	}
 	k.out, k.outSince, k.probeAt = true, now, now.Add(d.cfg.KeyProbeInterval)
 	k.outReason = describe(o)
@@ -520,14 +519,34 @@ func (d *Dispatcher) noteAnswer(k *poolKey, o llm.Outcome, answered, keyProbe bo
 	return true
 }
 
-// othersIn reports whether a key other than k is in the pool. d.mu held.
-func (d *Dispatcher) othersIn(k *poolKey) bool {
-	for _, o := range d.keys {
-		if o != k && !o.out {
-			return true
+// keysOut reports whether every key of the pool is out (the upstream is
+// unavailable until one returns) and when the earliest due may be probed
+// (zero while a probe is in flight: its answer decides). d.mu held.
+func (d *Dispatcher) keysOut() (bool, time.Time) {
+	var next time.Time
+	for _, k := range d.keys {
+		if !k.out {
+			return false, time.Time{}
+		}
+		if k.probing {
+			return true, time.Time{}
+		}
+		if next.IsZero() || k.probeAt.Before(next) {
+			next = k.probeAt
 		}
 	}
-	return false
+	return true, next
+}
+
+// keysOutCause names why every key is out, for an outage's message: the
+// latest rejection and since when the pool has been empty. d.mu held.
+func (d *Dispatcher) keysOutCause() (reason string, since time.Time) {
+	for _, k := range d.keys {
+		if k.outSince.After(since) {
+			reason, since = k.outReason, k.outSince
+		}
+	}
+	return reason, since
 }
 
 func (d *Dispatcher) kickLocked() {

@@ -46,6 +46,9 @@ func newPoolRig(t testing.TB, mc mock.Config, uc upcfg.Config) *poolRig {
 	m, err := mock.New(mc)
 	require.NoError(t, err)
 	uc.Name, uc.Protocol, uc.BaseURL = "pool", llm.Anthropic, "http://mock.invalid"
+	if uc.APIKey == "" && len(uc.APIKeys) == 0 {
+		uc.APIKey = "sk-pool"
+	}
 	if uc.JitterAllowance == 0 {
 		uc.JitterAllowance = -1
 	}

@@ -250,8 +250,15 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	if x.keyOut {
 		// The key was taken out of the pool: nothing the job did, so it is
 		// handed back as not sent (no attempt burnt) for another key.
+		msg, wait := "the pool's key was taken out ("+describe(out)+"); placed on another key", time.Duration(0)
+		d.mu.Lock()
+		if all, probeAt := d.keysOut(); all {
+			msg = "the provider rejected every key of the pool (" + describe(out) + "); held for the next key probe"
+			wait = max(probeAt.Sub(d.clk.Now()), 0)
+		}
+		d.mu.Unlock()
 		return nil, &Error{Reason: ErrNotAdmitted, Status: statusForNotSent(ErrNotAdmitted), Type: errorTypeFor(d.cfg.Protocol, 429),
-			Message: "the pool's key was taken out (" + describe(out) + "); placed on another key", Attempts: 1, QueueWait: w.queueWait}
+			Message: msg, RetryAfter: wait, Attempts: 1, QueueWait: w.queueWait}
 	}
 	w.last = &out
 	if x.errResp != nil && DecideFate(FateParams{Sent: true, Outcome: out}).Kind == Terminal {
@@ -271,9 +278,15 @@ func statusForNotSent(reason error) int {
 }
 
 // Unavailable reports whether the upstream is in an outage now: its
-// breaker is open, or half-open with every probe out. A durable caller
-// with somewhere else to go (a job's fallback) asks before Acquire.
+// breaker is open, or half-open with every probe out, or the provider
+// rejected every key of its pool (keysOut). A caller with somewhere else
+// to go (a fallback) asks before Do or Acquire.
 func (d *Dispatcher) Unavailable() bool {
-	ok, _ := d.brk.Ready(d.clk.Now())
-	return !ok
+	if ok, _ := d.brk.Ready(d.clk.Now()); !ok {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out, _ := d.keysOut()
+	return out
 }
