@@ -73,7 +73,7 @@ func TestOracle(t *testing.T) {
 			reqs: []OracleRequest{req(0, llm.Critical, 30, 1, 1), req(0, llm.Low, 50, 1, 1)},
 			want: []time.Duration{0, 3 * s}},
 		{name: "reserve: max_tokens held until the reply ends, then the unused part refunded",
-			cfg: OracleConfig{Limits: mock.Limits{OTPM: 600}, BurstSeconds: 15, TTFT: s}, // depth 150
+			cfg:  OracleConfig{Limits: mock.Limits{OTPM: 600}, BurstSeconds: 15, TTFT: s}, // depth 150
 			reqs: []OracleRequest{req(0, llm.High, 1, 10, 100), req(0, llm.High, 1, 10, 100)},
 			// At 1 s the first reply ends: 40 + 10 of refill + 90 refunded.
 			want: []time.Duration{0, s}},
