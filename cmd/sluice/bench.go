@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -141,6 +142,9 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	missed := 0
 	for _, s := range scenarios {
 		r, err := s.Run(ctx, opts)
+		if _, ok := errors.AsType[*scenario.OptionsError](err); ok {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
 		if err != nil {
 			return err
 		}

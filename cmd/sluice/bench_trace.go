@@ -9,10 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/scenario"
-	"github.com/sluicehq/sluice/internal/upstream"
 )
 
 // traceFlags are the flags of `sluice bench trace`. Only the flags given
@@ -41,7 +39,7 @@ func addTraceFlags(fs *flag.FlagSet) *traceFlags {
 	tf.batch = fs.String("batch", strconv.Itoa(scenario.ReplayBatchDefault), "trace: N[:class] requests sent at the start (class default low; 0 for none)")
 	tf.batchMean = fs.Int("batch-mean", scenario.ReplayBatchInputMeanDefault, "trace: the batch's mean input tokens (heavy-tailed around it)")
 	tf.limits = fs.String("limits", "", "trace: the mock's limits on one key, rpm,itpm,otpm (k and M suffixes allowed; default 4000,2M,400k, Anthropic Tier 4 Sonnet)")
-	tf.profile = fs.String("profile", string(upstream.ProfileDefault), "trace: the gateway's profile, balanced, latency or throughput")
+	tf.profile = fs.String("profile", "balanced", "trace: the gateway's profile, balanced, latency or throughput")
 	tf.timeout = fs.Duration("timeout", scenario.ReplayTimeoutDefault, "trace: how long an interactive client waits")
 	tf.batchTO = fs.Duration("batch-timeout", scenario.ReplayBatchTimeoutDefault, "trace: how long a batch client waits")
 	tf.ttft = fs.Duration("ttft", scenario.ReplayTTFTDefault, "trace: the mock's time to first token")
@@ -137,58 +135,33 @@ func (tf *traceFlags) options(fs *flag.FlagSet, preset string) (scenario.ReplayO
 		}
 		ro.Limits = l
 	}
-	p, err := upstream.ParseProfile(*tf.profile)
-	if err != nil {
-		return ro, fmt.Errorf("%w: --profile: %w", errUsage, err)
-	}
-	ro.Profile = p
+	ro.Profile = *tf.profile // checked with the other options when the scenario starts
 	return ro, nil
 }
 
-// parseTraceSpec reads NAME_OR_FILE[:class[:token-scale]]; the class may
-// be left empty (NAME::0.3) to keep the default.
+// parseTraceSpec reads --trace (scenario.ParseTraceSpec) and checks that
+// it names a built-in trace or an existing file.
 func parseTraceSpec(s string) (scenario.TraceSpec, error) {
-	bad := func(why string) (scenario.TraceSpec, error) {
-		return scenario.TraceSpec{}, fmt.Errorf("%w: --trace %q: %s", errUsage, s, why)
+	spec, err := scenario.ParseTraceSpec(s)
+	if err != nil {
+		return spec, fmt.Errorf("%w: --trace %q: %w", errUsage, s, err)
 	}
-	parts := strings.Split(s, ":")
-	isClass := func(v string) bool { _, err := llm.ParsePriority(v); return err == nil }
-	spec := scenario.TraceSpec{Source: s}
-	n := len(parts)
-	switch {
-	case n >= 3 && (parts[n-2] == "" || isClass(parts[n-2])) && parts[n-1] != "" && !isClass(parts[n-1]):
-		f, err := strconv.ParseFloat(parts[n-1], 64)
-		if err != nil || !(f > 0 && f <= 1000) {
-			return bad("the token scale must be a number in (0, 1000]")
+	for _, b := range scenario.BuiltinTraces() {
+		if b.Name == spec.Source {
+			return spec, nil
 		}
-		spec = scenario.TraceSpec{Source: strings.Join(parts[:n-2], ":"), Class: parts[n-2], TokenScale: f}
-	case n >= 2 && isClass(parts[n-1]):
-		spec = scenario.TraceSpec{Source: strings.Join(parts[:n-1], ":"), Class: parts[n-1]}
-	case n >= 2 && parts[n-1] != "" && strings.IndexFunc(parts[n-1], func(r rune) bool { return r == '/' || r == '.' }) < 0:
-		return bad("want NAME_OR_FILE[:class[:token-scale]] with class critical, high, normal or low")
 	}
-	if spec.Source == "" {
-		return bad("name a built-in trace or a file")
-	}
-	if !strings.Contains(builtinTraceNames()+", ", spec.Source+", ") {
-		if _, err := os.Stat(spec.Source); err != nil {
-			return bad("no such built-in trace (" + builtinTraceNames() + ") or file")
-		}
+	if _, err := os.Stat(spec.Source); err != nil {
+		return spec, fmt.Errorf("%w: --trace %q: no such built-in trace (%s) or file", errUsage, s, builtinTraceNames())
 	}
 	return spec, nil
 }
 
-// parseBatch reads --batch N[:class].
+// parseBatch reads --batch N[:class]; 0 sends no batch.
 func parseBatch(s string) (int, string, error) {
-	num, class, hasClass := strings.Cut(s, ":")
-	n, err := strconv.Atoi(strings.TrimSpace(num))
-	if err != nil || n < 0 || n > 1_000_000 {
-		return 0, "", fmt.Errorf("%w: --batch wants N[:class] with N in [0, 1000000], got %q", errUsage, s)
-	}
-	if hasClass {
-		if _, err := llm.ParsePriority(class); err != nil {
-			return 0, "", fmt.Errorf("%w: --batch %q: %w", errUsage, s, err)
-		}
+	n, class, err := scenario.ParseBatchSpec(s)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: --batch %q: %w", errUsage, s, err)
 	}
 	if n == 0 {
 		return scenario.ReplayNoBatch, "", nil

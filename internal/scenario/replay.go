@@ -8,6 +8,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/llm"
@@ -94,6 +96,51 @@ type TraceSpec struct {
 	TokenScale float64
 }
 
+// ParseTraceSpec reads a service as `sluice bench trace --trace` takes
+// it: SOURCE[:CLASS[:TOKEN_SCALE]], where CLASS may be left empty
+// (SOURCE::0.25) and SOURCE may itself hold colons. A last part that is
+// neither a class nor a scale belongs to SOURCE only if it looks like a
+// path (holds '/' or '.'). Whether SOURCE exists is not checked.
+func ParseTraceSpec(s string) (TraceSpec, error) {
+	parts := strings.Split(s, ":")
+	isClass := func(v string) bool { _, err := llm.ParsePriority(v); return err == nil }
+	isNumber := func(v string) bool { _, err := strconv.ParseFloat(v, 64); return err == nil }
+	spec := TraceSpec{Source: s}
+	n := len(parts)
+	switch {
+	case n >= 3 && (parts[n-2] == "" || isClass(parts[n-2])) && isNumber(parts[n-1]):
+		f, _ := strconv.ParseFloat(parts[n-1], 64)
+		if !(f > 0 && f <= 1000) {
+			return TraceSpec{}, errors.New("the token scale must be a number in (0, 1000]")
+		}
+		spec = TraceSpec{Source: strings.Join(parts[:n-2], ":"), Class: parts[n-2], TokenScale: f}
+	case n >= 2 && isClass(parts[n-1]):
+		spec = TraceSpec{Source: strings.Join(parts[:n-1], ":"), Class: parts[n-1]}
+	case n >= 2 && !strings.ContainsAny(parts[n-1], "/."):
+		return TraceSpec{}, errors.New("want NAME_OR_FILE[:class[:token-scale]] with class critical, high, normal or low")
+	}
+	if spec.Source == "" {
+		return TraceSpec{}, errors.New("name a built-in trace or a file")
+	}
+	return spec, nil
+}
+
+// ParseBatchSpec reads a batch as `sluice bench trace --batch` takes it:
+// N[:CLASS], N in [0, 1000000]; the class is "" when not given.
+func ParseBatchSpec(s string) (int, string, error) {
+	num, class, hasClass := strings.Cut(s, ":")
+	n, err := strconv.Atoi(strings.TrimSpace(num))
+	if err != nil || n < 0 || n > 1_000_000 {
+		return 0, "", errors.New("want N[:class] with N in [0, 1000000]")
+	}
+	if hasClass {
+		if _, err := llm.ParsePriority(class); err != nil {
+			return 0, "", err
+		}
+	}
+	return n, class, nil
+}
+
 // ReplayOptions configure the trace scenario.
 type ReplayOptions struct {
 	// Traces are the interactive services, each replayed at its recorded
@@ -123,8 +170,9 @@ type ReplayOptions struct {
 	// Limits are the mock's per-minute limits, on one key. Defaults to
 	// ReplayLimitsDefault.
 	Limits mock.Limits
-	// Profile is the gateway upstream's profile. Defaults to balanced.
-	Profile upstream.Profile
+	// Profile is the gateway upstream's profile: balanced, latency or
+	// throughput. Defaults to balanced (upstream.ProfileDefault).
+	Profile string
 	// Timeout and BatchTimeout are how long an interactive and a batch
 	// client wait for an answer. Default to ReplayTimeoutDefault and
 	// ReplayBatchTimeoutDefault.
@@ -153,7 +201,7 @@ func (r ReplayOptions) WithDefaults() ReplayOptions {
 	if r.Limits == (mock.Limits{}) {
 		r.Limits = ReplayLimitsDefault
 	}
-	r.Profile = cmp.Or(r.Profile, upstream.ProfileDefault)
+	r.Profile = cmp.Or(r.Profile, string(upstream.ProfileDefault))
 	r.Timeout = cmp.Or(r.Timeout, ReplayTimeoutDefault)
 	r.BatchTimeout = cmp.Or(r.BatchTimeout, ReplayBatchTimeoutDefault)
 	r.TTFT = cmp.Or(r.TTFT, ReplayTTFTDefault)
@@ -200,7 +248,7 @@ func (r ReplayOptions) validate() error {
 		errs = append(errs, fmt.Errorf("Limits must be >= 0 (RPM, ITPM, OTPM; no TPM), got %+v", r.Limits))
 	}
 	if r.Profile != "" {
-		if _, err := upstream.ParseProfile(string(r.Profile)); err != nil {
+		if _, err := upstream.ParseProfile(r.Profile); err != nil {
 			errs = append(errs, fmt.Errorf("Profile: %w", err))
 		}
 	}
@@ -414,7 +462,7 @@ func runTrace(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	o.progress("trace: unloaded: %d interactive requests over %v through the gateway, unlimited key", len(interactive), p.window)
-	base, err := runSide(ctx, o, sideConfig{name: "unloaded", mock: unlimited, gateway: &gatewaySetup{profile: p.ro.Profile},
+	base, err := runSide(ctx, o, sideConfig{name: "unloaded", mock: unlimited, gateway: &gatewaySetup{profile: upstream.Profile(p.ro.Profile)},
 		run: drive(interactive)})
 	if err != nil {
 		return nil, fmt.Errorf("unloaded run: %w", err)
@@ -431,7 +479,7 @@ func runTrace(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("naive run: %w", err)
 	}
 	o.progress("trace: sluice: %d requests through the gateway (profile %s)", len(p.items), p.ro.Profile)
-	gw := &gatewaySetup{profile: p.ro.Profile, limits: upstream.Limits{RequestsPerMinute: p.limits.RPM,
+	gw := &gatewaySetup{profile: upstream.Profile(p.ro.Profile), limits: upstream.Limits{RequestsPerMinute: p.limits.RPM,
 		InputTokensPerMinute: p.limits.ITPM, OutputTokensPerMinute: p.limits.OTPM}}
 	sl, err := runSide(ctx, o, sideConfig{name: "sluice", mock: mcfg, gateway: gw, run: drive(p.items)})
 	if err != nil {

@@ -178,7 +178,7 @@ type Scenario struct {
 func (s Scenario) Run(ctx context.Context, o Options) (*Result, error) {
 	o = o.WithDefaults()
 	if err := o.validate(); err != nil {
-		return nil, fmt.Errorf("bench options: %w", err)
+		return nil, &OptionsError{Err: err}
 	}
 	start := o.Clock.Now()
 	r, err := s.run(ctx, o)
@@ -189,6 +189,14 @@ func (s Scenario) Run(ctx context.Context, o Options) (*Result, error) {
 	r.Elapsed = o.Clock.Now().Sub(start)
 	return r, nil
 }
+
+// OptionsError is returned by Scenario.Run for options it refuses, before
+// anything runs.
+type OptionsError struct{ Err error }
+
+func (e *OptionsError) Error() string { return "bench options: " + e.Err.Error() }
+
+func (e *OptionsError) Unwrap() error { return e.Err }
 
 // ErrUnknownScenario is returned by Lookup for a name it does not know.
 var ErrUnknownScenario = errors.New("unknown scenario")
