@@ -193,8 +193,13 @@ func (p *replayPlan) report(runs []replayRun) *Result {
 			"latency = wait + TTFT + per-token × (output - 1), as the mock replies",
 		"input quota used: input tokens admitted / (the bucket's depth + ITPM/60 × the time to the last answer), the most the provider could have admitted",
 		"batch drain: from the batch's first send to its last answer (served or not); requests sent upstream counts every answer the mock gave, 429s included")
-	if f := firstFailure(runs[2].outs); f != "" {
-		r.Notes = append(r.Notes, "first sluice failure: "+f)
+	for _, run := range runs {
+		if run.key != "sluice" {
+			continue
+		}
+		if f := firstFailure(run.outs); f != "" {
+			r.Notes = append(r.Notes, "first sluice failure: "+f)
+		}
 	}
 	return r
 }
