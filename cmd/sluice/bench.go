@@ -28,7 +28,7 @@ func init() {
 		name:    "bench",
 		summary: "measure the gateway against a naive client on an in-process mock: " + strings.Join(names, ", ") + ", all (every one but " + strings.Join(long, ", ") + ")",
 		usage: "[--seed N] [--quick] [--duration D] [--requests N] [--preset P] [--max-tokens N] [--learn-limits] [--output-reservation R] [--otpm-mode M] [--rates R,R] [--rounds N] [--round D] " +
-			"[--trace NAME_OR_FILE[:class[:scale]]]... [--from D] [--window D] [--speed X] [--token-scale X] [--batch N[:class]] [--batch-mean N] [--limits rpm,itpm,otpm] [--profile P] [--timeout D] [--batch-timeout D] [--ttft D] [--per-token D] [--json] <scenario>",
+			"[--trace NAME_OR_FILE[:class[:scale]]]... [--from D] [--window D] [--speed X] [--token-scale X] [--batch N[:class]] [--batch-mean N] [--limits rpm,itpm,otpm] [--burst-seconds S] [--profile P] [--timeout D] [--batch-timeout D] [--ttft D] [--per-token D] [--json] <scenario>",
 		run:  runBench,
 		subs: append(names, "all"),
 	})

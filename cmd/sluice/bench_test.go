@@ -47,6 +47,7 @@ func TestBenchAndDemoCommandLine(t *testing.T) {
 		{[]string{"bench", "trace", "--speed", "0"}, 2, "", "--speed must be in (0, 1000]"},
 		{[]string{"bench", "trace", "--token-scale", "-1"}, 2, "", "--token-scale must be in (0, 1000]"},
 		{[]string{"bench", "trace", "--window", "0s"}, 2, "", "--window must be positive"},
+		{[]string{"bench", "trace", "--burst-seconds", "0"}, 2, "", "--burst-seconds must be in (0, 3600]"},
 		{[]string{"bench", "trace", "--from", "-1s"}, 2, "", "--from must be >= 0"},
 		{[]string{"bench", "trace", "--timeout", "0s"}, 2, "", "--timeout must be positive"},
 		{[]string{"bench", "trace", "--batch-mean", "0"}, 2, "", "--batch-mean must be in [1, 100000]"},

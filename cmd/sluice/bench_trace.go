@@ -17,12 +17,12 @@ import (
 // are passed on: the scenario's own defaults (and its --quick sizes) fill
 // the rest.
 type traceFlags struct {
-	traces                         []string
-	from, window, timeout, batchTO *time.Duration
-	ttft, perToken                 *time.Duration
-	speed, tokenScale              *float64
-	batch, limits, profile         *string
-	batchMean                      *int
+	traces                          []string
+	from, window, timeout, batchTO  *time.Duration
+	ttft, perToken                  *time.Duration
+	speed, tokenScale, burstSeconds *float64
+	batch, limits, profile          *string
+	batchMean                       *int
 }
 
 func addTraceFlags(fs *flag.FlagSet) *traceFlags {
@@ -39,6 +39,7 @@ func addTraceFlags(fs *flag.FlagSet) *traceFlags {
 	tf.batch = fs.String("batch", strconv.Itoa(scenario.ReplayBatchDefault), "trace: N[:class] requests sent at the start (class default low; 0 for none)")
 	tf.batchMean = fs.Int("batch-mean", scenario.ReplayBatchInputMeanDefault, "trace: the batch's mean input tokens (heavy-tailed around it)")
 	tf.limits = fs.String("limits", "", "trace: the mock's limits on one key, rpm,itpm,otpm (k and M suffixes allowed; default 4000,2M,400k, Anthropic Tier 4 Sonnet)")
+	tf.burstSeconds = fs.Float64("burst-seconds", scenario.ReplayBurstSecondsDefault, "trace: the mock's bucket depth in seconds of refill")
 	tf.profile = fs.String("profile", "balanced", "trace: the gateway's profile, balanced, latency or throughput")
 	tf.timeout = fs.Duration("timeout", scenario.ReplayTimeoutDefault, "trace: how long an interactive client waits")
 	tf.batchTO = fs.Duration("batch-timeout", scenario.ReplayBatchTimeoutDefault, "trace: how long a batch client waits")
@@ -94,12 +95,13 @@ func (tf *traceFlags) options(fs *flag.FlagSet, preset string) (scenario.ReplayO
 		name string
 		v    *float64
 		dst  *float64
-	}{{"speed", tf.speed, &ro.Speed}, {"token-scale", tf.tokenScale, &ro.TokenScale}} {
+		max  float64
+	}{{"speed", tf.speed, &ro.Speed, 1000}, {"token-scale", tf.tokenScale, &ro.TokenScale, 1000}, {"burst-seconds", tf.burstSeconds, &ro.BurstSeconds, 3600}} {
 		if !given(f.name) {
 			continue
 		}
-		if !(*f.v > 0 && *f.v <= 1000) {
-			return ro, fmt.Errorf("%w: --%s must be in (0, 1000], got %v", errUsage, f.name, *f.v)
+		if !(*f.v > 0 && *f.v <= f.max) {
+			return ro, fmt.Errorf("%w: --%s must be in (0, %g], got %v", errUsage, f.name, f.max, *f.v)
 		}
 		*f.dst = *f.v
 	}

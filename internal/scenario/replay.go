@@ -170,6 +170,9 @@ type ReplayOptions struct {
 	// Limits are the mock's per-minute limits, on one key. Defaults to
 	// ReplayLimitsDefault.
 	Limits mock.Limits
+	// BurstSeconds is the mock's bucket depth in seconds of refill.
+	// Defaults to ReplayBurstSecondsDefault (5 with Quick).
+	BurstSeconds float64
 	// Profile is the gateway upstream's profile: balanced, latency or
 	// throughput. Defaults to balanced (upstream.ProfileDefault).
 	Profile string
@@ -201,6 +204,7 @@ func (r ReplayOptions) WithDefaults() ReplayOptions {
 	if r.Limits == (mock.Limits{}) {
 		r.Limits = ReplayLimitsDefault
 	}
+	r.BurstSeconds = cmp.Or(r.BurstSeconds, ReplayBurstSecondsDefault)
 	r.Profile = cmp.Or(r.Profile, string(upstream.ProfileDefault))
 	r.Timeout = cmp.Or(r.Timeout, ReplayTimeoutDefault)
 	r.BatchTimeout = cmp.Or(r.BatchTimeout, ReplayBatchTimeoutDefault)
@@ -229,6 +233,9 @@ func (r ReplayOptions) validate() error {
 		scale(fmt.Sprintf("Traces[%d].TokenScale", i), t.TokenScale)
 	}
 	scale("Speed", r.Speed)
+	if !(r.BurstSeconds >= 0 && r.BurstSeconds <= 3600) {
+		errs = append(errs, fmt.Errorf("BurstSeconds must be in [0, 3600] (0 = default), got %v", r.BurstSeconds))
+	}
 	scale("TokenScale", r.TokenScale)
 	if r.From < 0 || r.Window < 0 {
 		errs = append(errs, fmt.Errorf("From and Window must be >= 0, got %v and %v", r.From, r.Window))
@@ -297,7 +304,6 @@ func planReplay(o Options) (*replayPlan, error) {
 	given := o.Replay
 	ro := given.WithDefaults()
 	p := &replayPlan{ro: ro, quick: o.Quick, batchGroup: -1, otpmMode: cmp.Or(o.OTPMMode, mock.OTPMReserve)}
-	depth := ReplayBurstSecondsDefault
 	if o.Quick {
 		if len(given.Traces) == 0 && given.From == 0 {
 			ro.From = replayQuickFrom
@@ -311,14 +317,16 @@ func planReplay(o Options) (*replayPlan, error) {
 		if given.Batch == 0 {
 			ro.Batch = replayQuickBatch
 		}
-		depth = replayQuickBurstSeconds
+		if given.BurstSeconds == 0 {
+			ro.BurstSeconds = replayQuickBurstSeconds
+		}
 		p.ro = ro
 	}
 	sp := ro.Speed
 	scaleDur := func(d time.Duration) time.Duration { return time.Duration(float64(d) / sp) }
 	p.limits = mock.Limits{RPM: int64(math.Round(float64(ro.Limits.RPM) * sp)), ITPM: int64(math.Round(float64(ro.Limits.ITPM) * sp)),
 		OTPM: int64(math.Round(float64(ro.Limits.OTPM) * sp))}
-	p.depthSeconds = depth / sp
+	p.depthSeconds = ro.BurstSeconds / sp
 	p.ttft, p.perToken = scaleDur(ro.TTFT), scaleDur(ro.PerToken)
 	p.timeout, p.batchTimeout = scaleDur(ro.Timeout), scaleDur(ro.BatchTimeout)
 	p.window = scaleDur(ro.Window)

@@ -80,11 +80,11 @@ func TestPlanReplay(t *testing.T) {
 	t.Parallel()
 	p, err := planReplay(Options{Seed: 3, Replay: ReplayOptions{
 		Traces: []TraceSpec{{Source: "azure-code"}, {Source: "azure-conv", TokenScale: 0.5}, {Source: SyntheticBurstyName, Class: "low"}},
-		From:   10 * time.Minute, Window: time.Minute, Speed: 2, TokenScale: 2, Batch: 2000, BatchClass: "normal",
+		From:   10 * time.Minute, Window: time.Minute, Speed: 2, TokenScale: 2, Batch: 2000, BatchClass: "normal", BurstSeconds: 10,
 	}})
 	require.NoError(t, err)
 	require.Equal(t, mock.Limits{RPM: 8000, ITPM: 4_000_000, OTPM: 800_000}, p.limits)
-	require.InDelta(t, 30, p.depthSeconds, 0)
+	require.InDelta(t, 5, p.depthSeconds, 0)
 	require.Equal(t, 100*time.Millisecond, p.ttft)
 	require.Equal(t, time.Millisecond, p.perToken)
 	require.Equal(t, time.Minute, p.timeout)
@@ -153,6 +153,7 @@ func TestPlanReplayDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ReplayFromDefault, p.ro.From)
 	require.Equal(t, ReplayLimitsDefault, p.limits)
+	require.InDelta(t, ReplayBurstSecondsDefault, p.depthSeconds, 0)
 	require.Equal(t, ReplayBatchDefault, p.services[2].requests)
 	require.Equal(t, llm.Low, p.batchClass)
 	require.Equal(t, [llm.NumPriorities]bool{true, true, false, false}, p.interactive)
@@ -190,6 +191,7 @@ func TestReplayOptionsRejected(t *testing.T) {
 		{ReplayOptions{Limits: mock.Limits{TPM: 5}}, "Replay.Limits"},
 		{ReplayOptions{Window: -time.Second}, "Replay.From and Window"},
 		{ReplayOptions{TTFT: -1}, "Replay.Timeout, BatchTimeout, TTFT and PerToken"},
+		{ReplayOptions{BurstSeconds: -1}, "Replay.BurstSeconds must be in [0, 3600]"},
 	} {
 		_, err := s.Run(t.Context(), Options{Replay: tc.r})
 		require.ErrorContains(t, err, tc.want)
