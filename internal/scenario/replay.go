@@ -237,8 +237,13 @@ func (r ReplayOptions) validate() error {
 		errs = append(errs, fmt.Errorf("BurstSeconds must be in [0, 3600] (0 = default), got %v", r.BurstSeconds))
 	}
 	scale("TokenScale", r.TokenScale)
-	if r.From < 0 || r.Window < 0 {
-		errs = append(errs, fmt.Errorf("From and Window must be >= 0, got %v and %v", r.From, r.Window))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"From", r.From}, {"Window", r.Window}, {"Timeout", r.Timeout}, {"BatchTimeout", r.BatchTimeout}, {"TTFT", r.TTFT}, {"PerToken", r.PerToken}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must be >= 0, got %v", d.name, d.v))
+		}
 	}
 	if r.Batch < ReplayNoBatch || r.Batch > 1_000_000 {
 		errs = append(errs, fmt.Errorf("Batch must be in [0, 1000000] or ReplayNoBatch, got %d", r.Batch))
@@ -258,9 +263,6 @@ func (r ReplayOptions) validate() error {
 		if _, err := upstream.ParseProfile(r.Profile); err != nil {
 			errs = append(errs, fmt.Errorf("Profile: %w", err))
 		}
-	}
-	if r.Timeout < 0 || r.BatchTimeout < 0 || r.TTFT < 0 || r.PerToken < 0 {
-		errs = append(errs, errors.New("Timeout, BatchTimeout, TTFT and PerToken must be >= 0"))
 	}
 	return errors.Join(errs...)
 }

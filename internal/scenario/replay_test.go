@@ -189,9 +189,10 @@ func TestReplayOptionsRejected(t *testing.T) {
 		{ReplayOptions{BatchClass: "x"}, "Replay.BatchClass"},
 		{ReplayOptions{Profile: "fast"}, "Replay.Profile"},
 		{ReplayOptions{Limits: mock.Limits{TPM: 5}}, "Replay.Limits"},
-		{ReplayOptions{Window: -time.Second}, "Replay.From and Window"},
-		{ReplayOptions{TTFT: -1}, "Replay.Timeout, BatchTimeout, TTFT and PerToken"},
+		{ReplayOptions{Window: -time.Second}, "Replay.Window must be >= 0"},
+		{ReplayOptions{TTFT: -1}, "Replay.TTFT must be >= 0"},
 		{ReplayOptions{BurstSeconds: -1}, "Replay.BurstSeconds must be in [0, 3600]"},
+		{ReplayOptions{Speed: -1, Batch: -5}, "Replay.Speed must be in [0, 1000] (0 = default), got -1\nReplay.Batch must be"},
 	} {
 		_, err := s.Run(t.Context(), Options{Replay: tc.r})
 		require.ErrorContains(t, err, tc.want)

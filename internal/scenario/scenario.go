@@ -153,9 +153,23 @@ func (o Options) validate() error {
 		}
 	}
 	if err := o.Replay.validate(); err != nil {
-		return fmt.Errorf("Replay.%w", err)
+		return within("Replay.", err)
 	}
 	return nil
+}
+
+// within prefixes every error joined in err with the path of the field
+// that holds them.
+func within(path string, err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return fmt.Errorf("%s%w", path, err)
+	}
+	var errs []error
+	for _, e := range joined.Unwrap() {
+		errs = append(errs, fmt.Errorf("%s%w", path, e))
+	}
+	return errors.Join(errs...)
 }
 
 func (o Options) progress(format string, args ...any) {
