@@ -112,6 +112,9 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, aerr := parseAnthropic(body, true)
+	if aerr == nil {
+		req.fixedOutput, aerr = outputTokensHeader(r.Header, protoAnthropic)
+	}
 	if aerr != nil {
 		x.rl = s.quotas.peekHeaders(protoAnthropic, x.key, x.now)
 		x.fail(aerr, nil)
@@ -132,7 +135,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := s.stats.admit(x.key, x.now)
-	n := outputLength(s.cfg.OutputTokens, s.cfg.Seed, req.bodyHash, 0, req.maxTokens)
+	n := req.replyLength(s.cfg.OutputTokens, s.cfg.Seed, 0)
 	var produced int64
 	if req.stream {
 		produced = x.streamAnthropic(req, a, n, f)

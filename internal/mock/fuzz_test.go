@@ -1,6 +1,7 @@
 package mock
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,6 +34,26 @@ func FuzzParseRequests(f *testing.F) {
 			require.GreaterOrEqual(t, r.n, 1)
 		} else {
 			require.Equal(t, 400, err.status)
+		}
+	})
+}
+
+// FuzzOutputTokensHeader: the X-Mock-Output-Tokens parser never panics and
+// accepts only what it documents.
+func FuzzOutputTokensHeader(f *testing.F) {
+	for _, seed := range []string{"1", " 250 ", "0", "-1", "1000000", "1000001", "9223372036854775808", "1e3", "", "x"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		for _, proto := range []string{protoAnthropic, protoOpenAI} {
+			n, err := outputTokensHeader(http.Header{HeaderOutputTokens: {v}}, proto)
+			if err != nil {
+				require.Equal(t, 400, err.status)
+				require.Zero(t, n)
+				continue
+			}
+			require.GreaterOrEqual(t, n, int64(1))
+			require.LessOrEqual(t, n, int64(OutputTokensHeaderMax))
 		}
 	})
 }

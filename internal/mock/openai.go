@@ -132,6 +132,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, aerr := parseOpenAI(body, s.cfg.DefaultMaxTokens)
+	if aerr == nil {
+		req.fixedOutput, aerr = outputTokensHeader(r.Header, protoOpenAI)
+	}
 	if aerr != nil {
 		x.rl = s.quotas.peekHeaders(protoOpenAI, x.key, x.now)
 		x.fail(aerr, nil)
@@ -158,7 +161,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	t := s.stats.admit(x.key, x.now)
 	lens := make([]int64, req.n)
 	for i := range lens {
-		lens[i] = outputLength(s.cfg.OutputTokens, s.cfg.Seed, req.bodyHash, i, req.maxTokens)
+		lens[i] = req.replyLength(s.cfg.OutputTokens, s.cfg.Seed, i)
 	}
 	var produced int64
 	if req.stream {

@@ -7,6 +7,7 @@ import (
 	"hash"
 	"hash/fnv"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -32,6 +33,57 @@ type request struct {
 	cacheKey uint64
 	// bodyHash seeds the generated reply.
 	bodyHash uint64
+	// fixedOutput is the reply length asked for in HeaderOutputTokens
+	// (0 when absent).
+	fixedOutput int64
+}
+
+// HeaderOutputTokens, on a request, fixes the length of each reply choice
+// to min(N, max_tokens) tokens instead of drawing it from
+// Config.OutputTokens, so a replayed trace gets the lengths it recorded.
+// It is not a provider header; a gateway forwards it like any other.
+const HeaderOutputTokens = "X-Mock-Output-Tokens"
+
+// OutputTokensHeaderMax is the largest value HeaderOutputTokens accepts.
+const OutputTokensHeaderMax = 1_000_000
+
+// outputTokensHeader reads HeaderOutputTokens: 0 when absent, else an
+// integer in [1, OutputTokensHeaderMax] given once; anything else is a
+// 400 in the protocol's shape.
+func outputTokensHeader(h http.Header, proto string) (int64, *apiError) {
+	vals := h.Values(HeaderOutputTokens)
+	if len(vals) == 0 {
+		return 0, nil
+	}
+	bad := func(format string, args ...any) (int64, *apiError) {
+		e := invalid(format, args...)
+		if proto == protoOpenAI {
+			e.code = "invalid_value"
+		}
+		return 0, e
+	}
+	if len(vals) > 1 {
+		return bad("%s: give one value, got %d", HeaderOutputTokens, len(vals))
+	}
+	v := strings.TrimSpace(vals[0])
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || n > OutputTokensHeaderMax {
+		if len(v) > 32 {
+			v = v[:32] + "…"
+		}
+		return bad("%s: must be an integer between 1 and %d, got %q", HeaderOutputTokens, OutputTokensHeaderMax, v)
+	}
+	return n, nil
+}
+
+// replyLength is the length of reply choice: the fixed length capped by
+// max_tokens when the request asked for one, else drawn as outputLength
+// does.
+func (r request) replyLength(out OutputRange, seed uint64, choice int) int64 {
+	if r.fixedOutput > 0 {
+		return min(r.fixedOutput, r.maxTokens)
+	}
+	return outputLength(out, seed, r.bodyHash, choice, r.maxTokens)
 }
 
 // apiError is an error answer before it is put in a protocol's envelope.

@@ -56,6 +56,9 @@ type gatewaySetup struct {
 	// openAIUnlimited, when openAITPM is 0, adds an openai upstream with no
 	// limits configured.
 	openAIUnlimited bool
+	// profile is the anthropic upstream's profile; "" leaves the
+	// gateway's default.
+	profile upstream.Profile
 }
 
 // startGateway starts the gateway on a free loopback port, its upstreams
@@ -67,7 +70,7 @@ func startGateway(ctx context.Context, mockURL string, g gatewaySetup) (*server.
 		ShutdownGrace: stopTimeout,
 		Upstreams: []upstream.Config{{
 			Name: anthropicUpstream, Protocol: llm.Anthropic, BaseURL: mockURL, APIKey: anthropicKey, Limits: g.limits,
-			OutputReservation: g.outputReservation,
+			OutputReservation: g.outputReservation, Profile: g.profile,
 		}},
 	}
 	if g.openAITPM > 0 {

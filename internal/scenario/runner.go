@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
 )
 
 // Outcome is one request as the load generator saw it.
@@ -47,6 +48,9 @@ func header(it Item, key string) http.Header {
 	} else {
 		h.Set("x-api-key", key)
 		h.Set("anthropic-version", "2023-06-01")
+	}
+	if it.OutputTokens > 0 {
+		h.Set(mock.HeaderOutputTokens, strconv.Itoa(it.OutputTokens))
 	}
 	return h
 }

@@ -69,6 +69,9 @@ type Options struct {
 	// mock.OTPMRealtime). Defaults to realtime with a learned output
 	// reservation, else to the mock's default (reserve max_tokens).
 	OTPMMode string
+	// Replay configures the trace scenario. Defaults to issue 22's case
+	// (ReplayOptions).
+	Replay ReplayOptions
 	// Clock times the runs. Defaults to the wall clock.
 	Clock clock.Clock
 	// Progress receives a line as each phase starts. Defaults to
@@ -149,7 +152,24 @@ func (o Options) validate() error {
 			return fmt.Errorf("Rates must be positive, got %d", r)
 		}
 	}
+	if err := o.Replay.validate(); err != nil {
+		return within("Replay.", err)
+	}
 	return nil
+}
+
+// within prefixes every error joined in err with the path of the field
+// that holds them.
+func within(path string, err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return fmt.Errorf("%s%w", path, err)
+	}
+	var errs []error
+	for _, e := range joined.Unwrap() {
+		errs = append(errs, fmt.Errorf("%s%w", path, e))
+	}
+	return errors.Join(errs...)
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -162,14 +182,17 @@ type Scenario struct {
 	Name string
 	// Summary says what it measures, in one line.
 	Summary string
-	run     func(ctx context.Context, o Options) (*Result, error)
+	// Long marks a scenario that runs for many minutes: `sluice bench all`
+	// leaves it out, it runs by name.
+	Long bool
+	run  func(ctx context.Context, o Options) (*Result, error)
 }
 
 // Run runs the scenario with o (defaults applied, then validated).
 func (s Scenario) Run(ctx context.Context, o Options) (*Result, error) {
 	o = o.WithDefaults()
 	if err := o.validate(); err != nil {
-		return nil, fmt.Errorf("bench options: %w", err)
+		return nil, &OptionsError{Err: err}
 	}
 	start := o.Clock.Now()
 	r, err := s.run(ctx, o)
@@ -181,10 +204,19 @@ func (s Scenario) Run(ctx context.Context, o Options) (*Result, error) {
 	return r, nil
 }
 
+// OptionsError is returned by Scenario.Run for options it refuses, before
+// anything runs.
+type OptionsError struct{ Err error }
+
+func (e *OptionsError) Error() string { return "bench options: " + e.Err.Error() }
+
+func (e *OptionsError) Unwrap() error { return e.Err }
+
 // ErrUnknownScenario is returned by Lookup for a name it does not know.
 var ErrUnknownScenario = errors.New("unknown scenario")
 
-// Scenarios returns every scenario in the order `all` runs them.
+// Scenarios returns every scenario in the order `all` runs them (`all`
+// skips the Long ones).
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "goodput", Summary: "drain time vs the ideal for the binding quota, provider 429s, client failures", run: runGoodput},
@@ -192,6 +224,8 @@ func Scenarios() []Scenario {
 		{Name: "outage", Summary: "15 s of 529s at half load: client failures, probes while open, recovery time", run: runOutage},
 		{Name: "overhead", Summary: "open-loop latency and CPU added by the gateway and by a bare reverse proxy over calling the mock directly", run: runOverhead},
 		{Name: "mock", Summary: "mock provider requests per second on loopback", run: runMockThroughput},
+		{Name: "trace", Summary: "replayed production traces plus a batch on one key: per-class latency vs unloaded and vs a simulated ideal scheduler, provider 429s, the batch's drain",
+			Long: true, run: runTrace},
 	}
 }
 
@@ -247,6 +281,9 @@ type sideConfig struct {
 	// deadline is sent as X-Sluice-Deadline through the gateway.
 	deadline time.Duration
 	naive    NaiveConfig
+	// naiveGroups, when set, gives each Item.Group its own naive client
+	// (each group an application of its own); naive is then unused.
+	naiveGroups []NaiveConfig
 	// run drives the load with send.
 	run func(ctx context.Context, send sender) []Outcome
 	// sampleEvery, when positive, records the mock's statuses (and the
@@ -289,14 +326,32 @@ func runSide(ctx context.Context, o Options, sc sideConfig) (s side, err error) 
 		}
 		send = gatewaySender(client, gwURL, sc.deadline)
 	} else {
-		nc := sc.naive
-		nc.HTTPClient, nc.Clock, nc.Seed = client, o.Clock, o.Seed
-		n, err := NewNaive(nc)
-		if err != nil {
-			return s, err
+		cfgs := sc.naiveGroups
+		if len(cfgs) == 0 {
+			cfgs = []NaiveConfig{sc.naive}
 		}
-		defer func() { s.naive = n.Stats() }()
-		send = naiveSender(n, m.URL())
+		var clients []*Naive
+		var senders []sender
+		for i, nc := range cfgs {
+			nc.HTTPClient, nc.Clock, nc.Seed = client, o.Clock, o.Seed+uint64(i)
+			n, err := NewNaive(nc)
+			if err != nil {
+				return s, err
+			}
+			clients = append(clients, n)
+			senders = append(senders, naiveSender(n, m.URL()))
+		}
+		defer func() {
+			for _, n := range clients {
+				st := n.Stats()
+				s.naive.Requests += st.Requests
+				s.naive.Attempts += st.Attempts
+				s.naive.Retries += st.Retries
+			}
+		}()
+		send = func(ctx context.Context, it Item) (int, int, error) {
+			return senders[min(max(it.Group, 0), len(senders)-1)](ctx, it)
+		}
 	}
 	if sc.sampleEvery > 0 {
 		done := make(chan struct{})

@@ -27,11 +27,13 @@ func TestScenariosSmoke(t *testing.T) {
 		"outage":   {"sluice_failures_eligible", "sluice_recovery_s"},
 		"overhead": {"sluice_added_p99_ms_200", "bare_added_p99_ms_200", "direct_p99_ms_200", "sluice_added_cpu_s_per_1k_200"},
 		"mock":     {"requests_per_s"},
+		"trace": {"unloaded_critical_p95_ms", "sluice_critical_p95_ms", "oracle_room_critical_p95_ms", "oracle_strict_high_p95_ms",
+			"sluice_batch_drain_s", "oracle_room_batch_drain_s", "sluice_provider_429", "sluice_input_utilisation"},
 	}
 	for _, s := range Scenarios() {
 		runs = append(runs, run{name: s.Name, run: s.Run, figures: wantFigures[s.Name]})
 	}
-	require.Len(t, runs, 6)
+	require.Len(t, runs, 7)
 	for _, tc := range runs {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -71,7 +73,7 @@ func TestLookup(t *testing.T) {
 	}
 	_, err := Lookup("nosuch")
 	require.True(t, errors.Is(err, ErrUnknownScenario))
-	require.ErrorContains(t, err, "goodput, priority, outage, overhead, mock, all")
+	require.ErrorContains(t, err, "goodput, priority, outage, overhead, mock, trace, all")
 }
 
 func TestOptionsRejected(t *testing.T) {

@@ -132,6 +132,13 @@ type Item struct {
 	InputTokens int
 	// MaxTokens is the request's max_tokens.
 	MaxTokens int
+	// OutputTokens, when positive, is sent as mock.HeaderOutputTokens so
+	// the mock's reply is exactly this long (capped at MaxTokens); 0 lets
+	// the mock draw the length.
+	OutputTokens int
+	// Group is the client the request belongs to when a scenario runs
+	// several (a replayed trace's service, the batch); 0 otherwise.
+	Group int
 	// Seed makes the prompt text unique to the request.
 	Seed uint64
 }
