@@ -204,8 +204,9 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 // next probe, bounded by its deadline (the breaker already allows only a
 // few probes per open period). Without that, the head of the line is the
 // probe again and again through a long outage and runs out of attempts
-// although its deadline outlasts the outage (sluice bench outage: 2 of 100
-// failed). A job's probe does burn: jobs wait in the store, not in line.
+// although its deadline outlasts the outage (docs/engine.md, "Headroom for
+// urgent classes"). A job's probe does burn: jobs wait in the store, not
+// in line.
 func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g grant) (*Response, bool, error) {
 	now := d.clk.Now()
 	out := x.out

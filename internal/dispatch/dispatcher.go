@@ -449,7 +449,7 @@ func (d *Dispatcher) headroom(c llm.Priority, now time.Time) flow.Keep {
 // HeadroomGaps of its usual inter-arrival time (never below
 // HeadroomMinWindow) once it has one. A class that arrived steadily and
 // stopped is over well before a minute: the headroom it kept would be
-// refill lost at the end of the drain (sluice demo: 1.7 s). d.mu held.
+// refill lost at the end of the drain. d.mu held.
 func (d *Dispatcher) activeWindow(u llm.Priority) time.Duration {
 	win := d.cfg.HeadroomWindow
 	if g := d.gap[u]; g > 0 || d.gapKnown(u) {
