@@ -21,7 +21,7 @@ import (
 // closing it) reconciles the quota with the usage it reports, records the
 // outcome and frees the concurrency slot. ahead holds stream bytes already
 // read (replayed first); so is the stream's observer (nil for JSON).
-func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver, c *callLink) *Response {
+func (d *Dispatcher) success(w *waiter, g admission, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver, c *callLink) *Response {
 	c.handOver()
 	b := &trackedBody{d: d, w: w, g: g, upstream: resp.Body, so: so, status: resp.StatusCode, done: make(chan struct{}), call: c}
 	if ahead != nil {
@@ -32,7 +32,7 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 	}
 	resp.Body = b
 	if so != nil && !w.ticket {
-		d.trackLive(b)
+		d.trackBody(b)
 	}
 	if so != nil {
 		b.span = d.startStream(w, d.clk.Now())
@@ -58,7 +58,7 @@ func putUsageBuf(b *bytes.Buffer) {
 type trackedBody struct {
 	d        *Dispatcher
 	w        *waiter
-	g        grant
+	g        admission
 	upstream io.ReadCloser
 	so       *provider.StreamObserver
 	status   int
@@ -76,7 +76,7 @@ type trackedBody struct {
 	done      chan struct{} // closed by finish
 }
 
-// cut ends a live stream from Sluice's side (Dispatcher.Stop): the upstream
+// cut ends a stream from Sluice's side (Dispatcher.Stop): the upstream
 // is closed, so a blocked Read returns, and Read reports err.
 func (b *trackedBody) cut(err error) {
 	b.mu.Lock()
@@ -193,7 +193,7 @@ const AbandonedDrainBytes = 8 << 20
 // drainAbandoned reads an abandoned stream on to its end, or to its time
 // or byte bound, feeding the stream's observer, then finishes it: with
 // the provider's usage when the stream got to it, else cut and charged
-// its worst case (finish). Dispatcher.Stop cuts it like any live stream.
+// its worst case (finish). Dispatcher.Stop cuts it like any other.
 func (b *trackedBody) drainAbandoned() {
 	t := b.d.clk.NewTimer(b.d.cfg.AbandonedStreamDrain)
 	defer t.Stop()
@@ -234,7 +234,7 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	b.finished = true
 	d, w := b.d, b.w
 	if b.so != nil && !w.ticket {
-		d.untrackLive(b)
+		d.untrackBody(b)
 	}
 	p := d.cfg.Protocol
 	var usage llm.Usage

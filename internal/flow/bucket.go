@@ -18,7 +18,7 @@ type bucket struct {
 	depth    float64
 	level    float64
 	last     time.Time
-	scale    float64 // refill-rate multiplier from Throttle; 0 means 1
+	scale    float64 // refill-rate multiplier from SlowDown; 0 means 1
 	share    float64 // this node's share of the capacity (SetShare); 0 means 1
 }
 
@@ -85,7 +85,7 @@ func secs(s float64) time.Duration {
 
 // bucketSet is the Limiter's bucket arithmetic: one bucket per dimension,
 // each sized from its per-minute limit by the safety margin in force
-// (margin.go), refilling at the throttle's multiplier, and holding this
+// (margin.go), refilling at the Slow Down multiplier, and holding this
 // node's share of the bucket (SetShare); and the pause. It knows nothing
 // of the provider's reports: Observe and Adopt set its levels. Not safe
 // for concurrent use: the Limiter holds its mutex around every call.
@@ -93,7 +93,7 @@ type bucketSet struct {
 	cfg         LimiterConfig
 	b           [NumDims]bucket
 	pausedUntil time.Time
-	throttle    throttle
+	slow        slowDown
 	// share is this node's share of every bucket (SetShare), in (0, 1].
 	share float64
 	// margin is the safety margin in force (see marginAt); widened is
@@ -115,12 +115,12 @@ func newBucketSet(cfg LimiterConfig, now time.Time) bucketSet {
 }
 
 // refresh settles every bucket at the rate it had, then applies the
-// margin and the throttle's multiplier in force at now.
+// margin and the Slow Down multiplier in force at now.
 func (s *bucketSet) refresh(now time.Time) {
 	if m := s.marginAt(now); m != s.margin {
 		s.setMargin(m, now)
 	}
-	f := s.throttle.scaleAt(now)
+	f := s.slow.scaleAt(now)
 	for i := range s.b {
 		b := &s.b[i]
 		if b.capacity == 0 || b.scale == f || (b.scale == 0 && f == 1) {
@@ -130,7 +130,7 @@ func (s *bucketSet) refresh(now time.Time) {
 		b.scale = f
 	}
 	if f == 1 {
-		s.throttle = throttle{}
+		s.slow = slowDown{}
 	}
 }
 
@@ -314,15 +314,15 @@ func (s *bucketSet) waitFor(demand Amount, now time.Time) time.Duration {
 	return w
 }
 
-// throttle is a refill-rate cut that ramps linearly back to the full rate.
-type throttle struct {
+// slowDown is a refill-rate cut that ramps linearly back to the full rate.
+type slowDown struct {
 	factor float64 // the multiplier at since
 	since  time.Time
-	ramp   time.Duration // 0: no throttle
+	ramp   time.Duration // 0: no cut
 }
 
 // scaleAt is the refill-rate multiplier at now.
-func (t throttle) scaleAt(now time.Time) float64 {
+func (t slowDown) scaleAt(now time.Time) float64 {
 	if t.ramp <= 0 {
 		return 1
 	}
@@ -336,13 +336,13 @@ func (t throttle) scaleAt(now time.Time) float64 {
 	return t.factor + (1-t.factor)*float64(el)/float64(t.ramp)
 }
 
-// cut compounds a throttle of factor, ramping back over ramp, onto the
-// one in force at now, down to ThrottleFloor.
-func (s *bucketSet) cut(factor float64, ramp time.Duration, now time.Time) {
+// slowDown compounds a cut of factor, ramping back over ramp, onto the
+// one in force at now, down to SlowDownFloor.
+func (s *bucketSet) slowDown(factor float64, ramp time.Duration, now time.Time) {
 	s.refresh(now)
 	if !(factor > 0 && factor < 1) || ramp <= 0 {
 		return
 	}
-	s.throttle = throttle{factor: math.Max(s.throttle.scaleAt(now)*factor, ThrottleFloor), since: now, ramp: ramp}
+	s.slow = slowDown{factor: math.Max(s.slow.scaleAt(now)*factor, SlowDownFloor), since: now, ramp: ramp}
 	s.refresh(now)
 }

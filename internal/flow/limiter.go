@@ -83,7 +83,7 @@ func (c LimiterConfig) validate() error {
 // long until it fits; Reconcile corrects the debit with the usage the
 // provider reports and Refund returns what a failed attempt did not
 // consume (a level may go negative, which delays later requests); Pause
-// stops every admission until an instant; Throttle cuts the refill rate
+// stops every admission until an instant; SlowDown cuts the refill rate
 // for a while.
 //
 // Observe compares the buckets with the provider's rate-limit report of a
@@ -236,26 +236,26 @@ func (l *Limiter) Unreserve(cost Amount, now time.Time) {
 	l.buckets.restore(cost, now)
 }
 
-// ThrottleFloor is the smallest share of its limit a throttled bucket
+// SlowDownFloor is the smallest share of its limit a bucket slowed down
 // refills at, however many cuts compound.
-const ThrottleFloor = 0.05
+const SlowDownFloor = 0.05
 
-// Throttle cuts every bucket's refill rate to factor times its current rate
+// SlowDown cuts every bucket's refill rate to factor times its current rate
 // and ramps it back linearly to the full limit over ramp. It answers a
 // provider that asks to slow down without a wait hint (OpenAI's 503 "Slow
 // Down": reduce to the original rate, keep it steady, ramp up slowly).
-// Cuts compound, down to ThrottleFloor of the limit.
-func (l *Limiter) Throttle(factor float64, ramp time.Duration, now time.Time) {
+// Cuts compound, down to SlowDownFloor of the limit.
+func (l *Limiter) SlowDown(factor float64, ramp time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.buckets.cut(factor, ramp, now)
+	l.buckets.slowDown(factor, ramp, now)
 }
 
-// Scale returns the current refill-rate multiplier (1 when not throttled).
+// Scale returns the current refill-rate multiplier (1 when not slowed down).
 func (l *Limiter) Scale(now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.buckets.throttle.scaleAt(now)
+	return l.buckets.slow.scaleAt(now)
 }
 
 // Pause stops every admission until until (a RATE 429 pauses the whole

@@ -12,7 +12,7 @@ const MinShare = 1e-4
 
 // SetShare makes this Limiter use f, in (0, 1], of every bucket's rate and
 // depth: the part of an upstream's quota a node of a cluster was granted
-// (internal/cluster). It is distinct from Throttle's refill-rate cut; the
+// (internal/cluster). It is distinct from SlowDown's refill-rate cut; the
 // two multiply. Values outside (0, 1] are clamped.
 //
 // Every bucket is first settled at the old share's rate; lowering the
