@@ -96,8 +96,8 @@ const (
 // Per-class defaults (the balanced profile), critical first. Weights 8/4/2/1
 // give critical traffic eight times low's share under saturation; max waits
 // bound how long overtaking can delay a request; headroom keeps 20 % of the
-// buckets for more urgent arrivals (at 10 % the priority benchmark's
-// critical p95 was still 2x its unloaded value).
+// buckets for more urgent arrivals (why 20 and not 10: BENCHMARKS.md,
+// "History").
 var (
 	// WeightsDefault are the classes' weighted-fair-queueing shares.
 	WeightsDefault = [NumPriorities]float64{8, 4, 2, 1}

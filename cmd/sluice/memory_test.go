@@ -43,7 +43,7 @@ func runServeChild() {
 
 // TestLargeBodiesStayWithinTheMemoryBudget sends 40 concurrent 20 MiB
 // requests to a gateway whose GOMEMLIMIT is 400 MiB, so that its
-// request-bytes budget defaults to 200 MiB: every request is answered 200
+// request-bytes limit defaults to 200 MiB: every request is answered 200
 // or 503 with retry-after, small requests sent meanwhile all succeed, and
 // the gateway's peak RSS stays within 2 × the budget + 100 MB (issue #16).
 func TestLargeBodiesStayWithinTheMemoryBudget(t *testing.T) {

@@ -50,7 +50,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if *grace < 0 {
 		return fmt.Errorf("%w: --grace must be >= 0", errUsage)
 	}
-	// Before the config: the request-bytes budget's default is sized from
+	// Before the config: the request-bytes limit's default is sized from
 	// the runtime's memory limit.
 	memNote := setMemoryLimit(os.LookupEnv)
 	cfg, err := loadServeConfig(*configPath)

@@ -14,10 +14,12 @@
 // upstream serves a request when its own is unavailable or cannot make
 // the deadline).
 //
-// Every door makes the same calls: Layer.Admit with ModeWait for a live
-// request (the client's limit is waited for in the engine's queue) or
-// ModeNow for a job (the answer says when to come back, and the job waits
-// in the store without burning an attempt); Admission.Settle when the
-// answer has ended; Router.Route for where to send it. A budget refusal is
+// Every door makes the same calls, decided by the same rules: a live
+// request calls Layer.Do (its client's limit is waited for in the engine's
+// queue, its fallback chosen by the router, its spend settled when the
+// answer ends); a job's call asks Layer.Route where to go, then
+// Layer.AdmitNow, which answers at once (a *Held says when to come back,
+// and the job waits in the store without burning an attempt), and settles
+// the Admission when the call has ended. A budget refusal (a *Refusal) is
 // answered at once, never after waiting for a rate slot.
 package admit

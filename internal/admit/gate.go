@@ -20,8 +20,8 @@ import (
 // requests and tokens per minute (a flow.Limiter, the engine that mirrors
 // the providers' quotas) and its concurrency slots. It implements
 // dispatch.Gate: the upstream's dispatcher checks it in its admission
-// step for live requests, and the job worker asks it directly (Admit with
-// ModeNow). Safe for concurrent use.
+// step for live requests, and a job's call takes it directly
+// (Layer.AdmitNow). Safe for concurrent use.
 type Gate struct {
 	client, upstream string
 	values           LimitValues

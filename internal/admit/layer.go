@@ -159,7 +159,7 @@ func (l *Layer) gate(client, upstream string) (*Gate, error) {
 	return l.gates.get(client, upstream, l.client(client).Limits.For(upstream))
 }
 
-// Do sends a live request (ModeWait): its client's budget is checked at
+// Do sends a live request: its client's budget is checked at
 // once (a *Refusal otherwise), its client's own limit on each upstream
 // is waited for in that upstream's queue (the Gate), and the router sends
 // it to its upstream or, when that is unavailable or cannot make the
@@ -219,7 +219,7 @@ type Admission struct {
 	clock clock.Clock
 }
 
-// AdmitNow admits a job's call to target t at once (ModeNow): its
+// AdmitNow admits a job's call to target t at once: its
 // client's budget (a *Refusal when it cannot hold the call) and its
 // client's own limit on t (a *Held, saying when to come back, when the
 // client is over it: the job waits in the store without burning an

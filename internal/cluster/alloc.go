@@ -22,7 +22,7 @@ func floor(n int) float64 {
 	return math.Min(FloorShareMax, 1/(2*float64(n)))
 }
 
-// Allocate computes the grant for self given every live lease of its key
+// Allocate computes the grant for self given every unexpired lease of its key
 // (self's included, already holding the share it reported). The target of
 // each node is its floor plus the rest in proportion to demand (equal
 // shares when nobody has any), plus, for a node with demand, what no

@@ -18,7 +18,7 @@ type Backend interface {
 	// has applied, drops every expired lease of key, and grants the node a
 	// new share (Allocate) out of what the others do not hold. It also
 	// publishes r.PausedUntil (the latest pause wins) and returns the
-	// key's current pause and every live lease.
+	// key's current pause and every unexpired lease.
 	Sync(ctx context.Context, r Report) (Grant, error)
 	// Leave drops node's lease on key (a clean shutdown gives its share
 	// back at once rather than after its TTL).
@@ -71,7 +71,7 @@ type Report struct {
 	BreakerOpenUntil time.Time
 	// WantProbe says the node's breaker has served its open period and
 	// it has work to probe with: it is granted the key's one probe token
-	// when the shared opening has ended and no other live node holds the
+	// when the shared opening has ended and no other unexpired node holds the
 	// token. A holder that reports false gives the token back.
 	WantProbe bool
 	// BreakerClosed says the node's probes succeeded and its breaker
@@ -87,7 +87,7 @@ type Report struct {
 
 	// Starting says the node has not been granted anything since it
 	// started: its buckets are empty, and when no lease of the key is
-	// live the pool starts full.
+	// unexpired the pool starts full.
 	Starting bool
 	// Backlog is the node's queued cost as a fraction of the burst (its
 	// largest dimension): the most it is credited.
@@ -131,7 +131,7 @@ type Grant struct {
 	Slots int
 	// PausedUntil is the key's pause, from any node (zero: none).
 	PausedUntil time.Time
-	// Leases are the key's live leases after this sync, this node's
+	// Leases are the key's unexpired leases after this sync, this node's
 	// included.
 	Leases []Lease
 	// BreakerOpenUntil is the key's shared breaker opening (zero: closed
@@ -194,7 +194,7 @@ type signals struct {
 //     back (the probe, if any, failed).
 //   - A close from the probe token's holder clears the opening.
 //   - A node that wants to probe once the opening has passed gets the
-//     token when nobody else holds a live one; the holder renews it by
+//     token when nobody else holds a unexpired one; the holder renews it by
 //     asking again and gives it back by not asking (it has no work to
 //     probe with), and a holder that dies loses it after TTL.
 func (s signals) step(r Report, now time.Time) (signals, bool) {

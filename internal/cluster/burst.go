@@ -24,15 +24,15 @@ import (
 // the safe side:
 //
 //   - it is full (1) only when a node that has just started syncs a key
-//     with no live lease: nobody else holds tokens and the provider's
+//     with no unexpired lease: nobody else holds tokens and the provider's
 //     bucket is assumed full, the assumption a single node makes when it
 //     starts;
 //   - it decays at Σ held shares / BurstSeconds per second (the held
-//     shares of the live leases, which bound what each node applies);
+//     shares of the unexpired leases, which bound what each node applies);
 //   - a node's dropped tokens come back at its next sync, less a decay of
 //     1/BurstSeconds per second since its previous sync (the drop
 //     happened after it, while S fell by at most that much), and only
-//     when that previous lease is still live;
+//     when that previous lease is still unexpired;
 //   - a grant never exceeds Level.
 //
 // So Σ credits never exceed what the provider holds beyond the nodes'
@@ -47,13 +47,13 @@ type burstPool struct {
 // poolView is what a sync knows of a key's leases before this node's
 // lease is renewed.
 type poolView struct {
-	// held is the sum of the shares held by the live leases over the
+	// held is the sum of the shares held by the unexpired leases over the
 	// interval since At: the others' and this node's previous lease.
 	held float64
-	// fresh says no lease of the key was live (this node's included).
+	// fresh says no lease of the key was unexpired (this node's included).
 	fresh bool
 	// since is how long ago this node's previous lease was renewed
-	// (negative: it had no live lease).
+	// (negative: it had no unexpired lease).
 	since time.Duration
 }
 

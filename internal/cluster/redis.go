@@ -113,15 +113,15 @@ local function num(x) return string.format('%.17g', x) end
 local function enc(l) return num(l.share)..' '..num(l.demand)..' '..num(l.slots)..' '..num(l.slotDemand)..' '..num(l.exp) end
 
 -- Drop expired leases; renew ours. For the burst pool: the shares held
--- by the live leases before the renewal, and since when ours was.
+-- by the unexpired leases before the renewal, and since when ours was.
 local leases = {}
-local held, live, selfSince = 0, 0, -1
+local held, unexpired, selfSince = 0, 0, -1
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local f = {}
   for v in string.gmatch(all[i+1], '%S+') do f[#f+1] = tonumber(v) end
   if f[5] >= now then
-    held, live = held + f[1], live + 1
+    held, unexpired = held + f[1], unexpired + 1
   end
   if all[i] ~= node then
     if f[5] < now then
@@ -221,7 +221,7 @@ if poolAt > 0 and now > poolAt then
   end
 end
 pool = math.max(pool, 0)
-if live == 0 and starting then pool = 1 end
+if unexpired == 0 and starting then pool = 1 end
 if returned > 0 and selfSince >= 0 and burstSecs > 0 then
   pool = pool + math.max(0, returned - (selfSince / 1000000) / burstSecs)
 end

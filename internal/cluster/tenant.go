@@ -86,7 +86,7 @@ type TenantGrant struct {
 	Share float64
 	// Slots is its concurrency cap; < 0 uncapped (no MaxSlots).
 	Slots int
-	// Nodes is how many nodes held a live lease on the key, this one
+	// Nodes is how many nodes held a unexpired lease on the key, this one
 	// included.
 	Nodes int
 	// Fallback says the store could not be reached: Share is 1/Nodes.

@@ -20,7 +20,7 @@ import (
 // attempt sends one admitted attempt and decides what follows: a response
 // to return (retry false), an error to return, or a retry (w is back in
 // the queue).
-func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g grant) (*Response, bool, error) {
+func (d *Dispatcher) attempt(ctx context.Context, w *waiter, g admission) (*Response, bool, error) {
 	x, err := d.exchange(ctx, w, g)
 	if err != nil || x.resp != nil {
 		return x.resp, false, err
@@ -49,7 +49,7 @@ type exchanged struct {
 // limiter pauses). It is the one call path of the sync retry loop and of
 // Ticket.Call. A local error (request not built, ctx canceled) releases
 // the slot as neutral.
-func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchanged, error) {
+func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g admission) (exchanged, error) {
 	start := d.clk.Now()
 	d.traceQueueWait(w, start, nil)
 	ctx, span := d.startAttempt(ctx, w, g, start)
@@ -59,7 +59,7 @@ func (d *Dispatcher) exchange(ctx context.Context, w *waiter, g grant) (exchange
 }
 
 // exchangeTraced is exchange inside its attempt's span (ctx carries it).
-func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, start time.Time) (exchanged, error) {
+func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g admission, start time.Time) (exchanged, error) {
 	w.queueWait += since(w.waitFrom, start)
 	w.waitFrom = time.Time{}
 	if !w.admittedOnce {
@@ -177,7 +177,7 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g grant, sta
 // concurrency, and the breaker counts the result. The tokens are refunded
 // but the request itself counts: it reached (or may have reached) the
 // provider.
-func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
+func (d *Dispatcher) settle(w *waiter, g admission, out llm.Outcome) {
 	now := d.clk.Now()
 	d.recordFailure(out, now)
 	r := flow.Neutral
@@ -187,7 +187,7 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 	case llm.Rate:
 		if out.SlowDown {
 			// OpenAI's 503 "Slow Down": back to a lower rate, then ramp up.
-			g.key.lim.Throttle(SlowDownFactor, SlowDownRamp, now)
+			g.key.lim.SlowDown(SlowDownFactor, SlowDownRamp, now)
 		}
 		hint := out.RetryAfter
 		if !out.HasRetryAfter {
@@ -213,9 +213,10 @@ func (d *Dispatcher) settle(w *waiter, g grant, out llm.Outcome) {
 // next probe, bounded by its deadline (the breaker already allows only a
 // few probes per open period). Without that, the head of the line is the
 // probe again and again through a long outage and runs out of attempts
-// although its deadline outlasts the outage (sluice bench outage: 2 of 100
-// failed). A job's probe does burn: jobs wait in the store, not in line.
-func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g grant) (*Response, bool, error) {
+// although its deadline outlasts the outage (docs/engine.md, "Headroom for
+// urgent classes"). A job's probe does burn: jobs wait in the store, not
+// in line.
+func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g admission) (*Response, bool, error) {
 	now := d.clk.Now()
 	out := x.out
 	w.last = &out
@@ -224,7 +225,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 		// The key was taken out of the pool: the request goes back to its
 		// place in line for another key, without burning an attempt.
 		d.obs.Retried(out.Kind)
-		if err := d.requeue(w); err != nil {
+		if err := d.putBack(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 		}
 		return nil, true, nil
@@ -242,7 +243,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 	}
 	if probe && fate.Kind == Retry && outageKind(&out) {
 		d.obs.Retried(out.Kind)
-		if err := d.requeue(w); err != nil {
+		if err := d.putBack(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 		}
 		return nil, true, nil
@@ -270,7 +271,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 		// of the pool, or this one's hint).
 		d.pauseKey(g.key, fate.At, now, out.HasRetryAfter)
 		d.obs.Retried(out.Kind)
-		if err := d.requeue(w); err != nil {
+		if err := d.putBack(w); err != nil {
 			return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 		}
 		return nil, true, nil
@@ -289,7 +290,7 @@ func (d *Dispatcher) retryOrFail(ctx context.Context, w *waiter, x exchanged, g 
 		}
 		return nil, false, fmt.Errorf("backing off before retrying upstream %q: %w", d.cfg.Name, err)
 	}
-	if err := d.requeue(w); err != nil {
+	if err := d.putBack(w); err != nil {
 		return nil, false, d.giveUp(w, ErrStopped, "the upstream's dispatcher stopped")
 	}
 	return nil, true, nil
@@ -310,7 +311,7 @@ func describe(o llm.Outcome) string {
 // end, or an error event). An error before any content is retried
 // invisibly; otherwise the bytes read ahead are replayed to the client
 // ahead of the rest of the stream.
-func (d *Dispatcher) stream(ctx context.Context, w *waiter, g grant, resp *http.Response, start time.Time, c *callLink) (exchanged, error) {
+func (d *Dispatcher) stream(ctx context.Context, w *waiter, g admission, resp *http.Response, start time.Time, c *callLink) (exchanged, error) {
 	so := provider.NewStreamObserver(d.cfg.Protocol)
 	var ahead bytes.Buffer
 	buf := make([]byte, 16<<10)

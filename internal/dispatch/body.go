@@ -21,7 +21,7 @@ import (
 // closing it) reconciles the quota with the usage it reports, records the
 // outcome and frees the concurrency slot. ahead holds stream bytes already
 // read (replayed first); so is the stream's observer (nil for JSON).
-func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver, c *callLink) *Response {
+func (d *Dispatcher) success(w *waiter, g admission, resp *http.Response, ahead *bytes.Buffer, so *provider.StreamObserver, c *callLink) *Response {
 	c.handOver()
 	if resp.Request != nil && c.caller != nil {
 		// Who reads the response judges its end by the caller's context
@@ -40,7 +40,7 @@ func (d *Dispatcher) success(w *waiter, g grant, resp *http.Response, ahead *byt
 	if so != nil {
 		b.span = d.startStream(w, d.clk.Now())
 		if !w.ticket {
-			d.trackLive(b)
+			d.trackBody(b)
 		}
 		b.startPump()
 	}
@@ -68,7 +68,7 @@ func putUsageBuf(b *bytes.Buffer) {
 type trackedBody struct {
 	d        *Dispatcher
 	w        *waiter
-	g        grant
+	g        admission
 	upstream io.ReadCloser
 	so       *provider.StreamObserver
 	status   int
@@ -91,7 +91,7 @@ type trackedBody struct {
 	done      chan struct{} // closed by finish
 }
 
-// cut ends a live stream from Sluice's side (Dispatcher.Stop): the upstream
+// cut ends a stream from Sluice's side (Dispatcher.Stop): the upstream
 // is closed, so the pump's Read returns, and the reader gets err.
 func (b *trackedBody) cut(err error) {
 	b.mu.Lock()
@@ -178,7 +178,7 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	b.finished = true
 	d, w := b.d, b.w
 	if b.so != nil && !w.ticket {
-		d.untrackLive(b)
+		d.untrackBody(b)
 	}
 	p := d.cfg.Protocol
 	var usage llm.Usage

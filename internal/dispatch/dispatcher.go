@@ -68,7 +68,7 @@ type Dispatcher struct {
 	// are not affected.
 	draining bool
 	drained  chan struct{}             // closed by Drain: a Do backing off stops waiting
-	live     map[*trackedBody]struct{} // streams answered to Do, being read (Stop cuts them)
+	bodies   map[*trackedBody]struct{} // bodies answered to Do and still being read (Stop cuts them)
 	wake     chan struct{}             // buffered(1): something changed
 	stopping chan struct{}             // closed by Stop
 
@@ -191,40 +191,40 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 
 // stop is Stop's own step, before the loop is canceled and waited for:
 // nothing is admitted or queued from here on, the queue is failed and the
-// live streams are cut.
+// bodies still being read are cut.
 func (d *Dispatcher) stop(context.Context) error {
 	d.mu.Lock()
 	d.state = stopped
 	close(d.stopping)
 	for _, it := range d.sched.Drain() {
 		w := it.Value.(*waiter)
-		w.grant <- grant{err: ErrStopped}
+		w.admission <- admission{err: ErrStopped}
 	}
-	live := make([]*trackedBody, 0, len(d.live))
-	for b := range d.live {
-		live = append(live, b)
+	open := make([]*trackedBody, 0, len(d.bodies))
+	for b := range d.bodies {
+		open = append(open, b)
 	}
 	d.mu.Unlock()
-	for _, b := range live {
+	for _, b := range open {
 		b.cut(ErrStopped)
 	}
 	return nil
 }
 
-// trackLive and untrackLive keep the set of live streams Stop cuts.
-func (d *Dispatcher) trackLive(b *trackedBody) {
+// trackBody and untrackBody keep the set of bodies Stop cuts.
+func (d *Dispatcher) trackBody(b *trackedBody) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.live == nil {
-		d.live = map[*trackedBody]struct{}{}
+	if d.bodies == nil {
+		d.bodies = map[*trackedBody]struct{}{}
 	}
-	d.live[b] = struct{}{}
+	d.bodies[b] = struct{}{}
 }
 
-func (d *Dispatcher) untrackLive(b *trackedBody) {
+func (d *Dispatcher) untrackBody(b *trackedBody) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.live, b)
+	delete(d.bodies, b)
 }
 
 // Drain begins a shutdown of the live traffic: every request queued by Do
@@ -243,7 +243,7 @@ func (d *Dispatcher) Drain() int {
 	}
 	dropped := d.sched.RemoveIf(func(it *flow.Item) bool { return !it.Value.(*waiter).ticket })
 	for _, it := range dropped {
-		it.Value.(*waiter).grant <- grant{err: ErrStopped}
+		it.Value.(*waiter).admission <- admission{err: ErrStopped}
 	}
 	d.mu.Unlock()
 	d.kick()
@@ -333,7 +333,7 @@ func (d *Dispatcher) admit() time.Duration {
 		}
 		if gw, err := d.gate(w, now); err != nil {
 			d.sched.Remove(it)
-			w.grant <- grant{err: err}
+			w.admission <- admission{err: err}
 			continue
 		} else if gw.Waits() {
 			// Its client's own limit: the client's requests are passed
@@ -349,7 +349,7 @@ func (d *Dispatcher) admit() time.Duration {
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
 			d.sched.Remove(it)
-			w.grant <- grant{err: err}
+			w.admission <- admission{err: err}
 			continue
 		}
 		if key == nil {
@@ -371,9 +371,9 @@ func (d *Dispatcher) admit() time.Duration {
 		d.sched.Take(it)
 		d.inflight++
 		key.inflight++
-		key.granted(w, now)
+		key.noteReserved(w, now)
 		d.reserved = d.reserved.Add(w.cost)
-		w.grant <- grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}
+		w.admission <- admission{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}
 	}
 	return 0
 }
@@ -412,18 +412,18 @@ func (d *Dispatcher) failQueued(at time.Time, gone func(*waiter) bool) int {
 	d.unreachableScan = at
 	removed := d.sched.RemoveIf(func(it *flow.Item) bool { return gone(it.Value.(*waiter)) })
 	for _, it := range removed {
-		it.Value.(*waiter).grant <- grant{err: ErrUnavailable}
+		it.Value.(*waiter).admission <- admission{err: ErrUnavailable}
 	}
 	return len(removed)
 }
 
 // waiter is one request's journey through the dispatcher.
 type waiter struct {
-	req      *Request
-	item     flow.Item
-	cost     flow.Amount
-	deadline time.Time
-	grant    chan grant // buffered(1); sent under d.mu
+	req       *Request
+	item      flow.Item
+	cost      flow.Amount
+	deadline  time.Time
+	admission chan admission // buffered(1); sent under d.mu
 
 	admittedOnce bool
 	queueWait    time.Duration // waited before the latest attempt, in all
@@ -467,7 +467,7 @@ func (d *Dispatcher) headroom(c llm.Priority, now time.Time) flow.Keep {
 // HeadroomGaps of its usual inter-arrival time (never below
 // HeadroomMinWindow) once it has one. A class that arrived steadily and
 // stopped is over well before a minute: the headroom it kept would be
-// refill lost at the end of the drain (sluice demo: 1.7 s). d.mu held.
+// refill lost at the end of the drain. d.mu held.
 func (d *Dispatcher) activeWindow(u llm.Priority) time.Duration {
 	win := d.cfg.HeadroomWindow
 	if g := d.gap[u]; g > 0 || d.gapKnown(u) {
@@ -523,7 +523,11 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) (*flow.Item, *poo
 	return nil, nil
 }
 
-type grant struct {
+// admission is the admission step's answer to a waiter: the attempt it
+// may make now (under breaker generation gen, on key, with reserved
+// counted), or err when the dispatcher gives up on it. (A cluster's
+// "grant" is what a node is given at a sync; see internal/cluster.)
+type admission struct {
 	gen uint64
 	at  time.Time
 	err error
@@ -568,10 +572,10 @@ func (d *Dispatcher) newWaiter(ctx context.Context, req *Request) *waiter {
 	now := d.clk.Now()
 	est := d.cal.adjust(req.Cost)
 	w := &waiter{
-		req:   req,
-		cost:  flow.NewAmount(est.InputTokens, est.OutputTokens),
-		grant: make(chan grant, 1),
-		ctx:   ctx,
+		req:       req,
+		cost:      flow.NewAmount(est.InputTokens, est.OutputTokens),
+		admission: make(chan admission, 1),
+		ctx:       ctx,
 	}
 	class := req.Priority
 	if !class.Valid() {
@@ -641,7 +645,7 @@ func (d *Dispatcher) do(ctx context.Context, w *waiter) (*Response, error) {
 	d.mu.Unlock()
 	d.obs.Enqueued(class)
 	// The fast path: run the admission step in the caller's goroutine
-	// instead of waiting for the admission goroutine's turn. admit grants
+	// instead of waiting for the admission goroutine's turn. admit admits
 	// in the scheduler's order under d.mu, as the loop does, so priority,
 	// fairness and the quota hold whoever runs it; the loop is woken only
 	// when a timed retry is due (a refill, a breaker), which only it keeps.
@@ -662,9 +666,9 @@ func (d *Dispatcher) do(ctx context.Context, w *waiter) (*Response, error) {
 }
 
 // await waits in the queue for w's admission, its deadline, ctx or Stop.
-func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
+func (d *Dispatcher) await(ctx context.Context, w *waiter) (admission, error) {
 	select {
-	case g := <-w.grant: // admitted at once: no timer
+	case g := <-w.admission: // admitted at once: no timer
 		if g.err != nil {
 			return g, d.grantError(w, g.err)
 		}
@@ -675,7 +679,7 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 	defer t.Stop()
 	var reason error
 	select {
-	case g := <-w.grant:
+	case g := <-w.admission:
 		if g.err != nil {
 			return g, d.grantError(w, g.err)
 		}
@@ -701,8 +705,8 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 	removed := d.sched.Remove(&w.item)
 	d.mu.Unlock()
 	if !removed {
-		// Admitted (or stopped) in the meantime: the grant is in the channel.
-		g := <-w.grant
+		// Admitted (or stopped) in the meantime: the admission is in the channel.
+		g := <-w.admission
 		if g.err == nil {
 			d.release(w, g, flow.Neutral, w.cost)
 		}
@@ -710,15 +714,15 @@ func (d *Dispatcher) await(ctx context.Context, w *waiter) (grant, error) {
 	d.kick()
 	switch {
 	case errors.Is(reason, ErrUnavailable):
-		return grant{}, d.giveUp(w, ErrUnavailable, "")
+		return admission{}, d.giveUp(w, ErrUnavailable, "")
 	case errors.Is(reason, ErrDeadline) && held.Waits():
 		e := d.giveUp(w, ErrClientLimit, held.Limit+" held the request until its deadline")
 		e.RetryAfter = clientRetryAfter(held.For)
-		return grant{}, e
+		return admission{}, e
 	case errors.Is(reason, ErrDeadline):
-		return grant{}, d.giveUp(w, ErrDeadline, "the request waited in the queue until its deadline")
+		return admission{}, d.giveUp(w, ErrDeadline, "the request waited in the queue until its deadline")
 	}
-	return grant{}, fmt.Errorf("waiting for upstream %q: %w", d.cfg.Name, reason)
+	return admission{}, fmt.Errorf("waiting for upstream %q: %w", d.cfg.Name, reason)
 }
 
 func (d *Dispatcher) grantError(w *waiter, err error) error {
@@ -741,7 +745,7 @@ func (d *Dispatcher) grantError(w *waiter, err error) error {
 
 // release frees an admitted request's slot and refunds what it did not
 // use.
-func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amount) {
+func (d *Dispatcher) release(w *waiter, g admission, r flow.Result, refund flow.Amount) {
 	if g.key != nil {
 		g.key.answered(w)
 	}
@@ -755,7 +759,7 @@ func (d *Dispatcher) release(w *waiter, g grant, r flow.Result, refund flow.Amou
 // releaseAnswered is release for a request the provider answered with its
 // usage: the reservation is reconciled with actual, so that Observe can
 // credit the output the provider gave back.
-func (d *Dispatcher) releaseAnswered(w *waiter, g grant, r flow.Result, actual flow.Amount) {
+func (d *Dispatcher) releaseAnswered(w *waiter, g admission, r flow.Result, actual flow.Amount) {
 	if g.key != nil {
 		g.key.answered(w)
 	}
@@ -767,7 +771,7 @@ func (d *Dispatcher) releaseAnswered(w *waiter, g grant, r flow.Result, actual f
 }
 
 // freeSlot is the end of release: the breaker's verdict, the slot.
-func (d *Dispatcher) freeSlot(w *waiter, g grant, r flow.Result, now time.Time) {
+func (d *Dispatcher) freeSlot(w *waiter, g admission, r flow.Result, now time.Time) {
 	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
 	d.brk.Done(g.gen, r, now)
 	d.mu.Lock()
@@ -845,14 +849,15 @@ func (d *Dispatcher) sleep(ctx context.Context, dur time.Duration) error {
 	}
 }
 
-// requeue puts w back in its original place in line.
-func (d *Dispatcher) requeue(w *waiter) error {
+// putBack puts w back in its original place in line (a retry; a job is
+// requeued in the store instead).
+func (d *Dispatcher) putBack(w *waiter) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.state != running || (d.draining && !w.ticket) {
 		return ErrStopped
 	}
-	d.sched.Requeue(&w.item)
+	d.sched.PutBack(&w.item)
 	d.kick()
 	return nil
 }

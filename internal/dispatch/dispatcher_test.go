@@ -344,7 +344,7 @@ func TestBreakerOpensAndQueuedRequestsWaitThenSucceed(t *testing.T) {
 	require.True(t, fc.WaitForTimers(1, 5*time.Second))
 	fc.Advance(time.Second) // past the first backoff (≤ 0.5 s)
 	require.Eventually(t, func() bool { return u.calls.Load() == 2 }, 5*time.Second, time.Millisecond)
-	// Breaker open now; the request backs off, requeues and waits in line.
+	// Breaker open now; the request backs off, goes back in line and waits.
 	require.Eventually(t, func() bool { return d.Snapshot().Breaker == flow.Open }, 5*time.Second, time.Millisecond)
 	require.True(t, fc.WaitForTimers(1, 5*time.Second))
 	fc.Advance(time.Second)                             // past the second backoff: back in the queue
@@ -439,7 +439,7 @@ func TestCancelRemovesFromQueueAndStopFailsQueued(t *testing.T) {
 	t.Parallel()
 	u := newUpstream(t, reply{status: 429, header: map[string]string{"retry-after": "60"}, body: `{"type":"error","error":{"type":"rate_limit_error","message":"x"}}`}, ok())
 	d, fc, rec := start(t, u, nil)
-	ch := doAsync(context.Background(), d, request()) // 429: paused 60 s, requeued
+	ch := doAsync(context.Background(), d, request()) // 429: paused 60 s, back in line
 	require.True(t, fc.WaitForTimers(2, 5*time.Second))
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -28,7 +28,7 @@ type poolKey struct {
 	org     *orgBucket // nil: the key is its own account
 	maxConc int
 
-	// unanswered holds, for each granted attempt on this key until its
+	// unanswered holds, for each admitted attempt on this key until its
 	// answer's headers (or its end) came back, when it was reserved and
 	// when it was sent (zero: not yet, a ticket between Acquire and
 	// Call). The provider may not have charged those when it reports on
@@ -154,8 +154,8 @@ func (k *poolKey) usable(now time.Time) bool {
 // attemptTimes is when an unanswered attempt was reserved and sent.
 type attemptTimes struct{ reserved, sent time.Time }
 
-// granted records that w's attempt was reserved on k at now.
-func (k *poolKey) granted(w *waiter, now time.Time) {
+// noteReserved records that w's attempt was reserved on k at now.
+func (k *poolKey) noteReserved(w *waiter, now time.Time) {
 	k.umu.Lock()
 	defer k.umu.Unlock()
 	if k.unanswered == nil {

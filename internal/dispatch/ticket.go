@@ -38,7 +38,7 @@ type AcquireParams struct {
 	Deadline time.Time
 }
 
-// Ticket is an admission granted to a durable caller (a job worker): a
+// Ticket is an admission given to a durable caller (a job worker): a
 // concurrency slot, the estimated cost reserved in the quota buckets and
 // the breaker's permission (a half-open probe when Probe says so). Use it
 // for exactly one Call, or give it back with Release. A Ticket is safe for
@@ -46,7 +46,7 @@ type AcquireParams struct {
 type Ticket struct {
 	d    *Dispatcher
 	w    *waiter
-	g    grant
+	g    admission
 	call func(context.Context, *Request) (*Response, error) // NewTicketFunc
 
 	mu    sync.Mutex
@@ -107,9 +107,9 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	d.arrived(w.item.Class, w.cost, now)
 	d.inflight++
 	key.inflight++
-	key.granted(w, now)
+	key.noteReserved(w, now)
 	d.reserved = d.reserved.Add(w.cost)
-	return &Ticket{d: d, w: w, g: grant{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}}, true
+	return &Ticket{d: d, w: w, g: admission{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}}, true
 }
 
 // ticketWaiter is the waiter of a ticket: a placeholder request of the
@@ -121,12 +121,12 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 	}
 	est := d.cal.adjust(p.Cost)
 	w := &waiter{
-		req:      &Request{Priority: class, Client: p.Client, Cost: p.Cost},
-		cost:     flow.NewAmount(est.InputTokens, est.OutputTokens),
-		grant:    make(chan grant, 1),
-		deadline: p.Deadline,
-		waitFrom: now,
-		ticket:   true,
+		req:       &Request{Priority: class, Client: p.Client, Cost: p.Cost},
+		cost:      flow.NewAmount(est.InputTokens, est.OutputTokens),
+		admission: make(chan admission, 1),
+		deadline:  p.Deadline,
+		waitFrom:  now,
+		ticket:    true,
 	}
 	if w.deadline.IsZero() {
 		w.deadline = now.Add(100 * 365 * 24 * time.Hour) // no deadline: until ctx or Stop
@@ -183,7 +183,7 @@ func (t *Ticket) spend() bool {
 }
 
 // Call makes exactly one upstream attempt with req and the ticket's
-// admission: no retry, no requeue, no sleep. It first moves the
+// admission: no retry, no putting back, no sleep. It first moves the
 // reservation from the ticket's estimate to req.Cost: a surplus is refunded
 // at once; an extra that does not fit now gives the ticket back and
 // returns an *Error with ErrNotAdmitted (nothing sent; RetryAfter says

@@ -56,7 +56,7 @@ func (d *Dispatcher) traceQueueWait(w *waiter, end time.Time, err error) {
 // startAttempt opens the span of w's next attempt on g's key; the
 // returned context carries it to newUpstreamRequest, which sends it
 // upstream as traceparent.
-func (d *Dispatcher) startAttempt(ctx context.Context, w *waiter, g grant, now time.Time) (context.Context, trace.Span) {
+func (d *Dispatcher) startAttempt(ctx context.Context, w *waiter, g admission, now time.Time) (context.Context, trace.Span) {
 	attrs := []attribute.KeyValue{
 		attribute.String("sluice.upstream", d.cfg.Name),
 		attribute.Int("sluice.attempt", w.attempts+1),

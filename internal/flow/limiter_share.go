@@ -12,18 +12,16 @@ const MinShare = 1e-4
 
 // SetShare makes this Limiter use f, in (0, 1], of every bucket's rate and
 // depth: the part of an upstream's quota a node of a cluster was granted
-// (internal/cluster). It is distinct from Throttle's refill-rate cut; the
-// two multiply.
+// (internal/cluster). It is distinct from SlowDown's refill-rate cut; the
+// two multiply. Values outside (0, 1] are clamped.
 //
-// The change keeps what the node may send over any window within
-// share × (rate·t + depth): every bucket is first settled at the old
-// share's rate; lowering the share drops the tokens above the new depth
-// (they belong to the capacity given back); raising it adds capacity that
-// starts empty and fills at the new rate, and the tokens held stay capped
-// at the old depth. So when the shares of all nodes sum to at most 1, the
-// cluster's emission over any window stays within rate·t + depth. Requests
-// larger than the depth keep their usual allowance (they may accumulate up
-// to their own cost). Values outside (0, 1] are clamped.
+// Every bucket is first settled at the old share's rate; lowering the
+// share drops the tokens above the new depth, raising it adds capacity
+// that starts empty and fills at the new rate. So the node sends at most
+// share × (rate·t + depth) over any window, and when the shares of all
+// nodes sum to at most 1 the cluster stays within rate·t + depth
+// (docs/cluster.md, "How it works"). Requests larger than the depth keep
+// their usual allowance (they may accumulate up to their own cost).
 //
 // It returns what the change dropped, as a fraction of the whole burst
 // (BurstFill): the least over the limited dimensions of the usable tokens
@@ -36,25 +34,26 @@ func (l *Limiter) SetShare(f float64, now time.Time) (dropped float64) {
 	f = math.Min(math.Max(f, MinShare), 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refresh(now)
-	if f == l.share {
+	s := &l.buckets
+	s.refresh(now)
+	if f == s.share {
 		return 0
 	}
-	keep := math.Min(f, l.share)
+	keep := math.Min(f, s.share)
 	dropped = math.Inf(1)
-	for i := range l.b {
-		b := &l.b[i]
+	for i := range s.b {
+		b := &s.b[i]
 		b.settle(now)
 		if b.capacity > 0 {
 			before := math.Max(math.Min(b.level, b.dep()), 0)
 			b.level = math.Min(b.level, b.depth*keep)
 			after := math.Max(math.Min(b.level, b.depth*keep), 0)
-			dropped = math.Min(dropped, (before-after)/l.burstDepth(b))
+			dropped = math.Min(dropped, (before-after)/s.burstDepth(b))
 		}
 		b.share = f
 		b.last = now
 	}
-	l.share = f
+	s.share = f
 	if math.IsInf(dropped, 1) || !(dropped > 0) {
 		return 0
 	}
@@ -65,17 +64,16 @@ func (l *Limiter) SetShare(f float64, now time.Time) (dropped float64) {
 // depth the provider's bucket is assumed to hold when it is full
 // (BurstSeconds less the jitter allowance, as a fresh Limiter starts).
 // Credits and what SetShare drops are counted in fractions of it.
-func (l *Limiter) burstDepth(b *bucket) float64 {
-	return math.Max(l.initialDepth(b.capacity), 1e-9)
+func (s *bucketSet) burstDepth(b *bucket) float64 {
+	return math.Max(s.initialDepth(b.capacity), 1e-9)
 }
 
 // Credit adds f (a fraction, in [0, 1]) of every limited bucket's whole
 // burst depth (burstDepth) to its level, capped at this node's depth (its
 // share of the bucket's): a node of a cluster granted part of the
-// cluster's burst pool (internal/cluster). Capping at the node's own
-// depth is what keeps the cluster within rate·t + depth once the pool is
-// spent: the nodes' levels then sum to at most the whole depth again, as
-// without credits. A level already above the depth (a large request
+// cluster's burst pool (internal/cluster). The cap keeps the cluster
+// within rate·t + depth once the pool is spent (docs/cluster.md, "The
+// burst pool"). A level already above the depth (a large request
 // accumulating) is left as it is.
 func (l *Limiter) Credit(f float64, now time.Time) {
 	if !(f > 0) {
@@ -84,14 +82,15 @@ func (l *Limiter) Credit(f float64, now time.Time) {
 	f = math.Min(f, 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refresh(now)
-	for i := range l.b {
-		b := &l.b[i]
+	s := &l.buckets
+	s.refresh(now)
+	for i := range s.b {
+		b := &s.b[i]
 		if b.capacity == 0 {
 			continue
 		}
 		b.settle(now)
-		b.level = math.Max(b.level, math.Min(b.level+f*l.burstDepth(b), b.dep()))
+		b.level = math.Max(b.level, math.Min(b.level+f*s.burstDepth(b), b.dep()))
 	}
 }
 
@@ -104,15 +103,16 @@ func (l *Limiter) Credit(f float64, now time.Time) {
 func (l *Limiter) BurstFill(now time.Time) (level, seconds float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refresh(now)
+	s := &l.buckets
+	s.refresh(now)
 	level, seconds = math.Inf(1), math.Inf(1)
-	for i := range l.b {
-		b := &l.b[i]
+	for i := range s.b {
+		b := &s.b[i]
 		if b.capacity == 0 {
 			continue
 		}
-		level = math.Min(level, b.at(now, b.dep())/l.burstDepth(b))
-		seconds = math.Min(seconds, l.burstDepth(b)/(b.capacity/60))
+		level = math.Min(level, b.at(now, b.dep())/s.burstDepth(b))
+		seconds = math.Min(seconds, s.burstDepth(b)/(b.capacity/60))
 	}
 	if math.IsInf(level, 1) {
 		return 0, 0
@@ -126,9 +126,9 @@ func (l *Limiter) BurstDepth() [NumDims]float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var d [NumDims]float64
-	for i := range l.b {
-		if b := &l.b[i]; b.capacity > 0 {
-			d[i] = l.burstDepth(b)
+	for i := range l.buckets.b {
+		if b := &l.buckets.b[i]; b.capacity > 0 {
+			d[i] = l.buckets.burstDepth(b)
 		}
 	}
 	return d
@@ -138,7 +138,7 @@ func (l *Limiter) BurstDepth() [NumDims]float64 {
 func (l *Limiter) Share() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.share
+	return l.buckets.share
 }
 
 // Debited returns the running sum of every debit since the Limiter was
@@ -147,5 +147,5 @@ func (l *Limiter) Share() float64 {
 func (l *Limiter) Debited() Amount {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.debited
+	return l.est.debited
 }

@@ -37,9 +37,9 @@ func TestLimiterSetShareScalesRateAndDepth(t *testing.T) {
 	w, err = l.Reserve(one, t0)
 	require.NoError(t, err)
 	require.Equal(t, 50*time.Millisecond, w, "the new rate refills it: 0.5 token at 10/s")
-	// Throttle and share multiply.
+	// SlowDown and share multiply.
 	l.SetShare(0.5, t0)
-	l.Throttle(0.5, time.Hour, t0)
+	l.SlowDown(0.5, time.Hour, t0)
 	w, err = l.Reserve(flow.Amount{flow.Requests: 1}, t0)
 	require.NoError(t, err)
 	require.Equal(t, 200*time.Millisecond, w, "0.5 token at 10 × 0.5 × 0.5 = 2.5/s")

@@ -268,7 +268,7 @@ func TestLimiterHeadroom(t *testing.T) {
 	require.Zero(t, w)
 }
 
-func TestLimiterThrottleRampsBack(t *testing.T) {
+func TestLimiterSlowDownRampsBack(t *testing.T) {
 	t.Parallel()
 	// 600 RPM = 10/s, depth 1 s = 10 requests.
 	l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 600}, 1)
@@ -282,7 +282,7 @@ func TestLimiterThrottleRampsBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 100*time.Millisecond, w, "full rate: 10/s")
 
-	l.Throttle(0.5, 10*time.Minute, t0)
+	l.SlowDown(0.5, 10*time.Minute, t0)
 	require.InDelta(t, 0.5, l.Scale(t0), 1e-9)
 	w, err = l.TimeUntil(one, t0)
 	require.NoError(t, err)
@@ -292,14 +292,14 @@ func TestLimiterThrottleRampsBack(t *testing.T) {
 	half := t0.Add(5 * time.Minute)
 	require.InDelta(t, 0.75, l.Scale(half), 1e-9)
 	// A second cut compounds from there, never below the floor.
-	l.Throttle(0.5, 10*time.Minute, half)
+	l.SlowDown(0.5, 10*time.Minute, half)
 	require.InDelta(t, 0.375, l.Scale(half), 1e-9)
 	for range 10 {
-		l.Throttle(0.1, 10*time.Minute, half)
+		l.SlowDown(0.1, 10*time.Minute, half)
 	}
-	require.InDelta(t, flow.ThrottleFloor, l.Scale(half), 1e-9)
+	require.InDelta(t, flow.SlowDownFloor, l.Scale(half), 1e-9)
 
-	// After the ramp the full rate is back and the throttle is gone.
+	// After the ramp the full rate is back and the cut is gone.
 	later := half.Add(10 * time.Minute)
 	require.InDelta(t, 1.0, l.Scale(later), 1e-9)
 	st := l.State(later)

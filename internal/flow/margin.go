@@ -14,19 +14,19 @@ const marginStep = 1e-4
 // MaxSafetyMargin over MarginRecovery. It is bounded by the two: the
 // Limiter never uses more than MaxSafetyMargin of a limit, and never less
 // than SafetyMargin.
-func (l *Limiter) marginAt(now time.Time) float64 {
-	lo, hi := l.cfg.SafetyMargin, l.cfg.MaxSafetyMargin
+func (s *bucketSet) marginAt(now time.Time) float64 {
+	lo, hi := s.cfg.SafetyMargin, s.cfg.MaxSafetyMargin
 	if hi <= lo {
 		return lo
 	}
-	if l.widened.IsZero() {
+	if s.widened.IsZero() {
 		return hi
 	}
-	ramp := l.cfg.MarginRecovery
+	ramp := s.cfg.MarginRecovery
 	if ramp <= 0 {
 		ramp = MarginRecoveryDefault
 	}
-	el := now.Sub(l.widened)
+	el := now.Sub(s.widened)
 	if el >= ramp {
 		return hi
 	}
@@ -36,16 +36,16 @@ func (l *Limiter) marginAt(now time.Time) float64 {
 }
 
 // setMargin resizes every known bucket for margin m, keeping the depth's
-// share of the capacity; l.mu held.
-func (l *Limiter) setMargin(m float64, now time.Time) {
-	l.margin = m
-	for i := range l.b {
-		b := &l.b[i]
+// share of the capacity.
+func (s *bucketSet) setMargin(m float64, now time.Time) {
+	s.margin = m
+	for i := range s.b {
+		b := &s.b[i]
 		if b.limit == 0 || b.capacity == 0 {
 			continue
 		}
 		b.settle(now)
-		c := l.withMargin(b.limit)
+		c := s.withMargin(b.limit)
 		b.depth = math.Min(c, b.depth*c/b.capacity)
 		b.capacity = c
 		b.level = math.Min(b.level, b.cp())
@@ -56,39 +56,6 @@ func (l *Limiter) setMargin(m float64, now time.Time) {
 func (l *Limiter) Margin(now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refresh(now)
-	return l.margin
-}
-
-// debitHistoryLen is how many recent entries a debitHistory keeps (of
-// debits for Observe and the credit cap, of credits for the clamp).
-const debitHistoryLen = 256
-
-// debitHistory is a ring of (instant, debited) after each debit, so that
-// Observe can tell what was debited before an instant.
-type debitHistory struct {
-	at      [debitHistoryLen]time.Time
-	debited [debitHistoryLen]Amount
-	n       int // entries recorded, ever
-}
-
-func (h *debitHistory) record(now time.Time, debited Amount) {
-	i := h.n % debitHistoryLen
-	h.at[i], h.debited[i] = now, debited
-	h.n++
-}
-
-// before returns what was debited as of t (the last entry at or before t);
-// ok is false when the ring no longer reaches back to t.
-func (h *debitHistory) before(t time.Time) (Amount, bool) {
-	for k := 1; k <= min(h.n, debitHistoryLen); k++ {
-		i := (h.n - k) % debitHistoryLen
-		if !h.at[i].After(t) {
-			return h.debited[i], true
-		}
-	}
-	if h.n <= debitHistoryLen {
-		return Amount{}, true // before the first debit: nothing debited
-	}
-	return Amount{}, false
+	l.buckets.refresh(now)
+	return l.buckets.margin
 }

@@ -21,10 +21,10 @@ type Keep struct {
 }
 
 // hold is the tokens k leaves in bucket d: the larger of the configured
-// headroom and the learned room (capped); l.mu held.
-func (l *Limiter) hold(d Dim, k Keep) float64 {
-	b := &l.b[d]
-	h := k.Share * l.headroomDepth(b)
+// headroom and the learned room (capped).
+func (s *bucketSet) hold(d Dim, k Keep) float64 {
+	b := &s.b[d]
+	h := k.Share * s.headroomDepth(b)
 	if s := k.Seconds[d]; s > 0 && k.Cap > 0 {
 		h = math.Max(h, math.Min(s*b.rate(), k.Cap*b.dep()))
 	}
@@ -36,11 +36,11 @@ func (l *Limiter) hold(d Dim, k Keep) float64 {
 func (l *Limiter) Held(keep Keep, now time.Time) Amount {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refresh(now)
+	l.buckets.refresh(now)
 	var a Amount
-	for i := range l.b {
-		if l.b[i].capacity > 0 {
-			a[i] = l.hold(Dim(i), keep)
+	for i := range l.buckets.b {
+		if l.buckets.b[i].capacity > 0 {
+			a[i] = l.buckets.hold(Dim(i), keep)
 		}
 	}
 	return a
@@ -55,27 +55,28 @@ func (l *Limiter) Held(keep Keep, now time.Time) Amount {
 func (l *Limiter) Room(cost Amount, keep Keep, now time.Time) (time.Duration, float64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refresh(now)
+	s := &l.buckets
+	s.refresh(now)
 	// One pass: timeUntil's checks and waits, and the room left.
 	var w time.Duration
 	room := math.Inf(1)
-	for i := range l.b {
-		b := &l.b[i]
+	for i := range s.b {
+		b := &s.b[i]
 		if b.capacity == 0 || cost[i] <= 0 {
 			continue
 		}
 		if cost[i] > b.capacity {
-			_, err := l.timeUntil(cost, keep, now)
+			_, err := s.timeUntil(cost, keep, now)
 			return 0, 0, err
 		}
-		if bw := b.wait(cost[i], l.hold(Dim(i), keep), now); bw > 0 {
+		if bw := b.wait(cost[i], s.hold(Dim(i), keep), now); bw > 0 {
 			w = max(w, bw)
 			continue
 		}
 		lvl := b.at(now, math.Max(b.dep(), cost[i]))
 		room = math.Min(room, (lvl-cost[i])/b.capacity)
 	}
-	if p := l.pausedUntil.Sub(now); p > w {
+	if p := s.pausedUntil.Sub(now); p > w {
 		w = p
 	}
 	if w > 0 {
@@ -98,10 +99,10 @@ type Supply struct {
 func (l *Limiter) Supply(now time.Time) Supply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.refresh(now)
-	s := Supply{PausedUntil: l.pausedUntil}
-	for i := range l.b {
-		b := &l.b[i]
+	l.buckets.refresh(now)
+	s := Supply{PausedUntil: l.buckets.pausedUntil}
+	for i := range l.buckets.b {
+		b := &l.buckets.b[i]
 		if b.capacity == 0 {
 			continue
 		}

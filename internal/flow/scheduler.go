@@ -22,7 +22,7 @@ type Item struct {
 	// Cost is the request's quota demand, summed by Demand.
 	Cost Amount
 	// Arrival is when the request first joined the queue; aging counts from
-	// it, and a requeued item keeps it.
+	// it, and an item put back keeps it.
 	Arrival time.Time
 	// Value is the caller's payload.
 	Value any
@@ -74,7 +74,7 @@ type classQueue struct {
 // Peek names the next item without removing it; the caller then Takes it
 // when it can be sent. Peek is stable while nothing changes, so the caller
 // waits for that item to fit instead of letting smaller items overtake it.
-// Requeue puts a retried item back in its original place. A Scheduler is
+// PutBack puts a retried item back in its original place. A Scheduler is
 // not safe for concurrent use: its owner serialises access.
 type Scheduler struct {
 	weights [llm.NumPriorities]float64
@@ -191,9 +191,9 @@ func (s *Scheduler) Push(it *Item) {
 	s.insert(it)
 }
 
-// Requeue puts back an item that was taken (e.g. for a retry), in the place
+// PutBack puts back an item that was taken (e.g. for a retry), in the place
 // its original arrival gives it: ahead of everything that arrived later.
-func (s *Scheduler) Requeue(it *Item) {
+func (s *Scheduler) PutBack(it *Item) {
 	if it.queued {
 		return
 	}
@@ -234,7 +234,7 @@ func (s *Scheduler) insert(it *Item) {
 }
 
 // insertBySeq inserts it keeping l in seq order; new items go at the back
-// in O(1), requeued ones are placed by a scan from the front.
+// in O(1), ones put back are placed by a scan from the front.
 func insertBySeq(l *list.List, it *Item) *list.Element {
 	if b := l.Back(); b == nil || b.Value.(*Item).seq < it.seq {
 		return l.PushBack(it)
@@ -492,7 +492,7 @@ func (s *Scheduler) Drain() []*Item {
 
 // OldestArrival returns the arrival of class c's longest-waiting item
 // (zero when the class is empty): the front of its arrival list, which is
-// in sequence order, and a requeued item keeps its place and arrival.
+// in sequence order, and an item put back keeps its place and arrival.
 func (s *Scheduler) OldestArrival(c llm.Priority) time.Time {
 	if !c.Valid() {
 		return time.Time{}

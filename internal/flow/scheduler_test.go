@@ -96,7 +96,7 @@ func TestSchedulerRoundRobinBetweenClients(t *testing.T) {
 	require.Equal(t, []string{"greedy", "a", "b", "greedy", "greedy", "greedy", "greedy", "greedy"}, order)
 }
 
-func TestSchedulerRequeueKeepsPlace(t *testing.T) {
+func TestSchedulerPutBackKeepsPlace(t *testing.T) {
 	t.Parallel()
 	s := newScheduler(t)
 	first := &flow.Item{Class: llm.Normal, Size: 1, Arrival: t0}
@@ -105,7 +105,7 @@ func TestSchedulerRequeueKeepsPlace(t *testing.T) {
 	require.Same(t, first, got)
 	later := &flow.Item{Class: llm.Normal, Size: 1, Arrival: t0.Add(time.Second)}
 	s.Push(later)
-	s.Requeue(first) // a retry: ahead of what arrived after it
+	s.PutBack(first) // a retry: ahead of what arrived after it
 	require.Same(t, first, s.Peek(t0.Add(time.Second)))
 	require.True(t, s.Remove(first))
 	require.False(t, s.Remove(first))

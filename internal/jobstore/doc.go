@@ -1,4 +1,4 @@
-// Package queue is Sluice's durable job queue: the job model and its state
+// Package jobstore is Sluice's durable job queue: the job model and its state
 // machine, the Store seam every backend implements, the SQLite and
 // PostgreSQL backends, their embedded migrations, and the maintenance
 // services (JobRescuer, JobCleaner) that keep a store healthy.

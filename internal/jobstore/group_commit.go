@@ -26,7 +26,8 @@ type groupCommit[T, R any] struct {
 
 	// Calls queue here rather than on a channel: under a flood (a drain
 	// completes a thousand jobs at once) every caller blocked in a select
-	// on shared channels, and their locks were 6% of the process's CPU.
+	// on shared channels, and their locks cost CPU (BENCHMARKS.md,
+	// "Tuning notes").
 	mu     sync.Mutex
 	queued []*gcItem[T, R]
 	closed bool

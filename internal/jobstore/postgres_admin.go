@@ -366,9 +366,9 @@ const pgCountLive = `SELECT upstream, sum(queued)::bigint, sum(delayed)::bigint,
 func (s *postgresStore) CountLive(ctx context.Context, now time.Time) ([]LiveCount, error) {
 	var out []LiveCount
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// One backend: with 1M queued jobs a parallel plan took three
-		// processes and twice the time of a serial scan (280 ms against
-		// 130 ms).
+		// One backend: on a deep queue a parallel plan took three
+		// processes and longer than a serial scan (BENCHMARKS.md, "Tuning
+		// notes").
 		if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_workers_per_gather = 0`); err != nil {
 			return err
 		}

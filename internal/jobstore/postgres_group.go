@@ -15,8 +15,8 @@ import (
 // to a local worker (ow: the Handoff's owner, set when one took the row;
 // leased unless its upstream is paused: the paused upstreams are read once
 // per statement into an array, where a NOT EXISTS per row became a hashed
-// subplan that built a hash table on every execution, 1.4% of the machine
-// under single submits); the final join tells which rows went in,
+// subplan that built a hash table on every execution); the final join
+// tells which rows went in,
 // leased or queued, and which met an existing idempotency key. $12 lists
 // the upstreams to NOTIFY; the notify CTE is referenced from the select
 // list, because PostgreSQL skips a CTE nothing reads (an earlier LEFT JOIN
@@ -42,12 +42,11 @@ const pgInsertGroup = `WITH u AS MATERIALIZED (
 // completions) may be in flight at once; pgInsertParallelMin and
 // pgCompleteParallelMin are how many calls must wait before a second one
 // starts beside a running one. One statement at a time under a trickle
-// gives the biggest batches (measured: 16 submitters went from 2.9k to 5k
-// jobs/s against four eager flushers); but with inserts one statement at a
-// time, 16 single submitters all waited for each other's commit, and
-// letting a second insert start once 8 wait measured ~10% faster (four
-// runs of each, side by side; 4 was slower than 64). Completions keep 64
-// (8 measured slower): a flood of them still fills several.
+// gives the biggest batches; but with inserts one statement at a time,
+// single submitters all wait for each other's commit, so a second insert
+// starts once 8 wait. Completions keep 64: a flood of them still fills
+// several. The measurements behind the three numbers: BENCHMARKS.md,
+// "Tuning notes".
 const (
 	pgFlushers            = 4
 	pgInsertParallelMin   = 8
@@ -96,8 +95,7 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	inserted, leased := make([]bool, n), make([]bool, n)
 	var err error
 	if !slices.ContainsFunc(keys, func(k *string) bool { return k != nil }) {
-		// No idempotency keys: the lean statement (0.19 vs 0.31 ms of
-		// execution for 16 rows).
+		// No idempotency keys: the lean statement, which executes faster.
 		err = s.queryInsertPlain(ctx, ids, inserted, leased,
 			ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
 	} else {

@@ -85,7 +85,7 @@ func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error)
 // array (= ANY(ARRAY(…))) rather than joined with IN (…): with IN the
 // planner may hash-join the locked rows against a sequential scan of the
 // whole table, finished jobs included, which made a claim's cost grow with
-// the table (7 ms of an 11 ms claim of 256 at 20k rows). The array holds
+// the table (BENCHMARKS.md, "Tuning notes"). The array holds
 // the locked rows' physical addresses (ctid), so the update fetches each
 // directly instead of probing the primary key again: a row locked FOR
 // UPDATE keeps its address until the statement ends. (A row another

@@ -53,17 +53,17 @@ func newPgPool(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, er
 	// statement once per connection, and PostgreSQL soon settles on a
 	// generic plan; made while a fresh queue's table was nearly empty, that
 	// plan kept sequential scans for the claim and the completion for as
-	// long as the connection lived (300 µs of PostgreSQL time per job at
-	// 50k rows, until autovacuum's first ANALYZE). With sequential scans
-	// priced out, cached plans stay on the indexes and nothing is planned
-	// twice (planning each execution instead cost a quarter of
-	// PostgreSQL's time under single submits).
+	// long as the connection lived (until autovacuum's first ANALYZE). With
+	// sequential scans priced out, cached plans stay on the indexes and
+	// nothing is planned twice (planning each execution instead was a
+	// large share of PostgreSQL's time under single submits; BENCHMARKS.md,
+	// "Tuning notes").
 	//
 	// Generic plans are also forced: PostgreSQL otherwise compares a
 	// generic plan's cost with the custom plans' and kept planning the
 	// group insert afresh on every execution (its custom plan knows how
-	// many rows the arrays hold, so for small groups it looks cheaper):
-	// 9% of the machine under single submits went to planning it. A generic
+	// many rows the arrays hold, so for small groups it looks cheaper),
+	// which spent the machine's time on planning it. A generic
 	// plan lives as long as its connection, so each statement here must
 	// have one good plan whatever the values and table size: sequential
 	// scans are priced out above, and migration 0003 keeps lookups by id
@@ -210,10 +210,10 @@ func fromPgTime(t pgtype.Timestamptz) time.Time {
 func pgText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
 
 // pgJobScan holds the scan targets of one job row. Every target passed to
-// Scan escapes to the heap through its ...any, so scanning into locals made
-// some twenty allocations per row (a claim of 1,000 jobs: 20,000);
-// collectPgJobs reuses one pgJobScan for all its rows, and each row then
-// costs its Job and the values it holds.
+// Scan escapes to the heap through its ...any, so scanning into locals
+// made an allocation per target and row; collectPgJobs reuses one
+// pgJobScan for all its rows, and each row then costs its Job and the
+// values it holds.
 type pgJobScan struct {
 	j                                         Job
 	key, batch, custom                        pgtype.Text

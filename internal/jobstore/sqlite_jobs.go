@@ -15,9 +15,10 @@ const sqliteInsert = `INSERT INTO sluice_jobs (idempotency_key, upstream, priori
 // sqliteInsertLeased inserts a job already leased to a Handoff's worker,
 // unless its upstream is paused (then it queues, as sqliteInsert would);
 // its arguments are sqliteInsertArgs then the lease owner and expiry. The
-// pause is read in the statement: a separate query was 6% of the writer's
-// time under single submits. ("WHERE true" keeps SQLite from reading the
-// ON CONFLICT that follows as a join constraint.)
+// pause is read in the statement, not by a separate query, which cost the
+// writer time under single submits (BENCHMARKS.md, "Tuning notes").
+// ("WHERE true" keeps SQLite from reading the ON CONFLICT that follows as
+// a join constraint.)
 const sqliteInsertLeased = `INSERT INTO sluice_jobs (idempotency_key, upstream, priority, client, path, body,
 	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at,
 	lease_token, lease_owner, lease_expires_at)
@@ -44,7 +45,7 @@ func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult,
 			q, args = sqliteInsertLeased, append(args, h.owner, micros(p.Now.Add(h.leaseFor)))
 		}
 		// Only the id comes back: the row is what p says (reading all of
-		// it back was a fifth of the writer's time under single submits).
+		// it back cost the writer time under single submits).
 		var id int64
 		var state string
 		err := tx.QueryRowContext(ctx, q+` ON CONFLICT (client, idempotency_key) DO NOTHING RETURNING id, state`, args...).Scan(&id, &state)

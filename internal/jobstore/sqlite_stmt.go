@@ -11,9 +11,9 @@ import (
 const sqliteStmtCacheMax = 64
 
 // sqliteTx is the group commit's transaction with the writer's prepared
-// statements. Parsing a statement was ~40% of SQLite's CPU in the drain
-// and submit benchmarks; the writer is one connection, so each text is
-// prepared once and reused by every later transaction.
+// statements. Parsing statements was most of SQLite's CPU (BENCHMARKS.md,
+// "Tuning notes"); the writer is one connection, so each text is prepared
+// once and reused by every later transaction.
 type sqliteTx struct {
 	*sql.Tx
 	s *sqliteStore

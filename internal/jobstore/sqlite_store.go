@@ -114,8 +114,8 @@ func (s *sqliteStore) write(ctx context.Context, fn func(ctx context.Context, tx
 
 // writeOne is write for an fn whose only write is one statement: a failed
 // statement leaves no trace in the transaction (SQLite rolls back the
-// statement), so it runs without a savepoint of its own. The savepoint
-// pair was 8% of the writer's time under single submits.
+// statement), so it runs without a savepoint of its own: the savepoint
+// pair cost the writer time under single submits.
 func (s *sqliteStore) writeOne(ctx context.Context, fn func(ctx context.Context, tx sqliteTx, sig *[]string) error) error {
 	return s.enqueue(ctx, &sqliteOp{ctx: ctx, fn: fn, res: make(chan error, 1), oneWrite: true})
 }

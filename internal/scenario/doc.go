@@ -1,4 +1,5 @@
-// Package bench measures Sluice against the hand-written alternative. It
+// Package scenario measures Sluice against the hand-written alternative
+// (the demo, `sluice demo`, and the benchmarks, `sluice bench`). It
 // runs the mock provider (package mock) and the gateway (package server) in
 // process on loopback, sends a generated workload through the gateway, and
 // sends the same workload with a naive client (a concurrency limit plus
@@ -13,8 +14,9 @@
 //   - Percentile and Summarize: latency statistics;
 //   - IdealDrain: the shortest time a token-bucket provider can serve a
 //     workload in, the yardstick of the goodput scenario;
-//   - Scenarios (goodput, priority, outage, overhead, mock) and Demo, each
-//     returning a Result that WriteText or WriteJSON prints.
+//   - Scenarios (goodput, priority, outage, overhead, mock; Lookup finds
+//     one by name) and Demo, each returning a Result that Result.WriteText
+//     or WriteJSON prints.
 //
 // Benchmarks measure wall time on the real clock: they are experiments, not
 // tests, and their figures depend on the machine. Statistics and workload

@@ -33,11 +33,11 @@ const (
 	// MaxBodyBytesDefault is the largest request body accepted on a
 	// scheduled route: Anthropic's own Messages limit (32 MB).
 	MaxBodyBytesDefault = 32 << 20
-	// MaxRequestBytesInFlightDefault is the request-bytes budget when the
+	// MaxRequestBytesInFlightDefault is the request-bytes limit when the
 	// memory available cannot be read (see DefaultMaxRequestBytesInFlight).
 	MaxRequestBytesInFlightDefault = 1 << 30
 	// RequestBytesWaitDefault is how long a large request waits for room
-	// in the request-bytes budget before it is refused with a 503.
+	// under the request-bytes limit before it is refused with a 503.
 	RequestBytesWaitDefault = 2 * time.Second
 	// ShutdownGraceDefault is how long Stop lets in-flight requests finish.
 	ShutdownGraceDefault = 30 * time.Second
@@ -83,7 +83,7 @@ type Config struct {
 	// MaxRequestBytesInFlight bounds the bytes of request bodies held at
 	// once (scheduled routes, POST /v1/jobs and /v1/batches): a request
 	// reserves its body's size before the body is read and gives it back
-	// when it is finished; when the budget is full a large request waits up
+	// when it is finished; when the limit is reached a large request waits up
 	// to RequestBytesWait and is then answered 503 with retry-after.
 	// Requests under 64 KiB are never refused. Defaults to half of
 	// GOMEMLIMIT when it is set, else a quarter of the machine's (or

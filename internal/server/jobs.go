@@ -61,10 +61,10 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/jobs" || r.URL.Path == "/v1/batches") {
 		// Submissions hold their body until it is stored: reserve it first,
 		// give it back once the handler (and so the store write) is done.
-		res, err := s.budget.reserve(r)
+		res, err := s.bodyBytes.reserve(r)
 		if err != nil {
-			if errors.Is(err, errBudgetFull) {
-				jobs.WriteAPIError(w, budgetProblem(s.budget.limit), nil)
+			if errors.Is(err, errBodyBytesFull) {
+				jobs.WriteAPIError(w, bodyBytesProblem(s.bodyBytes.limit), nil)
 			}
 			return
 		}

@@ -61,10 +61,10 @@ func memTotal(meminfo string) (int64, bool) {
 // else MaxRequestBytesInFlightDefault.
 func DefaultMaxRequestBytesInFlight() int64 {
 	mem, ok := SystemMemory()
-	return defaultBudget(debug.SetMemoryLimit(-1), mem, ok)
+	return defaultBodyBytes(debug.SetMemoryLimit(-1), mem, ok)
 }
 
-func defaultBudget(goLimit, mem int64, haveMem bool) int64 {
+func defaultBodyBytes(goLimit, mem int64, haveMem bool) int64 {
 	switch {
 	case goLimit > 0 && goLimit < math.MaxInt64:
 		return max(goLimit/2, SmallRequestBytes)

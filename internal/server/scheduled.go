@@ -24,7 +24,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	reqID := rl.id
 	// Reserve the body's bytes before reading it; they are given back
 	// when the answer has been relayed and the body is garbage.
-	res, err := s.budget.reserve(r)
+	res, err := s.bodyBytes.reserve(r)
 	if err != nil {
 		s.refuseForMemory(w, r, u, rl, err)
 		return
@@ -32,7 +32,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	defer res.release()
 	body, err := readRequestBody(w, r, res.body(r), s.cfg.MaxBodyBytes)
 	if err != nil {
-		if errors.Is(err, errBudgetFull) {
+		if errors.Is(err, errBodyBytesFull) {
 			s.refuseForMemory(w, r, u, rl, err)
 			return
 		}
@@ -135,14 +135,14 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 		Message: "the gateway could not complete the upstream request (request id " + reqID + ")"})
 }
 
-// refuseForMemory answers a request the byte budget had no room for (or
+// refuseForMemory answers a request the request-bytes limit had no room for (or
 // whose client left while it waited).
 func (s *Server) refuseForMemory(w http.ResponseWriter, r *http.Request, u *upstream, rl *requestLine, err error) {
-	if !errors.Is(err, errBudgetFull) {
+	if !errors.Is(err, errBodyBytesFull) {
 		// The client went away while waiting for room.
 		s.outcome(rl, "", outcomeCanceled)
 		return
 	}
 	s.outcome(rl, "", outcomeGaveUp)
-	frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, budgetProblem(s.budget.limit))
+	frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, bodyBytesProblem(s.bodyBytes.limit))
 }

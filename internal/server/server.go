@@ -112,7 +112,7 @@ type Server struct {
 	reloadMu  sync.Mutex                // serializes Reload (reload.go)
 	registry  *prometheus.Registry
 	metrics   *metrics
-	budget    *byteBudget     // request bytes in flight (budget.go)
+	bodyBytes *bodyBytes      // request bytes in flight (body_bytes.go)
 	reloads   *reloadMetrics  // reload.go
 	admit     *admit.Layer    // client limits, budgets, fallbacks (internal/admit)
 	live      *live           // outcomes, latencies and client usage (live.go)
@@ -250,7 +250,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.live = newLive(names, cfg.Clients)
 	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
 	s.metrics = newMetrics(s.registry, s)
-	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
+	s.bodyBytes = newBodyBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
 		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: newAdmitMetrics(s.registry, s)})

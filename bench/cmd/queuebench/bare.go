@@ -22,7 +22,7 @@ import (
 // job would hold up its batch); it is the ceiling that Sluice's store is
 // measured against, in the same run as River. bare-postgres-claims is the
 // loop without the completions: the "bare SKIP LOCKED loop"
-// reference (claims alone, ~87k/s where River drained ~24k/s).
+// reference (its figures: docs/jobs.md, "Performance").
 const (
 	bareLoops = 2
 	bareBatch = 100

@@ -116,7 +116,7 @@ func burstConcurrent(t *testing.T, b cluster.Backend) {
 			node := fmt.Sprintf("n%d", i)
 			var share float64
 			for range 15 {
-				// Starting on every sync: a live lease keeps the pool
+				// Starting on every sync: a unexpired lease keeps the pool
 				// from being made afresh.
 				g, err := b.Sync(ctx, burstReport(key, node, share, 1, true))
 				if err != nil {
@@ -193,7 +193,7 @@ func burstReturned(t *testing.T, b cluster.Backend) {
 	require.InDelta(t, 0.5, g.Share, 1e-9)
 	require.InDelta(t, 0.5, g.Credit, 1e-3)
 	require.InDelta(t, 0, g.Pool, 1e-9)
-	// A drop reported by a node without a live lease is not taken back:
+	// A drop reported by a node without a unexpired lease is not taken back:
 	// it cannot tell when it happened.
 	r = burstReport(key, "c", 0, 0, false)
 	r.Returned = 0.5
@@ -226,7 +226,7 @@ func burstAfterExpiry(t *testing.T, b cluster.Backend) {
 	require.NoError(t, err)
 	require.Zero(t, g.Credit)
 	require.Zero(t, g.Pool)
-	// c stops; b starts with no live lease: a full pool.
+	// c stops; b starts with no unexpired lease: a full pool.
 	require.NoError(t, b.Leave(ctx, key, "c"))
 	g, err = b.Sync(ctx, burstReport(key, "b", 0, 0.4, true))
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-// Package queuetest is the conformance suite every jobstore.Store backend
+// Package jobstoretest is the conformance suite every jobstore.Store backend
 // passes. A backend's test calls Run with a function that opens a fresh,
 // empty store for one test (its own file or schema), so tests run in
 // parallel.

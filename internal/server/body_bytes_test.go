@@ -20,10 +20,10 @@ import (
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
-func TestByteBudget(t *testing.T) {
+func TestBodyBytes(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	b := newByteBudget(1000, 2*time.Second, clk, prometheus.NewRegistry())
+	b := newBodyBytes(1000, 2*time.Second, clk, prometheus.NewRegistry())
 	ctx := t.Context()
 
 	require.NoError(t, b.take(ctx, 800, false))
@@ -36,7 +36,7 @@ func TestByteBudget(t *testing.T) {
 	go func() { refused <- b.take(ctx, 500, false) }()
 	require.True(t, clk.WaitForTimers(1, 5*time.Second))
 	clk.Advance(2 * time.Second)
-	require.ErrorIs(t, <-refused, errBudgetFull)
+	require.ErrorIs(t, <-refused, errBodyBytesFull)
 	require.EqualValues(t, 1, metricValue(t, b.refused))
 
 	// Room made while it waits: it gets in.
@@ -57,7 +57,7 @@ func TestByteBudget(t *testing.T) {
 	require.ErrorIs(t, <-left, context.Canceled)
 	require.EqualValues(t, 1, metricValue(t, b.refused))
 
-	// A body larger than the whole budget gets in alone.
+	// A body larger than the whole limit gets in alone.
 	b.release(700)
 	require.NoError(t, b.take(ctx, 5000, false))
 	b.release(5000)
@@ -71,7 +71,7 @@ type chunked struct{ io.Reader }
 func TestChunkedBodyReservesAsItIsRead(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	b := newByteBudget(SmallRequestBytes+chunkedStep, time.Second, clk, nil)
+	b := newBodyBytes(SmallRequestBytes+chunkedStep, time.Second, clk, nil)
 	body := bytes.Repeat([]byte("x"), SmallRequestBytes+chunkedStep+1)
 	r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "/", chunked{bytes.NewReader(body)})
 	require.NoError(t, err)
@@ -80,8 +80,8 @@ func TestChunkedBodyReservesAsItIsRead(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, b.inUse())
 
-	// The body fits the budget but for its last byte: once the rest of the
-	// budget is taken, that byte waits and is refused.
+	// The body fits the limit but for its last byte: once the rest of the
+	// limit is taken, that byte waits and is refused.
 	got := make(chan error, 1)
 	go func() {
 		_, err := readRequestBody(nil, r, res.body(r), 1<<30)
@@ -91,7 +91,7 @@ func TestChunkedBodyReservesAsItIsRead(t *testing.T) {
 	require.EqualValues(t, SmallRequestBytes+chunkedStep, b.inUse())
 	clk.Advance(time.Second)
 	err = <-got
-	var be budgetError
+	var be bodyBytesError
 	require.ErrorAs(t, err, &be)
 	require.Equal(t, http.StatusServiceUnavailable, be.Problem().Status)
 	res.release()
@@ -133,7 +133,7 @@ func TestReadRequestBody(t *testing.T) {
 	}
 }
 
-// TestLargeRequestsWaitThenGet503 runs the budget through the scheduled
+// TestLargeRequestsWaitThenGet503 runs the limit through the scheduled
 // route: while one large request is in the engine, a second waits
 // request_bytes_wait and gets a provider-shaped 503 with retry-after, a
 // small one is served, and the bytes come back when the first is answered.
@@ -160,7 +160,7 @@ func TestLargeRequestsWaitThenGet503(t *testing.T) {
 		first <- rep
 	}()
 	<-entered
-	require.EqualValues(t, len(bigBody), ts.srv.budget.inUse())
+	require.EqualValues(t, len(bigBody), ts.srv.bodyBytes.inUse())
 
 	second := make(chan struct {
 		rep  httpReply
@@ -176,7 +176,7 @@ func TestLargeRequestsWaitThenGet503(t *testing.T) {
 	require.True(t, ts.clock.WaitForTimers(1, 5*time.Second))
 
 	small, _ := ts.do(t, http.MethodPost, "/a/v1/messages", anthropicBody, nil)
-	require.Equal(t, http.StatusOK, small.StatusCode, "small requests are served while the budget is full")
+	require.Equal(t, http.StatusOK, small.StatusCode, "small requests are served while the limit is reached")
 
 	ts.clock.Advance(2 * time.Second)
 	got := <-second
@@ -187,8 +187,8 @@ func TestLargeRequestsWaitThenGet503(t *testing.T) {
 
 	close(release)
 	require.Equal(t, http.StatusOK, (<-first).StatusCode)
-	require.Zero(t, ts.srv.budget.inUse())
-	require.EqualValues(t, 1, metricValue(t, ts.srv.budget.refused))
+	require.Zero(t, ts.srv.bodyBytes.inUse())
+	require.EqualValues(t, 1, metricValue(t, ts.srv.bodyBytes.refused))
 }
 
 func TestMemoryFrom(t *testing.T) {
@@ -219,10 +219,10 @@ func TestMemoryFrom(t *testing.T) {
 
 func TestDefaultBudget(t *testing.T) {
 	t.Parallel()
-	require.EqualValues(t, 200<<20, defaultBudget(400<<20, 8<<30, true), "half of GOMEMLIMIT")
-	require.EqualValues(t, 2<<30, defaultBudget(math.MaxInt64, 8<<30, true), "a quarter of memory without GOMEMLIMIT")
-	require.EqualValues(t, MaxRequestBytesInFlightDefault, defaultBudget(-1, 0, false))
-	require.EqualValues(t, SmallRequestBytes, defaultBudget(1000, 0, false))
+	require.EqualValues(t, 200<<20, defaultBodyBytes(400<<20, 8<<30, true), "half of GOMEMLIMIT")
+	require.EqualValues(t, 2<<30, defaultBodyBytes(math.MaxInt64, 8<<30, true), "a quarter of memory without GOMEMLIMIT")
+	require.EqualValues(t, MaxRequestBytesInFlightDefault, defaultBodyBytes(-1, 0, false))
+	require.EqualValues(t, SmallRequestBytes, defaultBodyBytes(1000, 0, false))
 }
 
 // metricValue reads a gauge's or counter's value.
@@ -236,11 +236,11 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 	return d.Counter.GetValue()
 }
 
-// TestJobSubmissionsUseTheBudget: POST /v1/jobs reserves its body until the
+// TestJobSubmissionsUseTheBodyBytesLimit: POST /v1/jobs reserves its body until the
 // job is stored, and is answered 503 with retry-after in the jobs API's
-// envelope when the budget has no room, whether its length is declared or
+// envelope when the limit leaves no room, whether its length is declared or
 // it comes chunked.
-func TestJobSubmissionsUseTheBudget(t *testing.T) {
+func TestJobSubmissionsUseTheBodyBytesLimit(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams:               []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
@@ -254,8 +254,8 @@ func TestJobSubmissionsUseTheBudget(t *testing.T) {
 	body := `{"upstream":"claude","request":{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"` +
 		strings.Repeat("x", 100<<10) + `"}]}}`
 
-	// Another request holds most of the budget.
-	require.NoError(t, g.budget.take(t.Context(), 100<<10, false))
+	// Another request holds most of the limit.
+	require.NoError(t, g.bodyBytes.take(t.Context(), 100<<10, false))
 	for _, length := range []int64{int64(len(body)), -1} {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/jobs", chunked{strings.NewReader(body)})
 		require.NoError(t, err)
@@ -271,11 +271,11 @@ func TestJobSubmissionsUseTheBudget(t *testing.T) {
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
 		require.Contains(t, string(got), "max_request_bytes_in_flight")
 	}
-	require.EqualValues(t, 100<<10, g.budget.inUse(), "refused requests give their bytes back")
+	require.EqualValues(t, 100<<10, g.bodyBytes.inUse(), "refused requests give their bytes back")
 
-	g.budget.release(100 << 10)
+	g.bodyBytes.release(100 << 10)
 	code, got := call(t, http.MethodPost, base+"/v1/jobs", "", body)
 	require.Equal(t, http.StatusAccepted, code, string(got))
-	require.Zero(t, g.budget.inUse(), "released once the job is stored")
-	require.EqualValues(t, 2, metricValue(t, g.budget.refused))
+	require.Zero(t, g.bodyBytes.inUse(), "released once the job is stored")
+	require.EqualValues(t, 2, metricValue(t, g.bodyBytes.refused))
 }

@@ -15,51 +15,52 @@ import (
 	"github.com/sluicehq/sluice/internal/frontdoor"
 )
 
-// The request-bytes budget bounds the memory held by request bodies: a
+// The request-bytes limit (max_request_bytes_in_flight) bounds the memory
+// held by request bodies: a
 // request reserves its body's size before the body is read and gives it
 // back when the request is finished (its answer relayed, or its job
-// stored). When the budget is full a large request waits up to
+// stored). When the limit is reached a large request waits up to
 // Config.RequestBytesWait for room and is then refused with a 503 and
 // retry-after; requests below SmallRequestBytes are never refused, so the
 // gateway keeps serving them while large bodies queue.
 
 // SmallRequestBytes is the size up to which a request is never refused by
-// the budget (its bytes are still counted).
+// the limit (its bytes are still counted).
 const SmallRequestBytes = 64 << 10
 
-// budgetRetryAfter is the retry-after hint of a request refused by the
-// budget.
-const budgetRetryAfter = time.Second
+// bodyBytesRetryAfter is the retry-after hint of a request refused for the
+// request-bytes limit.
+const bodyBytesRetryAfter = time.Second
 
 // chunkedStep is how much a body without Content-Length reserves at a time
 // as it is read.
 const chunkedStep = 256 << 10
 
-// errBudgetFull is returned when a reservation found no room in time.
-var errBudgetFull = errors.New("the gateway's budget for request bytes in flight is full")
+// errBodyBytesFull is returned when a reservation found no room in time.
+var errBodyBytesFull = errors.New("the gateway's limit of request bytes in flight is reached")
 
-// budgetError is errBudgetFull as seen by the jobs API's body reader: it
+// bodyBytesError is errBodyBytesFull as seen by the jobs API's body reader: it
 // carries the Problem to answer (see jobs.bodyError).
-type budgetError struct{ limit int64 }
+type bodyBytesError struct{ limit int64 }
 
-func (e budgetError) Error() string { return errBudgetFull.Error() }
-func (e budgetError) Unwrap() error { return errBudgetFull }
+func (e bodyBytesError) Error() string { return errBodyBytesFull.Error() }
+func (e bodyBytesError) Unwrap() error { return errBodyBytesFull }
 
 // Problem is the 503 answered for a refused request.
-func (e budgetError) Problem() frontdoor.Problem { return budgetProblem(e.limit) }
+func (e bodyBytesError) Problem() frontdoor.Problem { return bodyBytesProblem(e.limit) }
 
-func budgetProblem(limit int64) frontdoor.Problem {
+func bodyBytesProblem(limit int64) frontdoor.Problem {
 	return frontdoor.Problem{
 		Status:     http.StatusServiceUnavailable,
 		Message:    fmt.Sprintf("the gateway is holding its limit of %d bytes of request bodies in flight (max_request_bytes_in_flight); retry shortly", limit),
-		RetryAfter: budgetRetryAfter,
+		RetryAfter: bodyBytesRetryAfter,
 		// Nothing was sent upstream: the SDK's own retry is what we want.
 		ShouldRetry: true,
 	}
 }
 
-// byteBudget counts the bytes of request bodies in flight.
-type byteBudget struct {
+// bodyBytes counts the bytes of request bodies in flight.
+type bodyBytes struct {
 	limit int64
 	wait  time.Duration
 	clock clock.Clock
@@ -74,8 +75,8 @@ type byteBudget struct {
 	refused  prometheus.Counter
 }
 
-func newByteBudget(limit int64, wait time.Duration, c clock.Clock, reg prometheus.Registerer) *byteBudget {
-	b := &byteBudget{
+func newBodyBytes(limit int64, wait time.Duration, c clock.Clock, reg prometheus.Registerer) *bodyBytes {
+	b := &bodyBytes{
 		limit: limit, wait: wait, clock: clock.Or(c), freed: make(chan struct{}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_request_bytes_in_flight",
@@ -94,15 +95,15 @@ func newByteBudget(limit int64, wait time.Duration, c clock.Clock, reg prometheu
 }
 
 // fits reports whether n more bytes fit. A body larger than the whole
-// budget fits only when nothing else is in flight. b.mu must be held.
-func (b *byteBudget) fits(n int64) bool {
+// limit fits only when nothing else is in flight. b.mu must be held.
+func (b *bodyBytes) fits(n int64) bool {
 	return b.used+n <= b.limit || b.used == 0
 }
 
 // take reserves n bytes. force skips the check (small requests). It waits
-// up to b.wait for room, then fails with errBudgetFull; it returns ctx's
+// up to b.wait for room, then fails with errBodyBytesFull; it returns ctx's
 // error if ctx ends first.
-func (b *byteBudget) take(ctx context.Context, n int64, force bool) error {
+func (b *bodyBytes) take(ctx context.Context, n int64, force bool) error {
 	var timer clock.Timer
 	defer func() {
 		if timer != nil {
@@ -126,14 +127,14 @@ func (b *byteBudget) take(ctx context.Context, n int64, force bool) error {
 		case <-freed:
 		case <-timer.C():
 			b.refused.Inc()
-			return errBudgetFull
+			return errBodyBytesFull
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 	}
 }
 
-func (b *byteBudget) release(n int64) {
+func (b *bodyBytes) release(n int64) {
 	if n == 0 {
 		return
 	}
@@ -146,16 +147,16 @@ func (b *byteBudget) release(n int64) {
 }
 
 // inUse returns the bytes reserved now.
-func (b *byteBudget) inUse() int64 {
+func (b *bodyBytes) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used
 }
 
-// reservation is one request's share of the budget. Release it once, when
+// reservation is one request's share of the limit. Release it once, when
 // the request is finished.
 type reservation struct {
-	b    *byteBudget
+	b    *bodyBytes
 	ctx  context.Context
 	held int64
 }
@@ -163,8 +164,8 @@ type reservation struct {
 // reserve takes a request's bytes before its body is read: its
 // Content-Length when known (a request below SmallRequestBytes is never
 // refused), else nothing yet (a chunked body reserves as it is read, see
-// body). It fails with errBudgetFull when there was no room in time.
-func (b *byteBudget) reserve(r *http.Request) (*reservation, error) {
+// body). It fails with errBodyBytesFull when there was no room in time.
+func (b *bodyBytes) reserve(r *http.Request) (*reservation, error) {
 	res := &reservation{b: b, ctx: r.Context()}
 	if r.ContentLength > 0 {
 		if err := res.grow(r.ContentLength); err != nil {
@@ -175,7 +176,7 @@ func (b *byteBudget) reserve(r *http.Request) (*reservation, error) {
 }
 
 // grow adds n bytes to the reservation: free up to SmallRequestBytes in
-// all, checked against the budget beyond.
+// all, checked against the limit beyond.
 func (res *reservation) grow(n int64) error {
 	if err := res.b.take(res.ctx, n, res.held+n <= SmallRequestBytes); err != nil {
 		return err
@@ -195,21 +196,21 @@ func (res *reservation) release() {
 
 // body wraps r.Body so that a body read past its reservation (no
 // Content-Length) reserves more as it goes; a read that finds no room
-// fails with a budgetError.
+// fails with a bodyBytesError.
 func (res *reservation) body(r *http.Request) io.ReadCloser {
 	if r.ContentLength >= 0 {
 		return r.Body
 	}
-	return &budgetReader{ReadCloser: r.Body, res: res}
+	return &bodyBytesReader{ReadCloser: r.Body, res: res}
 }
 
-type budgetReader struct {
+type bodyBytesReader struct {
 	io.ReadCloser
 	res  *reservation
 	read int64
 }
 
-func (br *budgetReader) Read(p []byte) (int, error) {
+func (br *bodyBytesReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return br.ReadCloser.Read(p)
 	}
@@ -221,8 +222,8 @@ func (br *budgetReader) Read(p []byte) (int, error) {
 			step = SmallRequestBytes - br.res.held
 		}
 		if err := br.res.grow(step); err != nil {
-			if errors.Is(err, errBudgetFull) {
-				return 0, budgetError{limit: br.res.b.limit}
+			if errors.Is(err, errBodyBytesFull) {
+				return 0, bodyBytesError{limit: br.res.b.limit}
 			}
 			return 0, err
 		}
