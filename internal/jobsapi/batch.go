@@ -1,9 +1,8 @@
-package jobs
+package jobsapi
 
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -51,19 +50,19 @@ type StateCounts struct {
 	Canceled  int `json:"canceled"`
 }
 
-func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	upstream := q.Get("upstream")
 	if upstream == "" {
 		upstream = r.Header.Get(UpstreamHeader)
 	}
 	if upstream == "" {
-		writeError(w, http.StatusBadRequest, "name the upstream with ?upstream= or the %s header (have %s)", UpstreamHeader, strings.Join(s.upstreams, ", "))
+		writeError(w, http.StatusBadRequest, "name the upstream with ?upstream= or the %s header (have %s)", UpstreamHeader, strings.Join(a.upstreams, ", "))
 		return
 	}
-	proto, ok := s.cfg.Protocols[upstream]
+	proto, ok := a.cfg.Protocols[upstream]
 	if !ok {
-		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", upstream, strings.Join(s.upstreams, ", "))
+		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", upstream, strings.Join(a.upstreams, ", "))
 		return
 	}
 	skip := false
@@ -84,17 +83,17 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		}
 		maxAttempts = n
 	}
-	prio, dl, attempts, err := s.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
+	prio, dl, attempts, err := a.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	data, err := readBody(w, r, s.cfg.MaxBatchBytes)
+	data, err := readBody(w, r, a.cfg.MaxBatchBytes)
 	if err != nil {
-		bodyError(w, err, s.cfg.MaxBatchBytes)
+		bodyError(w, err, a.cfg.MaxBatchBytes)
 		return
 	}
-	f, err := ParseBatchFile(data, s.cfg.MaxBatchJobs)
+	f, err := ParseBatchFile(data, a.cfg.MaxBatchJobs)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -103,8 +102,8 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "the file has the %s batch shape but upstream %q speaks %s", f.Format, upstream, proto)
 		return
 	}
-	now := s.cfg.Clock.Now()
-	params := jobstore.CreateBatchParams{Format: proto, Client: s.cfg.ClientOf(r), Now: now}
+	now := a.cfg.Clock.Now()
+	params := jobstore.CreateBatchParams{Format: proto, Client: a.cfg.ClientOf(r), Now: now}
 	invalid := f.Invalid
 	for _, l := range f.Lines {
 		if err := checkBody(proto, l.Body, now); err != nil {
@@ -112,7 +111,7 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		params.Jobs = append(params.Jobs, jobstore.InsertParams{
-			Upstream: upstream, Priority: prio, Client: s.cfg.ClientOf(r), Path: pathFor(proto),
+			Upstream: upstream, Priority: prio, Client: a.cfg.ClientOf(r), Path: pathFor(proto),
 			Body: l.Body, Deadline: dl, MaxAttempts: attempts, CustomID: l.CustomID, Now: now,
 		})
 	}
@@ -128,16 +127,16 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, ErrorDetail{Message: "no valid line to queue", Lines: invalid})
 		return
 	}
-	b, err := s.store.CreateBatch(r.Context(), params)
+	b, err := a.store.CreateBatch(r.Context(), params)
 	if err != nil {
 		if errors.Is(err, jobstore.ErrInvalid) {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		s.storeError(w, "queueing the batch", err)
+		a.storeError(w, "queueing the batch", err)
 		return
 	}
-	s.cfg.Observer.Submitted(upstream, len(params.Jobs))
+	a.cfg.Observer.Submitted(upstream, len(params.Jobs))
 	v := batchView(b)
 	v.Skipped = invalid
 	w.Header().Set("Location", "/v1/batches/"+b.ID)
@@ -167,22 +166,22 @@ func batchView(b *jobstore.Batch) BatchView {
 	return v
 }
 
-func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) (*jobstore.Batch, bool) {
+func (a *API) getBatch(w http.ResponseWriter, r *http.Request) (*jobstore.Batch, bool) {
 	id := r.PathValue("id")
-	b, err := s.store.GetBatch(r.Context(), id)
+	b, err := a.store.GetBatch(r.Context(), id)
 	switch {
-	case errors.Is(err, jobstore.ErrNotFound) || (err == nil && !s.owns(r, b.Client)):
+	case errors.Is(err, jobstore.ErrNotFound) || (err == nil && !a.owns(r, b.Client)):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return nil, false
 	case err != nil:
-		s.storeError(w, "loading the batch", err)
+		a.storeError(w, "loading the batch", err)
 		return nil, false
 	}
 	return b, true
 }
 
-func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.getBatch(w, r)
+func (a *API) serveBatchGet(w http.ResponseWriter, r *http.Request) {
+	b, ok := a.getBatch(w, r)
 	if !ok {
 		return
 	}
@@ -190,14 +189,14 @@ func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 	if b.Ended() && b.Counts.Dead > 0 {
 		// Split dead jobs into errored and expired, as the provider does.
 		expiredN := 0
-		err := s.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
+		err := a.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
 			if expired(j) {
 				expiredN++
 			}
 			return nil
 		})
 		if err != nil {
-			s.storeError(w, "counting the batch", err)
+			a.storeError(w, "counting the batch", err)
 			return
 		}
 		v.RequestCounts.Errored -= expiredN
@@ -207,10 +206,10 @@ func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 }
 
 // eachBatchJob calls fn for every job of a batch in custom_id order.
-func (s *Service) eachBatchJob(r *http.Request, id string, fn func(*jobstore.Job) error) error {
+func (a *API) eachBatchJob(r *http.Request, id string, fn func(*jobstore.Job) error) error {
 	after := ""
 	for {
-		page, err := s.store.BatchJobs(r.Context(), jobstore.BatchJobsParams{BatchID: id, After: after, Limit: jobstore.ListLimitMax})
+		page, err := a.store.BatchJobs(r.Context(), jobstore.BatchJobsParams{BatchID: id, After: after, Limit: jobstore.ListLimitMax})
 		if err != nil {
 			return fmt.Errorf("listing batch jobs: %w", err)
 		}
@@ -228,8 +227,8 @@ func (s *Service) eachBatchJob(r *http.Request, id string, fn func(*jobstore.Job
 
 // serveBatchResults streams one JSONL line per finished job; jobs still
 // queued or running are left out until they finish.
-func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.getBatch(w, r)
+func (a *API) serveBatchResults(w http.ResponseWriter, r *http.Request) {
+	b, ok := a.getBatch(w, r)
 	if !ok {
 		return
 	}
@@ -238,8 +237,8 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Sluice-Partial", "true")
 	}
 	bw := bufio.NewWriter(w)
-	err := s.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
-		line, ok := ResultLine(b.Format, s.view(j, false))
+	err := a.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
+		line, ok := ResultLine(b.Format, NewJobView(j, false))
 		if !ok {
 			return nil
 		}
@@ -249,52 +248,30 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 		return bw.WriteByte('\n')
 	})
 	if err != nil {
-		s.cfg.Logger.Warn("writing batch results", "batch", b.ID, "err", err)
+		a.cfg.Logger.Warn("writing batch results", "batch", b.ID, "err", err)
 	}
 	_ = bw.Flush()
 }
 
-func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, ok := s.getBatch(w, r); !ok {
+	if _, ok := a.getBatch(w, r); !ok {
 		return
 	}
-	res, err := s.store.CancelBatch(r.Context(), jobstore.CancelBatchParams{BatchID: id, Now: s.cfg.Clock.Now()})
+	_, err := a.rt.CancelBatch(r.Context(), id)
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return
 	case err != nil:
-		s.storeError(w, "canceling the batch", err)
+		a.storeError(w, "canceling the batch", err)
 		return
 	}
-	for _, jid := range res.Running {
-		s.abort(jid, errJobCanceled)
-	}
-	s.announce()
-	if res.Canceled > 0 {
-		s.hooks.kick() // jobs with a webhook_url got their outbox rows
-		s.observeBatchCanceled(r, id, res.Canceled)
-	}
-	b, ok := s.getBatch(w, r)
+	b, ok := a.getBatch(w, r)
 	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, batchView(b))
-}
-
-// observeBatchCanceled reports n jobs of batch id canceled. A batch's jobs
-// share one upstream (the API creates them so), read from its first job.
-// The cancel is done: a client that hangs up now must not lose its count.
-func (s *Service) observeBatchCanceled(r *http.Request, id string, n int) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), handBackTimeout)
-	defer cancel()
-	page, err := s.store.BatchJobs(ctx, jobstore.BatchJobsParams{BatchID: id, Limit: 1})
-	if err != nil || len(page.Jobs) == 0 {
-		s.cfg.Logger.Warn("reading a canceled batch's upstream for metrics", "batch", id, "err", err)
-		return
-	}
-	s.cfg.Observer.Finished(page.Jobs[0].Upstream, jobstore.StateCanceled, n)
 }
 
 // BatchList is the body of GET /v1/batches: the newest batches first, in
@@ -310,11 +287,11 @@ type BatchList struct {
 // batches, newest first (an admin sees every client's, or one client's
 // with ?client=). The counts are by state; a dead job counts as errored
 // (GET /v1/batches/{id} tells expired apart).
-func (s *Service) serveBatchList(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveBatchList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := jobstore.ListBatchesParams{Client: q.Get("client")}
-	if !s.admin(r) {
-		if own := s.cfg.ClientOf(r); p.Client == "" || p.Client == own {
+	if !a.admin(r) {
+		if own := a.cfg.ClientOf(r); p.Client == "" || p.Client == own {
 			p.Client = own
 		} else {
 			writeJSON(w, http.StatusOK, BatchList{Data: []BatchView{}}) // another client's: nothing to see
@@ -331,9 +308,9 @@ func (s *Service) serveBatchList(w http.ResponseWriter, r *http.Request) {
 	}
 	want := cmp.Or(p.Limit, jobstore.ListLimitDefault)
 	p.Limit = want + 1 // one more tells whether there are more
-	bs, err := s.store.ListBatches(r.Context(), p)
+	bs, err := a.store.ListBatches(r.Context(), p)
 	if err != nil {
-		s.storeError(w, "listing batches", err)
+		a.storeError(w, "listing batches", err)
 		return
 	}
 	out := BatchList{Data: []BatchView{}, HasMore: len(bs) > want}
