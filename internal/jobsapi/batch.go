@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // UpstreamHeader may name a batch's upstream instead of ?upstream=.
@@ -50,42 +51,21 @@ type StateCounts struct {
 	Canceled  int `json:"canceled"`
 }
 
+// batchQuery is what POST /v1/batches reads before its body: the upstream
+// (?upstream= or the X-Sluice-Upstream header) and the options every job
+// of the batch gets.
+type batchQuery struct {
+	upstream string
+	proto    llm.Protocol
+	skip     bool // ?skip_invalid=true: queue the valid lines
+	prio     llm.Priority
+	deadline time.Time
+	attempts int
+}
+
 func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	upstream := q.Get("upstream")
-	if upstream == "" {
-		upstream = r.Header.Get(UpstreamHeader)
-	}
-	if upstream == "" {
-		writeError(w, http.StatusBadRequest, "name the upstream with ?upstream= or the %s header (have %s)", UpstreamHeader, strings.Join(a.upstreams, ", "))
-		return
-	}
-	proto, ok := a.cfg.Protocols[upstream]
+	q, ok := a.parseBatchQuery(w, r)
 	if !ok {
-		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", upstream, strings.Join(a.upstreams, ", "))
-		return
-	}
-	skip := false
-	if v := q.Get("skip_invalid"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "skip_invalid must be true or false, got %q", v)
-			return
-		}
-		skip = b
-	}
-	maxAttempts := 0
-	if v := q.Get("max_attempts"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "max_attempts must be a number, got %q", v)
-			return
-		}
-		maxAttempts = n
-	}
-	prio, dl, attempts, err := a.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	data, err := readBody(w, r, a.cfg.MaxBatchBytes)
@@ -98,25 +78,12 @@ func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	if f.Format != "" && f.Format != proto {
-		writeError(w, http.StatusBadRequest, "the file has the %s batch shape but upstream %q speaks %s", f.Format, upstream, proto)
+	if f.Format != "" && f.Format != q.proto {
+		writeError(w, http.StatusBadRequest, "the file has the %s batch shape but upstream %q speaks %s", f.Format, q.upstream, q.proto)
 		return
 	}
-	now := a.cfg.Clock.Now()
-	params := jobstore.CreateBatchParams{Format: proto, Client: a.cfg.ClientOf(r), Now: now}
-	invalid := f.Invalid
-	for _, l := range f.Lines {
-		if err := checkBody(proto, l.Body, now); err != nil {
-			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
-			continue
-		}
-		params.Jobs = append(params.Jobs, jobstore.InsertParams{
-			Upstream: upstream, Priority: prio, Client: a.cfg.ClientOf(r), Path: pathFor(proto),
-			Body: l.Body, Deadline: dl, MaxAttempts: attempts, CustomID: l.CustomID, Now: now,
-		})
-	}
-	sortLineErrors(invalid)
-	if len(invalid) > 0 && !skip {
+	params, invalid := a.batchJobs(r, q, f)
+	if len(invalid) > 0 && !q.skip {
 		writeAPIError(w, http.StatusBadRequest, ErrorDetail{
 			Message: fmt.Sprintf("%d invalid line(s), first on line %d: %s; nothing was queued (add ?skip_invalid=true to queue the valid lines)", len(invalid), invalid[0].Line, invalid[0].Message),
 			Lines:   invalid,
@@ -136,11 +103,73 @@ func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, "queueing the batch", err)
 		return
 	}
-	a.cfg.Observer.Submitted(upstream, len(params.Jobs))
+	a.cfg.Observer.Submitted(q.upstream, len(params.Jobs))
 	v := batchView(b)
 	v.Skipped = invalid
 	w.Header().Set("Location", "/v1/batches/"+b.ID)
 	writeJSON(w, http.StatusOK, v)
+}
+
+// parseBatchQuery reads r's batchQuery, or answers 400 naming what is
+// wrong and reports false.
+func (a *API) parseBatchQuery(w http.ResponseWriter, r *http.Request) (batchQuery, bool) {
+	q := r.URL.Query()
+	b := batchQuery{upstream: cmp.Or(q.Get("upstream"), r.Header.Get(UpstreamHeader))}
+	if b.upstream == "" {
+		writeError(w, http.StatusBadRequest, "name the upstream with ?upstream= or the %s header (have %s)", UpstreamHeader, strings.Join(a.upstreams, ", "))
+		return b, false
+	}
+	proto, ok := a.cfg.Protocols[b.upstream]
+	if !ok {
+		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", b.upstream, strings.Join(a.upstreams, ", "))
+		return b, false
+	}
+	b.proto = proto
+	if v := q.Get("skip_invalid"); v != "" {
+		skip, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "skip_invalid must be true or false, got %q", v)
+			return b, false
+		}
+		b.skip = skip
+	}
+	maxAttempts := 0
+	if v := q.Get("max_attempts"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "max_attempts must be a number, got %q", v)
+			return b, false
+		}
+		maxAttempts = n
+	}
+	var err error
+	b.prio, b.deadline, b.attempts, err = a.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return b, false
+	}
+	return b, true
+}
+
+// batchJobs turns f's valid lines into the jobs to queue for q, checking
+// each body as a submit's (checkBody), and returns them with the invalid
+// lines (the file's and those the check refused) in line order.
+func (a *API) batchJobs(r *http.Request, q batchQuery, f *BatchFile) (jobstore.CreateBatchParams, []LineError) {
+	now := a.cfg.Clock.Now()
+	params := jobstore.CreateBatchParams{Format: q.proto, Client: a.cfg.ClientOf(r), Now: now}
+	invalid := f.Invalid
+	for _, l := range f.Lines {
+		if err := checkBody(q.proto, l.Body, now); err != nil {
+			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
+			continue
+		}
+		params.Jobs = append(params.Jobs, jobstore.InsertParams{
+			Upstream: q.upstream, Priority: q.prio, Client: a.cfg.ClientOf(r), Path: pathFor(q.proto),
+			Body: l.Body, Deadline: q.deadline, MaxAttempts: q.attempts, CustomID: l.CustomID, Now: now,
+		})
+	}
+	sortLineErrors(invalid)
+	return params, invalid
 }
 
 func sortLineErrors(es []LineError) {
