@@ -98,8 +98,6 @@ const okMessage = `{"id":"msg_1","type":"message","role":"assistant","content":[
 
 const anthropicBody = `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
 
-const openAIBody = `{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
-
 func succeed() *fakeDispatcher {
 	return &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
 		return reply(200, okMessage), nil
