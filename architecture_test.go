@@ -17,7 +17,7 @@ import (
 var allowedImports = map[string][]string{
 	".":                              {"internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/llm", "internal/provider", "internal/webhook", "upstream"},
 	"upstream":                       {},
-	"cmd/sluice":                     {"internal/clock", "internal/jobs", "internal/jobstore", "internal/mock", "internal/scenario", "internal/server"},
+	"cmd/sluice":                     {"internal/clock", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/mock", "internal/scenario", "internal/server"},
 	"internal/clock":                 {},
 	"internal/lifecycle":             {},
 	"internal/llm":                   {"upstream"},
@@ -27,9 +27,10 @@ var allowedImports = map[string][]string{
 	"internal/frontdoor":             {"internal/dispatch", "internal/llm", "internal/provider"},
 	"internal/jobstore":              {"internal/clock", "internal/lifecycle", "internal/llm"},
 	"internal/jobstore/jobstoretest": {"internal/jobstore", "internal/llm"},
-	"internal/jobs":                  {"internal/admit", "internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/provider", "internal/webhook"},
+	"internal/jobs":                  {"internal/admit", "internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/provider", "internal/webhook"},
+	"internal/jobsapi":               {"internal/clock", "internal/frontdoor", "internal/jobstore", "internal/llm"},
 	"internal/webhook":               {},
-	"internal/server":                {"internal/admit", "internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "internal/webhook", "upstream"},
+	"internal/server":                {"internal/admit", "internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "internal/webhook", "upstream"},
 	"internal/pricing":               {"internal/llm", "internal/provider"},
 	"internal/quota":                 {"internal/pricing"},
 	"internal/mock":                  {"internal/clock", "internal/lifecycle"},
@@ -41,6 +42,7 @@ var allowedImports = map[string][]string{
 
 // TestArchitecture checks every package's imports of the module's own
 // packages against allowedImports: the store and the engine stay apart,
+// the job API stays off the engine and the runtime (no dispatch, no jobs),
 // the mock stays independent of the code it checks, and nothing but the
 // CLI and the scenarios imports the server.
 func TestArchitecture(t *testing.T) {

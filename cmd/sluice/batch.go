@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -38,7 +39,7 @@ func init() {
 // batchRun is one `sluice batch run`.
 type batchRun struct {
 	c        *apiClient
-	file     *jobs.BatchFile
+	file     *jobsapi.BatchFile
 	hash     string
 	upstream string
 	priority string
@@ -95,7 +96,7 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if err != nil {
 		return fmt.Errorf("reading input: %w", err)
 	}
-	f, err := jobs.ParseBatchFile(data, 10_000_000)
+	f, err := jobsapi.ParseBatchFile(data, 10_000_000)
 	if err != nil {
 		return fmt.Errorf("reading input: %w", err)
 	}
@@ -181,7 +182,7 @@ func (r *batchRun) run(ctx context.Context, output string, concurrency int, canc
 	}
 	defer out.Close()
 	r.out = out
-	var todo []jobs.BatchLine
+	var todo []jobsapi.BatchLine
 	for _, l := range r.file.Lines {
 		if !done[l.CustomID] {
 			todo = append(todo, l)
@@ -191,7 +192,7 @@ func (r *batchRun) run(ctx context.Context, output string, concurrency int, canc
 	r.start = r.clk.Now()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	work := make(chan jobs.BatchLine)
+	work := make(chan jobsapi.BatchLine)
 	var wg sync.WaitGroup
 	for range min(concurrency, max(len(todo), 1)) {
 		wg.Add(1)
@@ -236,12 +237,12 @@ feed:
 }
 
 // one submits a line (idempotently) and waits for its result.
-func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
-	body, err := json.Marshal(jobs.SubmitRequest{Upstream: r.upstream, Request: l.Body, Priority: r.priority, IdempotencyKey: r.idempotencyKey(l.CustomID)})
+func (r *batchRun) one(ctx context.Context, l jobsapi.BatchLine) error {
+	body, err := json.Marshal(jobsapi.SubmitRequest{Upstream: r.upstream, Request: l.Body, Priority: r.priority, IdempotencyKey: r.idempotencyKey(l.CustomID)})
 	if err != nil {
 		return fmt.Errorf("encoding line %d: %w", l.Line, err)
 	}
-	var j jobs.JobView
+	var j jobsapi.JobView
 	r.mu.Lock()
 	r.submitting[l.CustomID] = body
 	r.mu.Unlock()
@@ -266,7 +267,7 @@ func (r *batchRun) one(ctx context.Context, l jobs.BatchLine) error {
 		}
 	}
 	j.CustomID = l.CustomID
-	line, _ := jobs.ResultLine(r.file.Format, j)
+	line, _ := jobsapi.ResultLine(r.file.Format, j)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.out.Write(append(line, '\n')); err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 )
 
 // Progress output of `sluice batch run` on stderr: on a terminal a bar
@@ -139,7 +139,7 @@ func (r *batchRun) afterInterrupt(ctx context.Context, cancel func(n int) bool) 
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer stop()
 	for _, body := range cut {
-		var j jobs.JobView
+		var j jobsapi.JobView
 		if _, err := r.c.call(cctx, "POST", "/v1/jobs", body, nil, &j); err == nil && !j.State.Finished() {
 			ids = append(ids, j.ID)
 		}

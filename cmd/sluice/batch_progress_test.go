@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
@@ -28,7 +29,7 @@ import (
 func TestBatchRateAfterResume(t *testing.T) {
 	t.Parallel()
 	fc := clock.NewFake(time.Unix(1_700_000_000, 0))
-	r := &batchRun{file: &jobs.BatchFile{Lines: make([]jobs.BatchLine, 100)}, clk: fc, start: fc.Now(), already: 50}
+	r := &batchRun{file: &jobsapi.BatchFile{Lines: make([]jobsapi.BatchLine, 100)}, clk: fc, start: fc.Now(), already: 50}
 	r.done, r.collected = 10, 10 // collected at once: no rate yet
 	fc.Advance(time.Second)
 	_, _, ok := r.rateAndETA(fc.Now())
@@ -120,12 +121,12 @@ func batchInput(t *testing.T, n int) (in, out string) {
 	return in, out
 }
 
-func listJobs(t *testing.T, base, state string) []jobs.JobView {
+func listJobs(t *testing.T, base, state string) []jobsapi.JobView {
 	t.Helper()
 	resp, err := http.Get(base + "/v1/jobs?state=" + state) //nolint:noctx // test helper
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var page jobs.ListResponse
+	var page jobsapi.ListResponse
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	return page.Data
 }

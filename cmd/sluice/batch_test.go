@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 )
@@ -82,7 +83,7 @@ func within(t *testing.T, what string, fn func() error) {
 	}
 }
 
-// jobsGateway serves the job API of a service over a fresh SQLite store,
+// jobsGateway serves the job API over a job service on a fresh SQLite store,
 // started unless start is false, on an httptest server. Everything is torn
 // down in t's cleanup, each step bounded.
 func jobsGateway(t *testing.T, up jobs.Dispatcher, start bool) *httptest.Server {
@@ -112,7 +113,10 @@ func jobsGatewayWith(t *testing.T, up jobs.Dispatcher, start bool, edit func(*jo
 			return svc.Stop(ctx)
 		})
 	})
-	srv := httptest.NewServer(svc.Handler())
+	api, err := jobsapi.New(jobsapi.Config{Store: st, Runtime: svc, Protocols: cfg.Protocols, Clock: cfg.Clock,
+		MaxAttempts: cfg.WithDefaults().MaxAttempts, Logger: cfg.Logger})
+	require.NoError(t, err)
+	srv := httptest.NewServer(api)
 	t.Cleanup(func() { within(t, "closing the HTTP server", func() error { srv.Close(); return nil }) })
 	return srv
 }
@@ -233,7 +237,7 @@ func TestAPIClientCallsAreBounded(t *testing.T) {
 	t.Parallel()
 	c, err := newAPIClient("http://127.0.0.1:1", "")
 	require.NoError(t, err)
-	require.Greater(t, c.hc.Timeout, jobs.MaxLongPollDefault, "the longest long poll must fit in one call")
+	require.Greater(t, c.hc.Timeout, jobsapi.MaxLongPollDefault, "the longest long poll must fit in one call")
 
 	// A gateway that never answers fails the call instead of hanging it.
 	block := make(chan struct{})

@@ -15,16 +15,16 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 )
 
 // serverDefault is the gateway the job commands talk to.
 const serverDefault = "http://127.0.0.1:8080"
 
 // apiCallTimeout bounds one call to the gateway, a long poll included (the
-// gateway answers ?wait= within jobs.MaxLongPollDefault), so a gateway that
+// gateway answers ?wait= within jobsapi.MaxLongPollDefault), so a gateway that
 // stops answering fails the command instead of hanging it.
-const apiCallTimeout = jobs.MaxLongPollDefault + 30*time.Second
+const apiCallTimeout = jobsapi.MaxLongPollDefault + 30*time.Second
 
 func init() {
 	register(command{
@@ -78,7 +78,7 @@ func (c *apiClient) call(ctx context.Context, method, path string, body []byte, 
 		return resp.StatusCode, fmt.Errorf("reading %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		var e jobs.APIError
+		var e jobsapi.APIError
 		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
 			return resp.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, e.Error.Message)
 		}
@@ -125,7 +125,7 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 				q.Set(k, v)
 			}
 		}
-		var page jobs.ListResponse
+		var page jobsapi.ListResponse
 		if _, err := c.call(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, nil, &page); err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 			if len(pos) != 1 {
 				return fmt.Errorf("%w: retry takes a job id or --all, not both", errUsage)
 			}
-			body, _ := json.Marshal(jobs.RetryRequest{Upstream: *upstream, All: *upstream == ""})
+			body, _ := json.Marshal(jobsapi.RetryRequest{Upstream: *upstream, All: *upstream == ""})
 			return printJSON(ctx, c, out, "POST", "/v1/jobs/retry", body)
 		}
 		id, err := needID()

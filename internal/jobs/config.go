@@ -17,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -35,29 +34,11 @@ const (
 	// PollIntervalDefault is the longest an idle worker sleeps before
 	// looking at the store again.
 	PollIntervalDefault = time.Second
-	// MaxAttemptsDefault is a job's MaxAttempts when the submitter names
-	// none.
-	MaxAttemptsDefault = 6
-	// MaxAttemptsMax caps the max_attempts a submitter may ask for.
-	MaxAttemptsMax = 100
 	// RetryBaseDelayDefault is the first requeue backoff ceiling of a job
 	// whose attempt burnt.
 	RetryBaseDelayDefault = 2 * time.Second
 	// RetryMaxDelayDefault caps the requeue backoff.
 	RetryMaxDelayDefault = 5 * time.Minute
-	// PriorityDefault is a job's class when the submitter names none.
-	PriorityDefault = llm.Low
-	// MaxBodyBytesDefault is the largest POST /v1/jobs body: Anthropic's
-	// Messages limit (32 MB).
-	MaxBodyBytesDefault = 32 << 20
-	// MaxBatchBytesDefault is the largest POST /v1/batches body:
-	// Anthropic's Message Batches limit (256 MB).
-	MaxBatchBytesDefault = 256 << 20
-	// MaxBatchJobsDefault is the most requests in one batch (Anthropic's
-	// limit).
-	MaxBatchJobsDefault = 100_000
-	// MaxLongPollDefault bounds GET /v1/jobs/{id}?wait=.
-	MaxLongPollDefault = 60 * time.Second
 	// WebhookRetryForDefault is how long a webhook delivery is retried
 	// before it is marked failed.
 	WebhookRetryForDefault = 24 * time.Hour
@@ -120,32 +101,16 @@ type Config struct {
 	// ClaimBatch is the most jobs claimed in one store call. Defaults to
 	// ClaimBatchDefault (capped by MaxInFlightPerUpstream).
 	ClaimBatch int
-	// PollInterval is the longest an idle worker or a long poll sleeps
-	// before looking at the store again. Defaults to PollIntervalDefault.
+	// PollInterval is the longest an idle worker sleeps before looking at
+	// the store again. Defaults to PollIntervalDefault.
 	PollInterval time.Duration
 	// RescueInterval is how often the built-in jobstore.JobRescuer takes back
 	// expired leases; negative disables it (run one elsewhere). Defaults
 	// to LeaseFor/2.
 	RescueInterval time.Duration
-	// MaxBodyBytes is the largest POST /v1/jobs body; larger gets 413.
-	// Defaults to MaxBodyBytesDefault.
-	MaxBodyBytes int64
-	// MaxBatchBytes is the largest POST /v1/batches body; larger gets 413.
-	// Defaults to MaxBatchBytesDefault.
-	MaxBatchBytes int64
-	// MaxBatchJobs is the most lines in one batch. Defaults to
-	// MaxBatchJobsDefault.
-	MaxBatchJobs int
-	// MaxLongPoll bounds GET /v1/jobs/{id}?wait=. Defaults to
-	// MaxLongPollDefault.
-	MaxLongPoll time.Duration
 	// WebhookClient sends webhooks. Defaults to a client with
 	// http.DefaultTransport.
 	WebhookClient *http.Client
-	// WebhookCheck vets a webhook_url at submit (the gateway refuses
-	// private and metadata destinations: webhook.Guard); an error is
-	// answered 400 with its text. Defaults to accepting any http(s) URL.
-	WebhookCheck func(ctx context.Context, url string) error
 	// WebhookConcurrency is how many POSTs this gateway runs at once.
 	// Defaults to WebhookConcurrencyDefault.
 	WebhookConcurrency int
@@ -155,23 +120,11 @@ type Config struct {
 	// SpoolMaxEntries bounds the results the spool holds. Defaults to
 	// SpoolMaxEntriesDefault.
 	SpoolMaxEntries int
-	// ClientOf names the submitter of an HTTP request (for fairness and
-	// listing). Defaults to the X-Sluice-Client header.
-	ClientOf func(r *http.Request) string
-	// AdminOf reports whether the caller of r may see and manage every
-	// client's jobs and batches, pause upstreams and requeue across
-	// clients; any other caller sees only its own (owner.go). Defaults to
-	// every caller being an admin (one tenant).
-	AdminOf func(r *http.Request) bool
-	// PriorityOf returns the class a job submitted by r gets when it asks
-	// for requested (e.g. capped at the client's max_priority). Defaults to
-	// the requested class.
-	PriorityOf func(r *http.Request, requested llm.Priority) llm.Priority
 	// Logger logs failures the runtime cannot return to anyone. Defaults
 	// to slog.Default().
 	Logger *slog.Logger
-	// Observer receives the runtime's events for metrics: submits, attempts
-	// and their outcomes, finished jobs, rescues, webhooks. Defaults to
+	// Observer receives the runtime's events for metrics: attempts and
+	// their outcomes, finished jobs, rescues, webhooks. Defaults to
 	// NopObserver (no metrics).
 	Observer Observer
 	// Tracer makes a span per job attempt (the engine hangs the attempt's
@@ -202,25 +155,12 @@ func (c Config) WithDefaults() Config {
 	c.ClaimBatch = min(cmp.Or(c.ClaimBatch, ClaimBatchDefault), c.MaxInFlightPerUpstream)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.RescueInterval = cmp.Or(c.RescueInterval, c.LeaseFor/2)
-	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
-	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, MaxBatchBytesDefault)
-	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, MaxBatchJobsDefault)
-	c.MaxLongPoll = cmp.Or(c.MaxLongPoll, MaxLongPollDefault)
 	if c.WebhookClient == nil {
 		c.WebhookClient = &http.Client{Transport: http.DefaultTransport}
 	}
 	c.WebhookConcurrency = cmp.Or(c.WebhookConcurrency, WebhookConcurrencyDefault)
 	c.SpoolMaxBytes = cmp.Or(c.SpoolMaxBytes, SpoolMaxBytesDefault)
 	c.SpoolMaxEntries = cmp.Or(c.SpoolMaxEntries, SpoolMaxEntriesDefault)
-	if c.PriorityOf == nil {
-		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
-	}
-	if c.AdminOf == nil {
-		c.AdminOf = func(*http.Request) bool { return true }
-	}
-	if c.ClientOf == nil {
-		c.ClientOf = func(r *http.Request) string { return r.Header.Get(frontdoor.HeaderClient) }
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -266,14 +206,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ClaimBatch must be >= 1, got %d", c.ClaimBatch)
 	case c.PollInterval <= 0:
 		return fmt.Errorf("PollInterval must be positive, got %v", c.PollInterval)
-	case c.MaxBodyBytes < 1:
-		return fmt.Errorf("MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
-	case c.MaxBatchBytes < 1:
-		return fmt.Errorf("MaxBatchBytes must be >= 1, got %d", c.MaxBatchBytes)
-	case c.MaxBatchJobs < 1:
-		return fmt.Errorf("MaxBatchJobs must be >= 1, got %d", c.MaxBatchJobs)
-	case c.MaxLongPoll <= 0:
-		return fmt.Errorf("MaxLongPoll must be positive, got %v", c.MaxLongPoll)
 	case c.WebhookConcurrency < 1:
 		return fmt.Errorf("WebhookConcurrency must be >= 1, got %d", c.WebhookConcurrency)
 	case c.SpoolMaxBytes < 1:

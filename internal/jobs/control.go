@@ -3,10 +3,15 @@ package jobs
 import (
 	"context"
 	"fmt"
-	"time"
 
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
+
+// The operations of the job API that reach past the store: the jobs
+// running in this process and the webhook sender. *Service implements
+// jobsapi.Runtime with them.
+var _ jobsapi.Runtime = (*Service)(nil)
 
 // Cancel cancels job id. A running job's upstream call is aborted at once
 // when it runs in this process, and by its heartbeat (lease lost) when it
@@ -30,36 +35,44 @@ func (s *Service) Cancel(ctx context.Context, id int64) (*jobstore.Job, error) {
 	return res.Job, nil
 }
 
-// waitFinished returns job id once it is finished, or as it is when wait
-// passes first (or ctx ends: then the error is ctx's, with the job last
-// seen).
-func (s *Service) waitFinished(ctx context.Context, id int64, wait time.Duration) (*jobstore.Job, error) {
-	j, err := s.store.Get(ctx, id)
-	if err != nil || wait <= 0 || j.State.Finished() {
-		return j, err
+// CancelBatch cancels the live jobs of batch id, as Cancel does each.
+func (s *Service) CancelBatch(ctx context.Context, id string) (jobstore.CancelBatchResult, error) {
+	res, err := s.store.CancelBatch(ctx, jobstore.CancelBatchParams{BatchID: id, Now: s.cfg.Clock.Now()})
+	if err != nil {
+		return res, fmt.Errorf("canceling batch %s: %w", id, err)
 	}
-	deadline := s.cfg.Clock.NewTimer(wait)
-	defer deadline.Stop()
-	poll := s.cfg.Clock.NewTimer(s.cfg.PollInterval)
-	defer poll.Stop()
-	for {
-		changed := s.changed()
-		select {
-		case <-ctx.Done():
-			return j, context.Cause(ctx)
-		case <-deadline.C():
-			return j, nil
-		case <-changed:
-		case <-poll.C():
-			poll.Reset(s.cfg.PollInterval)
-		}
-		next, err := s.store.Get(ctx, id)
-		if err != nil {
-			return j, err
-		}
-		j = next
-		if j.State.Finished() {
-			return j, nil
-		}
+	for _, jid := range res.Running {
+		s.abort(jid, errJobCanceled)
 	}
+	s.announce()
+	if res.Canceled > 0 {
+		s.hooks.kick() // jobs with a webhook_url got their outbox rows
+		s.observeBatchCanceled(ctx, id, res.Canceled)
+	}
+	return res, nil
+}
+
+// observeBatchCanceled reports n jobs of batch id canceled. A batch's jobs
+// share one upstream (the API creates them so), read from its first job.
+// The cancel is done: a caller that goes away now must not lose its count.
+func (s *Service) observeBatchCanceled(ctx context.Context, id string, n int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+	defer cancel()
+	page, err := s.store.BatchJobs(ctx, jobstore.BatchJobsParams{BatchID: id, Limit: 1})
+	if err != nil || len(page.Jobs) == 0 {
+		s.cfg.Logger.Warn("reading a canceled batch's upstream for metrics", "batch", id, "err", err)
+		return
+	}
+	s.cfg.Observer.Finished(page.Jobs[0].Upstream, jobstore.StateCanceled, n)
+}
+
+// Redeliver makes job id's latest webhook delivery pending and due at
+// once, with the same id, and wakes the webhook sender.
+func (s *Service) Redeliver(ctx context.Context, id int64) (*jobstore.WebhookDelivery, error) {
+	d, err := s.store.Redeliver(ctx, jobstore.RedeliverParams{JobID: id, Now: s.cfg.Clock.Now()})
+	if err != nil {
+		return nil, fmt.Errorf("redelivering the webhook of job %d: %w", id, err)
+	}
+	s.hooks.kick()
+	return d, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -109,13 +110,13 @@ func batchFile(n int) string {
 }
 
 // waitBatchEnded polls a batch until it ended.
-func waitBatchEnded(t *testing.T, base, id string, limit time.Duration) BatchView {
+func waitBatchEnded(t *testing.T, base, id string, limit time.Duration) jobsapi.BatchView {
 	t.Helper()
-	var v BatchView
+	var v jobsapi.BatchView
 	require.Eventually(t, func() bool {
 		code, body := httpDo(t, "GET", base+"/v1/batches/"+id, "")
 		require.Equal(t, 200, code, string(body))
-		v = decode[BatchView](t, body)
+		v = decode[jobsapi.BatchView](t, body)
 		return v.ProcessingStatus == "ended"
 	}, limit, 50*time.Millisecond, "batch %s never ended: %+v", id, v)
 	return v
@@ -166,7 +167,7 @@ func TestCrashKillMidFlightLosesNothing(t *testing.T) {
 	start := time.Now()
 	code, body := httpDo(t, "POST", g.addr+"/v1/batches?upstream=mock", batchFile(jobs))
 	require.Equal(t, 200, code, string(body))
-	batch := decode[BatchView](t, body)
+	batch := decode[jobsapi.BatchView](t, body)
 
 	// Kill once a good part of the work is done and much is in flight.
 	require.Eventually(t, func() bool { return mockSucceeded(t, mockURL) >= jobs/4 }, 20*time.Second, 5*time.Millisecond)
@@ -215,7 +216,7 @@ func TestTwoGatewaysOnPostgresRunEachJobOnce(t *testing.T) {
 	start := time.Now()
 	code, body := httpDo(t, "POST", g1.addr+"/v1/batches?upstream=mock", batchFile(jobs))
 	require.Equal(t, 200, code, string(body))
-	batch := decode[BatchView](t, body)
+	batch := decode[jobsapi.BatchView](t, body)
 	v := waitBatchEnded(t, g2.addr, batch.ID, 30*time.Second)
 	elapsed := time.Since(start)
 	g1.term(t)

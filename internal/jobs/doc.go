@@ -1,14 +1,18 @@
 // Package jobs is the runtime of Sluice's durable job queue: the workers
 // that lease jobs from a jobstore.Store and run them through the same
 // per-upstream dispatchers as proxy traffic (so priorities and quotas apply
-// across both), and the HTTP API (/v1/jobs, /v1/batches, /v1/upstreams)
-// the server mounts.
+// across both), the result spool, the lease rescuer and the webhook
+// sender, under one Start and Stop (Service). The HTTP API that queues the
+// jobs (/v1/jobs, /v1/batches, /v1/upstreams) is package jobsapi, which
+// reaches the runtime through jobsapi.Runtime: Service.Cancel,
+// CancelBatch, Redeliver and Finished.
 //
 // # Workers
 //
-// Each upstream has one worker loop, and a job is leased (running) only
-// while its one call is admitted and in flight. The loop reads the store's
-// backlog per priority class (jobstore.Store.Backlog), keeps up to
+// Each upstream has one worker loop (workerLoop, each of its steps a
+// method), and a job is leased (running) only while its one call is
+// admitted and in flight. The loop reads the store's backlog per priority
+// class (jobstore.Store.Backlog), keeps up to
 // Config.MaxInFlightPerUpstream admissions outstanding spread over the
 // classes with work, and asks the upstream's engine for each
 // (Dispatcher.Acquire): it waits in the same scheduler as live traffic, so
@@ -60,18 +64,19 @@
 //
 // # Metrics
 //
-// Config.Observer receives the runtime's events: jobs submitted, each
-// attempt's start (with the time the job waited since it became available)
-// and its outcome (AttemptOutcome) and duration, jobs finished here, rescue
-// passes and webhook deliveries. The server's Prometheus adapter implements
-// it; the runtime itself knows nothing of Prometheus.
+// Config.Observer receives the runtime's events: each attempt's start
+// (with the time the job waited since it became available) and its
+// outcome (AttemptOutcome) and duration, jobs finished here, rescue passes
+// and webhook deliveries (the submits are the API's: jobsapi.Observer). The server's Prometheus adapter implements it; the
+// runtime itself knows nothing of Prometheus.
 //
 // # Webhooks
 //
 // A job with a webhook_url owes one webhook each time it finishes. The
 // store writes that delivery into its outbox in the same transaction that
 // finishes the job (whatever finishes it: a worker, a cancel, the
-// rescuer), and webhookSender POSTs it from there: the JSON of the job,
+// rescuer), and webhookSender POSTs it from there: the JSON of the job
+// (jobsapi.JobView, as GET /v1/jobs/{id}?include=request answers it),
 // with the Standard Webhooks headers webhook-id (the delivery's stable id,
 // the same on every attempt), webhook-timestamp and webhook-signature, plus
 // the legacy X-Sluice-Signature, retried with full-jitter backoff until

@@ -144,11 +144,11 @@ func TestWaitingJobHoldsNoLease(t *testing.T) {
 		script []answer
 		// prepare brings the upstream into the waiting state; the job it
 		// returns is the one that must wait.
-		prepare func(t *testing.T, s *Service, clk *clock.Fake) int64
+		prepare func(t *testing.T, s *testService, clk *clock.Fake) int64
 		burnt   int
 	}{
 		{"quota", func(c *dispatch.Config) { c.Limits.RequestsPerMinute = 2 }, []answer{answerOK},
-			func(t *testing.T, s *Service, clk *clock.Fake) int64 {
+			func(t *testing.T, s *testService, clk *clock.Fake) int64 {
 				first := submit(t, s, "").ID
 				stepUntil(t, clk, time.Second, func() bool { return finished(t, s, first) })
 				return submit(t, s, "").ID // the bucket is empty for ~30 s
@@ -156,7 +156,7 @@ func TestWaitingJobHoldsNoLease(t *testing.T) {
 		{"open breaker", func(c *dispatch.Config) {
 			c.Breaker = upstream.Breaker{ConsecutiveFailures: 1, MinRequests: 100, OpenTimeout: time.Hour, HalfOpenProbes: 1}
 		}, []answer{answerOverload, answerOK},
-			func(t *testing.T, s *Service, clk *clock.Fake) int64 {
+			func(t *testing.T, s *testService, clk *clock.Fake) int64 {
 				j := submit(t, s, `,"max_attempts":3`).ID // its 529 opens the breaker
 				require.Eventually(t, func() bool {
 					got, err := s.store.Get(context.Background(), j)
@@ -207,7 +207,7 @@ func TestWaitingJobHoldsNoLease(t *testing.T) {
 }
 
 // finished reports whether job id is finished.
-func finished(t *testing.T, s *Service, id int64) bool {
+func finished(t *testing.T, s *testService, id int64) bool {
 	t.Helper()
 	j, err := s.store.Get(context.Background(), id)
 	require.NoError(t, err)

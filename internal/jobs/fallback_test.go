@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -121,7 +122,7 @@ func TestJobsFallBackWhileTheirUpstreamIsUnavailable(t *testing.T) {
 			req := `{"upstream":"claude","priority":"` + tc.priority + `","idempotency_key":"k-` + tc.priority + `","request":` + anthropicBody + `}`
 			code, body := do(t, s.Handler(), "POST", "/v1/jobs", req)
 			require.Equal(t, http.StatusAccepted, code, string(body))
-			id := decode[JobView](t, body).ID
+			id := decode[jobsapi.JobView](t, body).ID
 			if !tc.fallback {
 				// The job waits for its upstream while it is down...
 				<-primary.waiting
@@ -144,7 +145,7 @@ func TestJobsFallBackWhileTheirUpstreamIsUnavailable(t *testing.T) {
 			// The idempotency key finds the same job, whoever served it.
 			code, body = do(t, s.Handler(), "POST", "/v1/jobs", req)
 			require.Equal(t, http.StatusOK, code, string(body))
-			require.Equal(t, id, decode[JobView](t, body).ID)
+			require.Equal(t, id, decode[jobsapi.JobView](t, body).ID)
 		})
 	}
 }
@@ -171,7 +172,7 @@ func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
 		code, body := do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","idempotency_key":"k`+strconv.Itoa(i)+`","request":`+anthropicBody+`}`,
 			"X-Sluice-Client", "acme")
 		require.Equal(t, http.StatusAccepted, code, string(body))
-		ids = append(ids, decode[JobView](t, body).ID)
+		ids = append(ids, decode[jobsapi.JobView](t, body).ID)
 	}
 	for _, id := range ids {
 		v := await(t, s, id)

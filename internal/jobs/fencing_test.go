@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
@@ -113,7 +114,7 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 	})
 	j := submit(t, s, `,"webhook_url":"`+srv.URL+`/hook"`)
 	body := <-got
-	v := decode[JobView](t, body)
+	v := decode[jobsapi.JobView](t, body)
 	require.Equal(t, j.ID, v.ID)
 	require.Equal(t, "succeeded", string(v.State))
 	require.EqualValues(t, 3, calls.Load())

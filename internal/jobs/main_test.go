@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -96,8 +98,6 @@ const okMessage = `{"id":"msg_1","type":"message","role":"assistant","content":[
 
 const anthropicBody = `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
 
-const openAIBody = `{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`
-
 func succeed() *fakeDispatcher {
 	return &fakeDispatcher{fn: func(context.Context, *dispatch.Request) (*dispatch.Response, error) {
 		return reply(200, okMessage), nil
@@ -112,10 +112,22 @@ func openStore(t testing.TB) jobstore.Store {
 	return st
 }
 
+// testService is a Service with the job API over it, as the gateway serves
+// them: Handler is the API.
+type testService struct {
+	*Service
+	api *jobsapi.API
+}
+
+// Handler returns the job API over the service.
+func (s *testService) Handler() http.Handler { return s.api }
+
 // newService builds a service over a fresh store with upstream "claude"
-// (anthropic) served by d and "gpt" (openai) served by gpt; edit tunes the
+// (anthropic) served by d and "gpt" (openai) served by gpt, and the job API
+// over it (on the same store, clock, poll interval and logger; the
+// Observer gets the API's submits too when it counts them); edit tunes the
 // config. It is started unless edit sets Owner to "manual".
-func newService(t testing.TB, st jobstore.Store, d, gpt Dispatcher, edit func(*Config)) *Service {
+func newService(t testing.TB, st jobstore.Store, d, gpt Dispatcher, edit func(*Config)) *testService {
 	t.Helper()
 	if st == nil {
 		st = openStore(t)
@@ -136,11 +148,18 @@ func newService(t testing.TB, st jobstore.Store, d, gpt Dispatcher, edit func(*C
 	manual := cfg.Owner == "manual"
 	s, err := New(cfg)
 	require.NoError(t, err)
+	apiCfg := jobsapi.Config{Store: cfg.Store, Runtime: s, Protocols: cfg.Protocols, Clock: cfg.Clock,
+		MaxAttempts: s.cfg.MaxAttempts, PollInterval: cfg.PollInterval, Logger: cfg.Logger}
+	if o, ok := cfg.Observer.(jobsapi.Observer); ok {
+		apiCfg.Observer = o
+	}
+	api, err := jobsapi.New(apiCfg)
+	require.NoError(t, err)
 	if !manual {
 		require.NoError(t, s.Start(context.Background()))
 	}
 	t.Cleanup(func() { require.NoError(t, s.Stop(context.Background())) })
-	return s
+	return &testService{Service: s, api: api}
 }
 
 // do sends one request to h and returns the status and body.
@@ -163,26 +182,26 @@ func decode[T any](t *testing.T, b []byte) T {
 }
 
 // submit posts a job for upstream claude and returns its view.
-func submit(t *testing.T, s *Service, extra string) JobView {
+func submit(t *testing.T, s *testService, extra string) jobsapi.JobView {
 	t.Helper()
 	code, body := do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","request":`+anthropicBody+extra+`}`)
 	require.Equal(t, http.StatusAccepted, code, string(body))
-	return decode[JobView](t, body)
+	return decode[jobsapi.JobView](t, body)
 }
 
 // await long-polls job id until it is finished.
-func await(t *testing.T, s *Service, id int64) JobView {
+func await(t *testing.T, s *testService, id int64) jobsapi.JobView {
 	t.Helper()
 	for range 100 {
 		code, body := do(t, s.Handler(), "GET", "/v1/jobs/"+formatID(id)+"?wait=5s", "")
 		require.Equal(t, http.StatusOK, code, string(body))
-		v := decode[JobView](t, body)
+		v := decode[jobsapi.JobView](t, body)
 		if v.State.Finished() {
 			return v
 		}
 	}
 	t.Fatalf("job %d never finished", id)
-	return JobView{}
+	return jobsapi.JobView{}
 }
 
 // waitFor polls the store until job id is in state want.
@@ -196,3 +215,5 @@ func waitFor(t *testing.T, st jobstore.Store, id int64, want jobstore.State) *jo
 	}, 10*time.Second, 5*time.Millisecond, "job %d never reached %s", id, want)
 	return j
 }
+
+func formatID(id int64) string { return strconv.FormatInt(id, 10) }

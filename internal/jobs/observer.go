@@ -7,16 +7,12 @@ import (
 )
 
 // Observer receives the job runtime's events, for metrics (the server's
-// Prometheus adapter implements it). Every method must be O(1) and never
-// block: they are called by workers between store calls and by the API's
-// handlers. Events count what this process did: with several gateways on
+// Prometheus adapter implements it, and jobsapi.Observer for the API's
+// submits). Every method must be O(1) and never block: they are called by
+// workers between store calls and by the API's cancels. Events count what this process did: with several gateways on
 // one PostgreSQL queue, each reports its own share. Embed NopObserver to
 // implement only some.
 type Observer interface {
-	// Submitted: n new jobs of upstream were queued through the API (one
-	// per POST /v1/jobs, or a whole batch). A submit answered with an
-	// existing job by its idempotency key is not counted.
-	Submitted(upstream string, n int)
 	// Started: a worker began an attempt of a job of upstream that had
 	// waited queueWait since it became available (its AvailableAt: the
 	// submit, or the end of its last backoff).
@@ -101,7 +97,6 @@ var WebhookOutcomes = []WebhookOutcome{WebhookDelivered, WebhookFailed, WebhookG
 // NopObserver ignores every event.
 type NopObserver struct{}
 
-func (NopObserver) Submitted(string, int)                           {}
 func (NopObserver) Started(string, time.Duration)                   {}
 func (NopObserver) Attempted(string, AttemptOutcome, time.Duration) {}
 func (NopObserver) Finished(string, jobstore.State, int)            {}

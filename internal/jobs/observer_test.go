@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 )
@@ -197,7 +198,7 @@ func TestObserverFollowsJobLifecycles(t *testing.T) {
 			if tc.replay {
 				code, body := do(t, s.Handler(), "POST", "/v1/jobs", `{"upstream":"claude","request":`+anthropicBody+tc.extra+`}`)
 				require.Equal(t, http.StatusOK, code, string(body))
-				require.Equal(t, id, decode[JobView](t, body).ID)
+				require.Equal(t, id, decode[jobsapi.JobView](t, body).ID)
 			}
 			waitFor(t, st, id, tc.final)
 			expect(t, rec, tc.want)
@@ -255,7 +256,7 @@ func TestObserverBatch(t *testing.T) {
 	}
 	code, body := do(t, s.Handler(), "POST", "/v1/batches?upstream=claude", strings.Join(lines, "\n"))
 	require.Equal(t, http.StatusOK, code, string(body))
-	b := decode[BatchView](t, body)
+	b := decode[jobsapi.BatchView](t, body)
 	expect(t, rec, observed{Submitted: map[string]int{"claude": 3}})
 	for range 2 { // nothing is left to cancel the second time
 		code, body = do(t, s.Handler(), "POST", "/v1/batches/"+b.ID+"/cancel", "")

@@ -26,16 +26,6 @@ func jobRequest(p llm.Protocol, j *jobstore.Job, now time.Time) (*dispatch.Reque
 	})
 }
 
-// checkBody reports whether body would build into an engine request for
-// protocol p, with the front door's own error when it would not, so a job
-// is accepted exactly when its worker can send it.
-func checkBody(p llm.Protocol, body []byte, now time.Time) error {
-	if _, rerr := frontdoor.Build(frontdoor.Input{Protocol: p, Path: pathFor(p), Body: body, Caller: frontdoor.InProcess, Now: now}); rerr != nil {
-		return rerr
-	}
-	return nil
-}
-
 // jobRequestID is a job's request id: sent upstream as X-Sluice-Request-Id
 // on each of its attempts and written in its log lines.
 func jobRequestID(id int64) string { return "job_" + strconv.FormatInt(id, 10) }

@@ -47,30 +47,12 @@ type verdict struct {
 // heartbeat goes on until the verdict is written: a worker holding a paid
 // answer keeps its lease while it retries the write (see write).
 func (w *worker) run(j *jobstore.Job, a admission) {
-	t := a.ticket
 	s := w.s
-	obs := s.cfg.Observer
 	start := s.cfg.Clock.Now()
-	obs.Started(w.upstream, queueWait(j, start))
-	outcome := AttemptStoreError
-	var v verdict
-	spanCtx, span := s.cfg.Tracer.Start(w.jobCtx, "sluice.job_attempt", trace.WithTimestamp(start),
-		trace.WithAttributes(attribute.Int64("sluice.job_id", j.ID), attribute.String("sluice.request_id", jobRequestID(j.ID)),
-			attribute.String("sluice.upstream", w.upstream), attribute.String("sluice.client", j.Client),
-			attribute.String("sluice.priority", j.Priority.String()), attribute.Int("sluice.attempt", j.Attempts+1),
-			attribute.String("sluice.batch_id", j.BatchID)))
-	defer func() {
-		now := s.cfg.Clock.Now()
-		d := now.Sub(start)
-		obs.Attempted(w.upstream, outcome, d)
-		servedBy := cmp.Or(a.via.upstream, w.upstream)
-		w.logAttempt(j, outcome, v, queueWait(j, start), d, servedBy)
-		span.SetAttributes(attribute.String("sluice.outcome", string(outcome)), attribute.String("sluice.served_by", servedBy))
-		if outcome != AttemptSuccess {
-			span.SetStatus(codes.Error, string(outcome))
-		}
-		span.End(trace.WithTimestamp(now))
-	}()
+	s.cfg.Observer.Started(w.upstream, queueWait(j, start))
+	outcome, v := AttemptStoreError, verdict{}
+	spanCtx, span := w.startSpan(j, start)
+	defer func() { w.report(j, a, span, start, outcome, v) }()
 	ctx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
 	s.track(j.ID, cancel)
@@ -78,29 +60,25 @@ func (w *worker) run(j *jobstore.Job, a admission) {
 
 	l := &lease{}
 	l.renewed(cmp.Or(j.Lease.ExpiresAt, start.Add(s.cfg.LeaseFor)))
-	hbDone := make(chan struct{})
-	hbStop := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.heartbeat(ctx, j, l, cancel, hbStop)
-	}()
-	defer func() {
-		close(hbStop)
-		<-hbDone
-	}()
+	defer w.goHeartbeat(ctx, j, l, cancel)()
+	outcome, v = w.attempt(ctx, j, a, l)
+}
+
+// attempt makes j's one call under its running heartbeat, or takes the
+// answer this process still holds for it, and writes the verdict; it
+// returns the attempt's outcome and the verdict.
+func (w *worker) attempt(ctx context.Context, j *jobstore.Job, a admission, l *lease) (AttemptOutcome, verdict) {
 	// An answer this process still holds for the job (its first lease
 	// ran out while the store was away and the spool could not take it)
 	// is written with this lease instead of calling again.
-	claimed, held, answered := s.answers.claimed(j.ID)
-	v = claimed
+	v, held, answered := w.s.answers.claimed(j.ID)
 	switch {
 	case answered:
 		// Written after its lease was lost, while this claim was made.
-		t.Release()
-		outcome = AttemptLeaseLost
-		return
+		a.ticket.Release()
+		return AttemptLeaseLost, v
 	case held:
-		t.Release()
+		a.ticket.Release()
 	default:
 		v = w.call(ctx, j, a)
 	}
@@ -110,11 +88,9 @@ func (w *worker) run(j *jobstore.Job, a admission) {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, errJobCanceled):
-		outcome = AttemptCanceled
-		return
+		return AttemptCanceled, v
 	case errors.Is(cause, errLeaseLost):
-		outcome = AttemptLeaseLost
-		return
+		return AttemptLeaseLost, v
 	case errors.Is(cause, errShutdown):
 		// A call cut off by this gateway's own shutdown is recorded but
 		// burns nothing (like a call in flight at a crash): the lease goes
@@ -123,11 +99,51 @@ func (w *worker) run(j *jobstore.Job, a admission) {
 			Error: jobstore.AttemptError{Kind: llm.Transient.String(), Message: "gateway stopped during the call; requeued"}},
 			outcome: AttemptStopped}
 	}
-	outcome = w.write(ctx, j, v, l)
+	outcome := w.write(ctx, j, v, l)
 	if outcome == AttemptLeaseLost && errors.Is(context.Cause(ctx), errJobCanceled) {
 		// Canceled here after the call returned: the store refused the
 		// write because the job is canceled, not because a rescuer took it.
 		outcome = AttemptCanceled
+	}
+	return outcome, v
+}
+
+// startSpan starts the span of j's attempt, begun at start.
+func (w *worker) startSpan(j *jobstore.Job, start time.Time) (context.Context, trace.Span) {
+	return w.s.cfg.Tracer.Start(w.jobCtx, "sluice.job_attempt", trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.Int64("sluice.job_id", j.ID), attribute.String("sluice.request_id", jobRequestID(j.ID)),
+			attribute.String("sluice.upstream", w.upstream), attribute.String("sluice.client", j.Client),
+			attribute.String("sluice.priority", j.Priority.String()), attribute.Int("sluice.attempt", j.Attempts+1),
+			attribute.String("sluice.batch_id", j.BatchID)))
+}
+
+// report tells of j's attempt begun at start once it ended with outcome
+// and verdict v: the Observer's Attempted, the log line, the span's end.
+func (w *worker) report(j *jobstore.Job, a admission, span trace.Span, start time.Time, outcome AttemptOutcome, v verdict) {
+	now := w.s.cfg.Clock.Now()
+	d := now.Sub(start)
+	w.s.cfg.Observer.Attempted(w.upstream, outcome, d)
+	servedBy := cmp.Or(a.via.upstream, w.upstream)
+	w.logAttempt(j, outcome, v, queueWait(j, start), d, servedBy)
+	span.SetAttributes(attribute.String("sluice.outcome", string(outcome)), attribute.String("sluice.served_by", servedBy))
+	if outcome != AttemptSuccess {
+		span.SetStatus(codes.Error, string(outcome))
+	}
+	span.End(trace.WithTimestamp(now))
+}
+
+// goHeartbeat starts renewing j's lease (heartbeat) and returns the
+// function that stops the heartbeat and waits for it to end.
+func (w *worker) goHeartbeat(ctx context.Context, j *jobstore.Job, l *lease, cancel context.CancelCauseFunc) (stop func()) {
+	done := make(chan struct{})
+	stopC := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.heartbeat(ctx, j, l, cancel, stopC)
+	}()
+	return func() {
+		close(stopC)
+		<-done
 	}
 }
 

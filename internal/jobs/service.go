@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -18,9 +17,6 @@ import (
 	"github.com/sluicehq/sluice/internal/webhook"
 )
 
-// ErrUnknownUpstream means a job names an upstream with no dispatcher.
-var ErrUnknownUpstream = errors.New("unknown upstream")
-
 // Causes given to the contexts of running jobs.
 var (
 	errJobCanceled = errors.New("job canceled")
@@ -32,16 +28,16 @@ var (
 // lease on Stop.
 const handBackTimeout = 5 * time.Second
 
-// Service runs jobs from a store and serves the job API. Create it with
-// New, mount Handler, then Start it; Stop it before stopping the
-// dispatchers.
+// Service runs jobs from a store: the workers, the lease rescuer and the
+// webhook sender. Create it with New, serve the job API over it
+// (jobsapi.New with the Service as its Runtime), then Start it; Stop it
+// before stopping the dispatchers.
 type Service struct {
 	cfg       Config
 	store     jobstore.Store
 	rescuer   *jobstore.JobRescuer
 	upstreams []string
 	backoff   flow.Backoff
-	handler   http.Handler
 	hooks     *webhookSender
 	signer    *standardwebhooks.Webhook // nil: webhooks unsigned
 	spool     *spool                    // nil without Config.SpoolDir
@@ -64,7 +60,7 @@ type Service struct {
 	loops       sync.WaitGroup // worker loops
 	jobs        sync.WaitGroup // running jobs
 	runningJobs map[int64]context.CancelCauseFunc
-	finished    chan struct{} // closed and replaced when a job finishes here
+	finished    chan struct{} // closed and replaced when a job finishes here (Finished)
 }
 
 // New returns a Service for cfg (after WithDefaults), or an error naming
@@ -115,20 +111,11 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.spool = sp
 	}
-	s.handler = s.routes()
 	return s, nil
 }
 
 // Store returns the store the service runs on.
 func (s *Service) Store() jobstore.Store { return s.store }
-
-// Upstreams returns the upstream names jobs may use, sorted.
-func (s *Service) Upstreams() []string { return slices.Clone(s.upstreams) }
-
-// Handler returns the job API routes: /v1/jobs, /v1/batches and
-// /v1/upstreams/{name}/pause|resume. It works before Start (jobs are
-// queued and run once the workers start).
-func (s *Service) Handler() http.Handler { return s.handler }
 
 // Start starts one worker loop per upstream, the lease rescuer and the
 // webhook sender (lifecycle.Base: a second Start answers
@@ -237,8 +224,10 @@ func (s *Service) abort(id int64, cause error) {
 	}
 }
 
-// changed returns a channel closed the next time a job finishes here.
-func (s *Service) changed() <-chan struct{} {
+// Finished returns a channel closed the next time a job finishes in this
+// process: a worker wrote its result, or a cancel through this process
+// finished it (jobsapi's long polls wait on it).
+func (s *Service) Finished() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.finished

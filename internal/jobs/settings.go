@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/webhook"
 )
@@ -35,8 +36,9 @@ type Settings struct {
 	// calls in flight (only the latter hold a lease; live traffic is not
 	// counted). Defaults to 64 (MaxInFlightPerUpstreamDefault).
 	MaxInFlightPerUpstream int `yaml:"max_in_flight"`
-	// MaxAttempts is a job's attempt budget when the submitter names none,
-	// at most MaxAttemptsMax. Defaults to 6 (MaxAttemptsDefault).
+	// MaxAttempts is a job's attempt budget when the submitter names none
+	// (the job API applies it), at most jobsapi.MaxAttemptsMax. Defaults to
+	// 6 (jobsapi.MaxAttemptsDefault).
 	MaxAttempts int `yaml:"max_attempts"`
 	// MaxStalls is how many expired leases a job survives before it is
 	// dead-lettered. Defaults to 3 (MaxStallsDefault).
@@ -100,8 +102,8 @@ type Webhooks struct {
 	// sent to: CIDRs ("10.0.0.0/8"), IPs or host names; link-local and
 	// metadata addresses are refused whatever it says, public addresses
 	// are always allowed. The gateway builds its webhook.Guard from it
-	// (Config.WebhookCheck and WebhookClient); the Service does not read
-	// it. Defaults to none.
+	// (Config.WebhookClient, and the job API's jobsapi.Config.WebhookCheck);
+	// the Service does not read it. Defaults to none.
 	Allow []string `yaml:"allow"`
 }
 
@@ -121,7 +123,7 @@ type Retention struct {
 func (s Settings) WithDefaults() Settings {
 	s.LeaseFor = cmp.Or(s.LeaseFor, LeaseForDefault)
 	s.MaxInFlightPerUpstream = cmp.Or(s.MaxInFlightPerUpstream, MaxInFlightPerUpstreamDefault)
-	s.MaxAttempts = cmp.Or(s.MaxAttempts, MaxAttemptsDefault)
+	s.MaxAttempts = cmp.Or(s.MaxAttempts, jobsapi.MaxAttemptsDefault)
 	s.MaxStalls = cmp.Or(s.MaxStalls, MaxStallsDefault)
 	s.Retry.BaseDelay = cmp.Or(s.Retry.BaseDelay, RetryBaseDelayDefault)
 	s.Retry.MaxDelay = cmp.Or(s.Retry.MaxDelay, max(RetryMaxDelayDefault, s.Retry.BaseDelay))
@@ -165,8 +167,8 @@ func (s Settings) Validate() error {
 	switch {
 	case d.LeaseFor < time.Second:
 		return errors.New("lease_for: must be at least 1s")
-	case d.MaxAttempts > MaxAttemptsMax:
-		return fmt.Errorf("max_attempts: must be at most %d, got %d", MaxAttemptsMax, d.MaxAttempts)
+	case d.MaxAttempts > jobsapi.MaxAttemptsMax:
+		return fmt.Errorf("max_attempts: must be at most %d, got %d", jobsapi.MaxAttemptsMax, d.MaxAttempts)
 	case d.Retry.MaxDelay < d.Retry.BaseDelay:
 		return errors.New("retry.max_delay: must be >= retry.base_delay")
 	case d.Webhooks.MaxDelay < d.Webhooks.BaseDelay:

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/jobsapi"
 )
 
 // TestSettingsYAML: the gateway's jobs: section decodes into every field
@@ -46,7 +48,7 @@ spool_dir: /var/spool/sluice
 
 	d := Settings{}.WithDefaults()
 	require.Equal(t, Settings{
-		LeaseFor: LeaseForDefault, MaxInFlightPerUpstream: MaxInFlightPerUpstreamDefault, MaxAttempts: MaxAttemptsDefault, MaxStalls: MaxStallsDefault,
+		LeaseFor: LeaseForDefault, MaxInFlightPerUpstream: MaxInFlightPerUpstreamDefault, MaxAttempts: jobsapi.MaxAttemptsDefault, MaxStalls: MaxStallsDefault,
 		Retry:     Retry{BaseDelay: RetryBaseDelayDefault, MaxDelay: RetryMaxDelayDefault},
 		Webhooks:  Webhooks{RetryFor: WebhookRetryForDefault, BaseDelay: WebhookBaseDelayDefault, MaxDelay: WebhookMaxDelayDefault, Timeout: WebhookTimeoutDefault},
 		Retention: Retention{Succeeded: RetentionSucceededDefault, Dead: RetentionDeadDefault, Canceled: RetentionCanceledDefault},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
@@ -224,7 +225,7 @@ func (h *webhookSender) post(ctx context.Context, d *jobstore.WebhookDelivery, r
 	if err != nil {
 		return WebhookFailed, fmt.Errorf("loading the job: %w", err)
 	}
-	body, err := json.Marshal(s.view(j, true))
+	body, err := json.Marshal(jobsapi.NewJobView(j, true))
 	if err != nil {
 		return WebhookFailed, fmt.Errorf("encoding the job: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -101,7 +102,7 @@ func (rc *receiver) setAnswer(f func(w http.ResponseWriter, r *http.Request)) {
 
 func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	var v JobView
+	var v jobsapi.JobView
 	_ = json.Unmarshal(body, &v)
 	id := r.Header.Get(webhook.HeaderID)
 	rc.mu.Lock()
@@ -155,7 +156,7 @@ func (rc *receiver) snapshot() ([]hit, map[string]int, []string) {
 type outbox struct {
 	clk  *clock.Fake
 	st   jobstore.Store
-	s    *Service
+	s    *testService
 	rec  *recorder
 	logs *syncBuffer
 }
@@ -398,7 +399,7 @@ func TestWebhookRetryForExpiry(t *testing.T) {
 	rc.setAnswer(nil)
 	code, body := do(t, o.s.Handler(), "POST", "/v1/jobs/"+formatID(ids[0])+"/webhook/redeliver", "")
 	require.Equal(t, http.StatusAccepted, code, string(body))
-	v := decode[DeliveryView](t, body)
+	v := decode[jobsapi.DeliveryView](t, body)
 	require.Equal(t, d.ID, v.ID, "a redeliver keeps the delivery id")
 	require.Equal(t, jobstore.DeliveryPending, v.State)
 	o.deliverDue(t)
@@ -418,7 +419,7 @@ func TestWebhookRedeliverRoute(t *testing.T) {
 
 	code, body := do(t, h, "GET", "/v1/jobs/"+formatID(ids[0]), "")
 	require.Equal(t, http.StatusOK, code)
-	v := decode[JobView](t, body)
+	v := decode[jobsapi.JobView](t, body)
 	require.Len(t, v.WebhookDeliveries, 1)
 	d := v.WebhookDeliveries[0]
 	require.Equal(t, jobstore.DeliveryDelivered, d.State)
@@ -430,7 +431,7 @@ func TestWebhookRedeliverRoute(t *testing.T) {
 	o.clk.Advance(time.Minute)
 	code, body = do(t, h, "POST", "/v1/jobs/"+formatID(ids[0])+"/webhook/redeliver", "")
 	require.Equal(t, http.StatusAccepted, code, string(body))
-	r := decode[DeliveryView](t, body)
+	r := decode[jobsapi.DeliveryView](t, body)
 	require.Equal(t, d.ID, r.ID)
 	require.Equal(t, t0.Add(time.Minute), *r.NextAttemptAt)
 	o.deliverDue(t)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/webhook"
@@ -30,13 +31,13 @@ const headerClient = frontdoor.HeaderClient
 // jobClientKey carries the authenticated client to the job service's hooks.
 type jobClientKey struct{}
 
-// jobRoutes are the paths the job service answers. Pausing and resuming an
-// upstream is also behind requireAdmin (routes); the job service checks
-// ownership of every job and batch itself (jobs.Config.AdminOf).
+// jobRoutes are the paths the job API answers. Pausing and resuming an
+// upstream is also behind requireAdmin (routes); the job API checks
+// ownership of every job and batch itself (jobsapi.Config.AdminOf).
 var jobRoutes = []string{"/v1/jobs", "/v1/jobs/", "/v1/batches", "/v1/batches/", "/v1/upstreams/"}
 
 // serveJobs authenticates the client and hands the request to the job
-// service. The client's name (never its key) is passed on for fairness and
+// API. The client's name (never its key) is passed on for fairness and
 // listing.
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	cl, ok := s.clientSet().authenticate(r.Header)
@@ -44,8 +45,8 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		writeJobsError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
 		return
 	}
-	svc := s.jobs.Load()
-	if svc == nil {
+	q := s.jobs.Load()
+	if q == nil {
 		msg := "the job queue is not running"
 		if s.cfg.Store == StoreNone {
 			msg = "the job queue is disabled (store: none)"
@@ -64,18 +65,26 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		res, err := s.bodyBytes.reserve(r)
 		if err != nil {
 			if errors.Is(err, errBodyBytesFull) {
-				jobs.WriteAPIError(w, bodyBytesProblem(s.bodyBytes.limit), nil)
+				jobsapi.WriteAPIError(w, bodyBytesProblem(s.bodyBytes.limit), nil)
 			}
 			return
 		}
 		defer res.release()
 		r.Body = res.body(r)
 	}
-	svc.Handler().ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)))
+	q.api.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)))
 }
 
 func writeJobsError(w http.ResponseWriter, status int, typ, msg string) {
-	jobs.WriteAPIError(w, frontdoor.Problem{Status: status, Type: typ, Message: msg}, nil)
+	jobsapi.WriteAPIError(w, frontdoor.Problem{Status: status, Type: typ, Message: msg}, nil)
+}
+
+// jobQueue is the running job queue: the runtime (its workers, rescuer and
+// webhook sender, and the store it runs on) and the job API over it,
+// published and withdrawn together.
+type jobQueue struct {
+	*jobs.Service
+	api *jobsapi.API
 }
 
 // startJobs opens the store (unless one was given), then starts the job
@@ -106,17 +115,24 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if s.ownStore != nil || jc.SpoolDir == StoreNone {
 		jc.SpoolDir = spoolDir(jc.SpoolDir, s.cfg.Store) // a store given by the embedder has no path of ours
 	}
-	var obs jobs.Observer // nil (no metrics) unless the metrics have the queue's
+	// The metrics adapter observes the runtime and the API; nil (no
+	// metrics) unless the metrics have the queue's.
+	var obs jobs.Observer
+	var apiObs jobsapi.Observer
 	if s.metrics.jobs != nil {
-		obs = s.metrics.jobs
+		obs, apiObs = s.metrics.jobs, s.metrics.jobs
 	}
 	guard, err := webhook.NewGuard(jc.Webhooks.Allow) // validated with the config
 	if err != nil {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
-	svc, err := jobs.New(jobs.Config{Settings: jc,
-		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
+	svc, err := jobs.New(jobs.Config{Settings: jc, WebhookClient: &http.Client{Transport: guard.Transport()},
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer})
+	if err != nil {
+		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
+	}
+	api, err := jobsapi.New(jobsapi.Config{Store: st, Runtime: svc, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: apiObs,
+		MaxAttempts: jc.WithDefaults().MaxAttempts, WebhookCheck: guard.CheckURL,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
@@ -130,7 +146,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
+		return errors.Join(fmt.Errorf("building the job API: %w", err), s.closeStore())
 	}
 	cleaner, err := jobstore.NewJobCleaner(st, jobstore.JobCleanerConfig{Clock: s.clock,
 		SucceededRetention: jc.Retention.Succeeded, DeadRetention: jc.Retention.Dead, CanceledRetention: jc.Retention.Canceled,
@@ -148,7 +164,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if err := cleaner.Start(ctx); err != nil {
 		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.admit.Stop(ctx), s.closeStore())
 	}
-	s.jobs.Store(svc)
+	s.jobs.Store(&jobQueue{Service: svc, api: api})
 	s.cleaner = cleaner
 	if s.metrics.jobs != nil {
 		s.metrics.jobs.counts.setStore(st)
@@ -164,8 +180,8 @@ func (s *Server) stopJobs(ctx context.Context) error {
 	if s.metrics.jobs != nil {
 		s.metrics.jobs.counts.setStore(nil) // scrapes stop reading before the store closes
 	}
-	if svc := s.jobs.Swap(nil); svc != nil {
-		errs = append(errs, svc.Stop(ctx))
+	if q := s.jobs.Swap(nil); q != nil {
+		errs = append(errs, q.Stop(ctx))
 	}
 	if s.cleaner != nil {
 		errs = append(errs, s.cleaner.Stop(ctx))

@@ -20,7 +20,6 @@ import (
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
-	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -138,7 +137,7 @@ type Server struct {
 	// ownStore is one Start opened from Config.Store and Stop closes.
 	store    jobstore.Store
 	ownStore jobstore.Store
-	jobs     atomic.Pointer[jobs.Service] // read by handlers without s.mu
+	jobs     atomic.Pointer[jobQueue] // read by handlers without s.mu
 	cleaner  *jobstore.JobCleaner
 
 	// cluster shares the quotas with other nodes (cluster.go); nil when off.

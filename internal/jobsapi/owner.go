@@ -1,4 +1,4 @@
-package jobs
+package jobsapi
 
 import (
 	"errors"
@@ -15,23 +15,23 @@ import (
 // may pause upstreams and requeue across clients.
 
 // admin reports whether r's caller may see and manage every client's jobs.
-func (s *Service) admin(r *http.Request) bool { return s.cfg.AdminOf(r) }
+func (a *API) admin(r *http.Request) bool { return a.cfg.AdminOf(r) }
 
 // owns reports whether r's caller may see a job or batch of client.
-func (s *Service) owns(r *http.Request, client string) bool {
-	return s.admin(r) || client == s.cfg.ClientOf(r)
+func (a *API) owns(r *http.Request, client string) bool {
+	return a.admin(r) || client == a.cfg.ClientOf(r)
 }
 
 // ownedJob loads job id for r's caller, answering 404 when it does not
 // exist or belongs to another client (and the caller is no admin).
-func (s *Service) ownedJob(w http.ResponseWriter, r *http.Request, id int64) (*jobstore.Job, bool) {
-	j, err := s.store.Get(r.Context(), id)
+func (a *API) ownedJob(w http.ResponseWriter, r *http.Request, id int64) (*jobstore.Job, bool) {
+	j, err := a.store.Get(r.Context(), id)
 	switch {
-	case errors.Is(err, jobstore.ErrNotFound) || (err == nil && !s.owns(r, j.Client)):
+	case errors.Is(err, jobstore.ErrNotFound) || (err == nil && !a.owns(r, j.Client)):
 		writeError(w, http.StatusNotFound, "no job %d", id)
 		return nil, false
 	case err != nil:
-		s.storeError(w, "loading the job", err)
+		a.storeError(w, "loading the job", err)
 		return nil, false
 	}
 	return j, true

@@ -1,4 +1,4 @@
-package jobs
+package jobsapi_test
 
 import (
 	"bufio"
@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/jobsapi"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 func anthropicLine(id string) string {
@@ -44,7 +46,7 @@ func TestParseBatchFile(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f, err := ParseBatchFile([]byte(tc.file), 2)
+			f, err := jobsapi.ParseBatchFile([]byte(tc.file), 2)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				return
@@ -68,7 +70,7 @@ func FuzzParseBatchFile(f *testing.F) {
 	f.Add([]byte(`{"custom_id":"a","params":{"model":"m","max_tokens":1,"messages":[]}}` + "\n{"))
 	f.Add([]byte("\n\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		bf, err := ParseBatchFile(data, 50)
+		bf, err := jobsapi.ParseBatchFile(data, 50)
 		if err != nil {
 			return
 		}
@@ -112,16 +114,16 @@ func TestBatchesBothShapes(t *testing.T) {
 			t.Parallel()
 			code, body := do(t, h, "POST", "/v1/batches?upstream="+tc.upstream, tc.file)
 			require.Equal(t, http.StatusOK, code, string(body))
-			b := decode[BatchView](t, body)
+			b := decode[jobsapi.BatchView](t, body)
 			require.Equal(t, tc.upstream, map[string]string{"anthropic": "claude", "openai": "gpt"}[b.Format])
-			var v BatchView
+			var v jobsapi.BatchView
 			for range 200 {
 				_, body = do(t, h, "GET", "/v1/batches/"+b.ID, "")
-				v = decode[BatchView](t, body)
+				v = decode[jobsapi.BatchView](t, body)
 				if v.ProcessingStatus == "ended" {
 					break
 				}
-				page := decode[ListResponse](t, must(do(t, h, "GET", "/v1/jobs?batch_id="+b.ID, "")))
+				page := decode[jobsapi.ListResponse](t, must(do(t, h, "GET", "/v1/jobs?batch_id="+b.ID, "")))
 				for _, j := range page.Data {
 					await(t, s, j.ID)
 				}
@@ -142,17 +144,17 @@ func TestBatchesBothShapes(t *testing.T) {
 	}
 	t.Run("errored result keeps the provider error", func(t *testing.T) {
 		t.Parallel()
-		v := JobView{CustomID: "x", State: "dead", Error: &ErrorView{Status: 400, Type: "invalid_request_error", Message: "bad model", Body: json.RawMessage(bad)}}
-		line, ok := ResultLine(llm.Anthropic, v)
+		v := jobsapi.JobView{CustomID: "x", State: "dead", Error: &jobsapi.ErrorView{Status: 400, Type: "invalid_request_error", Message: "bad model", Body: json.RawMessage(bad)}}
+		line, ok := jobsapi.ResultLine(llm.Anthropic, v)
 		require.True(t, ok)
 		require.JSONEq(t, `{"custom_id":"x","result":{"type":"errored","error":`+bad+`}}`, string(line))
-		line, ok = ResultLine(llm.OpenAI, JobView{ID: 4, CustomID: "x", State: "dead", Error: &ErrorView{Type: "expired", Message: "deadline passed"}})
+		line, ok = jobsapi.ResultLine(llm.OpenAI, jobsapi.JobView{ID: 4, CustomID: "x", State: "dead", Error: &jobsapi.ErrorView{Type: "expired", Message: "deadline passed"}})
 		require.True(t, ok)
 		require.JSONEq(t, `{"id":"batch_req_4","custom_id":"x","response":null,"error":{"code":"batch_expired","message":"deadline passed"}}`, string(line))
-		line, ok = ResultLine(llm.Anthropic, JobView{CustomID: "c", State: "canceled"})
+		line, ok = jobsapi.ResultLine(llm.Anthropic, jobsapi.JobView{CustomID: "c", State: "canceled"})
 		require.True(t, ok)
 		require.JSONEq(t, `{"custom_id":"c","result":{"type":"canceled"}}`, string(line))
-		_, ok = ResultLine(llm.Anthropic, JobView{CustomID: "q", State: "queued"})
+		_, ok = jobsapi.ResultLine(llm.Anthropic, jobsapi.JobView{CustomID: "q", State: "queued"})
 		require.False(t, ok)
 	})
 }
@@ -161,7 +163,7 @@ func must(_ int, b []byte) []byte { return b }
 
 func TestBatchBadInput(t *testing.T) {
 	t.Parallel()
-	s := newService(t, nil, succeed(), nil, func(c *Config) { c.MaxBatchBytes = 2000; c.Owner = "manual" })
+	s := newService(t, nil, succeed(), nil, func(c *config) { c.API.MaxBatchBytes = 2000; c.Owner = "manual" })
 	h := s.Handler()
 	cases := []struct {
 		name, target, file string
@@ -183,7 +185,7 @@ func TestBatchBadInput(t *testing.T) {
 			t.Parallel()
 			code, body := do(t, h, "POST", tc.target, tc.file)
 			require.Equal(t, tc.status, code, string(body))
-			e := decode[APIError](t, body)
+			e := decode[jobsapi.APIError](t, body)
 			require.Contains(t, e.Error.Message, tc.want)
 			var lines []int
 			for _, l := range e.Error.Lines {
@@ -193,17 +195,17 @@ func TestBatchBadInput(t *testing.T) {
 		})
 	}
 	_, body := do(t, h, "GET", "/v1/jobs", "")
-	require.Empty(t, decode[ListResponse](t, body).Data, "a rejected batch queues nothing")
+	require.Empty(t, decode[jobsapi.ListResponse](t, body).Data, "a rejected batch queues nothing")
 
-	code, body := do(t, h, "POST", "/v1/batches?upstream=claude&skip_invalid=true", anthropicLine("a")+"\nnope\n"+anthropicLine("b"), UpstreamHeader, "ignored")
+	code, body := do(t, h, "POST", "/v1/batches?upstream=claude&skip_invalid=true", anthropicLine("a")+"\nnope\n"+anthropicLine("b"), jobsapi.UpstreamHeader, "ignored")
 	require.Equal(t, 200, code, string(body))
-	b := decode[BatchView](t, body)
+	b := decode[jobsapi.BatchView](t, body)
 	require.Equal(t, 2, b.Total)
 	require.Len(t, b.Skipped, 1)
 	require.Equal(t, 2, b.Skipped[0].Line)
 	code, body = do(t, h, "POST", "/v1/batches/"+b.ID+"/cancel", "")
 	require.Equal(t, 200, code, string(body))
-	v := decode[BatchView](t, body)
+	v := decode[jobsapi.BatchView](t, body)
 	require.Equal(t, "ended", v.ProcessingStatus)
 	require.Equal(t, 2, v.RequestCounts.Canceled)
 	_, body = do(t, h, "GET", "/v1/batches/"+b.ID+"/results", "")

@@ -1,4 +1,4 @@
-package jobs
+package jobsapi_test
 
 import (
 	"encoding/json"
@@ -9,10 +9,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/jobsapi"
 )
 
 // FuzzIdempotency: whatever the key and the client, a submit never answers
-// 5xx; a key over MaxIdempotencyKeyLen is 400; the same key with the same
+// 5xx; a key over jobsapi.MaxIdempotencyKeyLen is 400; the same key with the same
 // request is the same job (200), with another request or upstream it is
 // 409 naming the key, and another client's same key is its own job.
 func FuzzIdempotency(f *testing.F) {
@@ -22,7 +24,7 @@ func FuzzIdempotency(f *testing.F) {
 	} {
 		f.Add(seed.key, seed.client, seed.text)
 	}
-	s := newService(f, nil, succeed(), nil, func(c *Config) { c.Owner = "manual" }) // not started: nothing runs
+	s := newService(f, nil, succeed(), nil, func(c *config) { c.Owner = "manual" }) // not started: nothing runs
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, key, client, text string) {
 		key = fmt.Sprintf("%d:%s", n.Add(1), key) // each run its own keys
@@ -30,13 +32,13 @@ func FuzzIdempotency(f *testing.F) {
 			b, _ := json.Marshal(text)
 			return `{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":` + string(b) + `}]}`
 		}
-		submit := func(upstream, client, text string) (int, JobView, string) {
+		submit := func(upstream, client, text string) (int, jobsapi.JobView, string) {
 			k, _ := json.Marshal(key)
 			body := `{"upstream":"` + upstream + `","idempotency_key":` + string(k) + `,"request":` + request(text) + `}`
 			code, b := do(t, s.Handler(), "POST", "/v1/jobs", body, "X-Sluice-Client", client)
 			require.Less(t, code, 500, string(b))
-			var v JobView
-			var e APIError
+			var v jobsapi.JobView
+			var e jobsapi.APIError
 			if code < 300 {
 				require.NoError(t, json.Unmarshal(b, &v), string(b))
 			} else {
@@ -45,7 +47,7 @@ func FuzzIdempotency(f *testing.F) {
 			return code, v, e.Error.Message
 		}
 		code, first, _ := submit("claude", client, text)
-		if len(key) > MaxIdempotencyKeyLen {
+		if len(key) > jobsapi.MaxIdempotencyKeyLen {
 			require.Equal(t, http.StatusBadRequest, code)
 			return
 		}

@@ -1,9 +1,8 @@
-package jobs
+package jobsapi
 
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // UpstreamHeader may name a batch's upstream instead of ?upstream=.
@@ -51,73 +51,39 @@ type StateCounts struct {
 	Canceled  int `json:"canceled"`
 }
 
-func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	upstream := q.Get("upstream")
-	if upstream == "" {
-		upstream = r.Header.Get(UpstreamHeader)
-	}
-	if upstream == "" {
-		writeError(w, http.StatusBadRequest, "name the upstream with ?upstream= or the %s header (have %s)", UpstreamHeader, strings.Join(s.upstreams, ", "))
-		return
-	}
-	proto, ok := s.cfg.Protocols[upstream]
+// batchQuery is what POST /v1/batches reads before its body: the upstream
+// (?upstream= or the X-Sluice-Upstream header) and the options every job
+// of the batch gets.
+type batchQuery struct {
+	upstream string
+	proto    llm.Protocol
+	skip     bool // ?skip_invalid=true: queue the valid lines
+	prio     llm.Priority
+	deadline time.Time
+	attempts int
+}
+
+func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
+	q, ok := a.parseBatchQuery(w, r)
 	if !ok {
-		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", upstream, strings.Join(s.upstreams, ", "))
 		return
 	}
-	skip := false
-	if v := q.Get("skip_invalid"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "skip_invalid must be true or false, got %q", v)
-			return
-		}
-		skip = b
+	data, err := readBody(w, r, a.cfg.MaxBatchBytes)
+	if err != nil {
+		bodyError(w, err, a.cfg.MaxBatchBytes)
+		return
 	}
-	maxAttempts := 0
-	if v := q.Get("max_attempts"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "max_attempts must be a number, got %q", v)
-			return
-		}
-		maxAttempts = n
-	}
-	prio, dl, attempts, err := s.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
+	f, err := ParseBatchFile(data, a.cfg.MaxBatchJobs)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	data, err := readBody(w, r, s.cfg.MaxBatchBytes)
-	if err != nil {
-		bodyError(w, err, s.cfg.MaxBatchBytes)
+	if f.Format != "" && f.Format != q.proto {
+		writeError(w, http.StatusBadRequest, "the file has the %s batch shape but upstream %q speaks %s", f.Format, q.upstream, q.proto)
 		return
 	}
-	f, err := ParseBatchFile(data, s.cfg.MaxBatchJobs)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	if f.Format != "" && f.Format != proto {
-		writeError(w, http.StatusBadRequest, "the file has the %s batch shape but upstream %q speaks %s", f.Format, upstream, proto)
-		return
-	}
-	now := s.cfg.Clock.Now()
-	params := jobstore.CreateBatchParams{Format: proto, Client: s.cfg.ClientOf(r), Now: now}
-	invalid := f.Invalid
-	for _, l := range f.Lines {
-		if err := checkBody(proto, l.Body, now); err != nil {
-			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
-			continue
-		}
-		params.Jobs = append(params.Jobs, jobstore.InsertParams{
-			Upstream: upstream, Priority: prio, Client: s.cfg.ClientOf(r), Path: pathFor(proto),
-			Body: l.Body, Deadline: dl, MaxAttempts: attempts, CustomID: l.CustomID, Now: now,
-		})
-	}
-	sortLineErrors(invalid)
-	if len(invalid) > 0 && !skip {
+	params, invalid := a.batchJobs(r, q, f)
+	if len(invalid) > 0 && !q.skip {
 		writeAPIError(w, http.StatusBadRequest, ErrorDetail{
 			Message: fmt.Sprintf("%d invalid line(s), first on line %d: %s; nothing was queued (add ?skip_invalid=true to queue the valid lines)", len(invalid), invalid[0].Line, invalid[0].Message),
 			Lines:   invalid,
@@ -128,20 +94,82 @@ func (s *Service) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, ErrorDetail{Message: "no valid line to queue", Lines: invalid})
 		return
 	}
-	b, err := s.store.CreateBatch(r.Context(), params)
+	b, err := a.store.CreateBatch(r.Context(), params)
 	if err != nil {
 		if errors.Is(err, jobstore.ErrInvalid) {
 			writeError(w, http.StatusBadRequest, "%v", err)
 			return
 		}
-		s.storeError(w, "queueing the batch", err)
+		a.storeError(w, "queueing the batch", err)
 		return
 	}
-	s.cfg.Observer.Submitted(upstream, len(params.Jobs))
+	a.cfg.Observer.Submitted(q.upstream, len(params.Jobs))
 	v := batchView(b)
 	v.Skipped = invalid
 	w.Header().Set("Location", "/v1/batches/"+b.ID)
 	writeJSON(w, http.StatusOK, v)
+}
+
+// parseBatchQuery reads r's batchQuery, or answers 400 naming what is
+// wrong and reports false.
+func (a *API) parseBatchQuery(w http.ResponseWriter, r *http.Request) (batchQuery, bool) {
+	q := r.URL.Query()
+	b := batchQuery{upstream: cmp.Or(q.Get("upstream"), r.Header.Get(UpstreamHeader))}
+	if b.upstream == "" {
+		writeError(w, http.StatusBadRequest, "name the upstream with ?upstream= or the %s header (have %s)", UpstreamHeader, strings.Join(a.upstreams, ", "))
+		return b, false
+	}
+	proto, ok := a.cfg.Protocols[b.upstream]
+	if !ok {
+		writeError(w, http.StatusBadRequest, "unknown upstream %q (have %s)", b.upstream, strings.Join(a.upstreams, ", "))
+		return b, false
+	}
+	b.proto = proto
+	if v := q.Get("skip_invalid"); v != "" {
+		skip, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "skip_invalid must be true or false, got %q", v)
+			return b, false
+		}
+		b.skip = skip
+	}
+	maxAttempts := 0
+	if v := q.Get("max_attempts"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "max_attempts must be a number, got %q", v)
+			return b, false
+		}
+		maxAttempts = n
+	}
+	var err error
+	b.prio, b.deadline, b.attempts, err = a.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return b, false
+	}
+	return b, true
+}
+
+// batchJobs turns f's valid lines into the jobs to queue for q, checking
+// each body as a submit's (checkBody), and returns them with the invalid
+// lines (the file's and those the check refused) in line order.
+func (a *API) batchJobs(r *http.Request, q batchQuery, f *BatchFile) (jobstore.CreateBatchParams, []LineError) {
+	now := a.cfg.Clock.Now()
+	params := jobstore.CreateBatchParams{Format: q.proto, Client: a.cfg.ClientOf(r), Now: now}
+	invalid := f.Invalid
+	for _, l := range f.Lines {
+		if err := checkBody(q.proto, l.Body, now); err != nil {
+			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
+			continue
+		}
+		params.Jobs = append(params.Jobs, jobstore.InsertParams{
+			Upstream: q.upstream, Priority: q.prio, Client: a.cfg.ClientOf(r), Path: pathFor(q.proto),
+			Body: l.Body, Deadline: q.deadline, MaxAttempts: q.attempts, CustomID: l.CustomID, Now: now,
+		})
+	}
+	sortLineErrors(invalid)
+	return params, invalid
 }
 
 func sortLineErrors(es []LineError) {
@@ -167,22 +195,22 @@ func batchView(b *jobstore.Batch) BatchView {
 	return v
 }
 
-func (s *Service) getBatch(w http.ResponseWriter, r *http.Request) (*jobstore.Batch, bool) {
+func (a *API) getBatch(w http.ResponseWriter, r *http.Request) (*jobstore.Batch, bool) {
 	id := r.PathValue("id")
-	b, err := s.store.GetBatch(r.Context(), id)
+	b, err := a.store.GetBatch(r.Context(), id)
 	switch {
-	case errors.Is(err, jobstore.ErrNotFound) || (err == nil && !s.owns(r, b.Client)):
+	case errors.Is(err, jobstore.ErrNotFound) || (err == nil && !a.owns(r, b.Client)):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return nil, false
 	case err != nil:
-		s.storeError(w, "loading the batch", err)
+		a.storeError(w, "loading the batch", err)
 		return nil, false
 	}
 	return b, true
 }
 
-func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.getBatch(w, r)
+func (a *API) serveBatchGet(w http.ResponseWriter, r *http.Request) {
+	b, ok := a.getBatch(w, r)
 	if !ok {
 		return
 	}
@@ -190,14 +218,14 @@ func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 	if b.Ended() && b.Counts.Dead > 0 {
 		// Split dead jobs into errored and expired, as the provider does.
 		expiredN := 0
-		err := s.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
+		err := a.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
 			if expired(j) {
 				expiredN++
 			}
 			return nil
 		})
 		if err != nil {
-			s.storeError(w, "counting the batch", err)
+			a.storeError(w, "counting the batch", err)
 			return
 		}
 		v.RequestCounts.Errored -= expiredN
@@ -207,10 +235,10 @@ func (s *Service) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 }
 
 // eachBatchJob calls fn for every job of a batch in custom_id order.
-func (s *Service) eachBatchJob(r *http.Request, id string, fn func(*jobstore.Job) error) error {
+func (a *API) eachBatchJob(r *http.Request, id string, fn func(*jobstore.Job) error) error {
 	after := ""
 	for {
-		page, err := s.store.BatchJobs(r.Context(), jobstore.BatchJobsParams{BatchID: id, After: after, Limit: jobstore.ListLimitMax})
+		page, err := a.store.BatchJobs(r.Context(), jobstore.BatchJobsParams{BatchID: id, After: after, Limit: jobstore.ListLimitMax})
 		if err != nil {
 			return fmt.Errorf("listing batch jobs: %w", err)
 		}
@@ -228,8 +256,8 @@ func (s *Service) eachBatchJob(r *http.Request, id string, fn func(*jobstore.Job
 
 // serveBatchResults streams one JSONL line per finished job; jobs still
 // queued or running are left out until they finish.
-func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
-	b, ok := s.getBatch(w, r)
+func (a *API) serveBatchResults(w http.ResponseWriter, r *http.Request) {
+	b, ok := a.getBatch(w, r)
 	if !ok {
 		return
 	}
@@ -238,8 +266,8 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Sluice-Partial", "true")
 	}
 	bw := bufio.NewWriter(w)
-	err := s.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
-		line, ok := ResultLine(b.Format, s.view(j, false))
+	err := a.eachBatchJob(r, b.ID, func(j *jobstore.Job) error {
+		line, ok := ResultLine(b.Format, NewJobView(j, false))
 		if !ok {
 			return nil
 		}
@@ -249,52 +277,30 @@ func (s *Service) serveBatchResults(w http.ResponseWriter, r *http.Request) {
 		return bw.WriteByte('\n')
 	})
 	if err != nil {
-		s.cfg.Logger.Warn("writing batch results", "batch", b.ID, "err", err)
+		a.cfg.Logger.Warn("writing batch results", "batch", b.ID, "err", err)
 	}
 	_ = bw.Flush()
 }
 
-func (s *Service) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if _, ok := s.getBatch(w, r); !ok {
+	if _, ok := a.getBatch(w, r); !ok {
 		return
 	}
-	res, err := s.store.CancelBatch(r.Context(), jobstore.CancelBatchParams{BatchID: id, Now: s.cfg.Clock.Now()})
+	_, err := a.rt.CancelBatch(r.Context(), id)
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
 		return
 	case err != nil:
-		s.storeError(w, "canceling the batch", err)
+		a.storeError(w, "canceling the batch", err)
 		return
 	}
-	for _, jid := range res.Running {
-		s.abort(jid, errJobCanceled)
-	}
-	s.announce()
-	if res.Canceled > 0 {
-		s.hooks.kick() // jobs with a webhook_url got their outbox rows
-		s.observeBatchCanceled(r, id, res.Canceled)
-	}
-	b, ok := s.getBatch(w, r)
+	b, ok := a.getBatch(w, r)
 	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, batchView(b))
-}
-
-// observeBatchCanceled reports n jobs of batch id canceled. A batch's jobs
-// share one upstream (the API creates them so), read from its first job.
-// The cancel is done: a client that hangs up now must not lose its count.
-func (s *Service) observeBatchCanceled(r *http.Request, id string, n int) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), handBackTimeout)
-	defer cancel()
-	page, err := s.store.BatchJobs(ctx, jobstore.BatchJobsParams{BatchID: id, Limit: 1})
-	if err != nil || len(page.Jobs) == 0 {
-		s.cfg.Logger.Warn("reading a canceled batch's upstream for metrics", "batch", id, "err", err)
-		return
-	}
-	s.cfg.Observer.Finished(page.Jobs[0].Upstream, jobstore.StateCanceled, n)
 }
 
 // BatchList is the body of GET /v1/batches: the newest batches first, in
@@ -310,11 +316,11 @@ type BatchList struct {
 // batches, newest first (an admin sees every client's, or one client's
 // with ?client=). The counts are by state; a dead job counts as errored
 // (GET /v1/batches/{id} tells expired apart).
-func (s *Service) serveBatchList(w http.ResponseWriter, r *http.Request) {
+func (a *API) serveBatchList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p := jobstore.ListBatchesParams{Client: q.Get("client")}
-	if !s.admin(r) {
-		if own := s.cfg.ClientOf(r); p.Client == "" || p.Client == own {
+	if !a.admin(r) {
+		if own := a.cfg.ClientOf(r); p.Client == "" || p.Client == own {
 			p.Client = own
 		} else {
 			writeJSON(w, http.StatusOK, BatchList{Data: []BatchView{}}) // another client's: nothing to see
@@ -331,9 +337,9 @@ func (s *Service) serveBatchList(w http.ResponseWriter, r *http.Request) {
 	}
 	want := cmp.Or(p.Limit, jobstore.ListLimitDefault)
 	p.Limit = want + 1 // one more tells whether there are more
-	bs, err := s.store.ListBatches(r.Context(), p)
+	bs, err := a.store.ListBatches(r.Context(), p)
 	if err != nil {
-		s.storeError(w, "listing batches", err)
+		a.storeError(w, "listing batches", err)
 		return
 	}
 	out := BatchList{Data: []BatchView{}, HasMore: len(bs) > want}

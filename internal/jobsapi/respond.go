@@ -1,6 +1,7 @@
-package jobs
+package jobsapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,14 +146,36 @@ const StoreRetryAfter = 5 * time.Second
 // (jobstore.ErrUnavailable: unreachable, full, read-only) is an outage: 503
 // with retry-after and a message without the driver's detail, which goes
 // to the log. Anything else is a 500, also logged.
-func (s *Service) storeError(w http.ResponseWriter, what string, err error) {
+func (a *API) storeError(w http.ResponseWriter, what string, err error) {
 	// ErrNotFound and friends are answered by callers that expect them.
 	if errors.Is(err, jobstore.ErrUnavailable) {
-		s.cfg.Logger.Warn("job store unavailable", "doing", what, "err", err)
+		a.cfg.Logger.Warn("job store unavailable", "doing", what, "err", err)
 		WriteAPIError(w, frontdoor.Problem{Status: http.StatusServiceUnavailable, Type: "overloaded_error",
 			Message: what + ": the job store is unavailable; retry later", RetryAfter: StoreRetryAfter, ShouldRetry: true}, nil)
 		return
 	}
-	s.cfg.Logger.Error("job store failed", "doing", what, "err", err)
+	a.cfg.Logger.Error("job store failed", "doing", what, "err", err)
 	writeError(w, http.StatusInternalServerError, "%s: the job store failed", what)
+}
+
+// decodeBody reads a body of at most limit bytes into v as exactly one JSON
+// value with no unknown fields and nothing after it. On failure it writes
+// the error (413 or 400, naming what was wanted) and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any, want string) bool {
+	raw, err := readBody(w, r, limit)
+	if err != nil {
+		bodyError(w, err, limit)
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "body must be %s: %v", want, err)
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "body must be %s, with nothing after it", want)
+		return false
+	}
+	return true
 }

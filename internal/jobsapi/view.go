@@ -1,4 +1,4 @@
-package jobs
+package jobsapi
 
 import (
 	"encoding/json"
@@ -99,8 +99,9 @@ type ErrorView struct {
 	Body any `json:"body,omitempty"`
 }
 
-// view renders j; full adds the request body.
-func (s *Service) view(j *jobstore.Job, full bool) JobView {
+// NewJobView renders j as the API shows it (and as its webhooks carry
+// it); full adds the request body.
+func NewJobView(j *jobstore.Job, full bool) JobView {
 	v := JobView{
 		ID: j.ID, Object: "job", State: j.State, Upstream: j.Upstream, Priority: j.Priority.String(),
 		Client: j.Client, Path: j.Path, IdempotencyKey: j.IdempotencyKey, BatchID: j.BatchID, CustomID: j.CustomID,

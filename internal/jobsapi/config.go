@@ -1,0 +1,158 @@
+package jobsapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
+)
+
+// Defaults for Config fields, and the bounds of what a submitter may ask.
+const (
+	// MaxAttemptsDefault is a job's MaxAttempts when the submitter names
+	// none and the gateway's jobs.max_attempts is unset.
+	MaxAttemptsDefault = 6
+	// MaxAttemptsMax caps the max_attempts a submitter may ask for (and
+	// the gateway's jobs.max_attempts).
+	MaxAttemptsMax = 100
+	// PriorityDefault is a job's class when the submitter names none.
+	PriorityDefault = llm.Low
+	// PollIntervalDefault is the longest a long poll waits before reading
+	// its job from the store again.
+	PollIntervalDefault = time.Second
+	// MaxBodyBytesDefault is the largest POST /v1/jobs body: Anthropic's
+	// Messages limit (32 MB).
+	MaxBodyBytesDefault = 32 << 20
+	// MaxBatchBytesDefault is the largest POST /v1/batches body:
+	// Anthropic's Message Batches limit (256 MB).
+	MaxBatchBytesDefault = 256 << 20
+	// MaxBatchJobsDefault is the most requests in one batch (Anthropic's
+	// limit).
+	MaxBatchJobsDefault = 100_000
+	// MaxLongPollDefault bounds GET /v1/jobs/{id}?wait=.
+	MaxLongPollDefault = 60 * time.Second
+)
+
+// Config configures an API.
+type Config struct {
+	// Store is the durable job store the runtime runs on. Required.
+	Store jobstore.Store
+	// Runtime runs the jobs (*jobs.Service). Required.
+	Runtime Runtime
+	// Protocols are the upstreams jobs may name, with their wire
+	// protocols. Required: at least one.
+	Protocols map[string]llm.Protocol
+	// Clock is the time source. Defaults to the wall clock.
+	Clock clock.Clock
+	// MaxAttempts is a job's attempt budget when the submitter names none
+	// (the gateway's jobs.max_attempts), at most MaxAttemptsMax. Defaults
+	// to MaxAttemptsDefault.
+	MaxAttempts int
+	// PollInterval is the longest a long poll waits before reading its job
+	// from the store again (a job finished by another gateway wakes no long
+	// poll here). Defaults to PollIntervalDefault.
+	PollInterval time.Duration
+	// MaxBodyBytes is the largest POST /v1/jobs body; larger gets 413.
+	// Defaults to MaxBodyBytesDefault.
+	MaxBodyBytes int64
+	// MaxBatchBytes is the largest POST /v1/batches body; larger gets 413.
+	// Defaults to MaxBatchBytesDefault.
+	MaxBatchBytes int64
+	// MaxBatchJobs is the most lines in one batch. Defaults to
+	// MaxBatchJobsDefault.
+	MaxBatchJobs int
+	// MaxLongPoll bounds GET /v1/jobs/{id}?wait=. Defaults to
+	// MaxLongPollDefault.
+	MaxLongPoll time.Duration
+	// WebhookCheck vets a webhook_url at submit (the gateway refuses
+	// private and metadata destinations: webhook.Guard); an error is
+	// answered 400 with its text. Defaults to accepting any http(s) URL.
+	WebhookCheck func(ctx context.Context, url string) error
+	// ClientOf names the submitter of an HTTP request (for fairness and
+	// listing). Defaults to the X-Sluice-Client header.
+	ClientOf func(r *http.Request) string
+	// AdminOf reports whether the caller of r may see and manage every
+	// client's jobs and batches, pause upstreams and requeue across
+	// clients; any other caller sees only its own (owner.go). Defaults to
+	// every caller being an admin (one tenant).
+	AdminOf func(r *http.Request) bool
+	// PriorityOf returns the class a job submitted by r gets when it asks
+	// for requested (e.g. capped at the client's max_priority). Defaults to
+	// the requested class.
+	PriorityOf func(r *http.Request, requested llm.Priority) llm.Priority
+	// Logger logs the store failures the API answers as 5xx. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// Observer receives the API's events for metrics (submits). Defaults
+	// to none.
+	Observer Observer
+}
+
+// WithDefaults returns c with every unset field filled in. It is pure.
+func (c Config) WithDefaults() Config {
+	c.Clock = clock.Or(c.Clock)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, MaxBatchBytesDefault)
+	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, MaxBatchJobsDefault)
+	c.MaxLongPoll = cmp.Or(c.MaxLongPoll, MaxLongPollDefault)
+	if c.PriorityOf == nil {
+		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
+	}
+	if c.AdminOf == nil {
+		c.AdminOf = func(*http.Request) bool { return true }
+	}
+	if c.ClientOf == nil {
+		c.ClientOf = func(r *http.Request) string { return r.Header.Get(frontdoor.HeaderClient) }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c once defaulted, by its Go
+// name.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	switch {
+	case c.Store == nil:
+		return errors.New("Store is required")
+	case c.Runtime == nil:
+		return errors.New("Runtime is required")
+	case len(c.Protocols) == 0:
+		return errors.New("Protocols: at least one upstream is required")
+	}
+	for name, p := range c.Protocols {
+		if _, err := llm.ParseProtocol(string(p)); err != nil {
+			return fmt.Errorf("Protocols[%s]: %w", name, err)
+		}
+	}
+	switch {
+	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsMax:
+		return fmt.Errorf("MaxAttempts must be in [1, %d], got %d", MaxAttemptsMax, c.MaxAttempts)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("PollInterval must be positive, got %v", c.PollInterval)
+	case c.MaxBodyBytes < 1:
+		return fmt.Errorf("MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
+	case c.MaxBatchBytes < 1:
+		return fmt.Errorf("MaxBatchBytes must be >= 1, got %d", c.MaxBatchBytes)
+	case c.MaxBatchJobs < 1:
+		return fmt.Errorf("MaxBatchJobs must be >= 1, got %d", c.MaxBatchJobs)
+	case c.MaxLongPoll <= 0:
+		return fmt.Errorf("MaxLongPoll must be positive, got %v", c.MaxLongPoll)
+	}
+	return nil
+}

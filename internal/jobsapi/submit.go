@@ -1,0 +1,188 @@
+package jobsapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
+)
+
+// ErrUnknownUpstream means a job names an upstream jobs may not use.
+var ErrUnknownUpstream = errors.New("unknown upstream")
+
+// MaxIdempotencyKeyLen bounds an idempotency key.
+const MaxIdempotencyKeyLen = 255
+
+// IdempotencyKeyHeader may carry a job's idempotency key.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// SubmitRequest is the body of POST /v1/jobs. Only Upstream and Request are
+// required.
+type SubmitRequest struct {
+	Upstream       string          `json:"upstream"`
+	Request        json.RawMessage `json:"request"`
+	Priority       string          `json:"priority,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	Deadline       string          `json:"deadline,omitempty"`
+	MaxAttempts    int             `json:"max_attempts,omitempty"`
+	WebhookURL     string          `json:"webhook_url,omitempty"`
+}
+
+// pathFor is the provider path a protocol's jobs are sent to.
+func pathFor(p llm.Protocol) string {
+	if p == llm.OpenAI {
+		return "/v1/chat/completions"
+	}
+	return "/v1/messages"
+}
+
+// checkRequest validates a provider request body for upstream.
+func (a *API) checkRequest(upstream string, body []byte) error {
+	p, ok := a.cfg.Protocols[upstream]
+	if !ok {
+		return fmt.Errorf("%w %q (have %s)", ErrUnknownUpstream, upstream, strings.Join(a.upstreams, ", "))
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+		return errors.New("request must be a JSON object (the provider request body)")
+	}
+	if err := checkBody(p, trimmed, a.cfg.Clock.Now()); err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
+	return nil
+}
+
+// parseJobOptions validates the shared optional fields.
+func (a *API) parseJobOptions(r *http.Request, priority, deadline string, maxAttempts int, webhook string) (llm.Priority, time.Time, int, error) {
+	prio := PriorityDefault
+	if priority != "" {
+		p, err := llm.ParsePriority(priority)
+		if err != nil {
+			return 0, time.Time{}, 0, fmt.Errorf("priority: %w", err)
+		}
+		prio = p
+	}
+	prio = a.cfg.PriorityOf(r, prio)
+	var dl time.Time
+	if deadline != "" {
+		t, err := time.Parse(time.RFC3339, deadline)
+		if err != nil {
+			return 0, time.Time{}, 0, fmt.Errorf("deadline: want RFC 3339 like 2026-01-02T15:04:05Z, got %q", deadline)
+		}
+		if !t.After(a.cfg.Clock.Now()) {
+			return 0, time.Time{}, 0, fmt.Errorf("deadline %s is already past", deadline)
+		}
+		dl = t
+	}
+	if maxAttempts == 0 {
+		maxAttempts = a.cfg.MaxAttempts
+	}
+	if maxAttempts < 1 || maxAttempts > MaxAttemptsMax {
+		return 0, time.Time{}, 0, fmt.Errorf("max_attempts must be in [1, %d], got %d", MaxAttemptsMax, maxAttempts)
+	}
+	if webhook != "" {
+		u, err := url.Parse(webhook)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return 0, time.Time{}, 0, fmt.Errorf("webhook_url must be an absolute http(s) URL, got %q", webhook)
+		}
+		if a.cfg.WebhookCheck != nil {
+			if err := a.cfg.WebhookCheck(r.Context(), webhook); err != nil {
+				return 0, time.Time{}, 0, fmt.Errorf("webhook_url: %w", err)
+			}
+		}
+	}
+	return prio, dl, maxAttempts, nil
+}
+
+func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	if !decodeBody(w, r, a.cfg.MaxBodyBytes, &req, "one JSON job") {
+		return
+	}
+	if req.Upstream == "" {
+		writeError(w, http.StatusBadRequest, "upstream is required (have %s)", strings.Join(a.upstreams, ", "))
+		return
+	}
+	if len(req.Request) == 0 || string(req.Request) == "null" {
+		writeError(w, http.StatusBadRequest, "request is required: the provider request body")
+		return
+	}
+	if err := a.checkRequest(req.Upstream, req.Request); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	key := req.IdempotencyKey
+	if h := r.Header.Get(IdempotencyKeyHeader); h != "" {
+		if key != "" && key != h {
+			writeError(w, http.StatusBadRequest, "idempotency_key and the Idempotency-Key header differ")
+			return
+		}
+		key = h
+	}
+	if len(key) > MaxIdempotencyKeyLen {
+		writeError(w, http.StatusBadRequest, "idempotency key longer than %d bytes", MaxIdempotencyKeyLen)
+		return
+	}
+	prio, dl, attempts, err := a.parseJobOptions(r, req.Priority, req.Deadline, req.MaxAttempts, req.WebhookURL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, req.Request); err != nil {
+		writeError(w, http.StatusBadRequest, "request: %v", err)
+		return
+	}
+	res, err := a.store.Insert(r.Context(), jobstore.InsertParams{
+		IdempotencyKey: key,
+		Upstream:       req.Upstream,
+		Priority:       prio,
+		Client:         a.cfg.ClientOf(r),
+		Path:           pathFor(a.cfg.Protocols[req.Upstream]),
+		Body:           compact.Bytes(),
+		Deadline:       dl,
+		MaxAttempts:    attempts,
+		WebhookURL:     req.WebhookURL,
+		Now:            a.cfg.Clock.Now(),
+	})
+	if err != nil {
+		if errors.Is(err, jobstore.ErrInvalid) {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		a.storeError(w, "queueing the job", err)
+		return
+	}
+	status := http.StatusAccepted
+	if res.Existing {
+		if res.Job.Upstream != req.Upstream || !bytes.Equal(res.Job.Body, compact.Bytes()) {
+			writeError(w, http.StatusConflict, "idempotency key %q is already used by job %d with a different request or upstream: use a new key for a new request",
+				key, res.Job.ID)
+			return
+		}
+		status = http.StatusOK
+	} else {
+		a.cfg.Observer.Submitted(req.Upstream, 1)
+	}
+	w.Header().Set("Location", "/v1/jobs/"+formatID(res.Job.ID))
+	writeJSON(w, status, NewJobView(res.Job, false))
+}
+
+// checkBody reports whether body would build into an engine request for
+// protocol p, with the front door's own error when it would not, so a job
+// is accepted exactly when its worker can send it (the worker builds its
+// call with the same frontdoor.Build).
+func checkBody(p llm.Protocol, body []byte, now time.Time) error {
+	if _, rerr := frontdoor.Build(frontdoor.Input{Protocol: p, Path: pathFor(p), Body: body, Caller: frontdoor.InProcess, Now: now}); rerr != nil {
+		return rerr
+	}
+	return nil
+}
