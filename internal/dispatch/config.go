@@ -38,6 +38,11 @@ const (
 	// HeadroomMinWindow is the least time a more urgent class stays
 	// active after its last request.
 	HeadroomMinWindow = 2 * time.Second
+	// HighRoomShare is the part of burst_room the high class leaves for
+	// critical's bursts (normal and low leave all of it for the classes
+	// above them): high is interactive too, and waits behind what it
+	// leaves.
+	HighRoomShare = 0.2
 	// AnthropicRemainingRounding is the precision of Anthropic's token
 	// remaining headers (rounded to the nearest thousand, spec §1.3):
 	// Observe is given half of it less than reported.

@@ -112,6 +112,11 @@ func New(c Config) (*Dispatcher, error) {
 		stopping: make(chan struct{}),
 		drained:  make(chan struct{}),
 	}
+	if cfg.RoomCap > 0 {
+		// Until the urgent classes are seen, the room their first burst
+		// may need: the cap (flow.BurstRoom.Prime).
+		d.room.Prime(flow.PrimeSeconds, now)
+	}
 	if d.keys, err = newPool(cfg, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
@@ -448,11 +453,15 @@ type waiter struct {
 
 // headroom is what a request of class c must leave unused in each
 // bucket: the room learned for the more urgent classes' bursts (capped at
-// burst_room of the depth), and its configured headroom while a more
+// burst_room of the depth, HighRoomShare of that for high), and its configured headroom while a more
 // urgent class has sent a request within HeadroomWindow; traffic of one
 // class alone uses the whole bucket. d.mu must be held.
 func (d *Dispatcher) headroom(c llm.Priority, now time.Time) flow.Keep {
 	k := flow.Keep{Seconds: d.room.Seconds(c, now), Cap: d.cfg.RoomCap}
+	if c == llm.High {
+		// An interactive class: it leaves critical a smaller room.
+		k.Cap *= HighRoomShare
+	}
 	for u := llm.Critical; u < c; u++ {
 		if !d.seen[u].IsZero() && now.Sub(d.seen[u]) < d.activeWindow(u) {
 			k.Share = d.cfg.Headroom[c]

@@ -138,6 +138,8 @@ func start(t *testing.T, u *upstream, mod func(*dispatch.Config)) (*dispatch.Dis
 			// adaptive margin have their own tests in internal/flow.
 			JitterAllowance: -1,
 			MaxSafetyMargin: upcfg.SafetyMarginDefault,
+			// Nor the room for bursts (burst_room_test.go).
+			BurstRoom: -1,
 		},
 		Clock:    fc,
 		Observer: rec,

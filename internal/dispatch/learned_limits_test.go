@@ -22,7 +22,7 @@ func TestFreshUpstreamWaitsForTheFirstHeaders(t *testing.T) {
 	t.Parallel()
 	const n, burst = 20, 5 // RPM 60 with a 5 s bucket: 5 at once, then 1/s
 	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: burst, TTFT: time.Second},
-		upcfg.Config{APIKey: "sk-fresh", Limits: upcfg.Limits{MaxConcurrency: 16}, JitterAllowance: upcfg.JitterAllowanceDefault})
+		upcfg.Config{APIKey: "sk-fresh", Limits: upcfg.Limits{MaxConcurrency: 16}, JitterAllowance: upcfg.JitterAllowanceDefault, BurstRoom: -1})
 	took, res := p.drainSlow(t, n)
 	for _, r := range res {
 		require.NoError(t, r.err)

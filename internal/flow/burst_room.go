@@ -76,6 +76,28 @@ func NewBurstRoom(memory time.Duration) *BurstRoom {
 	return &BurstRoom{memory: max(memory, 0)}
 }
 
+// PrimeSeconds is the room a BurstRoom assumes before it has seen the
+// urgent classes (Prime): the deepest bucket a provider keeps, so that
+// the cap (a share of the depth) is what bounds it.
+const PrimeSeconds = 60
+
+// Prime assumes that the urgent classes' bursts may need seconds of refill
+// in every dimension, as if that backlog had been reached at now:
+// remembered for the memory, then decaying like a burst seen. A gateway
+// that has just started has seen none of its urgent traffic, and the
+// first burst would otherwise find the buckets a batch had emptied. With
+// memory <= 0 it does nothing.
+func (r *BurstRoom) Prime(seconds float64, now time.Time) {
+	if r.memory <= 0 || seconds <= 0 {
+		return
+	}
+	for p := range r.peaks {
+		for d := range NumDims {
+			r.peaks[p][d].add(seconds, now)
+		}
+	}
+}
+
 // Arrive records that a request of class c costing cost arrived at now,
 // while the buckets it will be admitted from refill at rate per second
 // (per dimension; 0 for a dimension not limited, which keeps no room).
