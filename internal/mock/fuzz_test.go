@@ -22,7 +22,11 @@ func FuzzParseRequests(f *testing.F) {
 			require.Positive(t, r.inputTokens)
 			require.Positive(t, r.maxTokens)
 			require.NotEmpty(t, r.model)
-			require.LessOrEqual(t, r.cacheTokens, r.inputTokens)
+			require.Equal(t, r.prompt.tokens(), r.inputTokens)
+			require.LessOrEqual(t, len(r.prompt.breakpoints()), maxAnthropicBreakpoints)
+			for _, x := range r.prompt.blockPrefixes() {
+				require.LessOrEqual(t, x.tokens(), r.inputTokens)
+			}
 		} else {
 			require.Equal(t, 400, err.status)
 			require.Equal(t, "invalid_request_error", err.typ)
