@@ -191,6 +191,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		route(http.MethodPost, s.handleCountTokens)
 	case "/v1/chat/completions":
 		route(http.MethodPost, s.handleChat)
+	case "/v1/embeddings":
+		route(http.MethodPost, s.handleEmbeddings)
 	case "/mock/stats":
 		route(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	case "/mock/reset":
