@@ -13,8 +13,9 @@ import (
 
 var openAIRoles = []string{"system", "developer", "user", "assistant", "tool", "function"}
 
-// openAITiers are the service_tier values the mock accepts.
-var openAITiers = []string{"auto", "default", "flex", "scale", "priority"}
+// openAITiers are the service_tier values the mock accepts ("fast" is
+// served as "priority").
+var openAITiers = []string{"auto", "default", "flex", "scale", "priority", "fast"}
 
 // openAIShared reads service_tier, prompt_cache_key and
 // prompt_cache_retention into r and p.

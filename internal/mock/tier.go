@@ -9,7 +9,8 @@ import (
 // every request is served "standard" (anthropicTier). OpenAI: the response
 // reports the tier that served the request ("may be different from the
 // value set in the parameter"): "auto" and an absent service_tier are
-// served "default"; "default", "flex", "scale" and "priority" as asked.
+// served "default", "fast" is reported "priority"; "default", "flex",
+// "scale" and "priority" as asked.
 // Flex is slower (Config.FlexLatencyFactor) and may answer 429
 // resource_unavailable (Faults.FlexUnavailableRate), which is not charged.
 
@@ -20,8 +21,11 @@ const (
 
 // openAIServedTier is the tier that serves a request asking for asked.
 func openAIServedTier(asked string) string {
-	if asked == "" || asked == "auto" {
+	switch asked {
+	case "", "auto":
 		return tierDefault
+	case "fast":
+		return "priority"
 	}
 	return asked
 }
