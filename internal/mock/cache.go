@@ -207,7 +207,7 @@ func planAnthropic(c *promptCache, p *prompt, now time.Time) cachePlan {
 		plan.hit, plan.hasHit = pre[hitAt].hash, true
 	}
 	floor := minCacheable(p.model)
-	var end1h, end int64 = plan.read, plan.read
+	end1h, end := plan.read, plan.read
 	for _, b := range bps {
 		if b <= hitAt || pre[b].tokens() < floor {
 			continue

@@ -177,16 +177,6 @@ func (rs *responseStore) put(sr *storedResponse) {
 	kr.order = append(kr.order, sr.id)
 }
 
-// get returns key's response id, nil when the key has none by that id.
-func (rs *responseStore) get(key, id string) *storedResponse {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if kr := rs.keys[key]; kr != nil {
-		return kr.byID[id]
-	}
-	return nil
-}
-
 // with runs fn on key's response id under the store's lock; false when
 // there is none.
 func (rs *responseStore) with(key, id string, fn func(*storedResponse)) bool {

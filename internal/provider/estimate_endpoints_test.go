@@ -164,6 +164,7 @@ func FuzzEstimateFor(f *testing.F) {
 			require.GreaterOrEqual(t, c.OutputTokens, int64(provider.MinMaxOutputTokens))
 		case provider.EndpointEmbeddings, provider.EndpointCountTokens:
 			require.Zero(t, c.OutputTokens)
+		case provider.EndpointChat:
 		}
 	})
 }
