@@ -69,6 +69,7 @@ func runMock(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 		itpm     = fs.Int64("itpm", 0, "Anthropic input tokens per minute per API key (0 = unlimited)")
 		otpm     = fs.Int64("otpm", 0, "Anthropic output tokens per minute per API key (0 = unlimited)")
 		tpm      = fs.Int64("tpm", 0, "OpenAI tokens (input+output) per minute per API key (0 = unlimited)")
+		ctRPM    = fs.Int64("count-tokens-rpm", 0, "Anthropic count_tokens requests per minute per API key, a bucket of its own (0 = unlimited)")
 		burst    = fs.Float64("burst-seconds", mock.BurstSecondsDefault, "bucket depth in seconds of refill (60 = a full minute, 1 = per-second enforcement)")
 		otpmMode = fs.String("otpm-mode", mock.OTPMReserve, "Anthropic OTPM accounting: reserve_max_tokens (2025 docs) or realtime (2026 docs)")
 		countRej = fs.Bool("count-rejected", true, "a 429 still costs one request token")
@@ -91,6 +92,7 @@ func runMock(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 		slowRate = fs.Float64("slow-rate", 0, "probability that a reply is delayed by --slow-extra")
 		slowXtra = fs.Duration("slow-extra", 0, "added latency of a slow reply")
 		spendCap = fs.Bool("spend-cap", false, "answer everything with the terminal spend-cap 429")
+		flexRate = fs.Float64("flex-unavailable-rate", 0, "probability that an OpenAI flex-tier request gets the uncharged 429 resource_unavailable")
 		maxBody  = fs.Int64("max-body-bytes", mock.MaxBodyBytesDefault, "largest request body accepted (larger gets 413)")
 		outages  outageFlags
 	)
@@ -122,6 +124,7 @@ func runMock(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 		{"itpm", func() { cfg.Limits.ITPM = *itpm }},
 		{"otpm", func() { cfg.Limits.OTPM = *otpm }},
 		{"tpm", func() { cfg.Limits.TPM = *tpm }},
+		{"count-tokens-rpm", func() { cfg.Limits.CountTokensRPM = *ctRPM }},
 		{"burst-seconds", func() { cfg.BurstSeconds = *burst }},
 		{"otpm-mode", func() { cfg.OTPMMode = *otpmMode }},
 		{"count-rejected", func() { cfg.CountRejected = countRej }},
@@ -144,6 +147,7 @@ func runMock(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 		{"slow-rate", func() { cfg.Faults.SlowRate = *slowRate }},
 		{"slow-extra", func() { cfg.Faults.SlowExtra = *slowXtra }},
 		{"spend-cap", func() { cfg.Faults.SpendCap = *spendCap }},
+		{"flex-unavailable-rate", func() { cfg.Faults.FlexUnavailableRate = *flexRate }},
 		{"max-body-bytes", func() { cfg.MaxBodyBytes = *maxBody }},
 		{"outage", func() { cfg.Faults.Outages = outages }},
 	}

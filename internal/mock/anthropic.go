@@ -41,6 +41,20 @@ type anthropicUsage struct {
 	ServiceTier              string                  `json:"service_tier,omitempty"`
 }
 
+// anthropicDeltaUsage is message_delta's usage: cumulative counts, without
+// the cache_creation split or the tier.
+type anthropicDeltaUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+}
+
+func (a admission) anthropicDeltaUsage(out int64) anthropicDeltaUsage {
+	return anthropicDeltaUsage{InputTokens: a.inputTokens, CacheCreationInputTokens: a.cacheCreate,
+		CacheReadInputTokens: a.cacheRead, OutputTokens: out}
+}
+
 type anthropicText struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
@@ -82,26 +96,6 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	x := s.exchange(w, r, protoAnthropic)
-	if !x.auth() {
-		return
-	}
-	body := x.body()
-	if body == nil {
-		return
-	}
-	req, aerr := parseAnthropic(body, false)
-	if aerr != nil {
-		x.fail(aerr, nil)
-		return
-	}
-	x.rl = s.quotas.peekHeaders(protoAnthropic, x.key, x.now)
-	x.commonHeaders("application/json")
-	writeJSON(w, http.StatusOK, map[string]int64{"input_tokens": req.inputTokens})
-	s.stats.status(x.key, http.StatusOK)
-}
-
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	x := s.exchange(w, r, protoAnthropic)
 	if !x.auth() || x.refused() {
@@ -116,13 +110,13 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		req.fixedOutput, aerr = outputTokensHeader(r.Header, protoAnthropic)
 	}
 	if aerr != nil {
-		x.rl = s.quotas.peekHeaders(protoAnthropic, x.key, x.now)
+		x.rl = s.quotas.peekHeaders(scopeAnthropic, x.key, x.now)
 		x.fail(aerr, nil)
 		return
 	}
 	f := s.faults.decide(x.now)
 	if f.kind != faultNone {
-		x.rl = s.quotas.peekHeaders(protoAnthropic, x.key, x.now)
+		x.rl = s.quotas.peekHeaders(scopeAnthropic, x.key, x.now)
 		x.sendFault(f)
 		return
 	}
@@ -134,7 +128,9 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 			http.Header{"Retry-After": {retryAfterSeconds(a.wait)}})
 		return
 	}
-	t := s.stats.admit(x.key, x.now)
+	t := s.stats.admit(x.key, x.now, admitted{endpoint: EndpointMessages, tier: anthropicTier,
+		cache: CacheCounts{PromptTokens: req.inputTokens, ReadTokens: a.cacheRead, WriteTokens: a.cacheCreate,
+			Write5mTokens: a.cache5m, Write1hTokens: a.cache1h}})
 	n := req.replyLength(s.cfg.OutputTokens, s.cfg.Seed, 0)
 	var produced int64
 	if req.stream {
@@ -144,10 +140,10 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.quotas.realtime {
 		if !req.stream {
-			s.quotas.chargeOutput(protoAnthropic, x.key, produced, s.clock.Now())
+			s.quotas.chargeOutput(scopeAnthropic, x.key, produced, s.clock.Now())
 		}
 	} else {
-		s.quotas.chargeOutput(protoAnthropic, x.key, produced-a.reserved, s.clock.Now())
+		s.quotas.chargeOutput(scopeAnthropic, x.key, produced-a.reserved, s.clock.Now())
 	}
 	t.finish(Counts{Requests: 1, InputTokens: a.inCharged, OutputTokens: produced, Tokens: a.inCharged + produced})
 }
@@ -160,9 +156,19 @@ func stopReason(n, maxTokens int64) *string {
 	return &r
 }
 
+// anthropicTier is the service tier the mock serves Anthropic requests in:
+// it has no Priority Tier capacity, so "auto" and "standard_only" both get
+// standard.
+const anthropicTier = "standard"
+
+// anthropicUsage is the usage object of a reply with out output tokens:
+// input_tokens is the uncached remainder, and cache_creation splits the
+// writes by TTL.
 func (a admission) anthropicUsage(out int64) anthropicUsage {
 	return anthropicUsage{InputTokens: a.inputTokens, CacheCreationInputTokens: a.cacheCreate,
-		CacheReadInputTokens: a.cacheRead, OutputTokens: out}
+		CacheReadInputTokens: a.cacheRead, OutputTokens: out,
+		CacheCreation: &anthropicCacheCreation{Ephemeral5m: a.cache5m, Ephemeral1h: a.cache1h},
+		ServiceTier:   anthropicTier}
 }
 
 // replyAnthropic answers a non-streaming request; it returns the output
@@ -175,8 +181,6 @@ func (x *exchange) replyAnthropic(req request, a admission, n int64, f fault) in
 	}
 	text := strings.Join(words(cfg.Seed, req.bodyHash, 0, n), "")
 	u := a.anthropicUsage(n)
-	u.CacheCreation = &anthropicCacheCreation{Ephemeral5m: a.cacheCreate}
-	u.ServiceTier = "standard"
 	msg := anthropicMessage{ID: newID("msg_"), Type: "message", Role: "assistant", Model: req.model,
 		Content: []anthropicText{{Type: "text", Text: text}}, StopReason: stopReason(n, req.maxTokens), Usage: u}
 	x.commonHeaders("application/json")
@@ -227,7 +231,7 @@ func (x *exchange) streamAnthropic(req request, a admission, n int64, f fault) i
 			"delta": map[string]string{"type": "text_delta", "text": wd}})
 		produced++
 		if x.s.quotas.realtime {
-			x.s.quotas.chargeOutput(protoAnthropic, x.key, 1, x.s.clock.Now())
+			x.s.quotas.chargeOutput(scopeAnthropic, x.key, 1, x.s.clock.Now())
 		}
 	}
 	if int64(f.streamErrorAfter) >= n && f.streamErrorAfter >= 0 {
@@ -238,7 +242,7 @@ func (x *exchange) streamAnthropic(req request, a admission, n int64, f fault) i
 	sse(x.w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 	sse(x.w, "message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stopReason(n, req.maxTokens), "stop_sequence": nil},
-		"usage": a.anthropicUsage(produced)})
+		"usage": a.anthropicDeltaUsage(produced)})
 	sse(x.w, "message_stop", map[string]string{"type": "message_stop"})
 	return produced
 }

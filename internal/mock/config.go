@@ -33,6 +33,9 @@ const (
 	// HTMLErrorRateDefault is the share of injected 502/503 rendered as an
 	// edge proxy's HTML page.
 	HTMLErrorRateDefault = 0.5
+	// FlexLatencyFactorDefault is how much slower an OpenAI flex request is
+	// served ("slower response times").
+	FlexLatencyFactorDefault = 2.0
 )
 
 // OTPM accounting modes (spec §1.2: the 2025 and 2026 documented semantics).
@@ -81,6 +84,12 @@ type Config struct {
 	TTFT time.Duration `yaml:"ttft"`
 	// PerToken is the time to produce each further output token. Defaults to 0.
 	PerToken time.Duration `yaml:"per_token"`
+	// FlexLatencyFactor multiplies TTFT and PerToken for OpenAI requests
+	// served in the flex tier. Defaults to FlexLatencyFactorDefault.
+	FlexLatencyFactor float64 `yaml:"flex_latency_factor"`
+	// BackgroundQueue is how long an OpenAI background response stays
+	// queued before it starts. Defaults to 0.
+	BackgroundQueue time.Duration `yaml:"background_queue"`
 	// Seed makes generated replies and injected faults reproducible.
 	// Defaults to 0.
 	Seed uint64 `yaml:"seed"`
@@ -95,8 +104,9 @@ type Config struct {
 	Clock clock.Clock `yaml:"-"`
 }
 
-// Limits are per-minute quotas; 0 means unlimited. Anthropic endpoints use
-// RPM, ITPM and OTPM; OpenAI endpoints use RPM and TPM.
+// Limits are per-minute quotas; 0 means unlimited. Anthropic's model
+// endpoint uses RPM, ITPM and OTPM, its count_tokens CountTokensRPM alone;
+// OpenAI endpoints (chat, responses, embeddings) share RPM and TPM.
 type Limits struct {
 	// RPM is requests per minute. Defaults to 0 (unlimited).
 	RPM int64 `yaml:"rpm"`
@@ -106,6 +116,9 @@ type Limits struct {
 	OTPM int64 `yaml:"otpm"`
 	// TPM is OpenAI combined tokens per minute. Defaults to 0 (unlimited).
 	TPM int64 `yaml:"tpm"`
+	// CountTokensRPM is Anthropic's count_tokens requests per minute, a
+	// bucket of its own. Defaults to 0 (unlimited).
+	CountTokensRPM int64 `yaml:"count_tokens_rpm"`
 }
 
 // OutputRange bounds the generated output length in tokens. The length is
@@ -183,6 +196,11 @@ type Faults struct {
 	// (Anthropic enforced_spend_limit_reached, OpenAI insufficient_quota).
 	// Defaults to false.
 	SpendCap bool `yaml:"spend_cap"`
+	// FlexUnavailableRate is the probability that an OpenAI request served
+	// in the flex tier is refused with 429 resource_unavailable ("Flex
+	// processing may sometimes lack sufficient resources"); it costs no
+	// quota. Defaults to 0.
+	FlexUnavailableRate float64 `yaml:"flex_unavailable_rate"`
 }
 
 // Outage is a window in which every request fails with Status.
@@ -212,6 +230,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.DefaultMaxTokens = cmp.Or(c.DefaultMaxTokens, DefaultMaxTokensDefault)
 	c.OutputTokens.Min = cmp.Or(c.OutputTokens.Min, OutputTokensMinDefault)
+	c.FlexLatencyFactor = cmp.Or(c.FlexLatencyFactor, FlexLatencyFactorDefault)
 	c.Faults = c.Faults.WithDefaults()
 	c.Clock = clock.Or(c.Clock)
 	return c
@@ -240,7 +259,7 @@ func (c Config) validate() error {
 		}
 	}
 	for name, v := range map[string]int64{"limits.rpm": c.Limits.RPM, "limits.itpm": c.Limits.ITPM,
-		"limits.otpm": c.Limits.OTPM, "limits.tpm": c.Limits.TPM} {
+		"limits.otpm": c.Limits.OTPM, "limits.tpm": c.Limits.TPM, "limits.count_tokens_rpm": c.Limits.CountTokensRPM} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s must be >= 0 (0 = unlimited), got %d", name, v))
 		}
@@ -271,6 +290,12 @@ func (c Config) validate() error {
 	if c.TTFT < 0 || c.PerToken < 0 {
 		errs = append(errs, fmt.Errorf("ttft and per_token must be >= 0, got %v and %v", c.TTFT, c.PerToken))
 	}
+	if !(c.FlexLatencyFactor >= 1) || math.IsInf(c.FlexLatencyFactor, 0) {
+		errs = append(errs, fmt.Errorf("flex_latency_factor must be finite and >= 1, got %g", c.FlexLatencyFactor))
+	}
+	if c.BackgroundQueue < 0 {
+		errs = append(errs, fmt.Errorf("background_queue must be >= 0, got %v", c.BackgroundQueue))
+	}
 	if err := c.Faults.validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -283,7 +308,8 @@ func (c Config) validate() error {
 func (f Faults) validate() error {
 	var errs []error
 	for name, p := range map[string]float64{"faults.overload_rate": f.OverloadRate, "faults.error_rate": f.ErrorRate,
-		"faults.stream_error_rate": f.StreamErrorRate, "faults.reset_rate": f.ResetRate, "faults.slow_rate": f.SlowRate} {
+		"faults.stream_error_rate": f.StreamErrorRate, "faults.reset_rate": f.ResetRate, "faults.slow_rate": f.SlowRate,
+		"faults.flex_unavailable_rate": f.FlexUnavailableRate} {
 		if !(p >= 0 && p <= 1) {
 			errs = append(errs, fmt.Errorf("%s must be in [0, 1], got %g", name, p))
 		}
@@ -324,6 +350,7 @@ func (c Config) limits() Limits {
 	l.ITPM = cmp.Or(c.Limits.ITPM, l.ITPM)
 	l.OTPM = cmp.Or(c.Limits.OTPM, l.OTPM)
 	l.TPM = cmp.Or(c.Limits.TPM, l.TPM)
+	l.CountTokensRPM = cmp.Or(c.Limits.CountTokensRPM, l.CountTokensRPM)
 	return l
 }
 

@@ -1,12 +1,17 @@
 // Package mock is a simulated LLM provider: it answers the Anthropic
 // Messages API (POST /v1/messages, /v1/messages/count_tokens) and the OpenAI
-// Chat Completions API (POST /v1/chat/completions) with the status codes,
-// headers, error bodies and SSE event sequences of the real services
-// (docs/provider-semantics §1–2), so the gateway and the official SDKs can be
-// tested against it without network access or cost.
+// Chat Completions, Responses and embeddings APIs (POST
+// /v1/chat/completions, /v1/responses and its retrieval, cancel and
+// input_items, /v1/embeddings) with the status codes, headers, error
+// bodies and SSE event sequences of the real services (docs/provider-semantics
+// §1–2), so the gateway and the official SDKs can be tested against it
+// without network access or cost.
 //
 // Each API key has its own continuously refilled token buckets (Anthropic
-// RPM, ITPM, OTPM; OpenAI RPM and combined TPM). A bucket's rate is
+// RPM, ITPM, OTPM, and a request bucket for count_tokens; OpenAI RPM and
+// combined TPM), its own prompt caches with TTLs (cache.go: Anthropic
+// breakpoints, OpenAI prefix caching, counted against the limits as the
+// providers count them) and its own stored responses. A bucket's rate is
 // limit/60 per second and its depth BurstSeconds of refill; a request that
 // does not fit gets the provider's 429 with retry-after = ceil(deficit/rate).
 // Faults (overload, storms, outages, 5xx, mid-stream errors, connection

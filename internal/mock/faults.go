@@ -117,6 +117,14 @@ func (e *faultEngine) decide(now time.Time) fault {
 	return d
 }
 
+// flexUnavailable draws whether a flex request finds no capacity (nothing
+// is drawn while the rate is 0, so the other faults' sequence is unchanged).
+func (e *faultEngine) flexUnavailable() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hit(e.f.FlexUnavailableRate)
+}
+
 // outage fills d when since falls in a scheduled outage. e.mu must be held.
 func (e *faultEngine) outage(since time.Duration, d *fault) bool {
 	for _, o := range e.f.Outages {

@@ -218,6 +218,9 @@ func TestConfigValidationAndYAML(t *testing.T) {
 		{"storm half set", "faults: {overload_burst: 5s}\n", "faults.overload_burst and faults.overload_gap"},
 		{"bad outage", "faults: {outages: [{start: 1s, duration: 0s}]}\n", "faults.outages[0]"},
 		{"output range", "output_tokens: {min: 10, max: 5}\n", "output_tokens.max (5) must be >= output_tokens.min (10)"},
+		{"flex factor", "flex_latency_factor: 0.5\n", "flex_latency_factor must be finite and >= 1"},
+		{"flex rate", "faults: {flex_unavailable_rate: 2}\n", "faults.flex_unavailable_rate must be in [0, 1]"},
+		{"count tokens limit", "limits: {count_tokens_rpm: -1}\n", "limits.count_tokens_rpm must be >= 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,7 +236,7 @@ func TestConfigValidationAndYAML(t *testing.T) {
 			s, err := New(cfg)
 			require.NoError(t, err)
 			if tc.name == "valid" {
-				require.Equal(t, Limits{RPM: 10, ITPM: 30_000, OTPM: 8_000}, s.Limits(), "flags-style override of a preset")
+				require.Equal(t, Limits{RPM: 10, ITPM: 30_000, OTPM: 8_000, CountTokensRPM: 100}, s.Limits(), "flags-style override of a preset")
 				require.Equal(t, 200*time.Millisecond, cfg.TTFT)
 				require.Equal(t, 529, s.Faults().Outages[0].Status)
 			}

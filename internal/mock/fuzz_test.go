@@ -7,14 +7,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FuzzParseRequests feeds arbitrary bodies to both request parsers: they
-// must never panic, and what they accept must be self-consistent.
+// FuzzParseRequests feeds arbitrary bodies to every request parser
+// (Anthropic messages, chat completions, responses, embeddings): they must
+// never panic, and what they accept must be self-consistent.
 func FuzzParseRequests(f *testing.F) {
 	for _, seed := range []string{
 		anthropicBody, openAIBody,
 		`{"model":"claude-sonnet-4-5","max_tokens":1024,"system":[{"type":"text","text":"sys","cache_control":{"type":"ephemeral","ttl":"1h"}}],"messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"image","source":{}}]}],"tools":[{"name":"get_weather","input_schema":{}}]}`,
 		`{"model":"gpt-4o-mini","n":2,"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"x"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c"}]}]}`,
 		`{"model":`, `null`, `[]`, `{"messages":[null]}`, `{"model":"m","max_tokens":-1,"messages":[{}]}`,
+		`{"model":"claude-opus-5","max_tokens":9,"cache_control":{"type":"ephemeral","ttl":"1h"},"messages":[{"role":"user","content":[]}]}`,
+		`{"model":"gpt-4.1","instructions":"i","input":[{"role":"user","content":[{"type":"input_text","text":"x"},{"type":"input_image"}]},{"type":"function_call_output","output":"1"}],"tools":[{"type":"function","name":"f"}],"max_output_tokens":16,"reasoning":{"effort":"low"},"prompt_cache_key":"k","service_tier":"flex"}`,
+		`{"model":"text-embedding-3-small","input":[[1,2],[3]],"dimensions":8,"encoding_format":"base64"}`,
+		`{"model":"e","input":["a",""]}`, `{"model":"gpt-4.1","previous_response_id":"resp_1"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -23,7 +28,11 @@ func FuzzParseRequests(f *testing.F) {
 			require.Positive(t, r.inputTokens)
 			require.Positive(t, r.maxTokens)
 			require.NotEmpty(t, r.model)
-			require.LessOrEqual(t, r.cacheTokens, r.inputTokens)
+			require.Equal(t, r.prompt.tokens(), r.inputTokens)
+			require.LessOrEqual(t, len(r.prompt.breakpoints()), maxAnthropicBreakpoints)
+			for _, x := range r.prompt.blockPrefixes() {
+				require.LessOrEqual(t, x.tokens(), r.inputTokens)
+			}
 		} else {
 			require.Equal(t, 400, err.status)
 			require.Equal(t, "invalid_request_error", err.typ)
@@ -32,6 +41,38 @@ func FuzzParseRequests(f *testing.F) {
 			require.Positive(t, r.inputTokens)
 			require.Positive(t, r.maxTokens)
 			require.GreaterOrEqual(t, r.n, 1)
+		} else {
+			require.Equal(t, 400, err.status)
+		}
+		prev := func(id string) (*prompt, *apiError) {
+			if id == "resp_1" {
+				p := &prompt{}
+				p.add("earlier turn")
+				return p, nil
+			}
+			return nil, openAIInvalid("previous_response_id", "previous_response_not_found", "not found")
+		}
+		if r, err := parseResponses(body, 4096, prev); err == nil {
+			require.Equal(t, r.prompt.tokens(), r.inputTokens)
+			require.GreaterOrEqual(t, r.maxTokens, int64(minMaxOutputTokens))
+			require.LessOrEqual(t, r.convoFrom, len(r.prompt.blocks))
+			require.False(t, r.background && !r.store)
+			for _, it := range r.items {
+				require.NotEmpty(t, it["id"])
+			}
+		} else {
+			require.Equal(t, 400, err.status)
+		}
+		if r, err := parseEmbeddings(body); err == nil {
+			require.NotEmpty(t, r.inputs)
+			require.LessOrEqual(t, len(r.inputs), maxEmbeddingInputs)
+			require.Positive(t, r.dimensions)
+			var sum int64
+			for _, in := range r.inputs {
+				require.Positive(t, in.tokens)
+				sum += in.tokens
+			}
+			require.Equal(t, sum, r.inputTokens)
 		} else {
 			require.Equal(t, 400, err.status)
 		}

@@ -27,6 +27,19 @@ func newID(prefix string) string {
 	return b.String()
 }
 
+// hexID returns prefix + 48 random hex digits, the shape of OpenAI
+// Responses ids (resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654).
+func hexID(prefix string) string {
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(len(prefix) + 48)
+	b.WriteString(prefix)
+	for range 48 {
+		b.WriteByte(hex[rand.IntN(16)])
+	}
+	return b.String()
+}
+
 var vocabulary = strings.Fields(`the a queue flows through sluice gates while tokens refill slowly
 and every request waits its turn patiently before the provider answers with words that stream
 steadily across quiet wires toward careful clients who measure limits honour retry hints and

@@ -100,25 +100,18 @@ func (x *exchange) refused() bool {
 	return true
 }
 
-// account returns the account bucket state of key on protocol, nil when
-// the key belongs to no account.
-func (q *quotas) account(protocol, key string, now time.Time) *keyState {
+// account returns the account bucket state of key in scope, nil when the
+// key belongs to no account.
+func (q *quotas) account(scope, key string, now time.Time) *keyState {
 	name, ok := q.accountOf[key]
 	if !ok {
 		return nil
 	}
-	id := protocol + "\x00account\x00" + name
+	id := scope + "\x00account\x00" + name
 	if v, ok := q.keys.Load(id); ok {
 		return v.(*keyState)
 	}
-	l := q.accountLimits[name]
-	ks := &keyState{
-		req: newBucket(l.RPM, q.burstSeconds, now),
-		in:  newBucket(l.ITPM, q.burstSeconds, now),
-		out: newBucket(l.OTPM, q.burstSeconds, now),
-		tok: newBucket(l.TPM, q.burstSeconds, now),
-	}
-	v, _ := q.keys.LoadOrStore(id, ks)
+	v, _ := q.keys.LoadOrStore(id, q.newState(scope, q.accountLimits[name], now))
 	return v.(*keyState)
 }
 
@@ -130,7 +123,8 @@ func validateAccounts(accounts map[string]Account) error {
 		for _, f := range []struct {
 			n string
 			v int64
-		}{{"rpm", a.Limits.RPM}, {"itpm", a.Limits.ITPM}, {"otpm", a.Limits.OTPM}, {"tpm", a.Limits.TPM}} {
+		}{{"rpm", a.Limits.RPM}, {"itpm", a.Limits.ITPM}, {"otpm", a.Limits.OTPM}, {"tpm", a.Limits.TPM},
+			{"count_tokens_rpm", a.Limits.CountTokensRPM}} {
 			if f.v < 0 {
 				return fmt.Errorf("accounts.%s.limits.%s must be >= 0 (0 = unlimited), got %d", name, f.n, f.v)
 			}

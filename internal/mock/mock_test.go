@@ -52,6 +52,12 @@ func oai(s *Server, key, body string) *httptest.ResponseRecorder {
 	return call(s, http.MethodPost, "/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key}, body)
 }
 
+// peekAnthropic returns key's messages rate-limit headers without charging
+// anything: a body that fails validation is answered with them.
+func peekAnthropic(s *Server, key string) http.Header {
+	return anth(s, key, `{"model":`).Header()
+}
+
 func decode(t *testing.T, b []byte) map[string]any {
 	t.Helper()
 	var m map[string]any

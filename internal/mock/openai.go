@@ -34,17 +34,19 @@ func openAIErrorBody(e *apiError) openAIError {
 }
 
 type openAIUsage struct {
-	PromptTokens            int64          `json:"prompt_tokens"`
-	CompletionTokens        int64          `json:"completion_tokens"`
-	TotalTokens             int64          `json:"total_tokens"`
-	PromptTokensDetails     map[string]int `json:"prompt_tokens_details"`
-	CompletionTokensDetails map[string]int `json:"completion_tokens_details"`
+	PromptTokens            int64            `json:"prompt_tokens"`
+	CompletionTokens        int64            `json:"completion_tokens"`
+	TotalTokens             int64            `json:"total_tokens"`
+	PromptTokensDetails     map[string]int64 `json:"prompt_tokens_details"`
+	CompletionTokensDetails map[string]int64 `json:"completion_tokens_details"`
 }
 
-func newOpenAIUsage(prompt, completion int64) *openAIUsage {
+// newOpenAIUsage is a chat completion's usage: prompt tokens include the
+// cached ones.
+func newOpenAIUsage(prompt, cached, completion int64) *openAIUsage {
 	return &openAIUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
-		PromptTokensDetails: map[string]int{"cached_tokens": 0, "audio_tokens": 0},
-		CompletionTokensDetails: map[string]int{"reasoning_tokens": 0, "audio_tokens": 0,
+		PromptTokensDetails: map[string]int64{"cached_tokens": cached, "audio_tokens": 0},
+		CompletionTokensDetails: map[string]int64{"reasoning_tokens": 0, "audio_tokens": 0,
 			"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
 }
 
@@ -89,6 +91,7 @@ type openAIChunk struct {
 	Object            string              `json:"object"`
 	Created           int64               `json:"created"`
 	Model             string              `json:"model"`
+	ServiceTier       string              `json:"service_tier"`
 	SystemFingerprint string              `json:"system_fingerprint"`
 	Choices           []openAIChunkChoice `json:"choices"`
 	// Usage is null on every chunk but the last when include_usage is set,
@@ -136,56 +139,72 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		req.fixedOutput, aerr = outputTokensHeader(r.Header, protoOpenAI)
 	}
 	if aerr != nil {
-		x.rl = s.quotas.peekHeaders(protoOpenAI, x.key, x.now)
+		x.rl = s.quotas.peekHeaders(scopeOpenAI, x.key, x.now)
 		x.fail(aerr, nil)
 		return
 	}
 	f := s.faults.decide(x.now)
 	if f.kind != faultNone {
-		x.rl = s.quotas.peekHeaders(protoOpenAI, x.key, x.now)
+		x.rl = s.quotas.peekHeaders(scopeOpenAI, x.key, x.now)
 		x.sendFault(f)
 		return
 	}
-	a := s.quotas.admitOpenAI(x.key, req, x.now)
-	x.rl = a.header
-	if !a.ok {
-		e := &apiError{status: http.StatusTooManyRequests, typ: a.dim, code: "rate_limit_exceeded",
-			message: openAIRateMessage(req.model, openAIOrg(s.cfg.OrgID), a)}
-		var extra http.Header
-		if !a.tooLarge {
-			extra = http.Header{"Retry-After": {retryAfterSeconds(a.wait)}}
-		}
-		x.fail(e, extra)
+	tier := openAIServedTier(req.tier)
+	if x.flexUnavailable(tier) {
 		return
 	}
-	t := s.stats.admit(x.key, x.now)
+	a, ok := x.admitOpenAI(req, true)
+	if !ok {
+		return
+	}
+	t := s.stats.admit(x.key, x.now, admitted{endpoint: EndpointChat, tier: tier,
+		cache: CacheCounts{PromptTokens: req.inputTokens, ReadTokens: a.cacheRead}})
 	lens := make([]int64, req.n)
 	for i := range lens {
 		lens[i] = req.replyLength(s.cfg.OutputTokens, s.cfg.Seed, i)
 	}
 	var produced int64
 	if req.stream {
-		produced = x.streamOpenAI(req, lens, f)
+		produced = x.streamOpenAI(req, a, tier, lens, f)
 	} else {
-		produced = x.replyOpenAI(req, lens, f)
+		produced = x.replyOpenAI(req, a, tier, lens, f)
 	}
-	s.quotas.chargeOutput(protoOpenAI, x.key, produced-a.reserved, s.clock.Now())
+	s.quotas.chargeOutput(scopeOpenAI, x.key, produced-a.reserved, s.clock.Now())
 	t.finish(Counts{Requests: 1, InputTokens: req.inputTokens, OutputTokens: produced, Tokens: req.inputTokens + produced})
 }
 
-func (x *exchange) replyOpenAI(req request, lens []int64, f fault) int64 {
+// admitOpenAI admits req on the key's OpenAI buckets (with its prompt
+// cache when cache is set); false means the 429 was sent.
+func (x *exchange) admitOpenAI(req request, cache bool) (admission, bool) {
+	a := x.s.quotas.admitOpenAI(x.key, req, cache, x.now)
+	x.rl = a.header
+	if a.ok {
+		return a, true
+	}
+	e := &apiError{status: http.StatusTooManyRequests, typ: a.dim, code: "rate_limit_exceeded",
+		message: openAIRateMessage(req.model, openAIOrg(x.s.cfg.OrgID), a)}
+	var extra http.Header
+	if !a.tooLarge {
+		extra = http.Header{"Retry-After": {retryAfterSeconds(a.wait)}}
+	}
+	x.fail(e, extra)
+	return a, false
+}
+
+func (x *exchange) replyOpenAI(req request, a admission, tier string, lens []int64, f fault) int64 {
 	cfg := x.s.cfg
+	ttft, per := x.s.pace(tier)
 	var total, longest int64
 	for _, n := range lens {
 		total += n
 		longest = max(longest, n)
 	}
-	if !x.sleep(cfg.TTFT + f.slow + time.Duration(max(0, longest-1))*cfg.PerToken) {
+	if !x.sleep(ttft + f.slow + time.Duration(max(0, longest-1))*per) {
 		x.s.stats.status(x.key, 499)
 		return 0
 	}
 	c := openAICompletion{ID: newID("chatcmpl-"), Object: "chat.completion", Created: x.now.Unix(), Model: req.model,
-		SystemFingerprint: systemFingerprint, ServiceTier: "default", Usage: newOpenAIUsage(req.inputTokens, total)}
+		SystemFingerprint: systemFingerprint, ServiceTier: tier, Usage: newOpenAIUsage(req.inputTokens, a.cacheRead, total)}
 	for i, n := range lens {
 		c.Choices = append(c.Choices, openAIChoice{Index: i, Logprobs: jsonNull, FinishReason: finishReason(n, req.maxTokens),
 			Message: openAIMessage{Role: "assistant", Content: strings.Join(words(cfg.Seed, req.bodyHash, i, n), "")}})
@@ -198,8 +217,9 @@ func (x *exchange) replyOpenAI(req request, lens []int64, f fault) int64 {
 
 // streamOpenAI answers with the §2.5 chunk sequence, one choice after the
 // other; it returns the output tokens produced.
-func (x *exchange) streamOpenAI(req request, lens []int64, f fault) int64 {
+func (x *exchange) streamOpenAI(req request, a admission, tier string, lens []int64, f fault) int64 {
 	cfg := x.s.cfg
+	ttft, per := x.s.pace(tier)
 	x.commonHeaders("text/event-stream; charset=utf-8")
 	x.w.Header().Set("Cache-Control", "no-cache")
 	x.w.WriteHeader(http.StatusOK)
@@ -211,7 +231,7 @@ func (x *exchange) streamOpenAI(req request, lens []int64, f fault) int64 {
 	}
 	send := func(choices []openAIChunkChoice, u json.RawMessage) {
 		b, _ := json.Marshal(openAIChunk{ID: id, Object: "chat.completion.chunk", Created: x.now.Unix(), Model: req.model,
-			SystemFingerprint: systemFingerprint, Choices: choices, Usage: u})
+			ServiceTier: tier, SystemFingerprint: systemFingerprint, Choices: choices, Usage: u})
 		_, _ = fmt.Fprintf(x.w, "data: %s\n\n", b)
 		flush(x.w)
 	}
@@ -225,9 +245,9 @@ func (x *exchange) streamOpenAI(req request, lens []int64, f fault) int64 {
 				x.streamError()
 				return produced
 			}
-			d := cfg.PerToken
+			d := per
 			if i == 0 && j == 0 {
-				d = cfg.TTFT + f.slow
+				d = ttft + f.slow
 			}
 			if !x.sleep(d) {
 				return produced
@@ -244,7 +264,7 @@ func (x *exchange) streamOpenAI(req request, lens []int64, f fault) int64 {
 		return produced
 	}
 	if req.includeUsage {
-		u, _ := json.Marshal(newOpenAIUsage(req.inputTokens, produced))
+		u, _ := json.Marshal(newOpenAIUsage(req.inputTokens, a.cacheRead, produced))
 		send([]openAIChunkChoice{}, u)
 	}
 	_, _ = fmt.Fprint(x.w, "data: [DONE]\n\n")

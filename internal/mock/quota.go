@@ -4,7 +4,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -16,40 +15,58 @@ type quotas struct {
 	burstSeconds  float64
 	realtime      bool
 	countRejected bool
-	keys          sync.Map // protocol + "\x00" + key → *keyState
+	keys          sync.Map // scope + "\x00" + key → *keyState
 	// accountOf maps a key to its account (keys.go); accountLimits are
 	// the accounts' limits. Read-only after New.
 	accountOf     map[string]string
 	accountLimits map[string]Limits
 }
 
-// keyState is one API key's buckets on one protocol. Anthropic uses req, in
-// and out; OpenAI uses req and tok.
+// keyState is one API key's buckets in one quota scope. Anthropic uses req,
+// in and out; OpenAI uses req and tok; count_tokens uses req. cache is the
+// key's prompt cache on that protocol.
 type keyState struct {
 	mu    sync.Mutex
 	req   bucket
 	in    bucket
 	out   bucket
 	tok   bucket
-	cache map[uint64]struct{} // cacheable prefixes seen (Anthropic)
+	cache promptCache
 }
 
-// maxCacheEntries bounds the simulated prompt cache per key; when full it is
-// emptied, as if everything expired at once.
-const maxCacheEntries = 100_000
+// Quota scopes: a protocol's model endpoints share one set of buckets;
+// Anthropic's count_tokens has its own ("Token counting and message
+// creation have separate and independent rate limits").
+const (
+	scopeAnthropic   = protoAnthropic
+	scopeOpenAI      = protoOpenAI
+	scopeCountTokens = "anthropic-count_tokens"
+)
 
-func (q *quotas) state(protocol, key string, now time.Time) *keyState {
-	k := protocol + "\x00" + key
+// limitsFor is what of l applies in scope.
+func limitsFor(scope string, l Limits) Limits {
+	if scope == scopeCountTokens {
+		return Limits{RPM: l.CountTokensRPM}
+	}
+	return l
+}
+
+func (q *quotas) newState(scope string, l Limits, now time.Time) *keyState {
+	l = limitsFor(scope, l)
+	return &keyState{
+		req: newBucket(l.RPM, q.burstSeconds, now),
+		in:  newBucket(l.ITPM, q.burstSeconds, now),
+		out: newBucket(l.OTPM, q.burstSeconds, now),
+		tok: newBucket(l.TPM, q.burstSeconds, now),
+	}
+}
+
+func (q *quotas) state(scope, key string, now time.Time) *keyState {
+	k := scope + "\x00" + key
 	if v, ok := q.keys.Load(k); ok {
 		return v.(*keyState)
 	}
-	ks := &keyState{
-		req: newBucket(q.limits.RPM, q.burstSeconds, now),
-		in:  newBucket(q.limits.ITPM, q.burstSeconds, now),
-		out: newBucket(q.limits.OTPM, q.burstSeconds, now),
-		tok: newBucket(q.limits.TPM, q.burstSeconds, now),
-	}
-	v, _ := q.keys.LoadOrStore(k, ks)
+	v, _ := q.keys.LoadOrStore(k, q.newState(scope, q.limits, now))
 	return v.(*keyState)
 }
 
@@ -67,10 +84,14 @@ type admission struct {
 	used     int64
 	need     int64
 	tooLarge bool
-	// On success (Anthropic): the input split and what was charged.
-	inputTokens int64 // uncached input
+	// On success: the input split (Anthropic inputTokens is the uncached
+	// remainder; OpenAI's is every input token, cacheRead among them) and
+	// what was charged to the input dimension.
+	inputTokens int64
 	cacheRead   int64
 	cacheCreate int64
+	cache5m     int64
+	cache1h     int64
 	inCharged   int64
 	reserved    int64 // output tokens (or TPM tokens) reserved at admission
 	header      http.Header
@@ -96,30 +117,20 @@ func worst(checks []dimCheck) (int, time.Duration) {
 	return idx, longest
 }
 
-// cacheCountsTowardITPM reports the models (marked † in the spec) whose
-// cache reads count toward ITPM.
-func cacheCountsTowardITPM(model string) bool {
-	return strings.Contains(model, "3-5-haiku") || strings.Contains(model, "3-haiku") || strings.Contains(model, "haiku-3")
-}
-
 func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission {
-	ks := q.state("anthropic", key, now)
+	ks := q.state(scopeAnthropic, key, now)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	ks.req.refill(now)
 	ks.in.refill(now)
 	ks.out.refill(now)
-	var a admission
-	if r.cacheTokens > 0 {
-		if _, seen := ks.cache[r.cacheKey]; seen {
-			a.cacheRead = r.cacheTokens
-		} else {
-			a.cacheCreate = r.cacheTokens
-		}
-	}
-	a.inputTokens = r.inputTokens - a.cacheRead - a.cacheCreate
+	plan := planAnthropic(&ks.cache, r.prompt, now)
+	a := admission{inputTokens: plan.uncached(), cacheRead: plan.read, cacheCreate: plan.writesTotal(),
+		cache5m: plan.write5m, cache1h: plan.write1h}
+	// ITPM counts input_tokens + cache_creation_input_tokens, and cache
+	// reads only for the models of cacheReadsCountTowardITPM.
 	a.inCharged = a.inputTokens + a.cacheCreate
-	if cacheCountsTowardITPM(r.model) {
+	if countsCacheReads(r.model) {
 		a.inCharged += a.cacheRead
 	}
 	outNeed := float64(r.maxTokens)
@@ -131,7 +142,7 @@ func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission 
 		{&ks.in, float64(a.inCharged), "input tokens", ""},
 		{&ks.out, outNeed, "output tokens", ""},
 	}
-	acct := q.account("anthropic", key, now)
+	acct := q.account(scopeAnthropic, key, now)
 	if acct != nil {
 		acct.mu.Lock()
 		defer acct.mu.Unlock()
@@ -166,11 +177,38 @@ func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission 
 			acct.out.charge(float64(r.maxTokens))
 		}
 	}
-	if r.cacheTokens > 0 {
-		if ks.cache == nil || len(ks.cache) >= maxCacheEntries {
-			ks.cache = map[uint64]struct{}{}
+	plan.commit(&ks.cache, now)
+	a.header = ks.anthropicHeaders(now)
+	return a
+}
+
+// admitCountTokens takes one request from key's count_tokens bucket (and
+// its account's).
+func (q *quotas) admitCountTokens(key string, now time.Time) admission {
+	ks := q.state(scopeCountTokens, key, now)
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.req.refill(now)
+	checks := []dimCheck{{&ks.req, 1, "requests", ""}}
+	if acct := q.account(scopeCountTokens, key, now); acct != nil {
+		acct.mu.Lock()
+		defer acct.mu.Unlock()
+		acct.req.refill(now)
+		checks = append(checks, dimCheck{&acct.req, 1, "requests", ""})
+	}
+	var a admission
+	if i, _ := worst(checks); i >= 0 {
+		if q.countRejected {
+			ks.req.chargeRejected()
 		}
-		ks.cache[r.cacheKey] = struct{}{}
+		i, w := worst(checks)
+		a.dim, a.limit, a.wait = checks[i].name, int64(checks[i].b.limit), w
+		a.header = ks.anthropicHeaders(now)
+		return a
+	}
+	a.ok = true
+	for _, c := range checks {
+		c.b.charge(1)
 	}
 	a.header = ks.anthropicHeaders(now)
 	return a
@@ -180,36 +218,41 @@ func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission 
 // output bucket (Anthropic OTPM, OpenAI TPM): the reconciliation of a
 // reservation at the end of a reply, or realtime charging as tokens are
 // produced.
-func (q *quotas) chargeOutput(protocol, key string, delta int64, now time.Time) {
-	ks := q.state(protocol, key, now)
+func (q *quotas) chargeOutput(scope, key string, delta int64, now time.Time) {
+	pick := func(ks *keyState) *bucket {
+		if scope == scopeOpenAI {
+			return &ks.tok
+		}
+		return &ks.out
+	}
+	ks := q.state(scope, key, now)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	b := &ks.out
-	if protocol == "openai" {
-		b = &ks.tok
-	}
+	b := pick(ks)
 	b.refill(now)
 	b.charge(float64(delta))
-	if acct := q.account(protocol, key, now); acct != nil {
+	if acct := q.account(scope, key, now); acct != nil {
 		acct.mu.Lock()
 		defer acct.mu.Unlock()
-		ab := &acct.out
-		if protocol == "openai" {
-			ab = &acct.tok
-		}
+		ab := pick(acct)
 		ab.refill(now)
 		ab.charge(float64(delta))
 	}
 }
 
-func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
-	ks := q.state("openai", key, now)
+// admitOpenAI admits a Chat Completions, Responses or embeddings request:
+// 1 request and input + n × maxTokens TPM tokens. With cache, the prompt's
+// prefix is looked up in (and on success written to) the key's cache; the
+// cached tokens are still charged, as OpenAI's TPM counts them ("Do cached
+// prompts contribute to TPM rate limits? Yes").
+func (q *quotas) admitOpenAI(key string, r request, cache bool, now time.Time) admission {
+	ks := q.state(scopeOpenAI, key, now)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	ks.req.refill(now)
 	ks.tok.refill(now)
 	need := r.inputTokens + int64(r.n)*r.maxTokens
-	a := admission{need: need, inputTokens: r.inputTokens}
+	a := admission{need: need, inputTokens: r.inputTokens, inCharged: r.inputTokens}
 	if !ks.tok.unlimited() && float64(need) > ks.tok.depth {
 		a.tooLarge, a.dim, a.limit = true, "tokens", int64(ks.tok.limit)
 		if q.countRejected {
@@ -219,7 +262,7 @@ func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
 		return a
 	}
 	checks := []dimCheck{{&ks.req, 1, "requests", "RPM"}, {&ks.tok, float64(need), "tokens", "TPM"}}
-	acct := q.account("openai", key, now)
+	acct := q.account(scopeOpenAI, key, now)
 	if acct != nil {
 		acct.mu.Lock()
 		defer acct.mu.Unlock()
@@ -247,19 +290,25 @@ func (q *quotas) admitOpenAI(key string, r request, now time.Time) admission {
 		acct.req.charge(1)
 		acct.tok.charge(float64(need))
 	}
+	if cache && r.prompt != nil {
+		plan := planOpenAI(&ks.cache, r.prompt, r.cacheTTL, now)
+		a.cacheRead = plan.read
+		plan.commit(&ks.cache, now)
+	}
 	a.header = ks.openAIHeaders()
 	return a
 }
 
-// peekHeaders returns the rate-limit headers of key without charging.
-func (q *quotas) peekHeaders(protocol, key string, now time.Time) http.Header {
-	ks := q.state(protocol, key, now)
+// peekHeaders returns the rate-limit headers of key in scope without
+// charging.
+func (q *quotas) peekHeaders(scope, key string, now time.Time) http.Header {
+	ks := q.state(scope, key, now)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	for _, b := range []*bucket{&ks.req, &ks.in, &ks.out, &ks.tok} {
 		b.refill(now)
 	}
-	if protocol == "openai" {
+	if scope == scopeOpenAI {
 		return ks.openAIHeaders()
 	}
 	return ks.anthropicHeaders(now)

@@ -127,7 +127,7 @@ func TestOTPMModes(t *testing.T) {
 			}
 			require.Equal(t, map[int]int{200: tc.wantOK, 429: 3 - tc.wantOK}, map[int]int{200: got[200], 429: got[429]})
 			require.Equal(t, int64(10*tc.wantOK), s.Stats().Overall.Admitted.OutputTokens, "charged the actual output")
-			h := call(s, "POST", "/v1/messages/count_tokens", map[string]string{"x-api-key": "k"}, body).Header()
+			h := peekAnthropic(s, "k")
 			require.Equal(t, "8000", h.Get("anthropic-ratelimit-output-tokens-remaining"), "reconciled to 10 tokens each")
 		})
 	}
@@ -231,7 +231,7 @@ func TestStatsCompactionKeepsMaxima(t *testing.T) {
 		if rng.IntN(50) == 0 {
 			n = 5000 // occasional spikes early and late
 		}
-		sc.admit(at)
+		sc.admit(at, admitted{endpoint: EndpointMessages})
 		sc.finish(at, Counts{Requests: 1, InputTokens: n})
 		times, amounts = append(times, at), append(amounts, n)
 	}

@@ -25,6 +25,8 @@ type Server struct {
 	quotas *quotas
 	faults *faultEngine
 	stats  *statsBook
+	// responses are the stored Responses API responses, per key.
+	responses *responseStore
 	// revoked are the keys revoked at run time (keys.go).
 	revoked revocations
 
@@ -61,6 +63,8 @@ func New(cfg Config) (*Server, error) {
 		quotas: q,
 		faults: newFaultEngine(cfg.Faults, cfg.Seed, c.Now()),
 		stats:  newStatsBook(),
+
+		responses: newResponseStore(),
 	}, nil
 }
 
@@ -145,10 +149,12 @@ func (s *Server) Stats() Stats { return s.stats.snapshot() }
 func (s *Server) ResetStats() { s.stats.reset() }
 
 // Reset clears the statistics and refills every bucket, forgetting every API
-// key and the simulated prompt cache (what POST /mock/reset does).
+// key, the simulated prompt caches and the stored responses (what POST
+// /mock/reset does).
 func (s *Server) Reset() {
 	s.stats.reset()
 	s.quotas.reset()
+	s.responses.reset()
 }
 
 // SetFaults replaces the injected faults at run time, restarting the random
@@ -191,6 +197,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		route(http.MethodPost, s.handleCountTokens)
 	case "/v1/chat/completions":
 		route(http.MethodPost, s.handleChat)
+	case "/v1/embeddings":
+		route(http.MethodPost, s.handleEmbeddings)
+	case "/v1/responses":
+		route(http.MethodPost, s.handleResponses)
 	case "/mock/stats":
 		route(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	case "/mock/reset":
@@ -199,7 +209,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
 		})
 	default:
-		if !s.handleKeys(w, r) {
+		if !s.handleKeys(w, r) && !s.handleResponsePath(w, r) {
 			s.notFound(w, r, http.StatusNotFound)
 		}
 	}

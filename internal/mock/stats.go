@@ -1,6 +1,7 @@
 package mock
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,6 +31,52 @@ func (c *Counts) maxWith(o Counts) {
 	c.Tokens = max(c.Tokens, o.Tokens)
 }
 
+// Endpoints, as Stats name them (ScopeStats.ByEndpoint).
+const (
+	EndpointMessages    = "messages"         // POST /v1/messages
+	EndpointCountTokens = "count_tokens"     // POST /v1/messages/count_tokens
+	EndpointChat        = "chat_completions" // POST /v1/chat/completions
+	EndpointResponses   = "responses"        // POST /v1/responses
+	EndpointEmbeddings  = "embeddings"       // POST /v1/embeddings
+)
+
+// CacheCounts sum the prompt-cache outcome of admitted requests. The share
+// of input served from the cache is ReadTokens / PromptTokens.
+type CacheCounts struct {
+	// PromptTokens are all the input tokens of the requests (uncached, read
+	// and written).
+	PromptTokens int64 `json:"prompt_tokens"`
+	// ReadTokens were served from the cache (Anthropic
+	// cache_read_input_tokens, OpenAI cached_tokens).
+	ReadTokens int64 `json:"read_tokens"`
+	// WriteTokens were written to it (Anthropic
+	// cache_creation_input_tokens; OpenAI writes are not reported), split by
+	// TTL in Write5mTokens and Write1hTokens.
+	WriteTokens   int64 `json:"write_tokens"`
+	Write5mTokens int64 `json:"write_5m_tokens"`
+	Write1hTokens int64 `json:"write_1h_tokens"`
+	// Hits counts requests that read anything from the cache.
+	Hits int64 `json:"hits"`
+}
+
+func (c *CacheCounts) add(o CacheCounts, sign int64) {
+	c.PromptTokens += sign * o.PromptTokens
+	c.ReadTokens += sign * o.ReadTokens
+	c.WriteTokens += sign * o.WriteTokens
+	c.Write5mTokens += sign * o.Write5mTokens
+	c.Write1hTokens += sign * o.Write1hTokens
+	if o.ReadTokens > 0 {
+		c.Hits += sign
+	}
+}
+
+// admitted describes an admitted request for the statistics.
+type admitted struct {
+	endpoint string
+	tier     string // the service tier that served it
+	cache    CacheCounts
+}
+
 // ScopeStats are the statistics of one API key, or of all keys together.
 type ScopeStats struct {
 	// ByStatus counts answers by HTTP status ("200", "429", …); a
@@ -51,6 +98,16 @@ type ScopeStats struct {
 	// the first.
 	FirstAdmission *time.Time `json:"first_admission,omitempty"`
 	LastAdmission  *time.Time `json:"last_admission,omitempty"`
+	// ByEndpoint counts admitted requests by endpoint (EndpointMessages,
+	// …). count_tokens requests are counted here only: they take nothing
+	// from the model quotas that Admitted and Max60s describe.
+	ByEndpoint map[string]int64 `json:"by_endpoint"`
+	// ByServiceTier counts admitted model requests by the service tier that
+	// served them (Anthropic "standard"; OpenAI "default", "flex",
+	// "priority", "scale").
+	ByServiceTier map[string]int64 `json:"by_service_tier"`
+	// Cache sums the prompt-cache outcome of admitted model requests.
+	Cache CacheCounts `json:"cache"`
 }
 
 // Stats are the mock's statistics overall and per API key.
@@ -79,22 +136,27 @@ type event struct {
 
 // scope accumulates one ScopeStats.
 type scope struct {
-	mu        sync.Mutex
-	byStatus  map[string]int64
-	admitted  Counts
-	inFlight  int64
-	peak      int64
-	first     time.Time
-	last      time.Time
-	events    []event // sorted by t
-	finalMax  Counts  // max over windows ending before finalUpTo
-	finalUpTo time.Time
+	mu         sync.Mutex
+	byStatus   map[string]int64
+	byEndpoint map[string]int64
+	byTier     map[string]int64
+	cache      CacheCounts
+	admitted   Counts
+	inFlight   int64
+	peak       int64
+	first      time.Time
+	last       time.Time
+	events     []event // sorted by t
+	finalMax   Counts  // max over windows ending before finalUpTo
+	finalUpTo  time.Time
 	// nextCompact is the event count that triggers the next compaction; it
 	// doubles with the live events so compaction stays amortized O(1).
 	nextCompact int
 }
 
-func newScope() *scope { return &scope{byStatus: map[string]int64{}} }
+func newScope() *scope {
+	return &scope{byStatus: map[string]int64{}, byEndpoint: map[string]int64{}, byTier: map[string]int64{}}
+}
 
 func (s *scope) status(code string) {
 	s.mu.Lock()
@@ -102,9 +164,20 @@ func (s *scope) status(code string) {
 	s.mu.Unlock()
 }
 
-func (s *scope) admit(now time.Time) {
+func (s *scope) countEndpoint(endpoint string) {
+	s.mu.Lock()
+	s.byEndpoint[endpoint]++
+	s.mu.Unlock()
+}
+
+func (s *scope) admit(now time.Time, info admitted) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.byEndpoint[info.endpoint]++
+	if info.tier != "" {
+		s.byTier[info.tier]++
+	}
+	s.cache.add(info.cache, 1)
 	s.inFlight++
 	s.peak = max(s.peak, s.inFlight)
 	if s.first.IsZero() || now.Before(s.first) {
@@ -131,12 +204,27 @@ func (s *scope) finish(at time.Time, c Counts) {
 	}
 }
 
+// correct takes c back from a request already finished at at (a cancelled
+// background response gives back the output it did not produce).
+func (s *scope) correct(at time.Time, c Counts) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admitted.add(c, -1)
+	neg := Counts{}
+	neg.add(c, -1)
+	i := len(s.events)
+	for i > 0 && s.events[i-1].t.After(at) {
+		i--
+	}
+	s.events = slices.Insert(s.events, i, event{at, neg})
+}
+
 // windowMax returns the most counted in any window (t−60s, t] ending at an
 // event at or after from. s.mu must be held.
 func (s *scope) windowMax(from, until time.Time) Counts {
 	var best, sum Counts
 	i := 0
-	for _, e := range s.events {
+	for k, e := range s.events {
 		if !until.IsZero() && !e.t.Before(until) {
 			break
 		}
@@ -144,6 +232,11 @@ func (s *scope) windowMax(from, until time.Time) Counts {
 		for s.events[i].t.Compare(e.t.Add(-statsWindow)) <= 0 {
 			sum.add(s.events[i].c, -1)
 			i++
+		}
+		// Windows end after the last event of an instant, so that a
+		// correction recorded at the same instant is taken into account.
+		if k+1 < len(s.events) && s.events[k+1].t.Equal(e.t) {
+			continue
 		}
 		if !e.t.Before(from) {
 			best.maxWith(sum)
@@ -172,11 +265,9 @@ func (s *scope) compact() {
 func (s *scope) snapshot() ScopeStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := ScopeStats{ByStatus: make(map[string]int64, len(s.byStatus)), Admitted: s.admitted,
-		InFlight: s.inFlight, PeakInFlight: s.peak}
-	for k, v := range s.byStatus {
-		out.ByStatus[k] = v
-	}
+	out := ScopeStats{ByStatus: maps.Clone(s.byStatus), Admitted: s.admitted,
+		InFlight: s.inFlight, PeakInFlight: s.peak, ByEndpoint: maps.Clone(s.byEndpoint),
+		ByServiceTier: maps.Clone(s.byTier), Cache: s.cache}
 	out.Max60s = s.finalMax
 	out.Max60s.maxWith(s.windowMax(s.finalUpTo, time.Time{}))
 	if !s.first.IsZero() {
@@ -231,13 +322,23 @@ type ticket struct {
 	at           time.Time
 }
 
-func (b *statsBook) admit(key string, now time.Time) ticket {
+func (b *statsBook) admit(key string, now time.Time, info admitted) ticket {
 	o, k := b.scopes(key)
-	o.admit(now)
+	o.admit(now, info)
 	if k != nil {
-		k.admit(now)
+		k.admit(now, info)
 	}
 	return ticket{o, k, now}
+}
+
+// endpoint counts an answered request that takes no model quota
+// (count_tokens).
+func (b *statsBook) endpoint(key, endpoint string) {
+	o, k := b.scopes(key)
+	o.countEndpoint(endpoint)
+	if k != nil {
+		k.countEndpoint(endpoint)
+	}
 }
 
 // finish records an admitted request's final charge at its admission time.
@@ -245,6 +346,14 @@ func (t ticket) finish(c Counts) {
 	t.overall.finish(t.at, c)
 	if t.key != nil {
 		t.key.finish(t.at, c)
+	}
+}
+
+// correct takes c back from a finished request's charge.
+func (t ticket) correct(c Counts) {
+	t.overall.correct(t.at, c)
+	if t.key != nil {
+		t.key.correct(t.at, c)
 	}
 }
 

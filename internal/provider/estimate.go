@@ -96,6 +96,9 @@ type estimator struct {
 	p      llm.Protocol
 	tc     TokenCounter
 	tokens int64
+	// countOnly prices an Anthropic count_tokens body: no max_tokens, no
+	// output.
+	countOnly bool
 }
 
 func (e *estimator) text(s string) {
@@ -152,6 +155,9 @@ func (e *estimator) run(body []byte) (Cost, error) {
 // output computes the output reservation.
 func (e *estimator) output(top map[string]json.RawMessage) (int64, error) {
 	if e.p == llm.Anthropic {
+		if e.countOnly {
+			return 0, nil
+		}
 		mt, ok, err := e.intField(top, "max_tokens")
 		if err != nil {
 			return 0, err

@@ -16,13 +16,19 @@ import (
 //
 // Anthropic: usage is message_start's usage, then each message_delta's
 // cumulative usage replaces output_tokens (and input/cache counts when it
-// carries them). OpenAI: the last chunk with a non-null usage (the final
-// include_usage chunk). Unknown events are ignored.
+// carries them). OpenAI chat completions: the last chunk with a non-null
+// usage (the final include_usage chunk), with the chunk's service_tier.
+// OpenAI Responses (EndpointResponses, or any OpenAI stream whose events
+// are named response.* or error): the usage and service_tier of the
+// response in response.completed, response.incomplete or response.failed.
+// Unknown events are ignored.
 //
 // Methods are safe for concurrent use (the relay writes while the engine
 // may ask Content).
 type StreamObserver struct {
 	p llm.Protocol
+	// responses is set for a Responses API stream (named events).
+	responses bool
 
 	mu       sync.Mutex
 	parser   SSEParser
@@ -35,9 +41,17 @@ type StreamObserver struct {
 	events   int
 }
 
-// NewStreamObserver returns an observer for a stream of protocol p.
+// NewStreamObserver returns an observer for a stream of protocol p's chat
+// endpoint (an OpenAI stream of named response.* events is read as a
+// Responses stream all the same).
 func NewStreamObserver(p llm.Protocol) *StreamObserver {
 	return &StreamObserver{p: p}
+}
+
+// NewStreamObserverFor returns an observer for a stream of endpoint e on
+// protocol p.
+func NewStreamObserverFor(p llm.Protocol, e Endpoint) *StreamObserver {
+	return &StreamObserver{p: p, responses: p == llm.OpenAI && e == EndpointResponses}
 }
 
 // Write observes b. It always returns len(b), nil.
@@ -66,9 +80,10 @@ func (o *StreamObserver) StreamError() (llm.Outcome, bool) {
 
 // Content reports whether an event carrying model output has been seen
 // (Anthropic content_block_start/delta/stop or message_delta; OpenAI a chunk
-// with choices). message_start, ping and errors are not content: until
-// Content is true, a retry is still invisible to a client that has only
-// been sent those.
+// with choices; Responses any response.* event but response.created,
+// response.queued and response.in_progress). message_start, ping and
+// errors are not content: until Content is true, a retry is still
+// invisible to a client that has only been sent those.
 func (o *StreamObserver) Content() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -76,7 +91,9 @@ func (o *StreamObserver) Content() bool {
 }
 
 // Done reports whether the stream completed (Anthropic message_stop,
-// OpenAI data: [DONE]). A stream that ends without it was truncated.
+// OpenAI data: [DONE], Responses response.completed or
+// response.incomplete). A stream that ends without it was truncated (or,
+// for Responses, failed: response.failed is a StreamError).
 func (o *StreamObserver) Done() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -95,6 +112,10 @@ var doneMarker = []byte("[DONE]")
 func (o *StreamObserver) handle(event, data []byte) {
 	o.events++
 	if o.p == llm.OpenAI {
+		if o.responses || isResponsesEvent(event) {
+			o.handleResponses(event, data)
+			return
+		}
 		o.handleOpenAI(data)
 		return
 	}
@@ -122,7 +143,7 @@ func (o *StreamObserver) handleAnthropic(event, data []byte) {
 			} `json:"message"`
 		}
 		if json.Unmarshal(data, &m) == nil && m.Message.Usage != nil {
-			o.mergeAnthropic(m.Message.Usage, true)
+			o.mergeAnthropic(m.Message.Usage.counts(), true)
 		}
 	case "message_delta":
 		o.content = true
@@ -130,7 +151,7 @@ func (o *StreamObserver) handleAnthropic(event, data []byte) {
 			Usage *wireUsage `json:"usage"`
 		}
 		if json.Unmarshal(data, &m) == nil && m.Usage != nil {
-			o.mergeAnthropic(m.Usage, false)
+			o.mergeAnthropic(m.Usage.counts(), false)
 		}
 	case "message_stop":
 		o.done = true
@@ -141,7 +162,7 @@ func (o *StreamObserver) handleAnthropic(event, data []byte) {
 
 // mergeAnthropic applies a usage object: message_start sets every count;
 // message_delta's counts are cumulative, so each one present replaces.
-func (o *StreamObserver) mergeAnthropic(w *wireUsage, start bool) {
+func (o *StreamObserver) mergeAnthropic(c usageCounts, start bool) {
 	set := func(dst *int64, v *int64) {
 		if v != nil {
 			*dst = count(v)
@@ -149,10 +170,16 @@ func (o *StreamObserver) mergeAnthropic(w *wireUsage, start bool) {
 			*dst = 0
 		}
 	}
-	set(&o.usage.InputTokens, w.InputTokens)
-	set(&o.usage.OutputTokens, w.OutputTokens)
-	set(&o.usage.CacheCreationInputTokens, w.CacheCreationInputTokens)
-	set(&o.usage.CacheReadInputTokens, w.CacheReadInputTokens)
+	set(&o.usage.InputTokens, c.input)
+	set(&o.usage.OutputTokens, c.output)
+	set(&o.usage.CacheCreationInputTokens, c.cacheCreation)
+	set(&o.usage.CacheReadInputTokens, c.cacheRead)
+	set(&o.usage.CacheCreation5mInputTokens, c.split5m)
+	set(&o.usage.CacheCreation1hInputTokens, c.split1h)
+	set(&o.usage.ReasoningTokens, c.thinking)
+	if c.tier != "" || start {
+		o.usage.ServiceTier = c.tier
+	}
 	o.hasUsage = true
 }
 
@@ -181,9 +208,10 @@ func (o *StreamObserver) handleOpenAI(data []byte) {
 // scanOpenAIChunk reproduces, and its fallback.
 func (o *StreamObserver) handleOpenAIReference(data []byte) {
 	var c struct {
-		Choices []struct{}      `json:"choices"`
-		Usage   json.RawMessage `json:"usage"`
-		Error   json.RawMessage `json:"error"`
+		Choices     []struct{}      `json:"choices"`
+		Usage       json.RawMessage `json:"usage"`
+		Error       json.RawMessage `json:"error"`
+		ServiceTier json.RawMessage `json:"service_tier"`
 	}
 	if json.Unmarshal(data, &c) != nil {
 		return
@@ -196,6 +224,9 @@ func (o *StreamObserver) handleOpenAIReference(data []byte) {
 		o.content = true
 	}
 	if u, ok := usageFrom(llm.OpenAI, c.Usage); ok {
+		if u.ServiceTier == "" {
+			u.ServiceTier = lenient[string](c.ServiceTier)
+		}
 		o.usage, o.hasUsage = u, true
 	}
 }

@@ -115,19 +115,28 @@ func TestStreamObserverConcurrentReads(t *testing.T) {
 	require.True(t, o.Done())
 }
 
+// FuzzStreamObserver holds the observer to the same view of a stream
+// whatever its chunking, for every protocol and endpoint (kind: 0
+// Anthropic, 1 OpenAI chat, 2 OpenAI Responses).
 func FuzzStreamObserver(f *testing.F) {
-	f.Add(true, []byte(anthropicStream), uint8(5))
-	f.Add(true, []byte(msgStartCache+anthropicStreamError), uint8(1))
-	f.Add(false, []byte(openAIStream), uint8(9))
-	f.Add(false, []byte(openAIStreamError), uint8(0))
-	f.Fuzz(func(t *testing.T, anthropic bool, stream []byte, chunk uint8) {
-		p := llm.OpenAI
-		if anthropic {
+	f.Add(uint8(0), []byte(anthropicStream), uint8(5))
+	f.Add(uint8(0), []byte(msgStartCache+anthropicStreamError), uint8(1))
+	f.Add(uint8(1), []byte(openAIStream), uint8(9))
+	f.Add(uint8(1), []byte(openAIStreamError), uint8(0))
+	f.Add(uint8(2), []byte(responsesStream), uint8(13))
+	f.Add(uint8(2), []byte(responsesStream[:300]+responsesFailed), uint8(2))
+	f.Add(uint8(1), []byte(responsesErrorEvent+responsesIncomplete), uint8(40))
+	f.Fuzz(func(t *testing.T, kind uint8, stream []byte, chunk uint8) {
+		p, e := llm.OpenAI, provider.EndpointChat
+		switch kind % 3 {
+		case 0:
 			p = llm.Anthropic
+		case 2:
+			e = provider.EndpointResponses
 		}
-		whole := provider.NewStreamObserver(p)
+		whole := provider.NewStreamObserverFor(p, e)
 		_, _ = whole.Write(stream)
-		split := provider.NewStreamObserver(p)
+		split := provider.NewStreamObserverFor(p, e)
 		step := int(chunk) + 1
 		for i := 0; i < len(stream); i += step {
 			n, err := split.Write(stream[i:min(i+step, len(stream))])
@@ -139,6 +148,9 @@ func FuzzStreamObserver(f *testing.F) {
 		require.GreaterOrEqual(t, u.OutputTokens, int64(0))
 		require.GreaterOrEqual(t, u.CacheCreationInputTokens, int64(0))
 		require.GreaterOrEqual(t, u.CacheReadInputTokens, int64(0))
+		require.GreaterOrEqual(t, u.CacheCreation5mInputTokens, int64(0))
+		require.GreaterOrEqual(t, u.CacheCreation1hInputTokens, int64(0))
+		require.GreaterOrEqual(t, u.ReasoningTokens, int64(0))
 		wu, wok := whole.Usage()
 		require.Equal(t, wok, ok)
 		require.Equal(t, wu, u)

@@ -17,6 +17,12 @@ type Cost struct {
 	OutputTokens int64
 	// Stream reports whether the request asked for a streamed response.
 	Stream bool
+	// PreviousResponseID is an OpenAI Responses request's
+	// previous_response_id: the provider adds that response's input and
+	// output to InputTokens, which the body does not show (a caller that
+	// remembers its usage adds it), and only the key (project) that created
+	// it can continue it.
+	PreviousResponseID string
 }
 
 // Dimension names one quota dimension in a rate-limit snapshot.

@@ -24,22 +24,28 @@ const (
 	uCompletion
 	uPromptDetails
 	uInputDetails
+	uCacheSplit
+	uOutputDetails
+	uCompletionDetails
+	uServiceTier
 	uFields
 )
 
 var usageNames = [uFields]string{
 	"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
 	"prompt_tokens", "completion_tokens", "prompt_tokens_details", "input_tokens_details",
+	"cache_creation", "output_tokens_details", "completion_tokens_details", "service_tier",
 }
 
-// scanUsageDoc finds the top-level "usage" member of a JSON document and
-// reads it: found is false when there is none (or it is null).
+// scanUsageDoc finds the top-level "usage" (and "service_tier") members of
+// a JSON document and reads them: found is false when there is no usage
+// (or it is null).
 func scanUsageDoc(p llm.Protocol, body []byte) (u llm.Usage, found, ok bool) {
 	s := scan{b: body}
 	if !s.open('{') {
 		return llm.Usage{}, false, false
 	}
-	var usage span
+	var usage, tier span
 	for k := 0; ; k++ {
 		key, plain, done, ok := s.member(k)
 		if !ok || (!done && !plain) {
@@ -52,14 +58,20 @@ func scanUsageDoc(p llm.Protocol, body []byte) (u llm.Usage, found, ok bool) {
 		if !ok {
 			return llm.Usage{}, false, false
 		}
+		var dst *span
 		switch {
 		case string(key) == "usage":
-			if usage.end != 0 {
+			dst = &usage
+		case string(key) == "service_tier":
+			dst = &tier
+		case foldsTo(key, "usage", "service_tier"):
+			return llm.Usage{}, false, false
+		}
+		if dst != nil {
+			if dst.end != 0 {
 				return llm.Usage{}, false, false // a duplicate: the last one wins there
 			}
-			usage = v
-		case foldsTo(key, "usage"):
-			return llm.Usage{}, false, false
+			*dst = v
 		}
 	}
 	s.ws()
@@ -69,7 +81,26 @@ func scanUsageDoc(p llm.Protocol, body []byte) (u llm.Usage, found, ok bool) {
 	if usage.end == 0 {
 		return llm.Usage{}, false, true
 	}
-	return scanUsageObject(p, body[usage.start:usage.end])
+	u, found, ok = scanUsageObject(p, body[usage.start:usage.end])
+	if ok && found && u.ServiceTier == "" && tier.end != 0 {
+		u.ServiceTier, ok = lenientString(body[tier.start:tier.end])
+	}
+	return u, found, ok
+}
+
+// lenientString reads a value as lenient[string] does: a plain string
+// literal is its contents, any other literal but a string is "". A string
+// with escapes or non-ASCII bytes is left to the reference (ok false).
+func lenientString(b []byte) (string, bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", true
+	}
+	s := scan{b: b}
+	v, plain, ok := s.lit()
+	if !ok || !plain || v.end != len(b) {
+		return "", false
+	}
+	return string(b[1 : len(b)-1]), true
 }
 
 // scanUsageObject reads a usage object's counts as usageFrom does.
@@ -81,8 +112,15 @@ func scanUsageObject(p llm.Protocol, b []byte) (llm.Usage, bool, bool) {
 	if !s.open('{') {
 		return llm.Usage{}, false, false
 	}
+	var c usageCounts
 	var vals [uFields]int64
 	var set [uFields]bool
+	ptr := func(i int) *int64 {
+		if !set[i] {
+			return nil
+		}
+		return &vals[i]
+	}
 	for k := 0; ; k++ {
 		key, plain, done, ok := s.member(k)
 		if !ok || (!done && !plain) {
@@ -111,51 +149,56 @@ func scanUsageObject(p llm.Protocol, b []byte) (llm.Usage, bool, bool) {
 			return llm.Usage{}, false, false
 		}
 		set[f] = true
-		var v int64
-		var present bool
-		if f == uPromptDetails || f == uInputDetails {
-			v, present, ok = s.cachedTokens()
-		} else {
-			v, present, ok = s.integer()
+		switch f {
+		case uPromptDetails, uInputDetails:
+			d, present, ok := s.details("cached_tokens", "")
+			if !ok {
+				return llm.Usage{}, false, false
+			}
+			if f == uPromptDetails {
+				c.hasPromptDetails, c.promptCached = present, d[0]
+			} else {
+				c.hasInputDetails, c.inputCached = present, d[0]
+			}
+		case uCacheSplit:
+			d, _, ok := s.details("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+			if !ok {
+				return llm.Usage{}, false, false
+			}
+			c.split5m, c.split1h = d[0], d[1]
+		case uOutputDetails:
+			d, _, ok := s.details("reasoning_tokens", "thinking_tokens")
+			if !ok {
+				return llm.Usage{}, false, false
+			}
+			c.reasoning, c.thinking = d[0], d[1]
+		case uCompletionDetails:
+			d, _, ok := s.details("reasoning_tokens", "")
+			if !ok {
+				return llm.Usage{}, false, false
+			}
+			c.compReasons = d[0]
+		case uServiceTier:
+			v, ok := s.skip()
+			if !ok {
+				return llm.Usage{}, false, false
+			}
+			if c.tier, ok = lenientString(b[v.start:v.end]); !ok {
+				return llm.Usage{}, false, false
+			}
+		default:
+			var present bool
+			if vals[f], present, ok = s.integer(); !ok {
+				return llm.Usage{}, false, false
+			}
+			set[f] = present
 		}
-		if !ok {
-			return llm.Usage{}, false, false
-		}
-		vals[f], set[f] = v, present
 	}
-	var w wireUsage
-	ptr := func(i int) *int64 {
-		if !set[i] {
-			return nil
-		}
-		return &vals[i]
-	}
-	w.InputTokens, w.OutputTokens = ptr(uInput), ptr(uOutput)
-	w.CacheCreationInputTokens, w.CacheReadInputTokens = ptr(uCacheCreation), ptr(uCacheRead)
-	w.PromptTokens, w.CompletionTokens = ptr(uPrompt), ptr(uCompletion)
-	var pd, id struct {
-		CachedTokens *int64 `json:"cached_tokens"`
-	}
-	if set[uPromptDetails] {
-		pd.CachedTokens = cachedPtr(vals[uPromptDetails])
-		w.PromptTokensDetails = &pd
-	}
-	if set[uInputDetails] {
-		id.CachedTokens = cachedPtr(vals[uInputDetails])
-		w.InputTokensDetails = &id
-	}
-	u, found := w.usage(p)
+	c.input, c.output = ptr(uInput), ptr(uOutput)
+	c.cacheCreation, c.cacheRead = ptr(uCacheCreation), ptr(uCacheRead)
+	c.prompt, c.completion = ptr(uPrompt), ptr(uCompletion)
+	u, found := c.usage(p)
 	return u, found, true
-}
-
-// noCachedTokens stands for a details object without cached_tokens.
-const noCachedTokens = -1 << 62
-
-func cachedPtr(v int64) *int64 {
-	if v == noCachedTokens {
-		return nil
-	}
-	return &v
 }
 
 // integer reads a count: an integer literal (present) or null (absent).
@@ -189,58 +232,67 @@ func (s *scan) integer() (v int64, present, ok bool) {
 	return v, true, true
 }
 
-// cachedTokens reads a *_tokens_details object's cached_tokens: present
-// when the object is (v is noCachedTokens when the count is absent).
-func (s *scan) cachedTokens() (v int64, present, ok bool) {
+// details reads a *_details object's counts named a and b ("" for none):
+// each is nil when absent or null. present is false for a null object.
+// Anything but an object of integers and nulls under those names is left
+// to the reference.
+func (s *scan) details(a, b string) (vals [2]*int64, present, ok bool) {
 	if s.null() {
-		return 0, false, true
+		return vals, false, true
 	}
 	if !s.open('{') {
-		return 0, false, false
+		return vals, false, false
 	}
-	v = noCachedTokens
-	seen := false
+	names := [2]string{a, b}
+	var seen [2]bool
 	for k := 0; ; k++ {
 		key, plain, done, ok := s.member(k)
 		if !ok || (!done && !plain) {
-			return 0, false, false
+			return vals, false, false
 		}
 		if done {
-			return v, true, true
+			return vals, true, true
 		}
-		switch {
-		case string(key) == "cached_tokens":
-			if seen {
-				return 0, false, false
+		f := -1
+		for i, n := range names {
+			if n != "" && string(key) == n {
+				f = i
 			}
-			seen = true
-			n, has, ok := s.integer()
-			if !ok {
-				return 0, false, false
+		}
+		if f < 0 {
+			if (a != "" && foldsTo(key, a)) || (b != "" && foldsTo(key, b)) {
+				return vals, false, false
 			}
-			if has {
-				v = n
-			}
-		case foldsTo(key, "cached_tokens"):
-			return 0, false, false
-		default:
 			if _, ok := s.skip(); !ok {
-				return 0, false, false
+				return vals, false, false
 			}
+			continue
+		}
+		if seen[f] {
+			return vals, false, false
+		}
+		seen[f] = true
+		v, has, ok := s.integer()
+		if !ok {
+			return vals, false, false
+		}
+		if has {
+			vals[f] = &v
 		}
 	}
 }
 
 // scanOpenAIChunk reads what the stream observer needs from an OpenAI
 // chunk: whether it has choices, its error (span, when not null) and its
-// usage. ok is false when the reference must decide.
+// usage (with the chunk's service_tier). ok is false when the reference
+// must decide.
 func scanOpenAIChunk(data []byte) (choices bool, errSpan span, u llm.Usage, hasUsage, ok bool) {
 	s := scan{b: data}
 	if !s.open('{') {
 		return false, span{}, llm.Usage{}, false, false
 	}
-	var seen [3]bool
-	var usage span
+	var seen [4]bool
+	var usage, tier span
 	for k := 0; ; k++ {
 		key, plain, done, ok := s.member(k)
 		if !ok || (!done && !plain) {
@@ -257,8 +309,10 @@ func scanOpenAIChunk(data []byte) (choices bool, errSpan span, u llm.Usage, hasU
 			f = 1
 		case "error":
 			f = 2
+		case "service_tier":
+			f = 3
 		default:
-			if foldsTo(key, "choices", "usage", "error") {
+			if foldsTo(key, "choices", "usage", "error", "service_tier") {
 				return false, span{}, llm.Usage{}, false, false
 			}
 		}
@@ -287,6 +341,8 @@ func scanOpenAIChunk(data []byte) (choices bool, errSpan span, u llm.Usage, hasU
 			if string(data[v.start:v.end]) != "null" {
 				errSpan = v
 			}
+		case 3:
+			tier = v
 		}
 	}
 	s.ws()
@@ -297,6 +353,9 @@ func scanOpenAIChunk(data []byte) (choices bool, errSpan span, u llm.Usage, hasU
 		return choices, errSpan, llm.Usage{}, false, true
 	}
 	u, hasUsage, ok = scanUsageObject(llm.OpenAI, data[usage.start:usage.end])
+	if ok && hasUsage && u.ServiceTier == "" && tier.end != 0 {
+		u.ServiceTier, ok = lenientString(data[tier.start:tier.end])
+	}
 	return choices, errSpan, u, hasUsage, ok
 }
 

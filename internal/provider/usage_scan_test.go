@@ -19,6 +19,13 @@ var usageSeeds = []string{
 	`{"usage":{"input_tokens":-3,"output_tokens":"4"}}`, `{"usage":{"input_tokens":1},"usage":{"output_tokens":2}}`,
 	`{"usage":{"prompt_tokens":1,"prompt_tokens_details":null}}`, `[1]`, `{"a":[1,{"b":"\u00e9"}],"usage":{"output_tokens":9}} `,
 	`{"usage":{"input_tokens":1}}x`, `{"usage":{"INPUT_tokens":1}}`, `{"usage":{"prompt_tokens_details":{"cached_tokens":1,"x":[]}}}`,
+	anthropicCachedMessage, responsesObject, embeddingsList,
+	`{"usage":{"input_tokens":5,"output_tokens":6,"cache_creation":"x","service_tier":7,"output_tokens_details":[1]}}`,
+	`{"service_tier":{"x":1},"usage":{"prompt_tokens":1,"completion_tokens":2,"completion_tokens_details":{"reasoning_tokens":null}}}`,
+	`{"service_tier":"a","usage":{"input_tokens":1,"output_tokens":1,"service_tier":"b\u0061tch"}}`,
+	`{"usage":{"input_tokens":1,"cache_creation":{"ephemeral_5m_input_tokens":2,"Ephemeral_1h_input_tokens":3}},"Service_Tier":"x"}`,
+	`{"usage":{"output_tokens":1,"output_tokens_details":{"thinking_tokens":1.5,"reasoning_tokens":2}}}`,
+	`{"usage":{"prompt_tokens":1,"completion_tokens_details":{"reasoning_tokens":3,"reasoning_tokens":4}},"service_tier":"flex"}`,
 }
 
 // FuzzUsageScanMatchesReference holds the usage scanner to encoding/json's
@@ -51,7 +58,10 @@ func FuzzOpenAIChunkScanMatchesReference(f *testing.F) {
 		f.Add(s)
 	}
 	for _, s := range []string{`{"choices":[]}`, `{"choices":null,"usage":{"prompt_tokens":3}}`, `{"choices":[null]}`,
-		`{"choices":[1]}`, `{"error":{"message":"boom","type":"server_error"}}`, `{"error":null,"choices":[{}]}`} {
+		`{"choices":[1]}`, `{"error":{"message":"boom","type":"server_error"}}`, `{"error":null,"choices":[{}]}`,
+		`{"choices":[],"service_tier":"flex","usage":{"prompt_tokens":3,"completion_tokens":1}}`,
+		`{"choices":[{}],"service_tier":"default","usage":null}`, `{"service_tier":1,"usage":{"prompt_tokens":3}}`,
+		`{"Service_tier":"x","usage":{"prompt_tokens":3}}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, chunk string) {
