@@ -23,6 +23,13 @@ import (
 // Config.Store. The server does not close it.
 func WithStore(st jobstore.Store) Option { return func(o *options) { o.store = st } }
 
+// WithSharedStore is WithStore for a store other gateways use too (like a
+// PostgreSQL store named by Config.Store): each flush of the spend reads
+// back what all of them spent, and on a cluster the budgets are shared.
+func WithSharedStore(st jobstore.Store) Option {
+	return func(o *options) { o.store, o.sharedStore = st, true }
+}
+
 // headerClient carries the authenticated client's name to the job service;
 // whatever the caller sent in it is overwritten.
 const headerClient = frontdoor.HeaderClient
@@ -134,7 +141,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	cleaner, err := jobstore.NewJobCleaner(st, jobstore.JobCleanerConfig{Clock: s.clock,
 		SucceededRetention: jc.Retention.Succeeded, DeadRetention: jc.Retention.Dead, CanceledRetention: jc.Retention.Canceled,
-		Leading: s.clusterLeading()}) // cluster.go
+		Leading: s.admit.ClusterLeading()}) // on a cluster, the leader only
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -42,16 +41,15 @@ type engine interface {
 type Option func(*options)
 
 type options struct {
-	clock     clock.Clock
-	logger    *slog.Logger
-	transport http.RoundTripper
-	engines   map[string]engine
-	store     jobstore.Store
-	noListen  bool
-	tracer    trace.TracerProvider
-	// cluster_tenants.go
-	clusterBackend cluster.Backend
-	sharedStore    bool
+	clock          clock.Clock
+	logger         *slog.Logger
+	transport      http.RoundTripper
+	engines        map[string]engine
+	store          jobstore.Store
+	noListen       bool
+	tracer         trace.TracerProvider
+	clusterBackend admit.ClusterBackend // WithClusterBackend (cluster.go)
+	sharedStore    bool                 // WithSharedStore (jobs.go)
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -141,10 +139,7 @@ type Server struct {
 	jobs     atomic.Pointer[jobs.Service] // read by handlers without s.mu
 	cleaner  *jobstore.JobCleaner
 
-	// cluster shares the quotas with other nodes (cluster.go); nil when off.
-	cluster        atomic.Pointer[cluster.Node] // read by handlers without s.mu
-	clusterBackend cluster.Backend
-	clusterGiven   cluster.Backend // WithClusterBackend
+	clusterGiven admit.ClusterBackend // WithClusterBackend
 }
 
 // errShutdown is the cause given to in-flight requests cut off by Stop. It
@@ -224,7 +219,6 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
-	cluster.SetRedisLogger(o.logger) // the Redis client's own messages, as structured lines
 	if o.transport == nil {
 		o.transport = http.DefaultTransport.(*http.Transport).Clone()
 	}

@@ -49,11 +49,10 @@ type ClusterNodeShare struct {
 
 // clusterStatus is the section, nil when sharing is off.
 func (s *Server) clusterStatus() *ClusterStatus {
-	n := s.cluster.Load()
-	if n == nil {
+	st, ok := s.admit.ClusterStatus()
+	if !ok {
 		return nil
 	}
-	st := n.Status()
 	out := &ClusterStatus{Node: st.Node, Leader: st.Leader, Degraded: st.Degraded, LastError: st.LastErr,
 		Upstreams: []ClusterUpstreamStatus{}}
 	for _, m := range st.Members {
