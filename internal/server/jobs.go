@@ -113,17 +113,13 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if s.ownStore != nil || jc.SpoolDir == StoreNone {
 		jc.SpoolDir = spoolDir(jc.SpoolDir, s.cfg.Store) // a store given by the embedder has no path of ours
 	}
-	var obs jobs.Observer // nil (no metrics) unless the metrics have the queue's
-	if s.metrics.jobs != nil {
-		obs = s.metrics.jobs
-	}
 	guard, err := webhook.NewGuard(jc.Webhooks.Allow) // validated with the config
 	if err != nil {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
 	svc, err := jobs.New(jobs.Config{Settings: jc,
 		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
@@ -157,9 +153,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	s.jobs.Store(svc)
 	s.cleaner = cleaner
-	if s.metrics.jobs != nil {
-		s.metrics.jobs.counts.setStore(st)
-	}
+	s.view.SetJobStore(st)
 	return nil
 }
 
@@ -168,9 +162,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 // s.mu must be held.
 func (s *Server) stopJobs(ctx context.Context) error {
 	var errs []error
-	if s.metrics.jobs != nil {
-		s.metrics.jobs.counts.setStore(nil) // scrapes stop reading before the store closes
-	}
+	s.view.SetJobStore(nil) // scrapes and status stop reading before the store closes
 	if svc := s.jobs.Swap(nil); svc != nil {
 		errs = append(errs, svc.Stop(ctx))
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/admit"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -109,16 +111,12 @@ type Server struct {
 	clients   atomic.Pointer[clientSet] // swapped by Reload
 	reloadMu  sync.Mutex                // serializes Reload (reload.go)
 	registry  *prometheus.Registry
-	metrics   *metrics
-	budget    *byteBudget     // request bytes in flight (budget.go)
-	reloads   *reloadMetrics  // reload.go
-	admit     *admit.Layer    // client limits, budgets, fallbacks (internal/admit)
-	live      *live           // outcomes, latencies and client usage (live.go)
-	history   *historySampler // the last minutes, for the dashboard (history.go)
-	// statusJobs caches /v1/status's job counts (status_why.go).
-	statusJobs statusJobs
-	handler    http.Handler
-	noListen   bool
+	view      *opsview.View  // status, history, metrics (internal/opsview)
+	budget    *byteBudget    // request bytes in flight (budget.go)
+	reloads   *reloadMetrics // reload.go
+	admit     *admit.Layer   // client limits, budgets, fallbacks, cluster (internal/admit)
+	handler   http.Handler
+	noListen  bool
 
 	life lifecycle.Base // Start and Stop; runs the listener's Serve
 
@@ -237,17 +235,16 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		clusterGiven:   o.clusterBackend,
 	}
 	s.clients.Store(newClientSet(cfg.Clients))
-	names := make([]string, 0, len(cfg.Upstreams))
-	for _, uc := range cfg.Upstreams {
-		names = append(names, uc.Name)
+	clientNames := make([]string, 0, len(cfg.Clients))
+	for _, c := range cfg.Clients {
+		clientNames = append(clientNames, c.Name)
 	}
-	s.live = newLive(names, cfg.Clients)
-	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
-	s.metrics = newMetrics(s.registry, s)
+	s.view = opsview.New(opsview.Config{Upstreams: cfg.Upstreams, Clients: clientNames, AnonymousClient: AnonymousClient,
+		Registry: s.registry, Jobs: cfg.Store != StoreNone || s.store != nil, Clock: s.clock, Logger: s.log})
 	s.budget = newByteBudget(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
-		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: newAdmitMetrics(s.registry, s)})
+		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
 	if err != nil {
 		return nil, fmt.Errorf("validating config: %w", err)
 	}
@@ -261,7 +258,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		if e, ok := o.engines[uc.Name]; ok {
 			u.engine = e
 		} else {
-			e, err := newEngine(uc, o, s.metrics.observer(uc.Name))
+			e, err := newEngine(uc, o, s.view.Observer(uc.Name))
 			if err != nil {
 				return nil, fmt.Errorf("building dispatcher for upstream %s: %w", uc.Name, err)
 			}
@@ -272,10 +269,15 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		s.order = append(s.order, uc.Name)
 	}
 	engines := map[string]admit.Engine{}
+	read := map[string]opsview.Engine{}
 	for name, u := range s.upstreams {
 		engines[name] = admitEngine{u.engine}
+		if e, ok := u.engine.(opsview.Engine); ok {
+			read[name] = e
+		}
 	}
 	layer.Bind(engines)
+	s.view.Bind(opsview.Sources{Engines: read, Admission: layer, Cluster: layer})
 	s.handler = s.routes()
 	return s, nil
 }
@@ -327,7 +329,7 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /livez", s.serveLivez)
 	mux.HandleFunc("GET /readyz", s.serveReadyz)
-	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
 	mux.HandleFunc("GET /v1/status/history", s.serveHistory)
 	mux.HandleFunc("POST /v1/upstreams/{name}/breaker", s.requireAdmin(s.serveBreaker))
@@ -383,11 +385,11 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	started = append(started, s.stopCluster)
 	// The history sampler reads the engines only.
-	if err := s.history.Start(ctx); err != nil {
+	if err := s.view.Sampler().Start(ctx); err != nil {
 		s.undoStart(ctx, started)
 		return err
 	}
-	started = append(started, s.history.Stop)
+	started = append(started, s.view.Sampler().Stop)
 	// Then the job queue, which hands work to the dispatchers.
 	if err := s.startJobs(ctx); err != nil {
 		s.undoStart(ctx, started)
@@ -517,7 +519,7 @@ func (s *Server) stop(ctx context.Context) error {
 			steps = append(steps, lc.Stop)
 		}
 	}
-	steps = append(steps, s.stopCluster, s.history.Stop)
+	steps = append(steps, s.stopCluster, s.view.Sampler().Stop)
 	errs = append(errs, stopAll(ctx, steps))
 	return errors.Join(errs...)
 }

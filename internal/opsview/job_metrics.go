@@ -1,4 +1,4 @@
-package server
+package opsview
 
 import (
 	"context"
@@ -65,6 +65,15 @@ type jobMetrics struct {
 }
 
 var _ jobs.Observer = (*jobMetrics)(nil)
+
+// JobsObserver returns the job runtime's observer, or nil when the view
+// was made without Config.Jobs (no job queue, no job metrics).
+func (v *View) JobsObserver() jobs.Observer {
+	if v.metrics.jobs == nil {
+		return nil
+	}
+	return v.metrics.jobs
+}
 
 func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, upstreams []string) *jobMetrics {
 	m := &jobMetrics{
