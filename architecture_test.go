@@ -17,7 +17,7 @@ import (
 var allowedImports = map[string][]string{
 	".":                              {"internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/llm", "internal/provider", "internal/webhook", "upstream"},
 	"upstream":                       {},
-	"cmd/sluice":                     {"internal/clock", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/mock", "internal/scenario", "internal/server"},
+	"cmd/sluice":                     {"internal/clock", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/mock", "internal/opsview", "internal/scenario", "internal/server"},
 	"internal/clock":                 {},
 	"internal/lifecycle":             {},
 	"internal/llm":                   {"upstream"},
@@ -30,21 +30,24 @@ var allowedImports = map[string][]string{
 	"internal/jobs":                  {"internal/admit", "internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/provider", "internal/webhook"},
 	"internal/jobsapi":               {"internal/clock", "internal/frontdoor", "internal/jobstore", "internal/llm"},
 	"internal/webhook":               {},
-	"internal/server":                {"internal/admit", "internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "internal/webhook", "upstream"},
+	"internal/server":                {"internal/admit", "internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/opsview", "internal/provider", "internal/webhook", "upstream"},
+	"internal/opsview":               {"internal/admit", "internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/provider", "internal/quota", "upstream"},
 	"internal/pricing":               {"internal/llm", "internal/provider"},
 	"internal/quota":                 {"internal/pricing"},
 	"internal/mock":                  {"internal/clock", "internal/lifecycle"},
 	"internal/cluster":               {"internal/clock", "internal/flow", "internal/lifecycle", "internal/llm"},
 	"internal/cluster/clustertest":   {"internal/cluster", "internal/flow"},
 	"internal/admit":                 {"internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "upstream"},
-	"internal/scenario":              {"internal/clock", "internal/frontdoor", "internal/llm", "internal/mock", "internal/server", "upstream"},
+	"internal/scenario":              {"internal/clock", "internal/frontdoor", "internal/llm", "internal/mock", "internal/opsview", "internal/server", "upstream"},
 }
 
 // TestArchitecture checks every package's imports of the module's own
 // packages against allowedImports: the store and the engine stay apart,
 // the job API stays off the engine and the runtime (no dispatch, no jobs),
-// the mock stays independent of the code it checks, and nothing but the
-// CLI and the scenarios imports the server.
+// the mock stays independent of the code it checks, nothing but the CLI
+// and the scenarios imports the server, and the server reaches the price
+// table, the spend ledger and the cluster only through the admission
+// layer and the operator view.
 func TestArchitecture(t *testing.T) {
 	t.Parallel()
 	const module = "github.com/sluicehq/sluice"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -57,7 +58,7 @@ func runStatus(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writ
 	tty := isFile && isTerminal(f)
 	clk := clock.Real()
 	for {
-		var st server.StatusResponse
+		var st opsview.StatusResponse
 		if _, err := c.call(ctx, "GET", "/v1/status", nil, nil, &st); err != nil {
 			switch {
 			case *watch && ctx.Err() != nil:
@@ -96,7 +97,7 @@ var statusClasses = []string{"critical", "high", "normal", "low"}
 
 // printStatus writes st for a person: one block per upstream, then the
 // clients.
-func printStatus(w io.Writer, base string, st server.StatusResponse) {
+func printStatus(w io.Writer, base string, st opsview.StatusResponse) {
 	now := st.Time
 	fmt.Fprintf(w, "sluice status  %s  at %s\n\n", base, now.Local().Format(time.TimeOnly))
 	for _, u := range st.Upstreams {
@@ -168,7 +169,7 @@ func printStatus(w io.Writer, base string, st server.StatusResponse) {
 	}
 }
 
-func waitingLine(wo *server.WaitingOn, now time.Time) string {
+func waitingLine(wo *opsview.WaitingOn, now time.Time) string {
 	if wo == nil {
 		return "nothing waits"
 	}
@@ -182,7 +183,7 @@ func waitingLine(wo *server.WaitingOn, now time.Time) string {
 	return s
 }
 
-func throttleLine(t *server.ThrottleStatus, now time.Time) string {
+func throttleLine(t *opsview.ThrottleStatus, now time.Time) string {
 	if t == nil {
 		return "none"
 	}

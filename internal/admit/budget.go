@@ -8,6 +8,11 @@ import (
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
+// Prices is the price table budgets are charged at: the gateway's
+// prices: section (docs/budgets.md). The pricing package defines it; the
+// gateway's config names it through the layer that charges at it.
+type Prices = pricing.Config
+
 // Budget is a client's spend budget in US dollars (priced by the price
 // table). A request whose worst-case cost does not fit is refused: 429
 // with retry-after for Day and Month, 402 for Total (docs/budgets.md).

@@ -12,7 +12,6 @@ import (
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/lifecycle"
-	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
 	"github.com/sluicehq/sluice/internal/quota"
 	"github.com/sluicehq/sluice/upstream"
@@ -34,7 +33,7 @@ type Config struct {
 	Clients []Client
 	// Prices is the price table budgets are charged at. Defaults to the
 	// shipped table.
-	Prices pricing.Config
+	Prices Prices
 	// Upstreams are the upstreams' configs, for their protocols, their
 	// classes' default deadlines and their fallbacks. Required for every
 	// engine given to Bind.
@@ -66,8 +65,12 @@ type Layer struct {
 	clients atomic.Pointer[map[string]Client]
 
 	life    lifecycle.Base
-	mu      sync.Mutex // guards tenants
+	mu      sync.Mutex // guards tenants and member
 	tenants *cluster.Tenants
+	member  *membership // the cluster this gateway is a node of (cluster.go); nil when none
+
+	log       *slog.Logger
+	upstreams []upstream.Config // in config order: the cluster node's members
 }
 
 // New returns a Layer for cfg, or an error naming the invalid field.
@@ -85,7 +88,8 @@ func New(cfg Config) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Layer{clock: clk, obs: obs, spend: sp, gates: newGates(clk), router: newRouter(cfg.Upstreams, clk, obs)}
+	l := &Layer{clock: clk, obs: obs, spend: sp, gates: newGates(clk), router: newRouter(cfg.Upstreams, clk, obs),
+		log: log, upstreams: cfg.Upstreams}
 	l.SetClients(cfg.Clients)
 	return l, nil
 }
@@ -120,10 +124,10 @@ func (l *Layer) Stop(ctx context.Context) error {
 	return l.life.Stop(ctx, l.spend.close)
 }
 
-// ShareWith makes the clients' limits and, when the spend is shared
+// shareWith makes the clients' limits and, when the spend is shared
 // through the store, their budgets tenants of the cluster t (started by
-// the caller; StopSharing stops it); timeout bounds a first join's sync.
-func (l *Layer) ShareWith(t *cluster.Tenants, timeout time.Duration) {
+// the caller; stopSharing stops it); timeout bounds a first join's sync.
+func (l *Layer) shareWith(t *cluster.Tenants, timeout time.Duration) {
 	l.mu.Lock()
 	l.tenants = t
 	l.mu.Unlock()
@@ -135,9 +139,9 @@ func (l *Layer) ShareWith(t *cluster.Tenants, timeout time.Duration) {
 	}
 }
 
-// StopSharing gives the cluster tenants' leases back (before the
+// stopSharing gives the cluster tenants' leases back (before the
 // cluster's store closes). It is idempotent.
-func (l *Layer) StopSharing(ctx context.Context) error {
+func (l *Layer) stopSharing(ctx context.Context) error {
 	l.mu.Lock()
 	t := l.tenants
 	l.tenants = nil

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/mock"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/upstream"
 )
 
@@ -408,7 +408,7 @@ func breakerState(ctx context.Context, client *http.Client, gwURL string) string
 		return ""
 	}
 	defer resp.Body.Close()
-	var st server.StatusResponse
+	var st opsview.StatusResponse
 	if json.NewDecoder(resp.Body).Decode(&st) != nil {
 		return ""
 	}

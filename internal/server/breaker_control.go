@@ -7,8 +7,15 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 )
+
+// breakerForcer is implemented by engines whose breaker an operator can
+// reset or open (*dispatch.Dispatcher).
+type breakerForcer interface {
+	ForceBreaker(action, by string) (from, to flow.BreakerState, err error)
+}
 
 // BreakerRequest is the body of POST /v1/upstreams/{name}/breaker.
 type BreakerRequest struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/pricing"
 	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -135,12 +136,12 @@ type httpResult struct {
 }
 
 // status reads /v1/status with key.
-func (r *mockRig) status(t *testing.T, key string) StatusResponse {
+func (r *mockRig) status(t *testing.T, key string) opsview.StatusResponse {
 	t.Helper()
 	res := <-r.sendGet(t, "/v1/status", key)
 	require.NoError(t, res.err)
 	require.Equal(t, http.StatusOK, res.status, string(res.body))
-	var st StatusResponse
+	var st opsview.StatusResponse
 	require.NoError(t, json.Unmarshal(res.body, &st))
 	return st
 }

@@ -14,10 +14,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
-	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
-	"github.com/sluicehq/sluice/internal/pricing"
 	upcfg "github.com/sluicehq/sluice/upstream"
 	"go.yaml.in/yaml/v3"
 )
@@ -76,7 +74,7 @@ type Config struct {
 	// its Store is empty and the job store is PostgreSQL, sharing is on
 	// through the job store's database; on SQLite (or store: none) it is
 	// off. Defaults to the cluster package's defaults.
-	Cluster cluster.Config `yaml:"cluster"`
+	Cluster admit.ClusterConfig `yaml:"cluster"`
 	// MaxBodyBytes is the largest request body accepted on a scheduled
 	// route; larger bodies get 413. Defaults to 32 MiB.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
@@ -127,7 +125,7 @@ type Config struct {
 	// Prices is the price table that costs requests for spend budgets and
 	// the spend metrics (docs/budgets.md). Defaults to the shipped table
 	// (pricing.Shipped), unknown models priced at its dearest price.
-	Prices pricing.Config `yaml:"prices"`
+	Prices admit.Prices `yaml:"prices"`
 }
 
 // ClientConfig is one caller allowed through the gateway.

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/opsview"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -171,7 +172,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// over: they no longer move).
 	code, body = call(t, "GET", base+"/v1/status", "", "")
 	require.Equal(t, http.StatusOK, code)
-	var st StatusResponse
+	var st opsview.StatusResponse
 	require.NoError(t, json.Unmarshal(body, &st))
 	u := st.Upstreams[0]
 	card := `[data-upstream="claude"] `

@@ -17,5 +17,7 @@
 // to retry on their own (x-should-retry: false), because it already did.
 //
 // The server also serves GET /healthz, GET /metrics (Prometheus) and GET
-// /v1/status (per-upstream queue, quota and breaker state).
+// /v1/status (per-upstream queue, quota and breaker state): it
+// authenticates the caller and renders what the operator view
+// (internal/opsview) reports.
 package server

@@ -40,17 +40,16 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	rl.client = cl.name
 	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
-		lu := s.live.upstream(name) // live.go
-		lu.opened(rl, askedPriority(r, cl))
+		done := s.view.Serving(name, rl.id, rl.client, askedPriority(r, cl), rl.start) // /v1/status's open requests
 		s.serveScheduled(sw, r, u, cl, rl, rest)
-		lu.closed(rl)
+		done()
 		if rl.abandoned != nil {
 			// The client left a stream: logged (with the usage the
 			// provider bills) once the engine has read on to it.
 			go func(status int) {
 				<-rl.abandoned.Ended()
 				rl.fromResponse(rl.abandoned)
-				s.metrics.abandonedStream(rl.upstream, rl.abandoned)
+				s.view.StreamAbandoned(rl.upstream, rl.abandoned)
 				s.logRequest(context.Background(), slog.LevelInfo, rl, status)
 				s.finished(rl)
 			}(sw.status)
@@ -82,4 +81,11 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	// Not counted in sluice_requests_total; logged at debug only.
 	rl.outcome = outcomeFor(sw.status)
 	s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)
+}
+
+// askedPriority is the class r will be queued in, for the open requests'
+// list (the body is not read yet; a priority set by the body's metadata is
+// not seen).
+func askedPriority(r *http.Request, cl client) string {
+	return frontdoor.RequestedPriority(r.Header, cl.caller()).String()
 }

@@ -24,6 +24,13 @@ import (
 // Config.Store. The server does not close it.
 func WithStore(st jobstore.Store) Option { return func(o *options) { o.store = st } }
 
+// WithSharedStore is WithStore for a store other gateways use too (like a
+// PostgreSQL store named by Config.Store): each flush of the spend reads
+// back what all of them spent, and on a cluster the budgets are shared.
+func WithSharedStore(st jobstore.Store) Option {
+	return func(o *options) { o.store, o.sharedStore = st, true }
+}
+
 // headerClient carries the authenticated client's name to the job service;
 // whatever the caller sent in it is overwritten.
 const headerClient = frontdoor.HeaderClient
@@ -115,23 +122,16 @@ func (s *Server) startJobs(ctx context.Context) error {
 	if s.ownStore != nil || jc.SpoolDir == StoreNone {
 		jc.SpoolDir = spoolDir(jc.SpoolDir, s.cfg.Store) // a store given by the embedder has no path of ours
 	}
-	// The metrics adapter observes the runtime and the API; nil (no
-	// metrics) unless the metrics have the queue's.
-	var obs jobs.Observer
-	var apiObs jobsapi.Observer
-	if s.metrics.jobs != nil {
-		obs, apiObs = s.metrics.jobs, s.metrics.jobs
-	}
 	guard, err := webhook.NewGuard(jc.Webhooks.Allow) // validated with the config
 	if err != nil {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
 	svc, err := jobs.New(jobs.Config{Settings: jc, WebhookClient: &http.Client{Transport: guard.Transport()},
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer})
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer})
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
 	}
-	api, err := jobsapi.New(jobsapi.Config{Store: st, Runtime: svc, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: apiObs,
+	api, err := jobsapi.New(jobsapi.Config{Store: st, Runtime: svc, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: s.view.JobsAPIObserver(),
 		MaxAttempts: jc.WithDefaults().MaxAttempts, WebhookCheck: guard.CheckURL,
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
@@ -150,7 +150,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	cleaner, err := jobstore.NewJobCleaner(st, jobstore.JobCleanerConfig{Clock: s.clock,
 		SucceededRetention: jc.Retention.Succeeded, DeadRetention: jc.Retention.Dead, CanceledRetention: jc.Retention.Canceled,
-		Leading: s.clusterLeading()}) // cluster.go
+		Leading: s.admit.ClusterLeading()}) // on a cluster, the leader only
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job cleaner: %w", err), s.closeStore())
 	}
@@ -166,9 +166,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	s.jobs.Store(&jobQueue{Service: svc, api: api})
 	s.cleaner = cleaner
-	if s.metrics.jobs != nil {
-		s.metrics.jobs.counts.setStore(st)
-	}
+	s.view.SetJobStore(st)
 	return nil
 }
 
@@ -177,9 +175,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 // s.mu must be held.
 func (s *Server) stopJobs(ctx context.Context) error {
 	var errs []error
-	if s.metrics.jobs != nil {
-		s.metrics.jobs.counts.setStore(nil) // scrapes stop reading before the store closes
-	}
+	s.view.SetJobStore(nil) // scrapes and status stop reading before the store closes
 	if q := s.jobs.Swap(nil); q != nil {
 		errs = append(errs, q.Stop(ctx))
 	}

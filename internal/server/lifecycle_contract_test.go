@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/opsview"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -62,7 +63,9 @@ func TestLifecycleContract(t *testing.T) {
 	}{
 		{"server", func(t *testing.T) lifecycle.Service { return newServer(t) }},
 		{"history sampler", func(t *testing.T) lifecycle.Service {
-			return newHistorySampler(newServer(t), clock.Real(), time.Hour, 3)
+			v := opsview.New(opsview.Config{Upstreams: []upcfg.Config{upstreamCfg}, Clock: clock.Real(),
+				HistoryInterval: time.Hour, HistorySamples: 3})
+			return v.Sampler()
 		}},
 		{"admission layer (spend flusher)", func(t *testing.T) lifecycle.Service {
 			return admissionLayer{l: newServer(t).admit, st: openStore(t)}

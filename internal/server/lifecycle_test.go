@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/opsview"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -161,7 +162,7 @@ func TestEndToEndThroughDispatcher(t *testing.T) {
 	st2, err := http.DefaultClient.Do(sreq)
 	require.NoError(t, err)
 	defer st2.Body.Close()
-	var status StatusResponse
+	var status opsview.StatusResponse
 	require.NoError(t, json.NewDecoder(st2.Body).Decode(&status))
 	require.Len(t, status.Upstreams, 1)
 	require.Equal(t, "closed", status.Upstreams[0].Breaker)

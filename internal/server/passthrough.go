@@ -70,7 +70,7 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 
 // servePassthrough forwards r to the upstream as it is.
 func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request, u *upstream) {
-	s.metrics.passthroughRequest(u.cfg.Name)
+	s.view.CountPassthrough(u.cfg.Name)
 	u.proxy.ServeHTTP(w, r)
 }
 

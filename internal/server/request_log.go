@@ -10,7 +10,32 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/opsview"
 )
+
+// Request outcomes, the values of sluice_requests_total's outcome label
+// and of the request log's outcome.
+const (
+	outcomeSuccess       = "success"        // 2xx relayed
+	outcomeUpstreamError = "upstream_error" // terminal upstream error passed through
+	outcomeGaveUp        = "gave_up"        // Sluice shed or gave up (dispatch.Error)
+	outcomeBadRequest    = "bad_request"    // rejected before scheduling
+	outcomeUnauthorized  = "unauthorized"   // unknown or missing client key
+	outcomeCanceled      = "canceled"       // client went away
+	outcomeError         = "error"          // unexpected engine failure
+	outcomeBudget        = "budget"         // refused by the client's spend budget (internal/admit)
+	outcomeAbandoned     = "abandoned"      // the client left a stream before its end
+)
+
+// priorityUnknown labels requests rejected before their class was known.
+const priorityUnknown = "unknown"
+
+func outcomeFor(status int) string {
+	if status >= 200 && status < 300 {
+		return outcomeSuccess
+	}
+	return outcomeUpstreamError
+}
 
 // requestLine is what the one log line of a proxied request says (msg
 // "request"; the fields are listed in docs/observability.md, "Logs"). It is
@@ -42,11 +67,18 @@ type requestLine struct {
 // outcome records the request's outcome in sluice_requests_total and in
 // its log line: one place, so the two always agree.
 func (s *Server) outcome(rl *requestLine, priority, outcome string) {
-	s.metrics.request(rl.upstream, priority, outcome, clientLabel(s.live.clients.configured, rl.client))
 	if priority == "" {
 		priority = priorityUnknown
 	}
+	s.view.CountRequest(rl.upstream, priority, outcome, rl.client)
 	rl.priority, rl.outcome = priority, outcome
+}
+
+// finished records a scheduled request once it is answered, for the
+// dashboard: its latency per class and its client's usage.
+func (s *Server) finished(rl *requestLine) {
+	s.view.Answered(opsview.Answer{Upstream: rl.upstream, Client: rl.client, Priority: rl.priority, Start: rl.start,
+		Succeeded: rl.outcome == outcomeSuccess, TokensIn: rl.tokensIn, TokensOut: rl.tokensOut})
 }
 
 // fromResponse records what the engine says about a relayed answer:

@@ -14,15 +14,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -41,16 +42,15 @@ type engine interface {
 type Option func(*options)
 
 type options struct {
-	clock     clock.Clock
-	logger    *slog.Logger
-	transport http.RoundTripper
-	engines   map[string]engine
-	store     jobstore.Store
-	noListen  bool
-	tracer    trace.TracerProvider
-	// cluster_tenants.go
-	clusterBackend cluster.Backend
-	sharedStore    bool
+	clock          clock.Clock
+	logger         *slog.Logger
+	transport      http.RoundTripper
+	engines        map[string]engine
+	store          jobstore.Store
+	noListen       bool
+	tracer         trace.TracerProvider
+	clusterBackend admit.ClusterBackend // WithClusterBackend (cluster.go)
+	sharedStore    bool                 // WithSharedStore (jobs.go)
 }
 
 // WithClock sets the clock used for deadlines and timings. Defaults to the
@@ -110,16 +110,12 @@ type Server struct {
 	clients   atomic.Pointer[clientSet] // swapped by Reload
 	reloadMu  sync.Mutex                // serializes Reload (reload.go)
 	registry  *prometheus.Registry
-	metrics   *metrics
-	bodyBytes *bodyBytes      // request bytes in flight (body_bytes.go)
-	reloads   *reloadMetrics  // reload.go
-	admit     *admit.Layer    // client limits, budgets, fallbacks (internal/admit)
-	live      *live           // outcomes, latencies and client usage (live.go)
-	history   *historySampler // the last minutes, for the dashboard (history.go)
-	// statusJobs caches /v1/status's job counts (status_why.go).
-	statusJobs statusJobs
-	handler    http.Handler
-	noListen   bool
+	view      *opsview.View  // status, history, metrics (internal/opsview)
+	bodyBytes *bodyBytes     // request bytes in flight (body_bytes.go)
+	reloads   *reloadMetrics // reload.go
+	admit     *admit.Layer   // client limits, budgets, fallbacks, cluster (internal/admit)
+	handler   http.Handler
+	noListen  bool
 
 	life lifecycle.Base // Start and Stop; runs the listener's Serve
 
@@ -140,10 +136,7 @@ type Server struct {
 	jobs     atomic.Pointer[jobQueue] // read by handlers without s.mu
 	cleaner  *jobstore.JobCleaner
 
-	// cluster shares the quotas with other nodes (cluster.go); nil when off.
-	cluster        atomic.Pointer[cluster.Node] // read by handlers without s.mu
-	clusterBackend cluster.Backend
-	clusterGiven   cluster.Backend // WithClusterBackend
+	clusterGiven admit.ClusterBackend // WithClusterBackend
 }
 
 // errShutdown is the cause given to in-flight requests cut off by Stop. It
@@ -223,7 +216,6 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
-	cluster.SetRedisLogger(o.logger) // the Redis client's own messages, as structured lines
 	if o.transport == nil {
 		o.transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
@@ -242,17 +234,16 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		clusterGiven:   o.clusterBackend,
 	}
 	s.clients.Store(newClientSet(cfg.Clients))
-	names := make([]string, 0, len(cfg.Upstreams))
-	for _, uc := range cfg.Upstreams {
-		names = append(names, uc.Name)
+	clientNames := make([]string, 0, len(cfg.Clients))
+	for _, c := range cfg.Clients {
+		clientNames = append(clientNames, c.Name)
 	}
-	s.live = newLive(names, cfg.Clients)
-	s.history = newHistorySampler(s, s.clock, HistoryIntervalDefault, HistorySamplesDefault)
-	s.metrics = newMetrics(s.registry, s)
+	s.view = opsview.New(opsview.Config{Upstreams: cfg.Upstreams, Clients: clientNames, AnonymousClient: AnonymousClient,
+		Registry: s.registry, Jobs: cfg.Store != StoreNone || s.store != nil, Clock: s.clock, Logger: s.log})
 	s.bodyBytes = newBodyBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
-		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: newAdmitMetrics(s.registry, s)})
+		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
 	if err != nil {
 		return nil, fmt.Errorf("validating config: %w", err)
 	}
@@ -266,7 +257,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		if e, ok := o.engines[uc.Name]; ok {
 			u.engine = e
 		} else {
-			e, err := newEngine(uc, o, s.metrics.observer(uc.Name))
+			e, err := newEngine(uc, o, s.view.Observer(uc.Name))
 			if err != nil {
 				return nil, fmt.Errorf("building dispatcher for upstream %s: %w", uc.Name, err)
 			}
@@ -277,10 +268,15 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		s.order = append(s.order, uc.Name)
 	}
 	engines := map[string]admit.Engine{}
+	read := map[string]opsview.Engine{}
 	for name, u := range s.upstreams {
 		engines[name] = admitEngine{u.engine}
+		if e, ok := u.engine.(opsview.Engine); ok {
+			read[name] = e
+		}
 	}
 	layer.Bind(engines)
+	s.view.Bind(opsview.Sources{Engines: read, Admission: layer, Cluster: layer})
 	s.handler = s.routes()
 	return s, nil
 }
@@ -332,7 +328,7 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /livez", s.serveLivez)
 	mux.HandleFunc("GET /readyz", s.serveReadyz)
-	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
 	mux.HandleFunc("GET /v1/status/history", s.serveHistory)
 	mux.HandleFunc("POST /v1/upstreams/{name}/breaker", s.requireAdmin(s.serveBreaker))
@@ -388,11 +384,11 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	started = append(started, s.stopCluster)
 	// The history sampler reads the engines only.
-	if err := s.history.Start(ctx); err != nil {
+	if err := s.view.Sampler().Start(ctx); err != nil {
 		s.undoStart(ctx, started)
 		return err
 	}
-	started = append(started, s.history.Stop)
+	started = append(started, s.view.Sampler().Stop)
 	// Then the job queue, which hands work to the dispatchers.
 	if err := s.startJobs(ctx); err != nil {
 		s.undoStart(ctx, started)
@@ -522,7 +518,7 @@ func (s *Server) stop(ctx context.Context) error {
 			steps = append(steps, lc.Stop)
 		}
 	}
-	steps = append(steps, s.stopCluster, s.history.Stop)
+	steps = append(steps, s.stopCluster, s.view.Sampler().Stop)
 	errs = append(errs, stopAll(ctx, steps))
 	return errors.Join(errs...)
 }

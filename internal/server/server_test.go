@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -519,7 +520,7 @@ func TestStatusAndMetrics(t *testing.T) {
 	ts := newTestServer(t, nil)
 	ts.do(t, "POST", "/a/v1/messages", anthropicBody, nil)
 	ts.do(t, "POST", "/a/v1/messages", "{", nil)
-	obs := ts.srv.metrics.observer("a")
+	obs := ts.srv.view.Observer("a")
 	obs.Admitted(llm.High, 2*time.Second)
 	obs.Attempted(llm.Overload, 529, 300*time.Millisecond)
 	obs.Retried(llm.Overload)
@@ -543,7 +544,7 @@ func TestStatusAndMetrics(t *testing.T) {
 	}
 	resp, body = ts.do(t, "GET", "/v1/status", "", nil)
 	require.Equal(t, 200, resp.StatusCode)
-	var st StatusResponse
+	var st opsview.StatusResponse
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Len(t, st.Upstreams, 2)
 	require.Equal(t, "a", st.Upstreams[0].Name)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -45,20 +46,20 @@ func budgetClient(b admit.Budget) []ClientConfig {
 
 // readStatus reads /v1/status as an admin (the spend section is theirs
 // only); key must be a client's, which sees no spend section.
-func readStatus(t *testing.T, url, key string) StatusResponse {
+func readStatus(t *testing.T, url, key string) opsview.StatusResponse {
 	t.Helper()
 	code, body := call(t, "GET", url+"/v1/status", key, "")
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.NotContains(t, string(body), `"spend"`, "a client does not see the spend section")
 	code, body = call(t, "GET", url+"/v1/status", "ck-admin", "")
 	require.Equal(t, http.StatusOK, code, string(body))
-	var st StatusResponse
+	var st opsview.StatusResponse
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.NotNil(t, st.Spend)
 	return st
 }
 
-func clientSpend(t *testing.T, st StatusResponse, name string) admit.ClientSpend {
+func clientSpend(t *testing.T, st opsview.StatusResponse, name string) admit.ClientSpend {
 	t.Helper()
 	for _, c := range st.Spend.Clients {
 		if c.Client == name {

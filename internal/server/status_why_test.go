@@ -15,10 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/opsview"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -70,11 +69,11 @@ func (r *statusRig) send(t *testing.T, n int, key, priority string) (cancel func
 	return func() { stop(); wg.Wait() }
 }
 
-func (r *statusRig) status(t *testing.T, key string) StatusResponse {
+func (r *statusRig) status(t *testing.T, key string) opsview.StatusResponse {
 	t.Helper()
 	code, body := call(t, "GET", r.base+"/v1/status", key, "")
 	require.Equal(t, http.StatusOK, code, string(body))
-	var st StatusResponse
+	var st opsview.StatusResponse
 	require.NoError(t, json.Unmarshal(body, &st))
 	return st
 }
@@ -84,7 +83,7 @@ func TestStatusSaysWhyRequestsWait(t *testing.T) {
 	r := newStatusRig(t, 6, []ClientConfig{{Name: "web", Key: "ck-web"}, {Name: "ops", Key: "ck-ops", Role: "admin"}})
 	stop := r.send(t, 6, "ck-web", "low")
 	defer stop()
-	var st StatusResponse
+	var st opsview.StatusResponse
 	require.Eventually(t, func() bool {
 		st = r.status(t, "ck-ops")
 		u := st.Upstreams[0]
@@ -148,7 +147,7 @@ func TestBreakerControl(t *testing.T) {
 
 	hist := r.status(t, "ck-ops").Upstreams[0].BreakerHistory
 	require.Len(t, hist, 2)
-	require.Equal(t, BreakerEventStatus{At: hist[0].At, From: "closed", To: "open", Cause: "operator open"}, hist[0])
+	require.Equal(t, opsview.BreakerEventStatus{At: hist[0].At, From: "closed", To: "open", Cause: "operator open"}, hist[0])
 	require.Equal(t, "operator reset", hist[1].Cause)
 }
 
@@ -163,31 +162,15 @@ func TestBreakerHeldOpenFailsRequestsAtOnce(t *testing.T) {
 	require.Empty(t, r.m.Stats().Overall.ByStatus, "nothing reached the provider")
 }
 
-func TestHistorySampler(t *testing.T) {
+// TestStatusHistoryRoute: GET /v1/status/history answers the history
+// ring (its samples are checked in internal/opsview).
+func TestStatusHistoryRoute(t *testing.T) {
 	t.Parallel()
 	r := newStatusRig(t, 0, nil)
 	for range 3 {
 		code, body := call(t, "POST", r.base+"/claude/v1/messages", "", `{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
 		require.Equal(t, http.StatusOK, code, string(body))
 	}
-	h := newHistorySampler(r.g, r.g.clock, time.Second, 3)
-	t0 := time.Unix(1000, 0)
-	h.sample(t0)
-	lu := r.g.live.upstream("claude")
-	lu.success.Add(4)
-	lu.rate429.Add(2)
-	lu.latency(llm.High, time.Second)
-	lu.latency(llm.High, 3*time.Second)
-	for i := range 3 {
-		h.sample(t0.Add(time.Duration(i+1) * 2 * time.Second))
-	}
-	got := h.history()
-	require.Len(t, got.Upstreams["claude"], 3, "the ring keeps the last 3")
-	first := got.Upstreams["claude"][0]
-	require.Equal(t, OutcomeRates{Success: 2, R429: 1}, first.Rates, "per second over the 2 s interval")
-	require.Equal(t, Quantiles{P50: 1, P95: 3, P99: 3, Count: 2}, first.Latency["high"])
-	require.Equal(t, OutcomeRates{}, got.Upstreams["claude"][2].Rates)
-
 	code, body := call(t, "GET", r.base+"/v1/status/history", "", "")
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Contains(t, string(body), `"interval_seconds":2`)
@@ -196,7 +179,8 @@ func TestHistorySampler(t *testing.T) {
 // TestMetricNamesFollowConventions lints every metric the gateway
 // registers: the families a scrape returns after traffic (promlint: _total
 // on counters only, base units, no camelCase), and every sluice_ name in
-// the package's source, so a metric that has no series yet is checked too.
+// the source of this package and of internal/opsview, so a metric that has
+// no series yet is checked too.
 func TestMetricNamesFollowConventions(t *testing.T) {
 	t.Parallel()
 	r := newStatusRig(t, 0, []ClientConfig{{Name: "web", Key: "ck-web"}})
@@ -218,8 +202,12 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 	for _, mf := range mfs {
 		types[mf.GetName()] = mf.GetType().String()
 	}
+	// The gateway's own metrics and the operator view's (internal/opsview).
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
+	viewFiles, err := filepath.Glob(filepath.Join("..", "opsview", "*.go"))
+	require.NoError(t, err)
+	files = append(files, viewFiles...)
 	nameRE := regexp.MustCompile(`"(sluice_[a-zA-Z0-9_]*)"`)
 	badUnit := regexp.MustCompile(`_(ms|milliseconds|minutes|hours|kb|mb|bytes_total_bytes|percent)(_|$)`)
 	seen := 0
@@ -240,33 +228,4 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		}
 	}
 	require.Greater(t, seen, 20, "the source scan found the metrics")
-}
-
-// TestHistorySamplerLifecycle drives the sampler's own loop on a fake
-// clock: Stop before Start is safe, Start samples at once and then every
-// interval, Stop ends the loop and is idempotent.
-func TestHistorySamplerLifecycle(t *testing.T) {
-	t.Parallel()
-	g, err := New(Config{Store: StoreNone,
-		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}}},
-		WithLogger(discardLogger()))
-	require.NoError(t, err)
-	fc := clock.NewFake(time.Unix(1000, 0))
-	h := newHistorySampler(g, fc, time.Second, 10)
-	require.NoError(t, h.Stop(t.Context()), "safe before Start")
-
-	h = newHistorySampler(g, fc, time.Second, 10)
-	require.NoError(t, h.Start(t.Context()))
-	require.Len(t, h.history().Upstreams["claude"], 1, "a first sample at once")
-	for i := 2; i <= 4; i++ {
-		require.True(t, fc.WaitForTimers(1, 5*time.Second))
-		fc.Advance(time.Second)
-		require.Eventually(t, func() bool { return len(h.history().Upstreams["claude"]) == i }, 5*time.Second, time.Millisecond)
-	}
-	require.NoError(t, h.Stop(t.Context()))
-	require.NoError(t, h.Stop(t.Context()), "idempotent")
-	require.ErrorIs(t, h.Start(t.Context()), lifecycle.ErrStopped, "no restart after Stop")
-	fc.Advance(time.Minute)
-	require.Len(t, h.history().Upstreams["claude"], 4)
-	require.Equal(t, time.Unix(1003, 0).UTC(), h.history().Upstreams["claude"][3].Time)
 }

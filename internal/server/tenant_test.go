@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"net/http"
 	"strings"
 	"testing"
@@ -291,7 +292,7 @@ func TestStatusPerClientDetailsAdminOnly(t *testing.T) {
 	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, map[string]string{"x-api-key": "ck-alice"})
 	require.Equal(t, http.StatusOK, r.StatusCode, string(body))
 	_, body = ts.do(t, "GET", "/v1/status", "", map[string]string{"x-api-key": "ck-root"})
-	var st StatusResponse
+	var st opsview.StatusResponse
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Len(t, st.ClientLimits, 1)
 	require.Equal(t, "alice", st.ClientLimits[0].Client)

@@ -1,4 +1,4 @@
-package server
+package opsview
 
 import (
 	"time"
@@ -47,13 +47,16 @@ type ClusterNodeShare struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// clusterStatus is the section, nil when sharing is off.
-func (s *Server) clusterStatus() *ClusterStatus {
-	n := s.cluster.Load()
-	if n == nil {
+// ClusterStatus is /v1/status's cluster section, nil when the gateway
+// does not share its quotas.
+func (v *View) ClusterStatus() *ClusterStatus {
+	if v.cluster == nil {
 		return nil
 	}
-	st := n.Status()
+	st, ok := v.cluster.ClusterStatus()
+	if !ok {
+		return nil
+	}
 	out := &ClusterStatus{Node: st.Node, Leader: st.Leader, Degraded: st.Degraded, LastError: st.LastErr,
 		Upstreams: []ClusterUpstreamStatus{}}
 	for _, m := range st.Members {
@@ -67,19 +70,4 @@ func (s *Server) clusterStatus() *ClusterStatus {
 		out.Upstreams = append(out.Upstreams, u)
 	}
 	return out
-}
-
-// clusterCheck is /readyz's cluster check: a node on its fallback share
-// still serves (within its conservative share), so it stays ready, and
-// says so.
-func (s *Server) clusterCheck() (ReadyCheck, bool) {
-	cs := s.clusterStatus()
-	if cs == nil {
-		return ReadyCheck{}, false
-	}
-	c := ReadyCheck{Name: "cluster", OK: true, Detail: "sharing quotas as node " + cs.Node}
-	if cs.Degraded {
-		c.Detail = "shared store unreachable: running on a conservative local share (1/N of each quota)"
-	}
-	return c, true
 }

@@ -1,43 +1,18 @@
-package server
+package opsview
 
 import (
 	"errors"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
-
-// Request outcomes, the values of sluice_requests_total's outcome label.
-const (
-	outcomeSuccess       = "success"        // 2xx relayed
-	outcomeUpstreamError = "upstream_error" // terminal upstream error passed through
-	outcomeGaveUp        = "gave_up"        // Sluice shed or gave up (dispatch.Error)
-	outcomeBadRequest    = "bad_request"    // rejected before scheduling
-	outcomeUnauthorized  = "unauthorized"   // unknown or missing client key
-	outcomeCanceled      = "canceled"       // client went away
-	outcomeError         = "error"          // unexpected engine failure
-	outcomeBudget        = "budget"         // refused by the client's spend budget (internal/admit)
-	outcomeAbandoned     = "abandoned"      // the client left a stream before its end
-)
-
-// priorityUnknown labels requests rejected before their class was known.
-const priorityUnknown = "unknown"
-
-func outcomeFor(status int) string {
-	if status >= 200 && status < 300 {
-		return outcomeSuccess
-	}
-	return outcomeUpstreamError
-}
 
 // metrics is the Prometheus edge of the engine: it implements
 // dispatch.Observer (one per upstream) and collects Snapshot gauges on
@@ -58,14 +33,16 @@ type metrics struct {
 	latency     *prometheus.HistogramVec
 	live        *live // the dashboard's counts, fed by the observers
 	// jobs are the job queue's metrics; nil when the queue is disabled.
-	jobs *jobMetrics
-	pool *poolMetrics // metrics_pool.go
+	jobs    *jobMetrics
+	pool    *poolMetrics   // metrics_pool.go
+	admit   *admitMetrics  // metrics_spend.go
+	cluster clusterMetrics // metrics_cluster.go
 }
 
-func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
+func newMetrics(reg *prometheus.Registry, v *View, jobs bool) *metrics {
 	m := &metrics{
 		registry: reg,
-		live:     s.live,
+		live:     v.live,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total",
 			Help: "Scheduled proxy requests by upstream, priority class, outcome and client (a configured client's name, default for a keyless caller of an open gateway, other, unknown).",
@@ -115,30 +92,24 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	}, []string{"upstream", "settled"})
 	reg.MustRegister(m.abandoned)
 	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.rateLimited, m.breaker, m.tokens, m.queueWait, m.latency,
-		&snapshotCollector{s: s},
+		&snapshotCollector{v: v},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.pool = newPoolMetrics(reg, s)
+	m.pool = newPoolMetrics(reg, v)
 	// Pre-create the per-upstream series so dashboards see zeros.
-	names := make([]string, 0, len(s.cfg.Upstreams))
-	for _, u := range s.cfg.Upstreams {
+	for _, u := range v.upstreams {
 		m.passthrough.WithLabelValues(u.Name)
 		m.latency.WithLabelValues(u.Name)
-		names = append(names, u.Name)
 	}
-	if s.cfg.Store != StoreNone || s.store != nil {
-		m.jobs = newJobMetrics(reg, s.clock, s.log, names)
+	if jobs {
+		m.jobs = newJobMetrics(reg, v.clock, v.log, v.order)
 	}
+	m.admit = newAdmitMetrics(reg, v, m.pool)
 	return m
 }
 
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
-}
-
+// request counts a scheduled request; priority is its class, or
+// "unknown" when it was refused before its class was known.
 func (m *metrics) request(upstream, priority, outcome, client string) {
-	if priority == "" {
-		priority = priorityUnknown
-	}
 	m.requests.WithLabelValues(upstream, priority, outcome, client).Inc()
 }
 
@@ -146,7 +117,10 @@ func (m *metrics) passthroughRequest(upstream string) {
 	m.passthrough.WithLabelValues(upstream).Inc()
 }
 
-// observer returns the dispatch.Observer for one upstream.
+// Observer returns the dispatch.Observer of upstream's engine: the
+// Prometheus series and the dashboard's outcome counts.
+func (v *View) Observer(upstream string) dispatch.Observer { return v.metrics.observer(upstream) }
+
 func (m *metrics) observer(upstream string) dispatch.Observer {
 	o := &upstreamObserver{m: m, upstream: upstream, latency: m.latency.WithLabelValues(upstream), live: m.live.upstream(upstream)}
 	for c := range llm.NumPriorities {
@@ -268,4 +242,74 @@ func shedReason(err error) string {
 		}
 	}
 	return "other"
+}
+
+// snapshotCollector turns the dispatchers' snapshots into gauges at scrape
+// time, so nothing is sampled in the background.
+type snapshotCollector struct{ v *View }
+
+var (
+	descQueued = prometheus.NewDesc("sluice_queue_length", "Requests waiting in the queue, by class.",
+		[]string{"upstream", "priority"}, nil)
+	descInFlight = prometheus.NewDesc("sluice_in_flight_requests", "Requests being sent or streamed upstream.",
+		[]string{"upstream"}, nil)
+	descConcLimit = prometheus.NewDesc("sluice_concurrency_limit", "Adaptive concurrency limit.",
+		[]string{"upstream"}, nil)
+	descBucketLevel = prometheus.NewDesc("sluice_bucket_level", "Quota bucket room available now (may be negative), by dimension.",
+		[]string{"upstream", "dimension"}, nil)
+	descBucketLimit = prometheus.NewDesc("sluice_bucket_limit_per_minute", "Quota limit Sluice holds itself to, by dimension.",
+		[]string{"upstream", "dimension"}, nil)
+	descBreaker = prometheus.NewDesc("sluice_breaker_state", "Circuit breaker state: 1 for the current state.",
+		[]string{"upstream", "state"}, nil)
+	descPaused = prometheus.NewDesc("sluice_paused_seconds", "Seconds until the upstream's rate-limit pause ends (0 when not paused).",
+		[]string{"upstream"}, nil)
+	descOldestWait = prometheus.NewDesc("sluice_queue_oldest_wait_seconds", "How long the longest-waiting queued request of each class has waited (0 when the class is empty).",
+		[]string{"upstream", "priority"}, nil)
+)
+
+var breakerStates = []flow.BreakerState{flow.Closed, flow.Open, flow.HalfOpen}
+
+func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueued, descInFlight, descConcLimit, descBucketLevel, descBucketLimit, descBreaker, descPaused, descOldestWait} {
+		ch <- d
+	}
+}
+
+func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.v.clock.Now()
+	for _, name := range c.v.order {
+		e := c.v.engine(name)
+		if e == nil {
+			continue
+		}
+		snap := e.Snapshot()
+		for p, n := range snap.Queued {
+			ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(n), name, llm.Priority(p).String())
+		}
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(snap.InFlight), name)
+		ch <- prometheus.MustNewConstMetric(descConcLimit, prometheus.GaugeValue, float64(snap.ConcurrencyLimit), name)
+		for d, b := range snap.Buckets {
+			if b.Capacity <= 0 {
+				continue
+			}
+			dim := flow.Dim(d).String()
+			ch <- prometheus.MustNewConstMetric(descBucketLevel, prometheus.GaugeValue, b.Level, name, dim)
+			ch <- prometheus.MustNewConstMetric(descBucketLimit, prometheus.GaugeValue, b.Capacity, name, dim)
+		}
+		for _, st := range breakerStates {
+			v := 0.0
+			if snap.Breaker == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descBreaker, prometheus.GaugeValue, v, name, st.String())
+		}
+		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, max(snap.PausedUntil.Sub(now).Seconds(), 0), name)
+		for p, at := range e.Explain().OldestArrival {
+			v := 0.0
+			if !at.IsZero() {
+				v = max(now.Sub(at).Seconds(), 0)
+			}
+			ch <- prometheus.MustNewConstMetric(descOldestWait, prometheus.GaugeValue, v, name, llm.Priority(p).String())
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package server
+package opsview
 
 import (
 	"time"
@@ -34,11 +34,9 @@ type KeyStatus struct {
 	Revoked     uint64 `json:"revoked"`
 }
 
-// poolStatus returns u's keys for /v1/status (nil for an engine without a
-// pool).
-func poolStatus(u *upstream, now time.Time) []KeyStatus {
-	kp, ok := u.engine.(keyPooler)
-	if !ok {
+// poolStatus returns e's keys for /v1/status (nil without an engine).
+func poolStatus(e Engine, now time.Time) []KeyStatus {
+	if e == nil {
 		return nil
 	}
 	buckets := func(bs [flow.NumDims]flow.BucketState) map[string]BucketStatus {
@@ -58,7 +56,7 @@ func poolStatus(u *upstream, now time.Time) []KeyStatus {
 		return &t
 	}
 	var out []KeyStatus
-	for _, k := range kp.Keys() {
+	for _, k := range e.Keys() {
 		ks := KeyStatus{Key: k.Fingerprint, Org: k.Org, InFlight: k.InFlight, MaxConcurrency: k.MaxConcurrency,
 			Buckets: buckets(k.Buckets), Out: k.Out, Requests: k.Requests, RateLimited: k.RateLimited, Revoked: k.Revoked}
 		if k.Org != "" {

@@ -1,15 +1,13 @@
-package server
+package opsview
 
 import (
 	"cmp"
 	"math"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -35,7 +33,13 @@ type liveUpstream struct {
 	mu        sync.Mutex
 	latencies [llm.NumPriorities][]float64 // seconds, since the last take
 	next      [llm.NumPriorities]int
-	open      map[*requestLine]string // scheduled requests being served → their class as asked
+	open      map[*openRequest]string // scheduled requests being served → their class as asked
+}
+
+// openRequest is a scheduled request being served (View.Serving).
+type openRequest struct {
+	id, client string
+	start      time.Time
 }
 
 // openRequestsShown bounds the open requests /v1/status lists (the
@@ -52,19 +56,19 @@ type OpenRequest struct {
 }
 
 // opened and closed track a scheduled request while it is served.
-func (u *liveUpstream) opened(rl *requestLine, priority string) {
+func (u *liveUpstream) opened(rl *openRequest, priority string) {
 	if u == nil {
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.open == nil {
-		u.open = map[*requestLine]string{}
+		u.open = map[*openRequest]string{}
 	}
 	u.open[rl] = priority
 }
 
-func (u *liveUpstream) closed(rl *requestLine) {
+func (u *liveUpstream) closed(rl *openRequest) {
 	if u == nil {
 		return
 	}
@@ -74,14 +78,14 @@ func (u *liveUpstream) closed(rl *requestLine) {
 }
 
 // openRequests returns how many requests are open and the oldest ones.
-func (u *liveUpstream) openRequests(now time.Time, configured []string) (int, []OpenRequest) {
+func (u *liveUpstream) openRequests(now time.Time, label func(string) string) (int, []OpenRequest) {
 	if u == nil {
 		return 0, nil
 	}
 	u.mu.Lock()
 	out := make([]OpenRequest, 0, len(u.open))
 	for rl, p := range u.open {
-		out = append(out, OpenRequest{ID: rl.id, Client: clientLabel(configured, rl.client), Priority: p,
+		out = append(out, OpenRequest{ID: rl.id, Client: label(rl.client), Priority: p,
 			AgeSeconds: math.Round(max(now.Sub(rl.start).Seconds(), 0)*1000) / 1000})
 	}
 	u.mu.Unlock()
@@ -89,15 +93,14 @@ func (u *liveUpstream) openRequests(now time.Time, configured []string) (int, []
 	return len(out), out[:min(len(out), openRequestsShown)]
 }
 
-func newLive(upstreams []string, clients []ClientConfig) *live {
+func newLive(upstreams, clients []string, anonymous string) *live {
 	l := &live{ups: map[string]*liveUpstream{}}
 	for _, u := range upstreams {
 		l.ups[u] = &liveUpstream{}
 	}
 	l.clients.rows = map[string]*ClientUsage{}
-	for _, c := range clients {
-		l.clients.configured = append(l.clients.configured, c.Name)
-	}
+	l.clients.configured = slices.Clone(clients)
+	l.clients.anonymous = anonymous
 	return l
 }
 
@@ -154,13 +157,15 @@ const (
 )
 
 // clientLabel keeps the client label bounded: a configured client's name,
-// AnonymousClient for a keyless caller of an open gateway, "other" for any
-// other key of an open gateway, "unknown" before authentication.
-func clientLabel(configured []string, name string) string {
+// the anonymous client's for a keyless caller of an open gateway, "other"
+// for any other key of an open gateway, "unknown" before authentication.
+func (l *live) clientLabel(name string) string { return l.clients.label(name) }
+
+func (c *clientUsage) label(name string) string {
 	switch {
 	case name == "":
 		return clientUnknown
-	case name == AnonymousClient || slices.Contains(configured, name):
+	case name == c.anonymous || slices.Contains(c.configured, name):
 		return name
 	}
 	return clientOther
@@ -183,12 +188,13 @@ type ClientUsage struct {
 
 type clientUsage struct {
 	configured []string
+	anonymous  string
 	mu         sync.Mutex
 	rows       map[string]*ClientUsage
 }
 
-func (c *clientUsage) record(rl *requestLine, now time.Time) {
-	name := clientLabel(c.configured, rl.client)
+func (c *clientUsage) record(a Answer, now time.Time) {
+	name := c.label(a.Client)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.rows[name]
@@ -197,13 +203,13 @@ func (c *clientUsage) record(rl *requestLine, now time.Time) {
 		c.rows[name] = r
 	}
 	r.Requests++
-	if rl.outcome == outcomeSuccess {
+	if a.Succeeded {
 		r.Succeeded++
 	} else {
 		r.Failed++
 	}
-	r.TokensIn += rl.tokensIn
-	r.TokensOut += rl.tokensOut
+	r.TokensIn += a.TokensIn
+	r.TokensOut += a.TokensOut
 	t := now.UTC()
 	r.LastSeen = &t
 }
@@ -232,23 +238,4 @@ func (c *clientUsage) list() []ClientUsage {
 		out = append(out, *c.rows[n])
 	}
 	return out
-}
-
-// finished records a scheduled request once it is answered: its latency
-// per class and its client's usage. (Outcomes per second count upstream
-// attempts, jobs' included: the observer records them.)
-func (s *Server) finished(rl *requestLine) {
-	now := s.clock.Now()
-	u := s.live.upstream(rl.upstream)
-	if p, err := llm.ParsePriority(rl.priority); err == nil {
-		u.latency(p, now.Sub(rl.start))
-	}
-	s.live.clients.record(rl, now)
-}
-
-// askedPriority is the class r will be queued in, for the open requests'
-// list (the body is not read yet; a priority set by the body's metadata is
-// not seen).
-func askedPriority(r *http.Request, cl client) string {
-	return frontdoor.RequestedPriority(r.Header, cl.caller()).String()
 }

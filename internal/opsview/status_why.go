@@ -1,9 +1,8 @@
-package server
+package opsview
 
 import (
 	"context"
 	"math"
-	"net/http"
 	"sync"
 	"time"
 
@@ -16,18 +15,6 @@ import (
 // The "why it waits" part of /v1/status: what each upstream's queue head
 // waits on, the oldest wait per class, the breaker's history, the last
 // 429/529 and the job queue's counts.
-
-// explainer is implemented by engines that can say why requests wait
-// (*dispatch.Dispatcher).
-type explainer interface {
-	Explain() dispatch.Explain
-}
-
-// breakerForcer is implemented by engines whose breaker an operator can
-// reset or open (*dispatch.Dispatcher).
-type breakerForcer interface {
-	ForceBreaker(action, by string) (from, to flow.BreakerState, err error)
-}
 
 // WaitingOn says what the head of an upstream's queue waits on; null in
 // /v1/status when nothing waits.
@@ -115,13 +102,9 @@ type HeldClient struct {
 	Until *time.Time `json:"until,omitempty"`
 }
 
-// explain fills st's why-it-waits fields from the engine, if it can tell.
-func explain(st *UpstreamStatus, e engine, now time.Time) {
-	ex, ok := e.(explainer)
-	if !ok {
-		return
-	}
-	x := ex.Explain()
+// explain fills st's why-it-waits fields from the engine.
+func explain(st *UpstreamStatus, e Engine, now time.Time) {
+	x := e.Explain()
 	if x.Waiting.Reason != "" {
 		w := &WaitingOn{Reason: x.Waiting.Reason, Dimension: x.Waiting.Dimension, Key: x.Waiting.Key}
 		if !x.Waiting.Until.IsZero() {
@@ -174,34 +157,33 @@ type statusJobs struct {
 // jobCountsFor returns the durable queue's counts per upstream (nil when
 // the queue is not running or the store does not answer in time), read at
 // most once per JobCountMaxAge.
-func (s *Server) jobCountsFor(ctx context.Context) map[string]*JobCounts {
-	if s.jobs.Load() == nil {
+func (v *View) jobCountsFor(ctx context.Context) map[string]*JobCounts {
+	if v.jobs() == nil {
 		return nil
 	}
-	c := &s.statusJobs
+	c := &v.statusJobs
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now := s.clock.Now(); c.at.IsZero() || now.Sub(c.at) >= JobCountMaxAge {
-		c.counts, c.at = s.readJobCounts(ctx), now
+	if now := v.clock.Now(); c.at.IsZero() || now.Sub(c.at) >= JobCountMaxAge {
+		c.counts, c.at = v.readJobCounts(ctx), now
 	}
 	return c.counts
 }
 
-func (s *Server) readJobCounts(ctx context.Context) map[string]*JobCounts {
-	svc := s.jobs.Load()
-	if svc == nil {
+func (v *View) readJobCounts(ctx context.Context) map[string]*JobCounts {
+	st := v.jobs()
+	if st == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, JobCountTimeout)
 	defer cancel()
-	st := svc.Store()
-	live, err := st.CountLive(ctx, s.clock.Now())
+	live, err := st.CountLive(ctx, v.clock.Now())
 	if err != nil {
-		s.log.Warn("counting jobs for /v1/status", "err", err)
+		v.log.Warn("counting jobs for /v1/status", "err", err)
 		return nil
 	}
 	out := map[string]*JobCounts{}
-	for _, name := range s.order {
+	for _, name := range v.order {
 		out[name] = &JobCounts{}
 	}
 	for _, l := range live {
@@ -210,19 +192,13 @@ func (s *Server) readJobCounts(ctx context.Context) map[string]*JobCounts {
 		}
 		out[l.Upstream].Queued, out[l.Upstream].Delayed, out[l.Upstream].Running = l.Queued, l.Delayed, l.Running
 	}
-	for _, name := range s.order {
+	for _, name := range v.order {
 		page, err := st.List(ctx, jobstore.ListParams{State: jobstore.StateDead, Upstream: name, Limit: jobstore.ListLimitMax})
 		if err != nil {
-			s.log.Warn("counting dead jobs for /v1/status", "err", err)
+			v.log.Warn("counting dead jobs for /v1/status", "err", err)
 			continue
 		}
 		out[name].Dead, out[name].DeadCapped = len(page.Jobs), page.Next != 0
 	}
 	return out
-}
-
-func writeStatusUnauthorized(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusUnauthorized)
-	_, _ = w.Write([]byte(`{"type":"error","error":{"type":"authentication_error","message":"invalid or missing Sluice client key"}}`))
 }

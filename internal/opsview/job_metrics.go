@@ -1,4 +1,4 @@
-package server
+package opsview
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
@@ -65,6 +66,24 @@ type jobMetrics struct {
 }
 
 var _ jobs.Observer = (*jobMetrics)(nil)
+
+// JobsObserver returns the job runtime's observer, or nil when the view
+// was made without Config.Jobs (no job queue, no job metrics).
+func (v *View) JobsObserver() jobs.Observer {
+	if v.metrics.jobs == nil {
+		return nil
+	}
+	return v.metrics.jobs
+}
+
+// JobsAPIObserver is the job API's observer (its submissions), nil
+// without the queue's metrics.
+func (v *View) JobsAPIObserver() jobsapi.Observer {
+	if v.metrics.jobs == nil {
+		return nil
+	}
+	return v.metrics.jobs
+}
 
 func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, upstreams []string) *jobMetrics {
 	m := &jobMetrics{

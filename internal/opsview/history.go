@@ -1,11 +1,9 @@
-package server
+package opsview
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"net/http"
 	"sync"
 	"time"
 
@@ -64,11 +62,11 @@ type HistoryResponse struct {
 	Upstreams       map[string][]HistorySample `json:"upstreams"`
 }
 
-// historySampler samples the gateway every interval into a ring. It has
+// HistorySampler samples the gateway every interval into a ring. It has
 // its own lifecycle (lifecycle.Base); Stop is idempotent and safe before
 // Start.
-type historySampler struct {
-	s        *Server
+type HistorySampler struct {
+	v        *View
 	clock    clock.Clock
 	interval time.Duration
 	size     int
@@ -81,13 +79,13 @@ type historySampler struct {
 	prevAt time.Time
 }
 
-func newHistorySampler(s *Server, clk clock.Clock, interval time.Duration, size int) *historySampler {
-	return &historySampler{s: s, clock: clk, interval: interval, size: size,
+func newHistorySampler(v *View, clk clock.Clock, interval time.Duration, size int) *HistorySampler {
+	return &HistorySampler{v: v, clock: clk, interval: interval, size: size,
 		rings: map[string][]HistorySample{}, prev: map[string][4]uint64{}}
 }
 
 // Start samples once now, then every interval until Stop.
-func (h *historySampler) Start(ctx context.Context) error {
+func (h *HistorySampler) Start(ctx context.Context) error {
 	err := h.life.Start(ctx, func(run context.Context) error {
 		h.sample(h.clock.Now())
 		h.life.Go(func() { h.loop(run) })
@@ -99,7 +97,7 @@ func (h *historySampler) Start(ctx context.Context) error {
 	return nil
 }
 
-func (h *historySampler) loop(ctx context.Context) {
+func (h *HistorySampler) loop(ctx context.Context) {
 	t := h.clock.NewTimer(h.interval)
 	defer t.Stop()
 	for {
@@ -114,33 +112,33 @@ func (h *historySampler) loop(ctx context.Context) {
 }
 
 // Stop ends the sampling and waits for the loop to exit (or ctx).
-func (h *historySampler) Stop(ctx context.Context) error {
+func (h *HistorySampler) Stop(ctx context.Context) error {
 	if err := h.life.Stop(ctx, nil); err != nil {
 		return fmt.Errorf("stopping the history sampler: %w", err)
 	}
 	return nil
 }
 
-func (h *historySampler) sample(now time.Time) {
+func (h *HistorySampler) sample(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sampleLocked(now)
 }
 
-func (h *historySampler) sampleLocked(now time.Time) {
+func (h *HistorySampler) sampleLocked(now time.Time) {
 	dt := now.Sub(h.prevAt).Seconds()
 	first := h.prevAt.IsZero()
 	h.prevAt = now
-	for _, name := range h.s.order {
+	for _, name := range h.v.order {
 		sm := HistorySample{Time: now.UTC(), Queued: map[string]int{}, Latency: map[string]Quantiles{}}
-		if sn, ok := h.s.upstreams[name].engine.(snapshotter); ok {
-			snap := sn.Snapshot()
+		if e := h.v.engine(name); e != nil {
+			snap := e.Snapshot()
 			for c, n := range snap.Queued {
 				sm.Queued[llm.Priority(c).String()] = n
 			}
 			sm.InFlight = snap.InFlight
 		}
-		if lu := h.s.live.upstream(name); lu != nil {
+		if lu := h.v.live.upstream(name); lu != nil {
 			cur := [4]uint64{lu.success.Load(), lu.rate429.Load(), lu.over529.Load(), lu.shed.Load()}
 			if p, ok := h.prev[name]; ok && !first && dt > 0 {
 				rate := func(i int) float64 { return math.Round(float64(cur[i]-p[i])/dt*100) / 100 }
@@ -162,22 +160,12 @@ func (h *historySampler) sampleLocked(now time.Time) {
 	}
 }
 
-func (h *historySampler) history() HistoryResponse {
+func (h *HistorySampler) history() HistoryResponse {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := HistoryResponse{IntervalSeconds: h.interval.Seconds(), Upstreams: map[string][]HistorySample{}}
-	for _, name := range h.s.order {
+	for _, name := range h.v.order {
 		out.Upstreams[name] = append([]HistorySample{}, h.rings[name]...)
 	}
 	return out
-}
-
-// serveHistory answers GET /v1/status/history (same access as /v1/status).
-func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.clientSet().authenticate(r.Header); !ok {
-		writeStatusUnauthorized(w)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s.history.history())
 }

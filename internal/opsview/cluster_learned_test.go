@@ -1,4 +1,4 @@
-package server
+package opsview
 
 import (
 	"encoding/json"

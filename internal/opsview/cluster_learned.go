@@ -1,18 +1,10 @@
-package server
+package opsview
 
 import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
 )
-
-// Heard implements cluster.Learner: the provider reports this node's
-// dispatcher received.
-func (m clusterMember) Heard() []flow.ClusterReport { return m.d.ClusterReports() }
-
-// Adopt implements cluster.Learner: the cluster's latest reports, applied
-// to the dispatcher.
-func (m clusterMember) Adopt(ls []flow.ClusterReport) { m.d.AdoptClusterReports(ls) }
 
 // ClusterLearned is one dimension of one provider key's latest report as
 // the cluster shares it: the limit learned from the headers and the node

@@ -1,4 +1,4 @@
-package server
+package opsview
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,13 +15,17 @@ import (
 type admitMetrics struct {
 	spentUSD *prometheus.CounterVec
 	refusals *prometheus.CounterVec
-	s        *Server
+	pool     *poolMetrics // the fallbacks' counter
 }
 
 var _ admit.Observer = (*admitMetrics)(nil)
 
-func newAdmitMetrics(reg *prometheus.Registry, s *Server) *admitMetrics {
-	m := &admitMetrics{s: s,
+// AdmitObserver returns the admission layer's observer: the spend,
+// budget refusal and fallback series.
+func (v *View) AdmitObserver() admit.Observer { return v.metrics.admit }
+
+func newAdmitMetrics(reg *prometheus.Registry, v *View, pool *poolMetrics) *admitMetrics {
+	m := &admitMetrics{pool: pool,
 		spentUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_spend_usd_total",
 			Help: "US dollars spent (settled at the price table) since the gateway started, by client, upstream and price-table model.",
@@ -31,7 +35,7 @@ func newAdmitMetrics(reg *prometheus.Registry, s *Server) *admitMetrics {
 			Help: "Requests refused by their client's spend budget, by window (day, month, total) and reason (exhausted, pending, too_large, unknown_model).",
 		}, []string{"client", "window", "reason"}),
 	}
-	reg.MustRegister(m.spentUSD, m.refusals, &budgetCollector{s: s})
+	reg.MustRegister(m.spentUSD, m.refusals, &budgetCollector{v: v})
 	return m
 }
 
@@ -47,7 +51,7 @@ func (m *admitMetrics) BudgetRefused(client, window, reason string) {
 
 // FallbackTaken implements admit.Observer.
 func (m *admitMetrics) FallbackTaken(upstream, fallback, reason string) {
-	m.s.metrics.fallbackTaken(upstream, fallback, reason)
+	m.pool.fallbackTaken(upstream, fallback, reason)
 }
 
 var (
@@ -60,7 +64,7 @@ var (
 )
 
 // budgetCollector reads the ledger on scrape: O(clients).
-type budgetCollector struct{ s *Server }
+type budgetCollector struct{ v *View }
 
 func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- reservedDesc
@@ -69,10 +73,10 @@ func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.s.admit == nil {
+	if c.v.admission == nil {
 		return
 	}
-	for _, a := range c.s.admit.Accounts(c.s.clock.Now()) {
+	for _, a := range c.v.admission.Accounts(c.v.clock.Now()) {
 		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, a.Day.Reserved.Dollars(), a.Client)
 		for _, w := range quota.Windows {
 			u := a.Of(w)

@@ -1,10 +1,9 @@
-package server
+package opsview
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/admit"
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
 )
 
@@ -14,18 +13,13 @@ type poolMetrics struct {
 	fallbacks *prometheus.CounterVec
 }
 
-// keyPooler is an engine with a key pool (*dispatch.Dispatcher).
-type keyPooler interface {
-	Keys() []dispatch.KeyState
-}
-
-func newPoolMetrics(reg *prometheus.Registry, s *Server) *poolMetrics {
+func newPoolMetrics(reg *prometheus.Registry, v *View) *poolMetrics {
 	p := &poolMetrics{fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_fallbacks_total",
 		Help: "Requests sent to a fallback upstream, by primary, fallback and reason (unavailable, deadline).",
 	}, []string{"upstream", "fallback", "reason"})}
-	reg.MustRegister(p.fallbacks, &keyCollector{s: s})
-	for _, u := range s.cfg.Upstreams {
+	reg.MustRegister(p.fallbacks, &keyCollector{v: v})
+	for _, u := range v.upstreams {
 		for _, f := range u.Fallbacks {
 			for _, r := range []string{admit.FallbackUnavailable, admit.FallbackDeadline} {
 				p.fallbacks.WithLabelValues(u.Name, f.Upstream, r)
@@ -35,11 +29,8 @@ func newPoolMetrics(reg *prometheus.Registry, s *Server) *poolMetrics {
 	return p
 }
 
-func (m *metrics) fallbackTaken(upstream, fallback, reason string) {
-	if m == nil || m.pool == nil {
-		return
-	}
-	m.pool.fallbacks.WithLabelValues(upstream, fallback, reason).Inc()
+func (p *poolMetrics) fallbackTaken(upstream, fallback, reason string) {
+	p.fallbacks.WithLabelValues(upstream, fallback, reason).Inc()
 }
 
 var (
@@ -60,7 +51,7 @@ var (
 )
 
 // keyCollector reads every pool's keys on scrape.
-type keyCollector struct{ s *Server }
+type keyCollector struct{ v *View }
 
 func (c *keyCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{keyRequestsDesc, keyRateLimitedDesc, keyRevokedDesc, keyBucketDesc, keyPausedDesc, keyOutDesc, keyInFlightDesc} {
@@ -69,13 +60,13 @@ func (c *keyCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
-	now := c.s.clock.Now()
-	for _, name := range c.s.order {
-		kp, ok := c.s.upstreams[name].engine.(keyPooler)
-		if !ok {
+	now := c.v.clock.Now()
+	for _, name := range c.v.order {
+		e := c.v.engine(name)
+		if e == nil {
 			continue
 		}
-		for _, k := range kp.Keys() {
+		for _, k := range e.Keys() {
 			ch <- prometheus.MustNewConstMetric(keyRequestsDesc, prometheus.CounterValue, float64(k.Requests), name, k.Fingerprint)
 			ch <- prometheus.MustNewConstMetric(keyRateLimitedDesc, prometheus.CounterValue, float64(k.RateLimited), name, k.Fingerprint)
 			ch <- prometheus.MustNewConstMetric(keyRevokedDesc, prometheus.CounterValue, float64(k.Revoked), name, k.Fingerprint)
