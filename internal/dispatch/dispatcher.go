@@ -113,9 +113,9 @@ func New(c Config) (*Dispatcher, error) {
 		drained:  make(chan struct{}),
 	}
 	if cfg.RoomCap > 0 {
-		// Until the urgent classes are seen, the room their first burst
-		// may need: the cap (flow.BurstRoom.Prime).
-		d.room.Prime(flow.PrimeSeconds, now)
+		// Until the urgent classes are seen, the batch class leaves the
+		// room their first burst may need: the cap (flow.BurstRoom.Prime).
+		d.room.Prime(llm.Low, flow.PrimeSeconds, now)
 	}
 	if d.keys, err = newPool(cfg, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)

@@ -20,6 +20,21 @@ type bucket struct {
 	last     time.Time
 	scale    float64 // refill-rate multiplier from SlowDown; 0 means 1
 	share    float64 // this node's share of the capacity (SetShare); 0 means 1
+	// seen is the most the provider has reported this bucket holding
+	// (Observe's sure level); 0 before any report. A provider may keep a
+	// shallower bucket than depth (a per-minute limit enforced over a
+	// second): the level never exceeds what it reports, so a room kept
+	// for urgent classes is a share of what it was seen to hold.
+	seen float64
+}
+
+// roomDepth bounds the depth a room for urgent classes (Keep) is a share
+// of: dep, or what the provider was seen to hold when that is less.
+func (b *bucket) roomDepth(dep float64) float64 {
+	if b.seen > 0 {
+		return math.Min(dep, b.seen*b.part())
+	}
+	return dep
 }
 
 // part is the node's share of the bucket: 1 unless SetShare said less.

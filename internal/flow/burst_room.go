@@ -81,20 +81,19 @@ func NewBurstRoom(memory time.Duration) *BurstRoom {
 // the cap (a share of the depth) is what bounds it.
 const PrimeSeconds = 60
 
-// Prime assumes that the urgent classes' bursts may need seconds of refill
-// in every dimension, as if that backlog had been reached at now:
-// remembered for the memory, then decaying like a burst seen. A gateway
-// that has just started has seen none of its urgent traffic, and the
-// first burst would otherwise find the buckets a batch had emptied. With
-// memory <= 0 it does nothing.
-func (r *BurstRoom) Prime(seconds float64, now time.Time) {
-	if r.memory <= 0 || seconds <= 0 {
+// Prime assumes that the bursts of the classes more urgent than c may
+// need seconds of refill in every dimension, as if that backlog had been
+// reached at now: remembered for the memory, then decaying like a burst
+// seen. A gateway that has just started has seen none of its urgent
+// traffic, and the first burst would otherwise find the buckets a batch
+// (the low class) had emptied. Only class c keeps the primed room. With
+// memory <= 0, or c critical, it does nothing.
+func (r *BurstRoom) Prime(c llm.Priority, seconds float64, now time.Time) {
+	if r.memory <= 0 || seconds <= 0 || !c.Valid() || c == llm.Critical {
 		return
 	}
-	for p := range r.peaks {
-		for d := range NumDims {
-			r.peaks[p][d].add(seconds, now)
-		}
+	for d := range NumDims {
+		r.peaks[c-1][d].add(seconds, now)
 	}
 }
 

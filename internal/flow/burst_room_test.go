@@ -87,28 +87,32 @@ func TestBurstRoomHoldsThenDecays(t *testing.T) {
 }
 
 // TestBurstRoomPrimed: before the urgent classes are seen, a primed room
-// keeps PrimeSeconds for every class below critical in every dimension,
-// held for the memory and then decaying like a burst; bursts seen are
-// remembered beside it; without memory, priming does nothing.
+// keeps PrimeSeconds for the primed class only, in every dimension, held
+// for the memory and then decaying like a burst; bursts seen are
+// remembered beside it; without memory, or for critical, priming does
+// nothing.
 func TestBurstRoomPrimed(t *testing.T) {
 	t.Parallel()
 	r := flow.NewBurstRoom(time.Minute)
-	r.Prime(flow.PrimeSeconds, t0)
-	for _, c := range []llm.Priority{llm.High, llm.Normal, llm.Low} {
-		s := r.Seconds(c, t0.Add(59*time.Second))
-		for d := range flow.NumDims {
-			require.InDelta(t, flow.PrimeSeconds, s[d], 1e-9, "%v dim %d held for the memory", c, d)
-		}
+	r.Prime(llm.Low, flow.PrimeSeconds, t0)
+	s := r.Seconds(llm.Low, t0.Add(59*time.Second))
+	for d := range flow.NumDims {
+		require.InDelta(t, flow.PrimeSeconds, s[d], 1e-9, "dim %d held for the memory", d)
 	}
-	require.Zero(t, r.Seconds(llm.Critical, t0)[flow.Requests], "critical keeps nothing")
+	for _, c := range []llm.Priority{llm.Critical, llm.High, llm.Normal} {
+		require.Zero(t, r.Seconds(c, t0)[flow.Requests], "%v keeps nothing primed", c)
+	}
 	low := func(at time.Duration) float64 { return r.Seconds(llm.Low, t0.Add(at))[flow.Requests] }
 	require.InDelta(t, flow.PrimeSeconds*math.Exp(-1), low(2*time.Minute), 1e-9, "then decays")
 	burst(r, llm.Critical, flow.Amount{flow.Requests: 1}, flow.Amount{flow.Requests: 1}, 9*time.Minute, 4)
 	require.InDelta(t, 4, low(9*time.Minute+30*time.Second), 0.01, "a burst seen once the prime decayed is the room")
 
 	none := flow.NewBurstRoom(0)
-	none.Prime(flow.PrimeSeconds, t0)
+	none.Prime(llm.Low, flow.PrimeSeconds, t0)
 	require.Zero(t, none.Seconds(llm.Low, t0)[flow.Requests], "no memory: nothing primed")
+	crit := flow.NewBurstRoom(time.Minute)
+	crit.Prime(llm.Critical, flow.PrimeSeconds, t0)
+	require.Zero(t, crit.Seconds(llm.High, t0)[flow.Requests])
 }
 
 // burst records n arrivals of class c at t0+at.

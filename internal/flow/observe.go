@@ -101,6 +101,7 @@ func (l *Limiter) observe(obs map[Dim]Observation, since Mark, now time.Time, ra
 		}
 		b.settle(now)
 		sure := math.Max(o.Remaining-max(o.Precision, 0), 0) // what the provider surely holds
+		b.seen = math.Max(b.seen, sure)
 		if raise {
 			l.buckets.deepen(d, sure)
 		}

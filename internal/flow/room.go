@@ -24,9 +24,9 @@ type Keep struct {
 // headroom and the learned room (capped).
 func (s *bucketSet) hold(d Dim, k Keep) float64 {
 	b := &s.b[d]
-	h := k.Share * s.headroomDepth(b)
+	h := k.Share * b.roomDepth(s.headroomDepth(b))
 	if s := k.Seconds[d]; s > 0 && k.Cap > 0 {
-		h = math.Max(h, math.Min(s*b.rate(), k.Cap*b.dep()))
+		h = math.Max(h, math.Min(s*b.rate(), k.Cap*b.roomDepth(b.dep())))
 	}
 	return h
 }
