@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +50,9 @@ type Config struct {
 	// off (the gateway's to decide).
 	Store string `yaml:"store"`
 	// NodeID names this node in the shared state, at most 200 characters.
-	// Defaults to hostname-pid.
+	// Two processes must not share one. Defaults to hostname-pid-xxxxxx,
+	// with 6 random hex digits drawn once per process, so containers that
+	// share a hostname and a pid (1) still differ.
 	NodeID string `yaml:"node_id"`
 	// SyncInterval is how often each upstream's lease is renewed and its
 	// share recomputed, at least 10ms. Defaults to 500ms
@@ -65,10 +66,7 @@ type Config struct {
 
 // WithDefaults fills the zero fields but Store. It is pure.
 func (c Config) WithDefaults() Config {
-	if c.NodeID == "" {
-		h, _ := os.Hostname()
-		c.NodeID = fmt.Sprintf("%s-%d", h, os.Getpid())
-	}
+	c.NodeID = cmp.Or(c.NodeID, defaultNodeID())
 	c.SyncInterval = cmp.Or(c.SyncInterval, SyncIntervalDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	return c
