@@ -27,10 +27,11 @@ func WithSharedStore(st jobstore.Store) Option {
 // admission layer's tenants; it stops them). s.mu is held.
 func (s *Server) startTenants(ctx context.Context, b cluster.Backend) error {
 	cfg := s.cfg.Cluster
+	var id *cluster.Identity // the node's: both sync, and rename, as one process
 	if n := s.cluster.Load(); n != nil {
-		cfg.NodeID = n.ID()
+		id = n.Identity()
 	}
-	t, err := cluster.NewTenants(cfg, b, s.clock, s.log)
+	t, err := cluster.NewTenants(cfg, id, b, s.clock, s.log)
 	if err != nil {
 		return fmt.Errorf("sharing client limits with the cluster: %w", err)
 	}
