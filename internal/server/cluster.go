@@ -109,6 +109,16 @@ func (s *Server) clusterLeading() func() bool {
 	return n.IsLeader
 }
 
+// clusterNodeID is the job queue's lease owner: on a cluster, the node id
+// in use when the queue starts, so a job's lease names its node as the
+// cluster does; "" (the queue's own hostname-pid) when sharing is off.
+func (s *Server) clusterNodeID() string {
+	if n := s.cluster.Load(); n != nil {
+		return n.ID()
+	}
+	return ""
+}
+
 // poolSecret is what names an upstream's quota in the cluster's shared
 // state: its API key, or all its pool's keys (in configured order), so
 // nodes share a quota only when they use the same keys.

@@ -117,6 +117,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	svc, err := jobs.New(jobs.Config{Settings: jc,
 		WebhookClient: &http.Client{Transport: guard.Transport()}, WebhookCheck: guard.CheckURL,
 		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: obs, Tracer: s.tracer,
+		Owner:    s.clusterNodeID(), // cluster.go
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
