@@ -104,7 +104,7 @@ func (l *Layer) JoinCluster(ctx context.Context, p ClusterParams) error {
 	if err := n.Start(ctx); err != nil {
 		return errors.Join(fmt.Errorf("starting the cluster node: %w", err), b.Close())
 	}
-	if err := l.startTenants(ctx, p.Config, n.ID(), b); err != nil {
+	if err := l.startTenants(ctx, p.Config, n.Identity(), b); err != nil {
 		return errors.Join(err, n.Stop(ctx), b.Close())
 	}
 	l.mu.Lock()
@@ -115,10 +115,10 @@ func (l *Layer) JoinCluster(ctx context.Context, p ClusterParams) error {
 }
 
 // startTenants shares the per-client limits and, when the spend is
-// shared through the store, the budgets with the cluster on b, as node.
-func (l *Layer) startTenants(ctx context.Context, cfg ClusterConfig, node string, b cluster.Backend) error {
-	cfg.NodeID = node
-	t, err := cluster.NewTenants(cfg, b, l.clock, l.log)
+// shared through the store, the budgets with the cluster on b, under the
+// node's identity (both sync, and rename, as one process).
+func (l *Layer) startTenants(ctx context.Context, cfg ClusterConfig, id *cluster.Identity, b cluster.Backend) error {
+	t, err := cluster.NewTenants(cfg, id, b, l.clock, l.log)
 	if err != nil {
 		return fmt.Errorf("sharing client limits with the cluster: %w", err)
 	}
@@ -165,6 +165,18 @@ func (l *Layer) ClusterLeading() func() bool {
 		return nil
 	}
 	return l.member.node.IsLeader
+}
+
+// ClusterNodeID is the node id in use now ("" when the gateway does not
+// share its quotas): the job queue's lease owner, so a job's lease names
+// its node as the cluster does.
+func (l *Layer) ClusterNodeID() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.member == nil {
+		return ""
+	}
+	return l.member.node.ID()
 }
 
 // poolSecret is what names an upstream's quota in the cluster's shared

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluicehq/sluice/internal/flow"
 )
@@ -19,13 +21,28 @@ type Backend interface {
 	// new share (Allocate) out of what the others do not hold. It also
 	// publishes r.PausedUntil (the latest pause wins) and returns the
 	// key's current pause and every unexpired lease.
+	//
+	// A lease is written by one incarnation (Report.Incarnation). When
+	// the unexpired lease of (key, node) is another incarnation's, a Sync
+	// without Renew takes it over: that lease is kept aside, under
+	// asideNode(node, its incarnation), until it expires, and counts as
+	// another node's; a Sync with Renew writes nothing and answers a
+	// *DuplicateError (ErrDuplicateNode) naming that incarnation. The
+	// reporting incarnation's own leases kept aside from node, and its
+	// leases under r.From, are dropped (they were held until now, which
+	// the burst pool's decay counts).
 	Sync(ctx context.Context, r Report) (Grant, error)
-	// Leave drops node's lease on key (a clean shutdown gives its share
-	// back at once rather than after its TTL).
-	Leave(ctx context.Context, key, node string) error
+	// Leave drops node's lease on key, and the lease kept aside from it,
+	// when incarnation wrote them (a clean shutdown gives its share back
+	// at once rather than after its TTL; another process's lease under
+	// the same id is left alone).
+	Leave(ctx context.Context, key, node, incarnation string) error
 	// Lead takes or renews the lease on the leadership named name for ttl
-	// and reports whether node holds it.
-	Lead(ctx context.Context, name, node string, ttl time.Duration) (bool, error)
+	// and reports whether the caller holds it. The holder is an
+	// incarnation: it renews, under whatever node id; another incarnation
+	// (another process under the same id included) takes it only once it
+	// has expired.
+	Lead(ctx context.Context, name, node, incarnation string, ttl time.Duration) (bool, error)
 	// Close releases the backend's connections.
 	Close() error
 }
@@ -49,6 +66,21 @@ type Report struct {
 	Key string
 	// Node is the reporting node's id.
 	Node string
+	// Incarnation is the reporting process's (Incarnation.String): it is
+	// kept with the lease, so two processes under one id are told apart.
+	Incarnation string
+	// Renew says this incarnation wrote its lease on Key under Node at an
+	// earlier sync (and has not left it since): an unexpired lease of another
+	// incarnation there now is a duplicate process (ErrDuplicateNode).
+	// Without it such a lease is taken over (a restarted node's
+	// predecessor).
+	Renew bool
+	// From is the node id this incarnation wrote its lease on Key under
+	// before it took a fresh one ("": none): that lease, and the one
+	// kept aside from it, are this incarnation's no more once this sync
+	// writes the lease under Node, which holds what it applies now. A
+	// lease of another incarnation under From is left alone.
+	From string
 	// Demand is the node's class-weighted demand on the quota (Demand).
 	Demand float64
 	// Share is the share of the quota the node applies now, in [0, 1].
@@ -108,8 +140,10 @@ type Report struct {
 
 func (r Report) validate() error {
 	switch {
-	case r.Key == "" || r.Node == "":
-		return errors.Join(ErrBadReport, errors.New("key and node are required"))
+	case r.Key == "" || r.Node == "" || r.Incarnation == "":
+		return errors.Join(ErrBadReport, errors.New("key, node and incarnation are required"))
+	case strings.ContainsFunc(r.Incarnation, unicode.IsSpace):
+		return errors.Join(ErrBadReport, errors.New("incarnation must have no spaces"))
 	case !(r.Share >= 0 && r.Share <= 1) || !(r.Demand >= 0) || !(r.SlotDemand >= 0):
 		return errors.Join(ErrBadReport, errors.New("share must be in [0, 1], demands >= 0"))
 	case r.Slots < 0 || r.MaxSlots < 0 || r.TTL <= 0:
@@ -153,12 +187,14 @@ type Grant struct {
 
 // Lease is one node's lease on a key, as stored.
 type Lease struct {
-	Node       string
-	Share      float64
-	Demand     float64
-	Slots      int
-	SlotDemand float64
-	ExpiresAt  time.Time
+	Node string
+	// Incarnation wrote it ("": a version without incarnations).
+	Incarnation string
+	Share       float64
+	Demand      float64
+	Slots       int
+	SlotDemand  float64
+	ExpiresAt   time.Time
 }
 
 // Fingerprint is the first 16 hex digits of the SHA-256 of an API key:
@@ -194,7 +230,7 @@ type signals struct {
 //     back (the probe, if any, failed).
 //   - A close from the probe token's holder clears the opening.
 //   - A node that wants to probe once the opening has passed gets the
-//     token when nobody else holds a unexpired one; the holder renews it by
+//     token when nobody else holds an unexpired one; the holder renews it by
 //     asking again and gives it back by not asking (it has no work to
 //     probe with), and a holder that dies loses it after TTL.
 func (s signals) step(r Report, now time.Time) (signals, bool) {

@@ -54,7 +54,7 @@ func TestBurstPoolKeepsClusterWindowBound(t *testing.T) {
 			sync := func(i int, now time.Time) {
 				n := nodes[i]
 				lvl, secs := n.lim.BurstFill(now)
-				r := cluster.Report{Key: key, Node: fmt.Sprint(i), Share: n.share, Demand: rng.Float64() * 2,
+				r := cluster.Report{Key: key, Node: fmt.Sprint(i), Incarnation: fmt.Sprint("inc-", i), Share: n.share, Demand: rng.Float64() * 2,
 					TTL: time.Second, Starting: n.starting, Backlog: n.backlog, Level: lvl, BurstSeconds: secs,
 					Returned: min(n.returned, 1)}
 				n.returned = 0

@@ -45,11 +45,24 @@ func (m dispatchMember) Heard() []flow.ClusterReport   { return m.d.ClusterRepor
 func (m dispatchMember) Adopt(ls []flow.ClusterReport) { m.d.AdoptClusterReports(ls) }
 
 // startClusterNodes starts one dispatcher and one cluster node per
-// upstream URL, all on clk and sharing backend.
+// upstream URL, all on clk and sharing backend, the nodes named a, b, c….
 func startClusterNodes(t *testing.T, clk clock.Clock, backend cluster.Backend, urls []string, mod func(*dispatch.Config)) []*dispatch.Dispatcher {
+	t.Helper()
+	ids := make([]string, len(urls))
+	for i := range ids {
+		ids[i] = string(rune('a' + i))
+	}
+	ds, _ := startClusterNodesAs(t, clk, backend, urls, ids, mod)
+	return ds
+}
+
+// startClusterNodesAs is startClusterNodes with the nodes' configured ids.
+func startClusterNodesAs(t *testing.T, clk clock.Clock, backend cluster.Backend, urls, ids []string,
+	mod func(*dispatch.Config)) ([]*dispatch.Dispatcher, []*cluster.Node) {
 	t.Helper()
 	ctx := context.Background()
 	var ds []*dispatch.Dispatcher
+	var ns []*cluster.Node
 	for i, u := range urls {
 		cfg := dispatch.Config{
 			Config: upcfg.Config{Name: "up", Protocol: llm.Anthropic, BaseURL: u, APIKey: "sk-shared", JitterAllowance: -1},
@@ -62,7 +75,7 @@ func startClusterNodes(t *testing.T, clk clock.Clock, backend cluster.Backend, u
 		d, err := dispatch.New(cfg)
 		require.NoError(t, err)
 		require.NoError(t, d.Start(ctx))
-		n, err := cluster.NewNode(cluster.Config{NodeID: string(rune('a' + i)), SyncInterval: 100 * time.Millisecond, LeaseTTL: time.Second},
+		n, err := cluster.NewNode(cluster.Config{NodeID: ids[i], SyncInterval: 100 * time.Millisecond, LeaseTTL: time.Second},
 			backend, []cluster.Member{dispatchMember{d: d, key: cluster.Key("up", "sk-shared")}}, clk, nil, nil)
 		require.NoError(t, err)
 		require.NoError(t, n.Start(ctx))
@@ -70,9 +83,9 @@ func startClusterNodes(t *testing.T, clk clock.Clock, backend cluster.Backend, u
 			require.NoError(t, n.Stop(ctx))
 			require.NoError(t, d.Stop(ctx))
 		})
-		ds = append(ds, d)
+		ds, ns = append(ds, d), append(ns, n)
 	}
-	return ds
+	return ds, ns
 }
 
 func clusterRequest(deadline time.Time, class llm.Priority) *dispatch.Request {

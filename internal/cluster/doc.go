@@ -11,5 +11,8 @@
 // The store is reached through Backend, which this package defines for
 // its own needs; clustertest holds the conformance suite every Backend
 // passes. Node runs the periodic sync and applies the grants to the
-// members (the dispatchers). See docs/cluster.md.
+// members (the dispatchers). A lease is written by one process (its
+// Identity: the node id and an Incarnation), so two processes under one
+// node id are told apart: the younger takes a fresh id. See
+// docs/cluster.md.
 package cluster

@@ -32,8 +32,8 @@ func (f *flakyBackend) Sync(_ context.Context, r cluster.Report) (cluster.Grant,
 	return cluster.Grant{Share: 0.5, Slots: 6, Leases: []cluster.Lease{
 		{Node: r.Node, Share: 0.5}, {Node: "x", Share: 0.25}, {Node: "y", Share: 0.25}}}, nil
 }
-func (f *flakyBackend) Leave(context.Context, string, string) error { return nil }
-func (f *flakyBackend) Lead(context.Context, string, string, time.Duration) (bool, error) {
+func (f *flakyBackend) Leave(context.Context, string, string, string) error { return nil }
+func (f *flakyBackend) Lead(context.Context, string, string, string, time.Duration) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {

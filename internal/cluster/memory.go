@@ -52,14 +52,30 @@ func (m *Memory) Sync(ctx context.Context, r Report) (Grant, error) {
 			delete(ls, node)
 		}
 	}
+	if cur, ok := ls[r.Node]; ok && cur.Incarnation != r.Incarnation {
+		if r.Renew {
+			return Grant{}, &DuplicateError{Key: r.Key, Node: r.Node, Incarnation: cur.Incarnation}
+		}
+		// A takeover: the lease is kept aside until it expires.
+		cur.Node = asideNode(r.Node, cur.Incarnation)
+		ls[cur.Node] = cur
+		delete(ls, r.Node)
+	}
 	v := poolView{fresh: len(ls) == 0, since: -1}
 	for _, l := range ls {
 		v.held += l.Share
 	}
+	// Our own leases kept aside or under our former id (held until now,
+	// so counted above): this report holds what we apply now.
+	for _, n := range ownFormer(r) {
+		if l, ok := ls[n]; ok && l.Incarnation == r.Incarnation {
+			delete(ls, n)
+		}
+	}
 	if old, ok := ls[r.Node]; ok {
 		v.since = now.Sub(old.ExpiresAt.Add(-r.TTL))
 	}
-	ls[r.Node] = Lease{Node: r.Node, Share: r.Share, Demand: r.Demand, Slots: r.Slots, SlotDemand: r.SlotDemand, ExpiresAt: now.Add(r.TTL)}
+	ls[r.Node] = Lease{Node: r.Node, Incarnation: r.Incarnation, Share: r.Share, Demand: r.Demand, Slots: r.Slots, SlotDemand: r.SlotDemand, ExpiresAt: now.Add(r.TTL)}
 	var g Grant
 	for _, l := range ls {
 		g.Leases = append(g.Leases, l)
@@ -93,23 +109,28 @@ func (m *Memory) Sync(ctx context.Context, r Report) (Grant, error) {
 }
 
 // Leave implements Backend.
-func (m *Memory) Leave(_ context.Context, key, node string) error {
+func (m *Memory) Leave(_ context.Context, key, node, incarnation string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.leases[key], node)
+	ls := m.leases[key]
+	for _, n := range []string{node, asideNode(node, incarnation)} {
+		if l, ok := ls[n]; ok && l.Incarnation == incarnation {
+			delete(ls, n)
+		}
+	}
 	return nil
 }
 
 // Lead implements Backend.
-func (m *Memory) Lead(_ context.Context, name, node string, ttl time.Duration) (bool, error) {
+func (m *Memory) Lead(_ context.Context, name, node, incarnation string, ttl time.Duration) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clk.Now()
 	cur, ok := m.leaders[name]
-	if ok && cur.Node != node && !cur.ExpiresAt.Before(now) {
+	if ok && cur.Incarnation != incarnation && !cur.ExpiresAt.Before(now) {
 		return false, nil
 	}
-	m.leaders[name] = Lease{Node: node, ExpiresAt: now.Add(ttl)}
+	m.leaders[name] = Lease{Node: node, Incarnation: incarnation, ExpiresAt: now.Add(ttl)}
 	return true, nil
 }
 

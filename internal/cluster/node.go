@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +50,11 @@ type Config struct {
 	// off (the gateway's to decide).
 	Store string `yaml:"store"`
 	// NodeID names this node in the shared state, at most 200 characters.
-	// Defaults to hostname-pid.
+	// Two processes must not share one: when they do, the younger takes
+	// a fresh id (this one plus "-" and 6 random hex digits) and says so
+	// (Identity). Defaults to hostname-pid-xxxxxx, with 6 random hex
+	// digits drawn once per process, so containers that share a hostname
+	// and a pid (1) still differ.
 	NodeID string `yaml:"node_id"`
 	// SyncInterval is how often each upstream's lease is renewed and its
 	// share recomputed, at least 10ms. Defaults to 500ms
@@ -65,10 +68,7 @@ type Config struct {
 
 // WithDefaults fills the zero fields but Store. It is pure.
 func (c Config) WithDefaults() Config {
-	if c.NodeID == "" {
-		h, _ := os.Hostname()
-		c.NodeID = fmt.Sprintf("%s-%d", h, os.Getpid())
-	}
+	c.NodeID = cmp.Or(c.NodeID, defaultNodeID())
 	c.SyncInterval = cmp.Or(c.SyncInterval, SyncIntervalDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	return c
@@ -165,12 +165,14 @@ type memberState struct {
 	used        float64               // the share used lately (Used)
 	release     bool                  // the last grant lowered the share: report it at once
 	credited    float64               // the burst credited since Start
+	written     written               // this incarnation's lease on the key (Identity)
 }
 
 // Node runs a cluster node: a sync per member every interval, the leader
 // lease, and the local fallback when the store cannot be reached.
 type Node struct {
 	cfg     Config
+	id      *Identity
 	backend Backend
 	clk     clock.Clock
 	log     *slog.Logger
@@ -209,14 +211,19 @@ func NewNode(cfg Config, backend Backend, members []Member, clk clock.Clock, log
 	if n.log == nil {
 		n.log = slog.Default()
 	}
+	n.id = NewIdentity(cfg.NodeID, n.clk.Now(), n.log)
 	for _, m := range members {
 		n.members = append(n.members, &memberState{m: m, slots: -1, share: 1})
 	}
 	return n, nil
 }
 
-// ID returns the node's id.
-func (n *Node) ID() string { return n.cfg.NodeID }
+// ID returns the node id in use (Identity.ID).
+func (n *Node) ID() string { return n.id.ID() }
+
+// Identity returns the node's identity, for the Tenants that sync beside
+// it.
+func (n *Node) Identity() *Identity { return n.id }
 
 // Start syncs every member once (so the node starts with its share; ctx
 // bounds that sync) and then keeps syncing in the background until Stop
@@ -264,7 +271,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		defer cancel()
 		var errs []error
 		for _, ms := range n.members {
-			errs = append(errs, n.backend.Leave(lctx, ms.m.Key(), n.cfg.NodeID))
+			if ms.written.gen != 0 {
+				errs = append(errs, n.backend.Leave(lctx, ms.m.Key(), ms.written.node, n.id.incStr))
+			}
 		}
 		return errors.Join(errs...)
 	})
@@ -335,7 +344,8 @@ func (n *Node) syncAll(ctx context.Context) {
 		n.syncOne(ctx, ms)
 	}
 	lctx, cancel := context.WithTimeout(ctx, n.timeout())
-	lead, err := n.backend.Lead(lctx, LeaderName, n.cfg.NodeID, n.cfg.LeaseTTL)
+	node := n.id.ID()
+	lead, err := n.backend.Lead(lctx, LeaderName, node, n.id.incStr, n.cfg.LeaseTTL)
 	cancel()
 	n.mu.Lock()
 	if err != nil {
@@ -345,7 +355,7 @@ func (n *Node) syncAll(ctx context.Context) {
 	n.leader = lead
 	n.mu.Unlock()
 	if changed {
-		n.log.Info("cluster leadership changed", "node", n.cfg.NodeID, "leader", lead)
+		n.log.Info("cluster leadership changed", "node", node, "leader", lead)
 	}
 }
 
@@ -365,7 +375,6 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	}
 	r := Report{
 		Key:        ms.m.Key(),
-		Node:       n.cfg.NodeID,
 		Demand:     Demand(load, ms.used),
 		Share:      ms.share,
 		SlotDemand: SlotDemand(load),
@@ -400,7 +409,8 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	n.mu.Unlock()
 	ms.prevDebited, ms.prevAt = load.Debited, start
 	sctx, cancel := context.WithTimeout(ctx, n.timeout())
-	g, err := n.backend.Sync(sctx, r)
+	// ms.written is syncMu's (held).
+	g, err := n.id.sync(sctx, n.backend, r, &ms.written, start)
 	cancel()
 	took := n.clk.Now().Sub(start)
 	n.obs.Synced(r.Key, g.Share, took, err)
@@ -475,11 +485,20 @@ func (n *Node) IsLeader() bool {
 
 // Status is the node's cluster view, for /v1/status and /readyz.
 type Status struct {
-	Node     string
-	Leader   bool
-	Degraded bool // some member runs on its fallback share
-	LastErr  string
-	Members  []MemberStatus
+	// Node is the node id in use; ConfiguredNode the configured one
+	// (they differ once this node met a duplicate and took a fresh id).
+	Node           string
+	ConfiguredNode string
+	// Incarnation is this process's (Incarnation.String); DuplicateOf
+	// that of the other process under ConfiguredNode that made this one
+	// rename ("": none), at RenamedAt.
+	Incarnation string
+	DuplicateOf string
+	RenamedAt   time.Time
+	Leader      bool
+	Degraded    bool // some member runs on its fallback share
+	LastErr     string
+	Members     []MemberStatus
 }
 
 // MemberStatus is one upstream's shared quota.
@@ -507,7 +526,8 @@ type MemberStatus struct {
 func (n *Node) Status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := Status{Node: n.cfg.NodeID, Leader: n.leader}
+	s := Status{Node: n.id.ID(), ConfiguredNode: n.id.Configured(), Incarnation: n.id.incStr, Leader: n.leader}
+	s.DuplicateOf, s.RenamedAt = n.id.Rival()
 	if n.lastErr != nil {
 		s.LastErr = n.lastErr.Error()
 	}

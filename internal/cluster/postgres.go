@@ -34,17 +34,36 @@ CREATE TABLE IF NOT EXISTS sluice_cluster_signals (
 	key          text PRIMARY KEY,
 	paused_until timestamptz
 );
-ALTER TABLE sluice_cluster_signals
-	ADD COLUMN IF NOT EXISTS open_until timestamptz,
-	ADD COLUMN IF NOT EXISTS probe_node text,
-	ADD COLUMN IF NOT EXISTS probe_expires timestamptz,
-	ADD COLUMN IF NOT EXISTS pool double precision NOT NULL DEFAULT 0,
-	ADD COLUMN IF NOT EXISTS pool_at timestamptz;
 CREATE TABLE IF NOT EXISTS sluice_cluster_leaders (
 	name       text PRIMARY KEY,
 	node       text NOT NULL,
 	expires_at timestamptz NOT NULL
-);`
+);
+-- The columns added since the tables' first release, each only when it is
+-- missing: an ALTER TABLE takes the table's exclusive lock even when it
+-- has nothing to do, and the syncs running meanwhile would wait on it, or
+-- deadlock with it (they lock the leases, then the signals).
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'sluice_cluster_leases'::regclass
+			AND attname = 'incarnation' AND NOT attisdropped) THEN
+		ALTER TABLE sluice_cluster_leases ADD COLUMN IF NOT EXISTS incarnation text NOT NULL DEFAULT '';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'sluice_cluster_signals'::regclass
+			AND attname = 'pool_at' AND NOT attisdropped) THEN
+		ALTER TABLE sluice_cluster_signals
+			ADD COLUMN IF NOT EXISTS open_until timestamptz,
+			ADD COLUMN IF NOT EXISTS probe_node text,
+			ADD COLUMN IF NOT EXISTS probe_expires timestamptz,
+			ADD COLUMN IF NOT EXISTS pool double precision NOT NULL DEFAULT 0,
+			ADD COLUMN IF NOT EXISTS pool_at timestamptz;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'sluice_cluster_leaders'::regclass
+			AND attname = 'incarnation' AND NOT attisdropped) THEN
+		ALTER TABLE sluice_cluster_leaders ADD COLUMN IF NOT EXISTS incarnation text NOT NULL DEFAULT '';
+	END IF;
+END
+$$;`
 
 // OpenPostgres connects to dsn and creates the cluster's tables if they
 // are missing.
@@ -93,26 +112,46 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, r.Key)
 		b.Queue(`DELETE FROM sluice_cluster_leases WHERE key = $1 AND expires_at < now()`, r.Key)
-		b.Queue(`SELECT coalesce(sum(share), 0), count(*), max(expires_at) FILTER (WHERE node = $2)
-			FROM sluice_cluster_leases WHERE key = $1`, r.Key, r.Node)
-		b.Queue(`INSERT INTO sluice_cluster_leases (key, node, share, demand, slots, slot_demand, expires_at)
-			VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 microsecond')
+		b.Queue(pgTakeover, r.Key, r.Node, r.Incarnation, r.Renew)
+		b.Queue(`SELECT coalesce(sum(share), 0), count(*), max(expires_at) FILTER (WHERE node = $2 AND incarnation = $3)
+			FROM sluice_cluster_leases WHERE key = $1`, r.Key, r.Node, r.Incarnation)
+		// Our own leases kept aside or under our former id (held until
+		// now, so counted above): this report holds what we apply now.
+		former := ownFormer(r)
+		b.Queue(`DELETE FROM sluice_cluster_leases WHERE key = $1 AND incarnation = $2 AND node IN ($3, $4, $5)`,
+			r.Key, r.Incarnation, former[0], former[1], former[2])
+		// Another incarnation's lease left here (Renew) is not written:
+		// no row comes back, and the leases below name it.
+		b.Queue(`INSERT INTO sluice_cluster_leases (key, node, share, demand, slots, slot_demand, expires_at, incarnation)
+			VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 microsecond', $8)
 			ON CONFLICT (key, node) DO UPDATE SET share = excluded.share, demand = excluded.demand,
-				slots = excluded.slots, slot_demand = excluded.slot_demand, expires_at = excluded.expires_at`,
-			r.Key, r.Node, r.Share, r.Demand, r.Slots, r.SlotDemand, r.TTL.Microseconds())
-		b.Queue(`SELECT node, share, demand, slots, slot_demand, expires_at FROM sluice_cluster_leases WHERE key = $1`, r.Key)
+				slots = excluded.slots, slot_demand = excluded.slot_demand, expires_at = excluded.expires_at
+				WHERE sluice_cluster_leases.incarnation = excluded.incarnation
+			RETURNING true`,
+			r.Key, r.Node, r.Share, r.Demand, r.Slots, r.SlotDemand, r.TTL.Microseconds(), r.Incarnation)
+		b.Queue(`SELECT node, share, demand, slots, slot_demand, expires_at, incarnation FROM sluice_cluster_leases WHERE key = $1`, r.Key)
 		b.Queue(`INSERT INTO sluice_cluster_signals (key) VALUES ($1)
 			ON CONFLICT (key) DO UPDATE SET key = excluded.key
 			RETURNING paused_until, open_until, coalesce(probe_node, ''), probe_expires, pool, pool_at, now()`, r.Key)
 		queueLearned(b, r)
 		res := tx.SendBatch(ctx, b)
-		sig, v, now, err := p.readSync(res, &g, r.TTL)
+		sig, v, now, wrote, err := p.readSync(res, &g, r.TTL)
 		var learnedChanged bool
 		if err == nil {
 			g.Learned, learnedChanged, err = readLearnedBatch(res, r)
 		}
 		if err := errors.Join(err, res.Close()); err != nil {
 			return err
+		}
+		if !wrote {
+			// Rolled back: nothing of this sync is kept.
+			dup := &DuplicateError{Key: r.Key, Node: r.Node}
+			for _, l := range g.Leases {
+				if l.Node == r.Node {
+					dup.Incarnation = l.Incarnation
+				}
+			}
+			return dup
 		}
 		next, announce := sig.step(r, now)
 		g.PausedUntil, g.BreakerOpenUntil, g.Probe = next.PausedUntil, next.OpenUntil, next.ProbeNode == r.Node
@@ -152,12 +191,26 @@ func (p *Postgres) Sync(ctx context.Context, r Report) (Grant, error) {
 	return g, nil
 }
 
+// pgTakeover sets aside the unexpired lease of ($1 key, $2 node) when
+// another incarnation than $3 wrote it and the sync is not a renewal ($4):
+// it moves under asideNode's name, where it counts until it expires.
+const pgTakeover = `WITH moved AS (
+	DELETE FROM sluice_cluster_leases WHERE key = $1 AND node = $2 AND incarnation <> $3 AND NOT $4::boolean
+	RETURNING key, node, share, demand, slots, slot_demand, expires_at, incarnation)
+INSERT INTO sluice_cluster_leases (key, node, share, demand, slots, slot_demand, expires_at, incarnation)
+SELECT key, node || '~' || incarnation, share, demand, slots, slot_demand, expires_at, incarnation FROM moved
+ON CONFLICT (key, node) DO UPDATE SET share = excluded.share, demand = excluded.demand, slots = excluded.slots,
+	slot_demand = excluded.slot_demand, expires_at = excluded.expires_at, incarnation = excluded.incarnation`
+
 // readSync reads the first batch's answers: the leases before this
-// node's renewal (for the burst pool), the leases into g, then the key's
-// signals and the database's clock.
-func (p *Postgres) readSync(res pgx.BatchResults, g *Grant, ttl time.Duration) (signals, poolView, time.Time, error) {
-	fail := func(err error) (signals, poolView, time.Time, error) { return signals{}, poolView{}, time.Time{}, err }
-	for range 2 {
+// node's renewal (for the burst pool), whether the renewal was written
+// (not when another incarnation holds the lease), the leases into g,
+// then the key's signals and the database's clock.
+func (p *Postgres) readSync(res pgx.BatchResults, g *Grant, ttl time.Duration) (signals, poolView, time.Time, bool, error) {
+	fail := func(err error) (signals, poolView, time.Time, bool, error) {
+		return signals{}, poolView{}, time.Time{}, false, err
+	}
+	for range 3 {
 		if _, err := res.Exec(); err != nil {
 			return fail(err)
 		}
@@ -171,13 +224,17 @@ func (p *Postgres) readSync(res pgx.BatchResults, g *Grant, ttl time.Duration) (
 	if _, err := res.Exec(); err != nil {
 		return fail(err)
 	}
+	wrote := false
+	if err := res.QueryRow().Scan(&wrote); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fail(err)
+	}
 	rows, err := res.Query()
 	if err != nil {
 		return fail(err)
 	}
 	for rows.Next() {
 		var l Lease
-		if err := rows.Scan(&l.Node, &l.Share, &l.Demand, &l.Slots, &l.SlotDemand, &l.ExpiresAt); err != nil {
+		if err := rows.Scan(&l.Node, &l.Share, &l.Demand, &l.Slots, &l.SlotDemand, &l.ExpiresAt, &l.Incarnation); err != nil {
 			rows.Close()
 			return fail(err)
 		}
@@ -205,7 +262,7 @@ func (p *Postgres) readSync(res pgx.BatchResults, g *Grant, ttl time.Duration) (
 	if selfExp != nil {
 		v.since = now.Sub(selfExp.Add(-ttl))
 	}
-	return sig, v, now, nil
+	return sig, v, now, wrote, nil
 }
 
 func nullTime(t time.Time) *time.Time {
@@ -216,29 +273,30 @@ func nullTime(t time.Time) *time.Time {
 }
 
 // Leave implements Backend.
-func (p *Postgres) Leave(ctx context.Context, key, node string) error {
-	if _, err := p.pool.Exec(ctx, `DELETE FROM sluice_cluster_leases WHERE key = $1 AND node = $2`, key, node); err != nil {
+func (p *Postgres) Leave(ctx context.Context, key, node, incarnation string) error {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM sluice_cluster_leases WHERE key = $1 AND node IN ($2, $3) AND incarnation = $4`,
+		key, node, asideNode(node, incarnation), incarnation); err != nil {
 		return fmt.Errorf("cluster leave %s: %w", key, err)
 	}
 	return nil
 }
 
 // Lead implements Backend: one row per leadership, taken when it is free
-// or expired and renewed by its holder.
-func (p *Postgres) Lead(ctx context.Context, name, node string, ttl time.Duration) (bool, error) {
+// or expired and renewed by its holder's incarnation.
+func (p *Postgres) Lead(ctx context.Context, name, node, incarnation string, ttl time.Duration) (bool, error) {
 	var holder string
-	err := p.pool.QueryRow(ctx, `INSERT INTO sluice_cluster_leaders (name, node, expires_at)
-		VALUES ($1, $2, now() + $3 * interval '1 microsecond')
-		ON CONFLICT (name) DO UPDATE SET node = excluded.node, expires_at = excluded.expires_at
-			WHERE sluice_cluster_leaders.node = excluded.node OR sluice_cluster_leaders.expires_at < now()
-		RETURNING node`, name, node, ttl.Microseconds()).Scan(&holder)
+	err := p.pool.QueryRow(ctx, `INSERT INTO sluice_cluster_leaders (name, node, incarnation, expires_at)
+		VALUES ($1, $2, $3, now() + $4 * interval '1 microsecond')
+		ON CONFLICT (name) DO UPDATE SET node = excluded.node, incarnation = excluded.incarnation, expires_at = excluded.expires_at
+			WHERE sluice_cluster_leaders.incarnation = excluded.incarnation OR sluice_cluster_leaders.expires_at < now()
+		RETURNING incarnation`, name, node, incarnation, ttl.Microseconds()).Scan(&holder)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("cluster lead %s: %w", name, err)
 	}
-	return holder == node, nil
+	return holder == incarnation, nil
 }
 
 // pgChannel is the LISTEN/NOTIFY channel a published pause is announced on.

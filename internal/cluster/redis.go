@@ -24,9 +24,9 @@ import (
 //
 // Per key K the state is two hashes sharing the hash tag {K} (so one
 // script touches one slot): PREFIX:{K}:leases (node → "share demand slots
-// slot_demand expires_us") and PREFIX:{K}:signals (paused_until,
+// slot_demand expires_us incarnation") and PREFIX:{K}:signals (paused_until,
 // open_until, probe_node, probe_expires, in microseconds since the epoch);
-// the leadership is PREFIX:leader:{name}. PREFIX is RedisPrefixDefault
+// the leadership is PREFIX:leader:{name} ("incarnation node"). PREFIX is RedisPrefixDefault
 // unless the URL says key_prefix. A published pause or breaker opening is
 // announced on the channel PREFIX (Listen).
 type Redis struct {
@@ -94,10 +94,15 @@ func (r *Redis) keys(key string) []string {
 // redisSync is Sync in one script. KEYS: leases, signals. ARGV: node,
 // share, demand, slots, slot_demand, max_slots, ttl_us, paused_until_us,
 // open_until_us, want_probe, closed, channel, key, starting, backlog,
-// level, burst_seconds, returned (times 0: none).
+// level, burst_seconds, returned, renew, incarnation, from, from_aside
+// (times 0: none; from "": none).
+// A lease is "share demand slots slot_demand expires_us incarnation" (no
+// incarnation: written by a version without them).
 //
 // The allocation is Allocate's and the burst pool burstPool.step's, line
-// for line.
+// for line. Another incarnation's unexpired lease under node is set aside
+// (asideNode) unless renew, when the script writes nothing and answers
+// {'duplicate', its incarnation}.
 var redisSync = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -109,31 +114,55 @@ local paused, openUntil = tonumber(ARGV[8]), tonumber(ARGV[9])
 local wantProbe, closed = ARGV[10] == '1', ARGV[11] == '1'
 local starting, backlog, level = ARGV[14] == '1', tonumber(ARGV[15]), tonumber(ARGV[16])
 local burstSecs, returned = tonumber(ARGV[17]), tonumber(ARGV[18])
+local renew, inc = ARGV[19] == '1', ARGV[20]
+local from, fromAside = ARGV[21], ARGV[22]
 local function num(x) return string.format('%.17g', x) end
-local function enc(l) return num(l.share)..' '..num(l.demand)..' '..num(l.slots)..' '..num(l.slotDemand)..' '..num(l.exp) end
-
--- Drop expired leases; renew ours. For the burst pool: the shares held
--- by the unexpired leases before the renewal, and since when ours was.
-local leases = {}
-local held, unexpired, selfSince = 0, 0, -1
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
+local function enc(l) return num(l.share)..' '..num(l.demand)..' '..num(l.slots)..' '..num(l.slotDemand)..' '..num(l.exp)..' '..l.inc end
+local function dec(v)
   local f = {}
-  for v in string.gmatch(all[i+1], '%S+') do f[#f+1] = tonumber(v) end
-  if f[5] >= now then
-    held, unexpired = held + f[1], unexpired + 1
-  end
-  if all[i] ~= node then
-    if f[5] < now then
-      redis.call('HDEL', KEYS[1], all[i])
-    else
-      leases[#leases+1] = {node=all[i], share=f[1], demand=f[2], slots=f[3], slotDemand=f[4], exp=f[5]}
-    end
-  elseif f[5] >= now then
-    selfSince = now - (f[5] - ttl)
+  for w in string.gmatch(v, '%S+') do f[#f+1] = w end
+  return {share=tonumber(f[1]), demand=tonumber(f[2]), slots=tonumber(f[3]), slotDemand=tonumber(f[4]), exp=tonumber(f[5]), inc=f[6] or ''}
+end
+
+-- Another incarnation's unexpired lease under our node: a duplicate process
+-- (renew), or taken over and kept aside until it expires.
+local cur = redis.call('HGET', KEYS[1], node)
+if cur then
+  local c = dec(cur)
+  if c.exp >= now and c.inc ~= inc then
+    if renew then return {'duplicate', c.inc} end
+    redis.call('HSET', KEYS[1], node .. '~' .. c.inc, cur)
+    redis.call('HDEL', KEYS[1], node)
   end
 end
-local me = {node=node, share=share, demand=demand, slots=slots, slotDemand=slotDemand, exp=now+ttl}
+
+-- Drop expired leases; renew ours. For the burst pool: the shares held
+-- by the unexpired leases before the renewal, and since when ours was. Our
+-- own leases kept aside or under our former id were held until now, so
+-- they are counted; they go, as this report holds what we apply now.
+local leases = {}
+local held, live, selfSince = 0, 0, -1
+local ownAside = node .. '~' .. inc
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local f = dec(all[i+1])
+  if f.exp >= now then
+    held, live = held + f.share, live + 1
+  end
+  if all[i] == ownAside or (from ~= '' and (all[i] == from or all[i] == fromAside) and f.inc == inc) then
+    redis.call('HDEL', KEYS[1], all[i])
+  elseif all[i] ~= node then
+    if f.exp < now then
+      redis.call('HDEL', KEYS[1], all[i])
+    else
+      f.node = all[i]
+      leases[#leases+1] = f
+    end
+  elseif f.exp >= now then
+    selfSince = now - (f.exp - ttl)
+  end
+end
+local me = {node=node, share=share, demand=demand, slots=slots, slotDemand=slotDemand, exp=now+ttl, inc=inc}
 leases[#leases+1] = me
 
 -- Allocate.
@@ -268,15 +297,21 @@ func (r *Redis) Sync(ctx context.Context, rep Report) (Grant, error) {
 	if err := rep.validate(); err != nil {
 		return Grant{}, err
 	}
+	former := ownFormer(rep)
 	keys, args := r.keys(rep.Key), []any{
 		rep.Node, rep.Share, rep.Demand, rep.Slots, rep.SlotDemand, rep.MaxSlots, max(rep.TTL.Microseconds(), 1),
 		usOf(rep.PausedUntil), usOf(rep.BreakerOpenUntil), flag(rep.WantProbe), flag(rep.BreakerClosed),
-		r.prefix, rep.Key, flag(rep.Starting), rep.Backlog, rep.Level, rep.BurstSeconds, rep.Returned}
+		r.prefix, rep.Key, flag(rep.Starting), rep.Backlog, rep.Level, rep.BurstSeconds, rep.Returned,
+		flag(rep.Renew), rep.Incarnation, former[1], former[2]}
 	// Both scripts in one round trip (learned_redis.go).
 	syncCmd, learnedCmd := r.pipeline(ctx, redisSync, keys, args, rep)
 	res, err := syncCmd.Slice()
 	if err != nil {
 		return Grant{}, fmt.Errorf("cluster sync %s: %w", rep.Key, err)
+	}
+	if len(res) == 2 && res[0] == "duplicate" {
+		inc, _ := res[1].(string)
+		return Grant{}, fmt.Errorf("cluster sync %s: %w", rep.Key, &DuplicateError{Key: rep.Key, Node: rep.Node, Incarnation: inc})
 	}
 	g, err := decodeRedisGrant(res)
 	if err != nil {
@@ -317,38 +352,62 @@ func decodeRedisGrant(res []any) (Grant, error) {
 	}
 	g.Credit, g.Pool = credit, pool
 	for i := 7; i < len(res); i += 2 {
-		var f [5]float64
-		if _, err := fmt.Sscan(str(res[i+1]), &f[0], &f[1], &f[2], &f[3], &f[4]); err != nil {
-			return Grant{}, errors.Join(errRedisReply, err)
+		fields := strings.Fields(str(res[i+1]))
+		if len(fields) < 5 {
+			return Grant{}, fmt.Errorf("%w: lease %q", errRedisReply, str(res[i+1]))
 		}
-		g.Leases = append(g.Leases, Lease{Node: str(res[i]), Share: f[0], Demand: f[1], Slots: int(f[2]),
-			SlotDemand: f[3], ExpiresAt: timeOfUS(int64(f[4]))})
+		var f [5]float64
+		for j := range f {
+			if f[j], err = strconv.ParseFloat(fields[j], 64); err != nil {
+				return Grant{}, errors.Join(errRedisReply, err)
+			}
+		}
+		l := Lease{Node: str(res[i]), Share: f[0], Demand: f[1], Slots: int(f[2]), SlotDemand: f[3], ExpiresAt: timeOfUS(int64(f[4]))}
+		if len(fields) > 5 {
+			l.Incarnation = fields[5]
+		}
+		g.Leases = append(g.Leases, l)
 	}
 	return g, nil
 }
 
+// redisLeave drops node's lease and the one kept aside from it when
+// incarnation wrote them. KEYS: leases. ARGV: node, aside, incarnation.
+var redisLeave = redis.NewScript(`
+for _, f in ipairs({ARGV[1], ARGV[2]}) do
+  local v = redis.call('HGET', KEYS[1], f)
+  if v then
+    local w = {}
+    for x in string.gmatch(v, '%S+') do w[#w+1] = x end
+    if (w[6] or '') == ARGV[3] then redis.call('HDEL', KEYS[1], f) end
+  end
+end
+return 0
+`)
+
 // Leave implements Backend.
-func (r *Redis) Leave(ctx context.Context, key, node string) error {
-	if err := r.client.HDel(ctx, r.keys(key)[0], node).Err(); err != nil {
+func (r *Redis) Leave(ctx context.Context, key, node, incarnation string) error {
+	if err := redisLeave.Run(ctx, r.client, r.keys(key)[:1], node, asideNode(node, incarnation), incarnation).Err(); err != nil {
 		return fmt.Errorf("cluster leave %s: %w", key, err)
 	}
 	return nil
 }
 
 // redisLead takes the leadership when it is free (expired keys vanish) or
-// renews it for its holder. KEYS: leadership. ARGV: node, ttl_ms.
+// renews it for its holder's incarnation. KEYS: leadership. ARGV:
+// incarnation, node, ttl_ms. The value is "incarnation node".
 var redisLead = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if not cur or cur == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if not cur or string.match(cur, '^%S+') == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
   return 1
 end
 return 0
 `)
 
 // Lead implements Backend.
-func (r *Redis) Lead(ctx context.Context, name, node string, ttl time.Duration) (bool, error) {
-	n, err := redisLead.Run(ctx, r.client, []string{r.prefix + ":leader:{" + name + "}"}, node, max(ttl.Milliseconds(), 1)).Int()
+func (r *Redis) Lead(ctx context.Context, name, node, incarnation string, ttl time.Duration) (bool, error) {
+	n, err := redisLead.Run(ctx, r.client, []string{r.prefix + ":leader:{" + name + "}"}, incarnation, node, max(ttl.Milliseconds(), 1)).Int()
 	if err != nil {
 		return false, fmt.Errorf("cluster lead %s: %w", name, err)
 	}

@@ -2,11 +2,13 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	neturl "net/url"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/cluster"
@@ -78,4 +80,38 @@ func TestNodeOnRedisFallsBackAndResumes(t *testing.T) {
 	require.Eventually(t, func() bool { return !n.Status().Degraded && n.IsLeader() }, 10*time.Second, 5*time.Millisecond)
 	share, _, _ = m.get()
 	require.InDelta(t, 1, share, 1e-9)
+}
+
+// TestRedisReadsLeasesWithoutIncarnations: a lease and a leadership an
+// older release wrote (no incarnation) are taken over as a
+// predecessor's (kept aside, waited for), never renewed as ours.
+func TestRedisReadsLeasesWithoutIncarnations(t *testing.T) {
+	t.Parallel()
+	prefix := "test-" + t.Name()
+	url := redisURL(t) + "?key_prefix=" + prefix
+	ctx := context.Background()
+	raw, err := redis.ParseURL(redisURL(t))
+	require.NoError(t, err)
+	c := redis.NewClient(raw)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	key := cluster.Key("up", t.Name())
+	leases, leader := prefix+":{"+key+"}:leases", prefix+":leader:{"+cluster.LeaderName+"}"
+	t.Cleanup(func() { c.Del(ctx, leases, prefix+":{"+key+"}:signals", prefix+":{"+key+"}:learned", leader) })
+	exp := time.Now().Add(time.Minute).UnixMicro()
+	require.NoError(t, c.HSet(ctx, leases, "a", fmt.Sprintf("1 1 12 1 %d", exp)).Err())
+	require.NoError(t, c.Set(ctx, leader, "a", time.Minute).Err())
+
+	b, err := cluster.OpenRedis(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	g, err := b.Sync(ctx, cluster.Report{Key: key, Node: "a", Incarnation: "new", Demand: 1, MaxSlots: 12, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Zero(t, g.Share, "the old lease is still held")
+	require.Len(t, g.Leases, 2)
+	require.Equal(t, "new", g.Leases[0].Incarnation)
+	require.Equal(t, "a~", g.Leases[1].Node, "kept aside: %+v", g.Leases)
+	require.InDelta(t, 1, g.Leases[1].Share, 1e-9)
+	lead, err := b.Lead(ctx, cluster.LeaderName, "a", "new", time.Minute)
+	require.NoError(t, err)
+	require.False(t, lead, "the old process's leadership is not ours")
 }

@@ -34,6 +34,7 @@ import (
 // upstream.
 type Tenants struct {
 	cfg     Config
+	id      *Identity
 	backend Backend
 	clk     clock.Clock
 	log     *slog.Logger
@@ -86,7 +87,7 @@ type TenantGrant struct {
 	Share float64
 	// Slots is its concurrency cap; < 0 uncapped (no MaxSlots).
 	Slots int
-	// Nodes is how many nodes held a unexpired lease on the key, this one
+	// Nodes is how many nodes held an unexpired lease on the key, this one
 	// included.
 	Nodes int
 	// Fallback says the store could not be reached: Share is 1/Nodes.
@@ -104,6 +105,7 @@ type tenantState struct {
 	lastOK   time.Time
 	fallback bool
 	idleFrom time.Time // zero: not idle at the last sync
+	written  written   // this incarnation's lease on the key (Identity)
 }
 
 // ClientKey is the shared-state key of a client's limits on an upstream.
@@ -113,8 +115,9 @@ func ClientKey(client, upstream string) string { return "client:" + client + "/"
 func BudgetKey(client string) string { return "budget:" + client }
 
 // NewTenants returns a Tenants syncing through backend, with Node's Config
-// (the node id, sync interval and lease TTL).
-func NewTenants(cfg Config, backend Backend, clk clock.Clock, log *slog.Logger) (*Tenants, error) {
+// (the sync interval and lease TTL) under id, the Node's identity (nil:
+// one of its own under cfg.NodeID).
+func NewTenants(cfg Config, id *Identity, backend Backend, clk clock.Clock, log *slog.Logger) (*Tenants, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -122,8 +125,15 @@ func NewTenants(cfg Config, backend Backend, clk clock.Clock, log *slog.Logger) 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Tenants{cfg: cfg, backend: backend, clk: clock.Or(clk), log: log, tenants: map[string]*tenantState{}}, nil
+	clk = clock.Or(clk)
+	if id == nil {
+		id = NewIdentity(cfg.NodeID, clk.Now(), log)
+	}
+	return &Tenants{cfg: cfg, id: id, backend: backend, clk: clk, log: log, tenants: map[string]*tenantState{}}, nil
 }
+
+// Identity returns the identity the tenants sync under.
+func (ts *Tenants) Identity() *Identity { return ts.id }
 
 // Join adds t and syncs it once, so that it starts with its grant (or its
 // fallback); a key already joined is not synced again (Join waits for its
@@ -180,21 +190,26 @@ func (ts *Tenants) Start(ctx context.Context) error {
 // Start.
 func (ts *Tenants) Stop(ctx context.Context) error {
 	err := ts.life.Stop(ctx, func(ctx context.Context) error {
-		ts.mu.Lock()
-		keys := make([]string, 0, len(ts.tenants))
-		for k := range ts.tenants {
-			keys = append(keys, k)
-		}
-		ts.mu.Unlock()
 		// The syncs end first, so that none renews a lease given back.
 		if err := ts.life.Halt(ctx); err != nil {
 			return err
 		}
+		ts.mu.Lock()
+		all := make([]*tenantState, 0, len(ts.tenants))
+		for _, st := range ts.tenants {
+			all = append(all, st)
+		}
+		ts.mu.Unlock()
 		lctx, cancelLeave := context.WithTimeout(ctx, ts.timeout())
 		defer cancelLeave()
 		var errs []error
-		for _, k := range keys {
-			errs = append(errs, ts.backend.Leave(lctx, k, ts.cfg.NodeID))
+		for _, st := range all {
+			st.syncMu.Lock()
+			w := st.written
+			st.syncMu.Unlock()
+			if w.gen != 0 {
+				errs = append(errs, ts.backend.Leave(lctx, st.t.Key(), w.node, ts.id.incStr))
+			}
 		}
 		return errors.Join(errs...)
 	})
@@ -239,13 +254,16 @@ func (ts *Tenants) leaveIdle(ctx context.Context, st *tenantState) {
 	defer st.syncMu.Unlock()
 	st.share, st.slots = 0, 0
 	st.t.Apply(TenantGrant{Share: 0, Slots: 0, Nodes: st.nodes})
-	lctx, cancel := context.WithTimeout(ctx, ts.timeout())
-	err := ts.backend.Leave(lctx, st.t.Key(), ts.cfg.NodeID)
-	cancel()
-	if err != nil {
-		// The lease expires after its TTL anyway; nothing is held here.
-		ts.log.Debug("leaving an idle client's share", "key", st.t.Key(), "err", err)
+	if st.written.gen != 0 {
+		lctx, cancel := context.WithTimeout(ctx, ts.timeout())
+		err := ts.backend.Leave(lctx, st.t.Key(), st.written.node, ts.id.incStr)
+		cancel()
+		if err != nil {
+			// The lease expires after its TTL anyway; nothing is held here.
+			ts.log.Debug("leaving an idle client's share", "key", st.t.Key(), "err", err)
+		}
 	}
+	st.written = written{}
 	delete(ts.tenants, st.t.Key())
 }
 
@@ -282,7 +300,6 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) bool {
 	held := max(st.slots, 0)
 	r := Report{
 		Key:        st.t.Key(),
-		Node:       ts.cfg.NodeID,
 		Demand:     finite(l.Demand),
 		Share:      max(st.share, min(max(finite(l.Using), 0), 1)),
 		SlotDemand: finite(l.SlotDemand),
@@ -296,7 +313,7 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) bool {
 		r.Share, r.Slots = min(max(finite(l.Using), 0), 1), max(l.Slots, 0)
 	}
 	sctx, cancel := context.WithTimeout(ctx, ts.timeout())
-	g, err := ts.backend.Sync(sctx, r)
+	g, err := ts.id.sync(sctx, ts.backend, r, &st.written, start)
 	cancel()
 	ts.mu.Lock()
 	ts.lastErr = err

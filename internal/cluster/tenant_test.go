@@ -64,7 +64,7 @@ func tenantKey(t *testing.T) string {
 
 func newTenants(t *testing.T, b cluster.Backend, node string) *cluster.Tenants {
 	t.Helper()
-	ts, err := cluster.NewTenants(cluster.Config{NodeID: node, SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour}, b, nil, nil)
+	ts, err := cluster.NewTenants(cluster.Config{NodeID: node, SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour}, nil, b, nil, nil)
 	require.NoError(t, err)
 	return ts
 }
@@ -98,7 +98,7 @@ func runTenantCases(t *testing.T, open func(t *testing.T) cluster.Backend) {
 		require.InDelta(t, 0.05+0.9*0.25, fc.got().Share, 0.02)
 		// A leaves: C takes the whole limit at its next syncs.
 		require.NoError(t, a.Stop(t.Context()))
-		require.NoError(t, b.Leave(t.Context(), key, "a")) // Stop before Start leaves nothing
+		require.NoError(t, b.Leave(t.Context(), key, "a", a.Identity().Incarnation().String())) // Stop before Start leaves nothing
 		c.SyncAll(t.Context())
 		c.SyncAll(t.Context())
 		require.InDelta(t, 1, fc.got().Share, 1e-9)
@@ -202,10 +202,10 @@ func TestTenantsIdleLeaves(t *testing.T) {
 	b := cluster.NewMemory(clk)
 	cfg := cluster.Config{SyncInterval: time.Hour, LeaseTTL: 3 * time.Hour}
 	cfg.NodeID = "a"
-	a, err := cluster.NewTenants(cfg, b, clk, nil)
+	a, err := cluster.NewTenants(cfg, nil, b, clk, nil)
 	require.NoError(t, err)
 	cfg.NodeID = "c"
-	c, err := cluster.NewTenants(cfg, b, clk, nil)
+	c, err := cluster.NewTenants(cfg, nil, b, clk, nil)
 	require.NoError(t, err)
 	key := tenantKey(t)
 	fa, fc := &fakeTenant{key: key, demand: 1}, &fakeTenant{key: key, demand: 1}

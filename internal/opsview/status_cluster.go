@@ -7,8 +7,16 @@ import (
 // ClusterStatus is /v1/status's cluster section: this node, the leader,
 // and every upstream's shares (omitted when sharing is off).
 type ClusterStatus struct {
-	Node   string `json:"node"`
-	Leader bool   `json:"leader"`
+	// Node is the node id in use, ConfiguredNode the configured one
+	// (cluster.node_id): they differ once this process met another under
+	// the same id and, the younger, took a fresh one. Incarnation names
+	// this process; DuplicateOf the other one (and RenamedAt when).
+	Node           string     `json:"node"`
+	ConfiguredNode string     `json:"configured_node"`
+	Incarnation    string     `json:"incarnation"`
+	DuplicateOf    string     `json:"duplicate_of,omitempty"`
+	RenamedAt      *time.Time `json:"renamed_at,omitempty"`
+	Leader         bool       `json:"leader"`
 	// Degraded: the shared store did not answer in time and some upstream
 	// runs on its fallback share (1/N of its quota).
 	Degraded  bool                    `json:"degraded"`
@@ -57,8 +65,13 @@ func (v *View) ClusterStatus() *ClusterStatus {
 	if !ok {
 		return nil
 	}
-	out := &ClusterStatus{Node: st.Node, Leader: st.Leader, Degraded: st.Degraded, LastError: st.LastErr,
+	out := &ClusterStatus{Node: st.Node, ConfiguredNode: st.ConfiguredNode, Incarnation: st.Incarnation,
+		DuplicateOf: st.DuplicateOf, Leader: st.Leader, Degraded: st.Degraded, LastError: st.LastErr,
 		Upstreams: []ClusterUpstreamStatus{}}
+	if !st.RenamedAt.IsZero() {
+		at := st.RenamedAt.UTC()
+		out.RenamedAt = &at
+	}
 	for _, m := range st.Members {
 		u := ClusterUpstreamStatus{Name: upstreamOf(m.Key), Share: m.Share, Slots: m.Slots, Fallback: m.Fallback,
 			BreakerShared: m.BreakerShared, Probe: m.Probe, BurstPool: m.Pool, BurstCredited: m.Credited,

@@ -92,6 +92,9 @@ func (s *Server) clusterCheck() (ReadyCheck, bool) {
 		return ReadyCheck{}, false
 	}
 	c := ReadyCheck{Name: "cluster", OK: true, Detail: "sharing quotas as node " + cs.Node}
+	if cs.Node != cs.ConfiguredNode && cs.ConfiguredNode != "" {
+		c.Detail += " (node_id " + cs.ConfiguredNode + " is in use by another process)"
+	}
 	if cs.Degraded {
 		c.Detail = "shared store unreachable: running on a conservative local share (1/N of each quota)"
 	}

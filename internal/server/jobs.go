@@ -127,7 +127,8 @@ func (s *Server) startJobs(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
 	svc, err := jobs.New(jobs.Config{Settings: jc, WebhookClient: &http.Client{Transport: guard.Transport()},
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer})
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
+		Owner: s.admit.ClusterNodeID()}) // the cluster's node id, when sharing
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
 	}

@@ -106,7 +106,7 @@ func TestLifecycleContract(t *testing.T) {
 			return n
 		}},
 		{"cluster tenants", func(t *testing.T) lifecycle.Service {
-			ts, err := cluster.NewTenants(clusterCfg, cluster.NewMemory(nil), nil, discardLogger())
+			ts, err := cluster.NewTenants(clusterCfg, nil, cluster.NewMemory(nil), nil, discardLogger())
 			require.NoError(t, err)
 			return ts
 		}},

@@ -216,7 +216,7 @@ func learnedSurvives(t *testing.T, b cluster.Backend) {
 	require.InDelta(t, 16000, l.Limit, 0)
 	require.Equal(t, "a", l.LimitNode)
 	// And a Leave drops only the lease.
-	require.NoError(t, b.Leave(ctx, key, "b"))
+	require.NoError(t, b.Leave(ctx, key, "b", incOf("b")))
 	g, err = b.Sync(ctx, report(key, "c", 0, 1))
 	require.NoError(t, err)
 	require.Len(t, g.Learned, 1)

@@ -26,9 +26,14 @@ func uniqueKey(t *testing.T) string {
 	return "test-" + hex.EncodeToString(b[:]) + "/" + cluster.Fingerprint("k")
 }
 
+// report is node's report, from one process per node name (incOf).
 func report(key, node string, share, demand float64) cluster.Report {
-	return cluster.Report{Key: key, Node: node, Share: share, Demand: demand, SlotDemand: demand, MaxSlots: 12, TTL: time.Minute}
+	return cluster.Report{Key: key, Node: node, Incarnation: incOf(node), Share: share, Demand: demand, SlotDemand: demand,
+		MaxSlots: 12, TTL: time.Minute}
 }
+
+// incOf is the incarnation of the one process the cases run as node.
+func incOf(node string) string { return "inc-" + node }
 
 // Run runs every conformance case.
 func Run(t *testing.T, open Open) {
@@ -41,6 +46,8 @@ func Run(t *testing.T, open Open) {
 	t.Run("Leave", func(t *testing.T) { t.Parallel(); leave(t, open(t)) })
 	t.Run("PauseLatestWins", func(t *testing.T) { t.Parallel(); pause(t, open(t)) })
 	t.Run("Leadership", func(t *testing.T) { t.Parallel(); leadership(t, open(t)) })
+	t.Run("DuplicateNodeDetected", func(t *testing.T) { t.Parallel(); duplicateNode(t, open(t)) })
+	t.Run("RestartTakesOverItsPredecessor", func(t *testing.T) { t.Parallel(); restartTakeover(t, open(t)) })
 	t.Run("BreakerOpensForAll", func(t *testing.T) { t.Parallel(); breakerOpens(t, open(t)) })
 	t.Run("OneProbeTokenClusterWide", func(t *testing.T) { t.Parallel(); probeToken(t, open(t)) })
 	t.Run("ProbeTokenExpires", func(t *testing.T) { t.Parallel(); probeExpiry(t, open(t)) })
@@ -116,7 +123,7 @@ func burstConcurrent(t *testing.T, b cluster.Backend) {
 			node := fmt.Sprintf("n%d", i)
 			var share float64
 			for range 15 {
-				// Starting on every sync: a unexpired lease keeps the pool
+				// Starting on every sync: an unexpired lease keeps the pool
 				// from being made afresh.
 				g, err := b.Sync(ctx, burstReport(key, node, share, 1, true))
 				if err != nil {
@@ -193,7 +200,7 @@ func burstReturned(t *testing.T, b cluster.Backend) {
 	require.InDelta(t, 0.5, g.Share, 1e-9)
 	require.InDelta(t, 0.5, g.Credit, 1e-3)
 	require.InDelta(t, 0, g.Pool, 1e-9)
-	// A drop reported by a node without a unexpired lease is not taken back:
+	// A drop reported by a node without an unexpired lease is not taken back:
 	// it cannot tell when it happened.
 	r = burstReport(key, "c", 0, 0, false)
 	r.Returned = 0.5
@@ -227,7 +234,7 @@ func burstAfterExpiry(t *testing.T, b cluster.Backend) {
 	require.Zero(t, g.Credit)
 	require.Zero(t, g.Pool)
 	// c stops; b starts with no unexpired lease: a full pool.
-	require.NoError(t, b.Leave(ctx, key, "c"))
+	require.NoError(t, b.Leave(ctx, key, "c", incOf("c")))
 	g, err = b.Sync(ctx, burstReport(key, "b", 0, 0.4, true))
 	require.NoError(t, err)
 	require.Len(t, g.Leases, 1)
@@ -398,7 +405,7 @@ func leave(t *testing.T, b cluster.Backend) {
 	key := uniqueKey(t)
 	_, err := b.Sync(ctx, report(key, "a", 0, 1))
 	require.NoError(t, err)
-	require.NoError(t, b.Leave(ctx, key, "a"))
+	require.NoError(t, b.Leave(ctx, key, "a", incOf("a")))
 	g, err := b.Sync(ctx, report(key, "b", 0, 1))
 	require.NoError(t, err)
 	require.InDelta(t, 1, g.Share, 1e-9)
@@ -427,23 +434,29 @@ func pause(t *testing.T, b cluster.Backend) {
 func leadership(t *testing.T, b cluster.Backend) {
 	ctx := context.Background()
 	name := uniqueKey(t)
-	ok, err := b.Lead(ctx, name, "a", 200*time.Millisecond)
+	ok, err := b.Lead(ctx, name, "a", incOf("a"), 200*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = b.Lead(ctx, name, "b", time.Minute)
+	ok, err = b.Lead(ctx, name, "b", incOf("b"), time.Minute)
 	require.NoError(t, err)
 	require.False(t, ok, "a holds it")
-	ok, err = b.Lead(ctx, name, "a", 200*time.Millisecond)
+	ok, err = b.Lead(ctx, name, "a", "other-a", time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "another process under a's id does not share it")
+	ok, err = b.Lead(ctx, name, "a", incOf("a"), 200*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, ok, "a renews")
 	require.Eventually(t, func() bool {
-		ok, err := b.Lead(ctx, name, "b", time.Minute)
+		ok, err := b.Lead(ctx, name, "b", incOf("b"), time.Minute)
 		require.NoError(t, err)
 		return ok
 	}, 5*time.Second, 50*time.Millisecond, "b takes over once a's lease expires")
-	ok, err = b.Lead(ctx, name, "a", time.Minute)
+	ok, err = b.Lead(ctx, name, "a", incOf("a"), time.Minute)
 	require.NoError(t, err)
 	require.False(t, ok)
+	ok, err = b.Lead(ctx, name, "b-renamed", incOf("b"), time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "the holder is the process: it renews under a new id")
 }
 
 func breakerOpens(t *testing.T, b cluster.Backend) {
