@@ -14,7 +14,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-var tmpRoot string // removed after the tests
+var (
+	tmpRoot  string   // removed after the tests
+	cleanups []func() // run after the tests (processes shared by tests); appended under a sync.Once
+)
 
 func TestMain(m *testing.M) {
 	var err error
@@ -23,6 +26,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	for _, f := range cleanups {
+		f()
+	}
 	_ = os.RemoveAll(tmpRoot)
 	if code == 0 {
 		// Helm's Kubernetes client libraries start klog's flush daemon at
