@@ -338,7 +338,7 @@ func serveFlags(t *testing.T, bin string) (map[string]bool, time.Duration) {
 var (
 	gatewayOnce sync.Once
 	gatewayURL  string
-	gatewayErr  error
+	errGateway  error
 )
 
 // gatewayStatus is the status a freshly started `sluice serve` answers
@@ -346,8 +346,8 @@ var (
 // package's TestMain cleanup).
 func gatewayStatus(t *testing.T, bin, path string) int {
 	t.Helper()
-	gatewayOnce.Do(func() { gatewayURL, gatewayErr = startGateway(bin) })
-	require.NoError(t, gatewayErr)
+	gatewayOnce.Do(func() { gatewayURL, errGateway = startGateway(bin) })
+	require.NoError(t, errGateway)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, gatewayURL+path, nil)
 	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)

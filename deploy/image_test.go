@@ -204,7 +204,7 @@ func TestImage(t *testing.T) {
 	defer func() {
 		if !stopped {
 			_ = serve.Process.Kill()
-			<-exited
+			t.Log("sluice serve killed:", <-exited)
 		}
 	}()
 

@@ -51,7 +51,7 @@ const (
 var (
 	binaryOnce sync.Once
 	binaryPath string
-	binaryErr  error
+	errBinary  error
 )
 
 // staticBinary builds sluice for linux on this machine's architecture with
@@ -66,10 +66,10 @@ func staticBinary(t *testing.T) string {
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			binaryErr = fmt.Errorf("deploy/build.sh: %w\n%s", err, out.String())
+			errBinary = fmt.Errorf("deploy/build.sh: %w\n%s", err, out.String())
 		}
 	})
-	require.NoError(t, binaryErr)
+	require.NoError(t, errBinary)
 	return binaryPath
 }
 
