@@ -3,13 +3,22 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 export SLUICE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: help test test-race lint fuzz bench demo build generate ci
+.PHONY: help test test-race lint fuzz bench demo build release image generate ci
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## Build the sluice binary into ./bin.
-	go build -o bin/sluice ./cmd/sluice
+build: ## Build the sluice binary into ./bin (static, version-stamped: deploy/build.sh).
+	deploy/build.sh bin/sluice
+
+release: ## Build the release archives (linux, darwin x amd64, arm64) and SHA256SUMS into ./dist.
+	deploy/release.sh
+
+image: ## Build the Docker image sluice:VERSION (needs a Docker engine; docs/deploy.md).
+	docker build -t sluice:$$(git describe --tags --always --dirty) \
+		--build-arg VERSION=$$(git describe --tags --always --dirty) \
+		--build-arg COMMIT=$$(git rev-parse HEAD) \
+		--build-arg DATE=$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ) .
 
 generate: ## Regenerate the generated code (the job store's edge, from its Store interface).
 	go generate ./...

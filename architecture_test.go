@@ -39,6 +39,7 @@ var allowedImports = map[string][]string{
 	"internal/cluster/clustertest":   {"internal/cluster", "internal/flow"},
 	"internal/admit":                 {"internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "upstream"},
 	"internal/scenario":              {"internal/clock", "internal/frontdoor", "internal/llm", "internal/mock", "internal/opsview", "internal/server", "upstream"},
+	"deploy":                         {},
 }
 
 // TestArchitecture checks every package's imports of the module's own

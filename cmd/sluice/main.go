@@ -54,7 +54,7 @@ func main() {
 // runMain runs the CLI and returns the exit code; tests call it directly.
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
-		fmt.Fprintln(stdout, versionLine())
+		fmt.Fprintln(stdout, currentBuild())
 		return 0
 	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {

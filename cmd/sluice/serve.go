@@ -29,10 +29,31 @@ func init() {
 	})
 }
 
+// stopMargin is how long `sluice serve` gives the dispatchers, the job
+// queue and the cluster node to stop after the shutdown grace period: the
+// process exits at most shutdown_grace + stopMargin after SIGTERM (a
+// Kubernetes terminationGracePeriodSeconds must cover both; deploy/helm).
+const stopMargin = 10 * time.Second
+
+// configEnv names the config file when --config is not given, so that a
+// container image sets it once for `serve` and its health check.
+const configEnv = "SLUICE_CONFIG"
+
+// configFile is the config file to read: the --config flag, else
+// $SLUICE_CONFIG, else "" (upstreams from the environment).
+func configFile(flagValue string, lookup server.LookupEnv) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	v, _ := lookup(configEnv)
+	return v
+}
+
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer) error {
-	configPath := fs.String("config", "", "YAML config `file` (see docs/config.md); without it, upstreams come from ANTHROPIC_API_KEY / OPENAI_API_KEY")
+	configFlag := fs.String("config", "", "YAML config `file` (see docs/config.md; default $SLUICE_CONFIG); without one, upstreams come from ANTHROPIC_API_KEY / OPENAI_API_KEY")
 	listen := fs.String("listen", "", "listen `address`, overriding the config (default "+server.ListenDefault+")")
-	grace := fs.Duration("grace", 0, "how long shutdown waits for in-flight requests, overriding the config (default "+server.ShutdownGraceDefault.String()+")")
+	grace := fs.Duration("grace", 0, "how long shutdown waits for in-flight requests, overriding the config (default "+server.ShutdownGraceDefault.String()+
+		"); the process then has up to "+stopMargin.String()+" more to stop the dispatchers and the job queue before it exits")
 	check := fs.Bool("check", false, "validate the configuration and exit")
 	logFormat := fs.String("log-format", "", "log `format` on stderr: text or json (default text on a terminal, json otherwise)")
 	logLevel := fs.String("log-level", "info", "least `level` logged: debug, info, warn or error")
@@ -42,6 +63,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	configPath := configFile(*configFlag, os.LookupEnv)
 	logw := stderrOf(ctx)
 	logger, err := newLogger(logw, *logFormat, *logLevel, writerIsTerminal(logw))
 	if err != nil {
@@ -53,7 +75,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	// Before the config: the request-bytes limit's default is sized from
 	// the runtime's memory limit.
 	memNote := setMemoryLimit(os.LookupEnv)
-	cfg, err := loadServeConfig(*configPath)
+	cfg, err := loadServeConfig(configPath)
 	if err != nil {
 		return err
 	}
@@ -98,7 +120,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	}
 	c := srv.Config()
 	fmt.Fprintf(out, "sluice listening on http://%s\n", srv.Addr())
-	fmt.Fprintf(out, "  store: %s\n", describeStore(c.Store, *configPath == ""))
+	fmt.Fprintf(out, "  store: %s\n", describeStore(c.Store, configPath == ""))
 	fmt.Fprintf(out, "  clients: %s\n", describeClients(c))
 	fmt.Fprintf(out, "  traces: %s\n", traceNote)
 	fmt.Fprintf(out, "  memory: %s; request bodies in flight up to %s (max_request_bytes_in_flight)\n",
@@ -115,13 +137,13 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		select {
 		case <-ctx.Done():
 		case <-hup:
-			reloadConfig(srv, *configPath, *listen, *grace, logger)
+			reloadConfig(srv, configPath, *listen, *grace, logger)
 		}
 	}
 	fmt.Fprintf(out, "shutting down (waiting up to %s for in-flight requests)\n", srv.Config().ShutdownGrace)
 	// ctx is already done; shutdown gets its own bound (grace plus a
 	// margin for stopping the dispatchers).
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), srv.Config().ShutdownGrace+10*time.Second)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), srv.Config().ShutdownGrace+stopMargin)
 	defer cancel()
 	if err := srv.Stop(stopCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err

@@ -60,7 +60,7 @@ func tracingFromEnv(ctx context.Context, lookup server.LookupEnv) (trace.TracerP
 	// Later options win: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
 	// override the defaults.
 	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "sluice"),
-		attribute.String("service.version", versionLine())), resource.WithTelemetrySDK(), resource.WithFromEnv())
+		attribute.String("service.version", currentBuild().Version)), resource.WithTelemetrySDK(), resource.WithFromEnv())
 	if err != nil {
 		return nil, "", nop, fmt.Errorf("reading OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
