@@ -61,13 +61,25 @@ const UsedSmoothing = time.Second
 // busiest dimension), averaged into prev with the time constant
 // UsedSmoothing.
 func Used(cur flow.ClusterLoad, prevDebited flow.Amount, dt time.Duration, prev float64) float64 {
+	return usedOf(cur.Debited, cur.Capacity, prevDebited, dt, prev)
+}
+
+// UrgentUsed is Used for the urgent classes' part of the debits
+// (flow.ClusterLoad.UrgentDebited).
+func UrgentUsed(cur flow.ClusterLoad, prevUrgent flow.Amount, dt time.Duration, prev float64) float64 {
+	return usedOf(cur.UrgentDebited, cur.Capacity, prevUrgent, dt, prev)
+}
+
+// usedOf is the smoothed share of capacity that debited grew by since
+// prevDebited, over dt.
+func usedOf(debited flow.Amount, capacity [flow.NumDims]float64, prevDebited flow.Amount, dt time.Duration, prev float64) float64 {
 	if dt <= 0 {
 		return prev
 	}
 	var used float64
-	for d, c := range cur.Capacity {
+	for d, c := range capacity {
 		if c > 0 {
-			used = math.Max(used, (cur.Debited[d]-prevDebited[d])/(c/60*dt.Seconds()))
+			used = math.Max(used, (debited[d]-prevDebited[d])/(c/60*dt.Seconds()))
 		}
 	}
 	if math.IsNaN(used) || math.IsInf(used, 0) {
@@ -77,10 +89,18 @@ func Used(cur flow.ClusterLoad, prevDebited flow.Amount, dt time.Duration, prev 
 	return prev + a*(math.Max(used, 0)-prev)
 }
 
+// UrgentHeadroom is how much of its urgent classes' recent use a member
+// asks for on top of that use (Demand): a share that refills exactly as
+// fast as urgent requests spend it leaves its bucket empty when the next
+// one comes, so each waits for refill; with twice its use the bucket
+// stays full.
+const UrgentHeadroom = 1.0
+
 // Demand is a member's demand on its quota, in shares of it: the share it
-// used lately (Used), plus its class-weighted backlog as the share that
-// would drain it within BacklogHorizon.
-func Demand(cur flow.ClusterLoad, used float64) float64 {
+// used lately (Used) with UrgentHeadroom of its urgent classes' part of it
+// (urgent, UrgentUsed) on top, plus its class-weighted backlog as the
+// share that would drain it within BacklogHorizon.
+func Demand(cur flow.ClusterLoad, used, urgent float64) float64 {
 	var backlog float64
 	for c := range cur.Queued {
 		var b float64
@@ -94,7 +114,7 @@ func Demand(cur flow.ClusterLoad, used float64) float64 {
 		}
 		backlog += classFactor(cur.Weights, c) * b
 	}
-	d := math.Max(used, 0) + backlog
+	d := math.Max(used, 0) + UrgentHeadroom*math.Max(urgent, 0) + backlog
 	if math.IsNaN(d) || math.IsInf(d, 0) {
 		return 0
 	}

@@ -146,6 +146,7 @@ type memberState struct {
 	share       float64 // applied
 	slots       int     // applied cap; -1 uncapped
 	prevDebited flow.Amount
+	prevUrgent  flow.Amount // load.UrgentDebited at the last sync
 	prevAt      time.Time
 	published   time.Time // the latest pause published
 	openPub     time.Time // the latest breaker opening published or applied
@@ -163,6 +164,7 @@ type memberState struct {
 	pool        float64               // the burst pool left at the last sync
 	backlogged  bool                  // the last report had work queued
 	used        float64               // the share used lately (Used)
+	urgent      float64               // the urgent classes' part of it (UrgentUsed)
 	release     bool                  // the last grant lowered the share: report it at once
 	credited    float64               // the burst credited since Start
 	written     written               // this incarnation's lease on the key (Identity)
@@ -235,7 +237,8 @@ func (n *Node) Start(ctx context.Context) error {
 		for _, ms := range n.members {
 			// Until the first grant, nothing is ours (what a fresh process's
 			// buckets hold is not: the key's burst pool stands for it).
-			ms.share, ms.prevAt, ms.prevDebited, ms.starting = 0, now, ms.m.Load().Debited, true
+			load := ms.m.Load()
+			ms.share, ms.prevAt, ms.prevDebited, ms.prevUrgent, ms.starting = 0, now, load.Debited, load.UrgentDebited, true
 			ms.m.Apply(0, 0)
 		}
 		n.syncAll(ctx)
@@ -369,13 +372,14 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	heard := heardOf(ms.m)
 	n.mu.Lock()
 	ms.used = Used(load, ms.prevDebited, start.Sub(ms.prevAt), ms.used)
+	ms.urgent = UrgentUsed(load, ms.prevUrgent, start.Sub(ms.prevAt), ms.urgent)
 	held := ms.slots
 	if held < 0 {
 		held = 0
 	}
 	r := Report{
 		Key:        ms.m.Key(),
-		Demand:     Demand(load, ms.used),
+		Demand:     Demand(load, ms.used, ms.urgent),
 		Share:      ms.share,
 		SlotDemand: SlotDemand(load),
 		Slots:      max(held, load.InFlight),
@@ -407,7 +411,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		r.Share, r.Slots, r.Returned = 0, load.InFlight, 0
 	}
 	n.mu.Unlock()
-	ms.prevDebited, ms.prevAt = load.Debited, start
+	ms.prevDebited, ms.prevUrgent, ms.prevAt = load.Debited, load.UrgentDebited, start
 	sctx, cancel := context.WithTimeout(ctx, n.timeout())
 	// ms.written is syncMu's (held).
 	g, err := n.id.sync(sctx, n.backend, r, &ms.written, start)

@@ -46,16 +46,25 @@ func stepUntil(t *testing.T, fc *clock.Fake, done func() bool) {
 
 // TestCriticalAtOneNodeWhileOthersFloodLow: three nodes (real
 // dispatchers sharing a Memory backend, in front of the mock with one
-// 3000 RPM quota and a 400 ms time to first token), all on one fake
-// clock moved only while everything rests. Critical requests at node a,
-// 4 a second, while b and c each hold a flood of low-priority requests
-// far beyond the quota: their p95 latency stays within twice its value
-// when the cluster is idle (the whole request, on the fake clock), while
+// 3000 RPM quota and a 100 ms or 400 ms time to first token), all on one
+// fake clock moved only while everything rests. Critical requests at
+// node a, 4 a second, while b and c each hold a flood of low-priority
+// requests far beyond the quota: their p95 latency stays within 1.5× its
+// value when the cluster is idle (the whole request, on the fake clock;
+// a's share keeps room for its urgent use, cluster.UrgentHeadroom), while
 // the cluster keeps the quota busy and never exceeds it.
 func TestCriticalAtOneNodeWhileOthersFloodLow(t *testing.T) {
 	// Not parallel: clock.Settle reads the whole process's scheduler.
+	for _, ttft := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
+		t.Run(ttft.String(), func(t *testing.T) { criticalWhileOthersFloodLow(t, ttft) })
+	}
+}
+
+// criticalWhileOthersFloodLow is the test with the mock's first-token
+// time ttft.
+func criticalWhileOthersFloodLow(t *testing.T, ttft time.Duration) {
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: 3000}, BurstSeconds: 1, TTFT: 400 * time.Millisecond, Clock: fc})
+	m, err := mock.New(mock.Config{Limits: mock.Limits{RPM: 3000}, BurstSeconds: 1, TTFT: ttft, Clock: fc})
 	require.NoError(t, err)
 	client := &http.Client{Transport: inProcess{m.Handler()}}
 	const up = "http://mock.invalid"
@@ -143,6 +152,6 @@ func TestCriticalAtOneNodeWhileOthersFloodLow(t *testing.T) {
 	t.Logf("critical p95 at a: %v idle, %v while b and c flood low; the cluster sent %.1f/s of a 50/s quota meanwhile (mock: %v)",
 		idle, loaded, rate, st.ByStatus)
 	require.Greater(t, rate, 35.0, "the quota binds while a sends critical work")
-	require.LessOrEqual(t, loaded, 2*idle)
+	require.LessOrEqual(t, loaded.Seconds(), 1.5*idle.Seconds(), "critical p95 within 1.5x idle")
 	require.Zero(t, st.ByStatus["429"], "the cluster stays within the quota")
 }

@@ -141,13 +141,13 @@ end
 -- own leases kept aside or under our former id were held until now, so
 -- they are counted; they go, as this report holds what we apply now.
 local leases = {}
-local held, live, selfSince = 0, 0, -1
+local held, unexpired, selfSince = 0, 0, -1
 local ownAside = node .. '~' .. inc
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local f = dec(all[i+1])
   if f.exp >= now then
-    held, live = held + f.share, live + 1
+    held, unexpired = held + f.share, unexpired + 1
   end
   if all[i] == ownAside or (from ~= '' and (all[i] == from or all[i] == fromAside) and f.inc == inc) then
     redis.call('HDEL', KEYS[1], all[i])

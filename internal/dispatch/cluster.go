@@ -57,6 +57,7 @@ func (d *Dispatcher) ClusterLoad() flow.ClusterLoad {
 		l.QueuedCount[c] = d.sched.LenClass(llm.Priority(c))
 	}
 	l.InFlight = d.inflight
+	l.UrgentDebited = d.urgentDebited
 	d.mu.Unlock()
 	return l
 }
@@ -153,4 +154,13 @@ func (d *Dispatcher) ApplyClusterBreaker(openUntil time.Time, probe bool, since 
 		d.brk.OpenUntil(openUntil, now)
 	}
 	d.kick()
+}
+
+// noteAdmitted counts w's estimate as reserved in flight and, for an
+// urgent class, in the urgent use a cluster keeps room for. d.mu held.
+func (d *Dispatcher) noteAdmitted(w *waiter) {
+	d.reserved = d.reserved.Add(w.cost)
+	if w.item.Class <= llm.High {
+		d.urgentDebited = d.urgentDebited.Add(w.cost)
+	}
 }

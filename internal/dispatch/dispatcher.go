@@ -61,9 +61,11 @@ type Dispatcher struct {
 	arrivals        [llm.NumPriorities]int           // arrivals per class (gap known from 2)
 	inflight        int
 	// reserved sums the estimated cost of the requests in flight, for
-	// operators (Snapshot.Reserved).
-	reserved flow.Amount
-	state    runState
+	// operators (Snapshot.Reserved); urgentDebited the estimates ever
+	// admitted for critical and high (ClusterLoad.UrgentDebited).
+	reserved      flow.Amount
+	urgentDebited flow.Amount
+	state         runState
 	// draining is set by Drain: Do refuses and fails at once; tickets
 	// are not affected.
 	draining bool
@@ -377,7 +379,7 @@ func (d *Dispatcher) admit() time.Duration {
 		d.inflight++
 		key.inflight++
 		key.noteReserved(w, now)
-		d.reserved = d.reserved.Add(w.cost)
+		d.noteAdmitted(w)
 		w.admission <- admission{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}
 	}
 	return 0

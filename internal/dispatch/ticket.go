@@ -108,7 +108,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	d.inflight++
 	key.inflight++
 	key.noteReserved(w, now)
-	d.reserved = d.reserved.Add(w.cost)
+	d.noteAdmitted(w)
 	return &Ticket{d: d, w: w, g: admission{gen: gen, at: now, probe: state == flow.HalfOpen, key: key, keyProbe: key.out, reserved: w.cost}}, true
 }
 

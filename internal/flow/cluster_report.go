@@ -24,6 +24,10 @@ type ClusterLoad struct {
 	InFlight int
 	// Debited is the limiter's running sum of debits (Limiter.Debited).
 	Debited Amount
+	// UrgentDebited is the running sum of the estimates admitted for the
+	// urgent classes (critical and high): the part of the node's use a
+	// cluster keeps room for (cluster.Demand).
+	UrgentDebited Amount
 	// Capacity is each dimension's whole per-minute capacity (after the
 	// safety margin, before this node's share); 0 unknown.
 	Capacity [NumDims]float64
