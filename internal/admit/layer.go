@@ -43,6 +43,11 @@ type Config struct {
 	// same store: after each flush the windows are rebased on the store's
 	// sums. Defaults to false.
 	SharedSpend bool
+	// HoldTimeout is how long a request of a client with a budget waits
+	// for its reservation to be written to the store before it is sent
+	// without one (docs/budgets.md, "What survives a crash"). Defaults to
+	// HoldTimeoutDefault.
+	HoldTimeout time.Duration
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Logger receives the layer's warnings (budgets exhausted, unpriced
@@ -81,7 +86,10 @@ func New(cfg Config) (*Layer, error) {
 	if obs == nil {
 		obs = NopObserver{}
 	}
-	sp, err := newSpender(cfg.Prices, cfg.SharedSpend, clk, log, obs)
+	if cfg.HoldTimeout < 0 {
+		return nil, fmt.Errorf("HoldTimeout: %s is negative (0 takes the default, %s)", cfg.HoldTimeout, HoldTimeoutDefault)
+	}
+	sp, err := newSpender(cfg.Prices, cfg.SharedSpend, cfg.HoldTimeout, clk, log, obs)
 	if err != nil {
 		return nil, err
 	}
@@ -172,9 +180,10 @@ func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Reque
 }
 
 // send admits req on target t and hands it to t's engine: the budget's
-// reservation (refused at once), the client's gate on t (waited for in
-// the engine's queue), then the engine; the reservation is settled when
-// the body ends, or refunded when the engine gives up.
+// reservation (refused at once, then written to the store), the client's
+// gate on t (waited for in the engine's queue), then the engine; the
+// reservation is settled when the body ends, or refunded when the engine
+// gives up.
 func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dispatch.Response, error) {
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
@@ -187,6 +196,10 @@ func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dis
 	}
 	if g != nil {
 		req.Gate = g
+	}
+	if err := l.spend.persist(ctx, h); err != nil {
+		h.refund()
+		return nil, err
 	}
 	resp, err := t.engine.Do(ctx, req)
 	if err != nil {
@@ -223,7 +236,9 @@ type Admission struct {
 // client's budget (a *Refusal when it cannot hold the call) and its
 // client's own limit on t (a *Held, saying when to come back, when the
 // client is over it: the job waits in the store without burning an
-// attempt, and is never recorded as a rate limit).
+// attempt, and is never recorded as a rate limit). A call admitted waits
+// for its budget's reservation to be written to the store (at most
+// Config.HoldTimeout).
 func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
@@ -246,6 +261,8 @@ func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 			return nil, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit}
 		}
 	}
+	// Bounded by the hold timeout; never fails without a context to end.
+	_ = l.spend.persist(context.Background(), h)
 	return &Admission{hold: h, gate: g, cost: req.Cost, clock: l.clock}, nil
 }
 

@@ -13,9 +13,11 @@ import (
 // the config, models are price-table entries or "unknown", windows are
 // day, month and total.
 type admitMetrics struct {
-	spentUSD *prometheus.CounterVec
-	refusals *prometheus.CounterVec
-	s        *Server
+	spentUSD    *prometheus.CounterVec
+	refusals    *prometheus.CounterVec
+	orphanedUSD *prometheus.CounterVec
+	undurable   *prometheus.CounterVec
+	s           *Server
 }
 
 var _ admit.Observer = (*admitMetrics)(nil)
@@ -30,8 +32,16 @@ func newAdmitMetrics(reg *prometheus.Registry, s *Server) *admitMetrics {
 			Name: "sluice_budget_refusals_total",
 			Help: "Requests refused by their client's spend budget, by window (day, month, total) and reason (exhausted, pending, too_large, unknown_model).",
 		}, []string{"client", "window", "reason"}),
+		orphanedUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_spend_orphaned_usd_total",
+			Help: "US dollars charged, at their worst case, for the budgeted requests a process left in flight when it ended without settling them (a crash), by client.",
+		}, []string{"client"}),
+		undurable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_spend_undurable_total",
+			Help: "Budgeted requests sent without their reservation written to the store (it did not answer in time): a crash before their spend is written loses it, by client.",
+		}, []string{"client"}),
 	}
-	reg.MustRegister(m.spentUSD, m.refusals, &budgetCollector{s: s})
+	reg.MustRegister(m.spentUSD, m.refusals, m.orphanedUSD, m.undurable, &budgetCollector{s: s})
 	return m
 }
 
@@ -44,6 +54,14 @@ func (m *admitMetrics) Spent(client, upstream, model string, usd float64) {
 func (m *admitMetrics) BudgetRefused(client, window, reason string) {
 	m.refusals.WithLabelValues(client, window, reason).Inc()
 }
+
+// SpendOrphaned implements admit.Observer.
+func (m *admitMetrics) SpendOrphaned(client string, usd float64) {
+	m.orphanedUSD.WithLabelValues(client).Add(usd)
+}
+
+// SpendUndurable implements admit.Observer.
+func (m *admitMetrics) SpendUndurable(client string) { m.undurable.WithLabelValues(client).Inc() }
 
 // FallbackTaken implements admit.Observer.
 func (m *admitMetrics) FallbackTaken(upstream, fallback, reason string) {
