@@ -16,18 +16,20 @@ const (
 	SELECT $1, seq, client, upstream, model, nanos, $2, $3
 	FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS o(seq, client, upstream, model, nanos)
 	ON CONFLICT (owner, seq) DO NOTHING`
-	// The settled holds are deleted and their costs added to the spend of
-	// the holds that were still open, in a fixed order (two gateways
-	// adding to the same rows lock them in the same order).
+	// The settled holds are deleted (looked up by key: a join on the
+	// owner's holds walked every dead entry the owner had left in the
+	// index) and their costs added to the spend of the holds that were
+	// still open, in a fixed order (two gateways adding to the same rows
+	// lock them in the same order).
 	pgHoldSettle = `WITH s AS (
 		SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[]) AS s(seq, nanos, day)
 	), d AS (
-		DELETE FROM sluice_spend_holds h USING s WHERE h.owner = $1 AND h.seq = s.seq
-		RETURNING h.client, h.upstream, h.model, s.nanos, s.day
+		DELETE FROM sluice_spend_holds WHERE owner = $1 AND seq = ANY($2::bigint[])
+		RETURNING seq, client, upstream, model
 	)
 	INSERT INTO sluice_spend (client, day, upstream, model, nanos, requests, updated_at)
-	SELECT client, day, upstream, model, sum(nanos), count(*), $5 FROM d WHERE nanos > 0
-	GROUP BY client, day, upstream, model ORDER BY client, day, upstream, model
+	SELECT d.client, s.day, d.upstream, d.model, sum(s.nanos), count(*), $5 FROM d JOIN s USING (seq) WHERE s.nanos > 0
+	GROUP BY d.client, s.day, d.upstream, d.model ORDER BY d.client, s.day, d.upstream, d.model
 	ON CONFLICT (client, day, upstream, model) DO UPDATE SET
 		nanos = sluice_spend.nanos + excluded.nanos,
 		requests = sluice_spend.requests + excluded.requests,
