@@ -36,11 +36,18 @@ func BenchmarkBudgetedAdmission(b *testing.B) {
 			} else {
 				dsn = jobstoretest.PostgresDSN(b)
 			}
+			obs := &spendObserver{}
+			// undurable reports the share of the admissions of b sent without
+			// their hold (the store did not answer within the hold timeout).
+			undurable := func(b *testing.B, before int) {
+				_, after := obs.counts()
+				b.ReportMetric(float64(after-before)/float64(b.N), "undurable/op")
+			}
 			st, err := jobstore.Open(context.Background(), dsn, jobstore.Options{})
 			require.NoError(b, err)
 			b.Cleanup(func() { require.NoError(b, st.Close()) })
 			l, err := admit.New(admit.Config{Clients: []admit.Client{{Name: "team", Budget: admit.Budget{Total: 1e6}}, {Name: "free"}},
-				Prices: budgetPrices, Upstreams: []upstream.Config{{Name: "main", Protocol: llm.Anthropic}}, Clock: clock.Real()})
+				Prices: budgetPrices, Upstreams: []upstream.Config{{Name: "main", Protocol: llm.Anthropic}}, Clock: clock.Real(), Observer: obs})
 			require.NoError(b, err)
 			l.Bind(map[string]admit.Engine{"main": &streamEngine{}})
 			require.NoError(b, l.Start(context.Background(), st))
@@ -58,6 +65,8 @@ func BenchmarkBudgetedAdmission(b *testing.B) {
 			}
 			for _, client := range []string{"free", "team"} {
 				b.Run(client+"/admit", func(b *testing.B) {
+					_, before := obs.counts()
+					defer undurable(b, before)
 					var adms []admit.Settler
 					for b.Loop() {
 						req := call()
@@ -82,11 +91,15 @@ func BenchmarkBudgetedAdmission(b *testing.B) {
 					}
 				})
 				b.Run(client+"/call", func(b *testing.B) {
+					_, before := obs.counts()
+					defer undurable(b, before)
 					for b.Loop() {
 						one(client)
 					}
 				})
 				b.Run(client+"/parallel16", func(b *testing.B) {
+					_, before := obs.counts()
+					defer undurable(b, before)
 					b.SetParallelism(8) // 16 callers on 2 cores
 					b.RunParallel(func(pb *testing.PB) {
 						for pb.Next() {
