@@ -348,8 +348,10 @@ func (l *Layer) Account(client string, now time.Time) quota.Account {
 	return l.spend.ledger.Account(client, now)
 }
 
-// Flush writes the spend settled since the last flush to the store now
-// (the layer does it every SpendFlushEvery and at Stop).
+// Flush does now what the layer does every SpendFlushEvery and at Stop:
+// it writes the holds queued (renewing this process's lease) and the
+// spend settled since the last flush to the store, and on a shared store
+// charges the holds of dead processes and reads back the others' spend.
 func (l *Layer) Flush(ctx context.Context) error { return l.spend.flush(ctx) }
 
 // Tenants is the cluster the layer shares the clients' limits and budgets

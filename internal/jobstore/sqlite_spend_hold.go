@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 )
 
 const (
@@ -93,25 +94,10 @@ func (s *sqliteStore) ReapSpendHolds(ctx context.Context, p ReapSpendHoldsParams
 	}
 	var out []SpendEntry
 	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
-		out = out[:0] // the writer may run fn again
 		args := []any{p.Except, p.All, micros(p.Now)}
-		rows, err := tx.QueryContext(ctx, sqliteHoldReapSum, args...)
-		if err != nil {
+		var err error
+		if out, err = sqliteReaped(ctx, tx, args, spendDayOf(p.Now)); err != nil || len(out) == 0 {
 			return err
-		}
-		for rows.Next() {
-			e := SpendEntry{Day: spendDayOf(p.Now)}
-			if err := rows.Scan(&e.Client, &e.Upstream, &e.Model, &e.Nanos, &e.Requests); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			out = append(out, e)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			return nil
 		}
 		if _, err := tx.ExecContext(ctx, sqliteHoldReapDelete, args...); err != nil {
 			return err
@@ -128,4 +114,23 @@ func (s *sqliteStore) ReapSpendHolds(ctx context.Context, p ReapSpendHoldsParams
 		return nil, fmt.Errorf("reaping spend holds: %w", err)
 	}
 	return out, nil
+}
+
+// sqliteReaped sums the holds a reap takes, per client, upstream and
+// model, charged on day.
+func sqliteReaped(ctx context.Context, tx sqliteTx, args []any, day time.Time) ([]SpendEntry, error) {
+	rows, err := tx.QueryContext(ctx, sqliteHoldReapSum, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []SpendEntry
+	for rows.Next() {
+		e := SpendEntry{Day: day}
+		if err := rows.Scan(&e.Client, &e.Upstream, &e.Model, &e.Nanos, &e.Requests); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
 }
