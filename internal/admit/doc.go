@@ -9,8 +9,9 @@
 // admission step, so a request over its client's limit waits in the
 // upstream's one queue, visible like any other wait), the spend budgets
 // (a ledger of each client's day, month and total windows: the worst case
-// reserved before sending, the actual cost settled after, flushed to the
-// store), their shares on a cluster, and the fallback router (which
+// reserved before sending, and written to the store before the request is
+// sent, the actual cost settled after, so a crash loses none of it), their
+// shares on a cluster, and the fallback router (which
 // upstream serves a request when its own is unavailable or cannot make
 // the deadline).
 //

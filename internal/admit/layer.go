@@ -42,6 +42,11 @@ type Config struct {
 	// same store: after each flush the windows are rebased on the store's
 	// sums. Defaults to false.
 	SharedSpend bool
+	// HoldTimeout is how long a request of a client with a budget waits
+	// for its reservation to be written to the store before it is sent
+	// without one (docs/budgets.md, "What survives a crash"). Defaults to
+	// HoldTimeoutDefault.
+	HoldTimeout time.Duration
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Logger receives the layer's warnings (budgets exhausted, unpriced
@@ -84,7 +89,10 @@ func New(cfg Config) (*Layer, error) {
 	if obs == nil {
 		obs = NopObserver{}
 	}
-	sp, err := newSpender(cfg.Prices, cfg.SharedSpend, clk, log, obs)
+	if cfg.HoldTimeout < 0 {
+		return nil, fmt.Errorf("HoldTimeout: %s is negative (0 takes the default, %s)", cfg.HoldTimeout, HoldTimeoutDefault)
+	}
+	sp, err := newSpender(cfg.Prices, cfg.SharedSpend, cfg.HoldTimeout, clk, log, obs)
 	if err != nil {
 		return nil, err
 	}
@@ -176,9 +184,10 @@ func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Reque
 }
 
 // send admits req on target t and hands it to t's engine: the budget's
-// reservation (refused at once), the client's gate on t (waited for in
-// the engine's queue), then the engine; the reservation is settled when
-// the body ends, or refunded when the engine gives up.
+// reservation (refused at once, then written to the store), the client's
+// gate on t (waited for in the engine's queue), then the engine; the
+// reservation is settled when the body ends, or refunded when the engine
+// gives up.
 func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dispatch.Response, error) {
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
@@ -191,6 +200,10 @@ func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dis
 	}
 	if g != nil {
 		req.Gate = g
+	}
+	if err := l.spend.persist(ctx, h); err != nil {
+		h.refund()
+		return nil, err
 	}
 	resp, err := t.engine.Do(ctx, req)
 	if err != nil {
@@ -227,7 +240,9 @@ type Admission struct {
 // client's budget (a *Refusal when it cannot hold the call) and its
 // client's own limit on t (a *Held, saying when to come back, when the
 // client is over it: the job waits in the store without burning an
-// attempt, and is never recorded as a rate limit).
+// attempt, and is never recorded as a rate limit). A call admitted waits
+// for its budget's reservation to be written to the store (at most
+// Config.HoldTimeout).
 func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
@@ -250,6 +265,8 @@ func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 			return nil, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit}
 		}
 	}
+	// Bounded by the hold timeout; never fails without a context to end.
+	_ = l.spend.persist(context.Background(), h)
 	return &Admission{hold: h, gate: g, cost: req.Cost, clock: l.clock}, nil
 }
 
@@ -335,8 +352,10 @@ func (l *Layer) Account(client string, now time.Time) quota.Account {
 	return l.spend.ledger.Account(client, now)
 }
 
-// Flush writes the spend settled since the last flush to the store now
-// (the layer does it every SpendFlushEvery and at Stop).
+// Flush does now what the layer does every SpendFlushEvery and at Stop:
+// it writes the holds queued (renewing this process's lease) and the
+// spend settled since the last flush to the store, and on a shared store
+// charges the holds of dead processes and reads back the others' spend.
 func (l *Layer) Flush(ctx context.Context) error { return l.spend.flush(ctx) }
 
 // Tenants is the cluster the layer shares the clients' limits and budgets

@@ -19,6 +19,15 @@ type Observer interface {
 	// FallbackTaken is called when a request (live or a job's call) is
 	// sent to a fallback of upstream for reason (unavailable, deadline).
 	FallbackTaken(upstream, fallback, reason string)
+	// SpendOrphaned is called when the reservations a process left open
+	// in the store when it ended (a crash) are charged to client at their
+	// worst case, usd in all.
+	SpendOrphaned(client string, usd float64)
+	// SpendUndurable is called for each request of client (which has a
+	// budget) sent without its reservation written to the store, which
+	// did not answer in time: a crash before it settles and its spend is
+	// flushed loses it.
+	SpendUndurable(client string)
 }
 
 // NopObserver ignores every event.
@@ -27,6 +36,8 @@ type NopObserver struct{}
 func (NopObserver) Spent(string, string, string, float64) {}
 func (NopObserver) BudgetRefused(string, string, string)  {}
 func (NopObserver) FallbackTaken(string, string, string)  {}
+func (NopObserver) SpendOrphaned(string, float64)         {}
+func (NopObserver) SpendUndurable(string)                 {}
 
 // refused tells the observer of a budget refusal.
 func (sp *spender) refused(client string, err error) {

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -25,9 +26,12 @@ import (
 // worst case (the input estimate plus max_tokens, priced by the table) is
 // reserved against its client's budget, and settled with the cost of the
 // usage the engine read from the answer once the body ends (refunded when
-// the call failed without usage). Settled spend is added to the store in
-// batches every SpendFlushEvery and on Stop, and read back at Start, so
-// budgets survive restarts.
+// the call failed without usage). A client with a budget has its
+// reservation written to the store before the request is sent, and its
+// settlement written as it comes (spender.persist, spend_journal.go), so
+// a crash loses none of it; the spend of clients without a budget is
+// added to the store in batches every SpendFlushEvery and on Stop. All of
+// it is read back at Start, so budgets survive restarts and crashes.
 
 // SpendFlushEvery is how often settled spend is written to the store.
 const SpendFlushEvery = 5 * time.Second
@@ -37,7 +41,8 @@ const SpendFlushEvery = 5 * time.Second
 const maxUnknownModelsLogged = 1000
 
 // spender is the gateway's budgets and spend accounting. Safe for
-// concurrent use; reserve and settle are O(1) and never touch the store.
+// concurrent use; reserve and settle are O(1) and never touch the store
+// (persist waits for the journal's write).
 type spender struct {
 	prices  *pricing.Table
 	ledger  *quota.Ledger
@@ -52,6 +57,14 @@ type spender struct {
 	unknown map[string]bool // unpriced models already warned about
 
 	store SpendStore // nil: spend kept in memory only
+	// journal writes the holds of budgeted requests to the store (nil
+	// while the spend is kept in memory only); holdTimeout is how long a
+	// request waits for its hold.
+	journal     *spendJournal
+	holdTimeout time.Duration
+	// io is held while the spender talks to the store (the loop's writes,
+	// a flush, a sync), so a sync never sees a write of its own in flight.
+	io sync.Mutex
 	// shared is set when other gateways may write to the same store
 	// (PostgreSQL): after each flush the windows are rebased on the
 	// store's sums, so every node enforces what all of them spent.
@@ -82,13 +95,14 @@ type spendDelta struct {
 	requests int64
 }
 
-func newSpender(prices pricing.Config, shared bool, clk clock.Clock, log *slog.Logger, obs Observer) (*spender, error) {
+func newSpender(prices pricing.Config, shared bool, holdTimeout time.Duration, clk clock.Clock, log *slog.Logger, obs Observer) (*spender, error) {
 	tab, err := pricing.NewTable(prices)
 	if err != nil {
 		return nil, fmt.Errorf("prices.%w", err)
 	}
 	sp := &spender{prices: tab, ledger: quota.NewLedger(), clock: clk, log: log, obs: obs, shared: shared,
-		pending: map[spendKey]*spendDelta{}, totals: map[spendLabel]*spendDelta{}, unknown: map[string]bool{}}
+		holdTimeout: cmp.Or(holdTimeout, HoldTimeoutDefault),
+		pending:     map[spendKey]*spendDelta{}, totals: map[spendLabel]*spendDelta{}, unknown: map[string]bool{}}
 	return sp, nil
 }
 
@@ -152,6 +166,7 @@ type spendHold struct {
 	price    pricing.Price
 	protocol llm.Protocol
 	hold     quota.Hold
+	seq      int64 // its hold in the store (persist); 0: kept in memory only. Guarded by sp.mu.
 
 	once sync.Once
 	cost pricing.Amount // what it settled at
@@ -254,6 +269,15 @@ func (sp *spender) charge(h *spendHold, cost pricing.Amount) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.ledger.Settle(h.hold, cost, now)
+	if h.seq != 0 && sp.journal != nil {
+		// Its hold went to the store: the settlement replaces it there.
+		sp.journal.settleHold(h, cost, now)
+		sp.journal.wake()
+		if cost > 0 {
+			sp.addTotal(h.label, cost, 1)
+		}
+		return
+	}
 	if cost == 0 {
 		return
 	}

@@ -26,7 +26,9 @@ type ClientSpend struct {
 	Day   WindowSpend `json:"day"`
 	Month WindowSpend `json:"month"`
 	Total WindowSpend `json:"total"`
-	// ReservedUSD is the worst case of the client's requests in flight.
+	// ReservedUSD is the worst case of the client's requests in flight:
+	// this gateway's, and on a shared store those the others hold
+	// (docs/budgets.md).
 	ReservedUSD float64 `json:"reserved_usd"`
 	// ClusterShare is, when the budget is shared by a cluster
 	// (budget_share.go), this node's share of its remainder, and

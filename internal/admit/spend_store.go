@@ -2,6 +2,7 @@ package admit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,22 +11,47 @@ import (
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
-// The spend's persistence: loaded at start, flushed in batches, and, when
-// the store is shared with other gateways, read back after each flush.
+// The spend's persistence: loaded at start, the holds of budgeted requests
+// written as they come (spend_journal.go), the rest flushed in batches,
+// and, when the store is shared with other gateways, read back after
+// each flush.
+
+// errSpendClosed answers a hold queued after the spender closed.
+var errSpendClosed = errors.New("spend accounting stopped")
 
 // SpendStore is where the spend is kept; jobstore.Store implements it.
 type SpendStore interface {
 	AddSpend(ctx context.Context, p jobstore.AddSpendParams) error
 	Spend(ctx context.Context, p jobstore.SpendParams) ([]jobstore.SpendEntry, error)
+	WriteSpendHolds(ctx context.Context, p jobstore.WriteSpendHoldsParams) error
+	SpendHolds(ctx context.Context, p jobstore.SpendHoldsParams) ([]jobstore.SpendHold, error)
+	ReapSpendHolds(ctx context.Context, p jobstore.ReapSpendHoldsParams) ([]jobstore.SpendEntry, error)
 }
 
-// start loads the spend kept in st (nil: none) into the budgets and
-// flushes to it every SpendFlushEvery until close (lifecycle.Base: once).
+// start charges the holds dead processes left open in st (nil: none),
+// loads the spend kept there into the budgets, and then writes the holds
+// as they come and flushes every SpendFlushEvery until close
+// (lifecycle.Base: once).
 func (sp *spender) start(ctx context.Context, st SpendStore) error {
 	if st == nil {
 		return nil
 	}
 	return sp.flusher.Start(ctx, func(run context.Context) error {
+		j := newSpendJournal(sp.holdTimeout)
+		// With one gateway on the store, every hold in it is a dead
+		// process's; on a shared one, those whose lease has ended, and the
+		// others count as held until they settle or are charged.
+		if err := sp.reap(ctx, st, j, !sp.shared); err != nil {
+			return err
+		}
+		var held map[string]pricing.Amount
+		if sp.shared {
+			holds, err := st.SpendHolds(ctx, jobstore.SpendHoldsParams{})
+			if err != nil {
+				return fmt.Errorf("reading the spend holds kept in the store: %w", err)
+			}
+			held = heldElsewhere(holds, j.owner)
+		}
 		rows, err := st.Spend(ctx, jobstore.SpendParams{})
 		if err != nil {
 			return fmt.Errorf("reading the spend kept in the store: %w", err)
@@ -36,40 +62,73 @@ func (sp *spender) start(ctx context.Context, st SpendStore) error {
 			sp.ledger.Load(r.Client, r.Day, pricing.Amount(r.Nanos), now)
 			sp.addTotal(spendLabel{client: r.Client, upstream: r.Upstream, model: r.Model}, pricing.Amount(r.Nanos), r.Requests)
 		}
-		sp.store = st
+		sp.ledger.SetHeld(held, now)
+		sp.store, sp.journal = st, j
 		sp.mu.Unlock()
-		sp.flusher.Go(func() { sp.loop(run) })
+		sp.flusher.Go(func() { sp.loop(run, st, j) })
 		return nil
 	})
 }
 
-func (sp *spender) loop(run context.Context) {
+// loop writes the holds as they are queued (at once while a write is not
+// in flight: a group commit), and flushes every SpendFlushEvery. While the
+// journal is degraded its holds wait for the flush, so a store that does
+// not answer is tried once a period, not once a request.
+func (sp *spender) loop(run context.Context, st SpendStore, j *spendJournal) {
 	t := sp.clock.NewTimer(SpendFlushEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-run.Done():
 			return
+		case <-j.kick:
+			sp.mu.Lock()
+			degraded := j.degraded
+			sp.mu.Unlock()
+			if degraded {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(run), SpendFlushEvery)
+			sp.io.Lock()
+			_ = sp.writeHolds(ctx, st, false)
+			sp.io.Unlock()
+			cancel()
 		case <-t.C():
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(run), SpendFlushEvery)
+			_ = sp.flush(ctx)
+			cancel()
+			t.Reset(SpendFlushEvery)
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(run), SpendFlushEvery)
-		_ = sp.flush(ctx)
-		cancel()
-		t.Reset(SpendFlushEvery)
 	}
 }
 
-// flush writes the pending spend in one AddSpend; on failure it stays
-// pending (merged with what comes next) for the next flush.
+// flush writes the queued holds (renewing this process's lease) and the
+// pending spend in one AddSpend; what fails stays queued or pending for
+// the next flush. When the store is shared it then charges the holds of
+// dead processes and rebases the budgets on the store (sync).
 func (sp *spender) flush(ctx context.Context) error {
+	sp.io.Lock()
+	defer sp.io.Unlock()
 	sp.mu.Lock()
-	st := sp.store
-	if st == nil || len(sp.pending) == 0 {
-		shared := sp.shared
+	st, j, shared := sp.store, sp.journal, sp.shared
+	sp.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	errs := []error{sp.writeHolds(ctx, st, true), sp.flushPending(ctx, st)}
+	if shared {
+		errs = append(errs, sp.reap(ctx, st, j, false), sp.sync(ctx, st, j))
+	}
+	return errors.Join(errs...)
+}
+
+// flushPending writes the pending spend (clients without a budget, and
+// requests admitted while the journal was degraded) in one AddSpend; on
+// failure it stays pending, merged with what comes next.
+func (sp *spender) flushPending(ctx context.Context, st SpendStore) error {
+	sp.mu.Lock()
+	if len(sp.pending) == 0 {
 		sp.mu.Unlock()
-		if st != nil && shared {
-			return sp.sync(ctx, st) // what the other gateways spent
-		}
 		return nil
 	}
 	batch := sp.pending
@@ -109,18 +168,22 @@ func (sp *spender) flush(ctx context.Context) error {
 		sp.ledger.Written(c, n, sp.clock.Now()) // for a budget shared by a cluster (budget_share.go)
 	}
 	sp.flushFail = false
-	if !sp.shared {
-		return nil
-	}
-	sp.mu.Unlock()
-	err = sp.sync(ctx, st)
-	sp.mu.Lock()
-	return err
+	return nil
 }
 
 // sync rebases every client's windows on the store's sums (what every
-// gateway sharing it has flushed) plus this gateway's pending spend.
-func (sp *spender) sync(ctx context.Context, st SpendStore) error {
+// gateway sharing it has written) plus this gateway's spend not written
+// yet (pending, and settlements queued), and sets what the other
+// gateways hold in flight. sp.io is held, so no write of this gateway's
+// is in flight: each of its settled costs is counted once, in the store
+// or in its queues. The holds are read before the spend, so a peer's
+// request that settles in between is counted twice (until the next sync),
+// never missed.
+func (sp *spender) sync(ctx context.Context, st SpendStore, j *spendJournal) error {
+	holds, err := st.SpendHolds(ctx, jobstore.SpendHoldsParams{})
+	if err != nil {
+		return fmt.Errorf("reading the shared spend holds: %w", err)
+	}
 	rows, err := st.Spend(ctx, jobstore.SpendParams{})
 	if err != nil {
 		return fmt.Errorf("reading the shared spend: %w", err)
@@ -159,16 +222,23 @@ func (sp *spender) sync(ctx context.Context, st SpendStore) error {
 	for k, d := range sp.pending {
 		add(k.spendLabel, k.day, d.nanos, d.requests)
 	}
+	for _, q := range j.settles {
+		if q.Nanos > 0 {
+			add(q.label, q.Day, pricing.Amount(q.Nanos), 1)
+		}
+	}
 	for c, s := range by {
 		sp.ledger.Rebase(c, s.day, s.month, s.total, now)
 	}
+	sp.ledger.SetHeld(heldElsewhere(holds, j.owner), now)
 	sp.totals = totals
 	return nil
 }
 
-// close stops the flush loop and writes what is pending; the store stays
-// open (its owner closes it after). It is idempotent and safe before
-// start.
+// close stops the loop and writes what is queued and pending; the store
+// stays open (its owner closes it after). A hold still open (a request
+// that has not settled) stays in the store, to be charged at its worst
+// case by the next start. It is idempotent and safe before start.
 func (sp *spender) close(ctx context.Context) error {
 	return sp.flusher.Stop(ctx, func(ctx context.Context) error {
 		// A flush in progress ends on its own timeout: wait for it
@@ -176,8 +246,13 @@ func (sp *spender) close(ctx context.Context) error {
 		_ = sp.flusher.Halt(context.WithoutCancel(ctx))
 		err := sp.flush(ctx)
 		sp.mu.Lock()
-		sp.store = nil
+		j := sp.journal
+		sp.store, sp.journal = nil, nil
 		sp.mu.Unlock()
+		if j != nil {
+			j.next.err = errSpendClosed
+			close(j.next.done) // a hold queued since goes unwritten
+		}
 		return err
 	})
 }

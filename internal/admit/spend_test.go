@@ -40,9 +40,12 @@ func (c *countingStore) AddSpend(ctx context.Context, p jobstore.AddSpendParams)
 	return c.Store.AddSpend(ctx, p)
 }
 
-// TestSpendWritesAreBatched: a hundred settled requests are one store
-// write at the next flush, not a hundred; a failed flush keeps its spend
-// for the next; Stop (close) writes what is pending.
+// TestSpendWritesAreBatched: the spend not kept as holds (reserved and
+// settled without persist: a client without a budget, or a request
+// admitted while the journal is degraded) is batched: a hundred settled
+// requests are one store write at the next flush, not a hundred; a
+// failed flush keeps its spend for the next; Stop (close) writes what is
+// pending.
 func TestSpendWritesAreBatched(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -160,7 +163,7 @@ var spendPrices = pricing.Config{Models: map[string]pricing.Price{"claude-x": {I
 // newTestSpender is a spender at spendPrices with one client, "team",
 // and its budget.
 func newTestSpender(fc *clock.Fake, b Budget) (*spender, error) {
-	sp, err := newSpender(spendPrices, false, fc, slog.New(slog.DiscardHandler), NopObserver{})
+	sp, err := newSpender(spendPrices, false, 0, fc, slog.New(slog.DiscardHandler), NopObserver{})
 	if err != nil {
 		return nil, err
 	}

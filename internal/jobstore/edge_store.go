@@ -151,3 +151,17 @@ func (e edgeStore) Spend(ctx context.Context, p SpendParams) ([]SpendEntry, erro
 	r, err := e.Store.Spend(ctx, p)
 	return r, unavailable(ctx, err)
 }
+
+func (e edgeStore) WriteSpendHolds(ctx context.Context, p WriteSpendHoldsParams) error {
+	return unavailable(ctx, e.Store.WriteSpendHolds(ctx, p))
+}
+
+func (e edgeStore) SpendHolds(ctx context.Context, p SpendHoldsParams) ([]SpendHold, error) {
+	r, err := e.Store.SpendHolds(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) ReapSpendHolds(ctx context.Context, p ReapSpendHoldsParams) ([]SpendEntry, error) {
+	r, err := e.Store.ReapSpendHolds(ctx, p)
+	return r, unavailable(ctx, err)
+}

@@ -137,3 +137,34 @@ func TestPostgresCountLiveReadsIndexesOnly(t *testing.T) {
 	require.Equal(t, before, stat(seqScans), "nothing read the jobs table sequentially")
 	require.GreaterOrEqual(t, stat(leaseScans), int64(2), "each count read the lease index")
 }
+
+// TestPostgresSpendHoldsNeverScanTheTable: every spend hold statement
+// (open, settle, renew, read, reap) is planned on an index under the
+// store's settings. This store prices sequential scans out, and a
+// statement priced that high is JIT-compiled on every execution: a reap
+// took a second before the lease index. A settlement finds its holds by
+// key: joined on the owner's holds, it walked every dead index entry the
+// owner had left since the last vacuum.
+func TestPostgresSpendHoldsNeverScanTheTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := jobstoretest.PostgresDSN(t)
+	s, err := jobstore.Open(ctx, dsn, jobstore.Options{MaxConns: 2})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	c, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close(ctx)) }()
+	_, err = c.Exec(ctx, "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	t0 := jobstoretest.T0
+	for name, q := range jobstore.SpendHoldStatements(t0) {
+		var plan string
+		require.NoError(t, c.QueryRow(ctx, "EXPLAIN (FORMAT JSON, COSTS true) "+q.SQL, q.Args...).Scan(&plan), name)
+		require.NotContains(t, plan, `"Seq Scan"`, "%s: %s", name, plan)
+		require.NotContains(t, plan, `10000000`, "%s is priced as a sequential scan: %s", name, plan)
+		if name == "settle" { // by key, not every entry of the owner's (dead ones included)
+			require.Contains(t, plan, `seq = ANY`, plan)
+		}
+	}
+}

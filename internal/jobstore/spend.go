@@ -39,6 +39,12 @@ func spendDay(t time.Time) string { return t.UTC().Format(spendDayLayout) }
 
 func parseSpendDay(s string) (time.Time, error) { return time.Parse(spendDayLayout, s) }
 
+// spendDayOf is the start of t's UTC day.
+func spendDayOf(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+}
+
 func (p *AddSpendParams) validate() error {
 	for i, e := range p.Entries {
 		switch {

@@ -156,6 +156,16 @@ type Store interface {
 	// model, from Since's day on (all of it for a zero Since), in that
 	// order.
 	Spend(ctx context.Context, p SpendParams) ([]SpendEntry, error)
+	// WriteSpendHolds opens, settles and renews one owner's spend holds
+	// (spend_hold.go) in one transaction.
+	WriteSpendHolds(ctx context.Context, p WriteSpendHoldsParams) error
+	// SpendHolds returns the holds open, by owner and seq.
+	SpendHolds(ctx context.Context, p SpendHoldsParams) ([]SpendHold, error)
+	// ReapSpendHolds charges the holds of owners that are gone at their
+	// worst case on Now's UTC day and deletes them, in one transaction;
+	// it returns what it charged, per client, upstream and model
+	// (Requests: the holds). Concurrent reapers charge each hold once.
+	ReapSpendHolds(ctx context.Context, p ReapSpendHoldsParams) ([]SpendEntry, error)
 
 	// Close releases the store's connections and goroutines.
 	Close() error

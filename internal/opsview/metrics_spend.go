@@ -13,9 +13,11 @@ import (
 // the config, models are price-table entries or "unknown", windows are
 // day, month and total.
 type admitMetrics struct {
-	spentUSD *prometheus.CounterVec
-	refusals *prometheus.CounterVec
-	pool     *poolMetrics // the fallbacks' counter
+	spentUSD    *prometheus.CounterVec
+	refusals    *prometheus.CounterVec
+	orphanedUSD *prometheus.CounterVec
+	undurable   *prometheus.CounterVec
+	pool        *poolMetrics // the fallbacks' counter
 }
 
 var _ admit.Observer = (*admitMetrics)(nil)
@@ -34,8 +36,16 @@ func newAdmitMetrics(reg *prometheus.Registry, v *View, pool *poolMetrics) *admi
 			Name: "sluice_budget_refusals_total",
 			Help: "Requests refused by their client's spend budget, by window (day, month, total) and reason (exhausted, pending, too_large, unknown_model).",
 		}, []string{"client", "window", "reason"}),
+		orphanedUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_spend_orphaned_usd_total",
+			Help: "US dollars charged, at their worst case, for the budgeted requests a process left in flight when it ended without settling them (a crash), by client.",
+		}, []string{"client"}),
+		undurable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_spend_undurable_total",
+			Help: "Budgeted requests sent without their reservation written to the store (it did not answer in time): a crash before their spend is written loses it, by client.",
+		}, []string{"client"}),
 	}
-	reg.MustRegister(m.spentUSD, m.refusals, &budgetCollector{v: v})
+	reg.MustRegister(m.spentUSD, m.refusals, m.orphanedUSD, m.undurable, &budgetCollector{v: v})
 	return m
 }
 
@@ -48,6 +58,14 @@ func (m *admitMetrics) Spent(client, upstream, model string, usd float64) {
 func (m *admitMetrics) BudgetRefused(client, window, reason string) {
 	m.refusals.WithLabelValues(client, window, reason).Inc()
 }
+
+// SpendOrphaned implements admit.Observer.
+func (m *admitMetrics) SpendOrphaned(client string, usd float64) {
+	m.orphanedUSD.WithLabelValues(client).Add(usd)
+}
+
+// SpendUndurable implements admit.Observer.
+func (m *admitMetrics) SpendUndurable(client string) { m.undurable.WithLabelValues(client).Inc() }
 
 // FallbackTaken implements admit.Observer.
 func (m *admitMetrics) FallbackTaken(upstream, fallback, reason string) {

@@ -88,6 +88,8 @@ func (h Hold) Amount() pricing.Amount { return h.amount }
 
 // Usage is one window's state for a client.
 type Usage struct {
+	// Reserved is the worst case in flight: this ledger's reservations
+	// and the amount held elsewhere (SetHeld).
 	Spent, Reserved, Limit pricing.Amount
 	// ResetsAt is the window's end (zero for Total).
 	ResetsAt time.Time
@@ -135,6 +137,7 @@ type account struct {
 	monthStart time.Time
 	spent      [3]pricing.Amount // by window index
 	reserved   pricing.Amount    // in flight: counts in every window
+	held       pricing.Amount    // in flight on other processes (SetHeld): counts like reserved
 	refused    [3]refusal        // the last window a refusal was reported First in
 	cluster    clusterPart       // this node's part of a budget shared by a cluster (ledger_share.go)
 }
@@ -252,9 +255,27 @@ func (l *Ledger) Rebase(client string, day, month, total pricing.Amount, now tim
 	a.spent[idx(Day)], a.spent[idx(Month)], a.spent[idx(Total)] = max(day, 0), max(month, 0), max(total, 0)
 }
 
+// SetHeld sets every client's held amount: the worst case of its
+// requests in flight on other processes sharing the store (or left open
+// there by a process that died, until they are charged), which counts in
+// every window like this ledger's own reservations. A client absent from
+// held holds nothing.
+func (l *Ledger) SetHeld(held map[string]pricing.Amount, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c, a := range l.accounts {
+		if _, ok := held[c]; !ok {
+			a.held = 0
+		}
+	}
+	for c, amount := range held {
+		l.get(c, now).held = max(amount, 0)
+	}
+}
+
 // Reserve reserves need for client at now. It fails with *ExceededError
-// when, in some window with a limit, spent + reserved + need would exceed
-// it; a client without limits is always granted (its reservations are
+// when, in some window with a limit, spent + reserved + held + need would
+// exceed it; a client without limits is always granted (its reservations are
 // still counted, for status).
 func (l *Ledger) Reserve(client string, need pricing.Amount, now time.Time) (Hold, error) {
 	need = max(need, 0)
@@ -266,12 +287,12 @@ func (l *Ledger) Reserve(client string, need pricing.Amount, now time.Time) (Hol
 		if limit <= 0 {
 			continue
 		}
-		used := a.spent[idx(w)] + a.reserved
+		used := a.spent[idx(w)] + a.reserved + a.held
 		if used+need <= limit {
 			continue
 		}
 		e := &ExceededError{Client: client, Window: w, Limit: limit, Used: used, Need: need,
-			ResetsAt: a.resetsAt(w), TooLarge: need > limit, Pending: a.reserved > 0 && a.spent[idx(w)]+need <= limit}
+			ResetsAt: a.resetsAt(w), TooLarge: need > limit, Pending: a.reserved+a.held > 0 && a.spent[idx(w)]+need <= limit}
 		if r := a.refused[idx(w)]; !e.TooLarge && !e.Pending && (!r.set || !r.start.Equal(a.start(w))) {
 			e.First = true
 			a.refused[idx(w)] = refusal{start: a.start(w), set: true}
@@ -319,7 +340,7 @@ func (l *Ledger) Account(client string, now time.Time) Account {
 
 func (l *Ledger) account(client string, a *account) Account {
 	u := func(w Window) Usage {
-		return Usage{Spent: a.spent[idx(w)], Reserved: a.reserved, Limit: a.limits.of(w), ResetsAt: a.resetsAt(w)}
+		return Usage{Spent: a.spent[idx(w)], Reserved: a.reserved + a.held, Limit: a.limits.of(w), ResetsAt: a.resetsAt(w)}
 	}
 	return Account{Client: client, Day: u(Day), Month: u(Month), Total: u(Total)}
 }

@@ -14,9 +14,10 @@ import (
 // less than the visibility lag ago: SetVisibleAfter), and it admits a
 // request only while
 //
-//	committed + need ≤ s × (limit − (spent − unseen))
+//	committed + need ≤ s × (limit − (spent − unseen) − held)
 //
-// where spent − unseen is the spend every node sees through the store.
+// where spent − unseen is the spend every node sees through the store
+// (the others' requests in flight, SetHeld, count in it too).
 // Since each node's commitments fit its share of the same remainder, the
 // nodes' commitments together fit it whole: the cluster never commits
 // more than the budget, in flight and unseen included, as long as each
@@ -117,7 +118,7 @@ func (l *Ledger) Shared(client string, now time.Time) Shared {
 		if limit <= 0 {
 			continue
 		}
-		rest := limit - max(a.spent[idx(w)]-unseen, 0)
+		rest := limit - max(a.spent[idx(w)]-unseen, 0) - a.held
 		switch {
 		case rest <= 0 && s.Committed > 0:
 			s.Using = 1
@@ -141,12 +142,12 @@ func (l *Ledger) checkShare(client string, a *account, need pricing.Amount, now 
 		if limit <= 0 {
 			continue
 		}
-		rest := limit - max(a.spent[idx(w)]-unseen, 0)
+		rest := limit - max(a.spent[idx(w)]-unseen, 0) - a.held
 		if float64(a.reserved+unseen+need) <= c.share*float64(rest) {
 			continue
 		}
 		c.refused += need
-		return &ExceededError{Client: client, Window: w, Limit: limit, Used: a.spent[idx(w)] + a.reserved, Need: need,
+		return &ExceededError{Client: client, Window: w, Limit: limit, Used: a.spent[idx(w)] + a.reserved + a.held, Need: need,
 			ResetsAt: a.resetsAt(w), Pending: true, Share: c.share}
 	}
 	return nil

@@ -193,3 +193,59 @@ func TestEmptyClientNameSettles(t *testing.T) {
 	l.Settle(quota.Hold{}, usd(9), t0) // the zero Hold charges nothing
 	require.Equal(t, usd(0.5), l.Account("", t0).Day.Spent)
 }
+
+// TestHeldCountsLikeReserved: the amount held on other processes counts
+// in every window like this ledger's reservations (a refusal it causes is
+// pending, not exhausted), shows in Usage.Reserved, shrinks a shared
+// budget's remainder, and is replaced whole by the next SetHeld.
+func TestHeldCountsLikeReserved(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		held        pricing.Amount
+		spent       pricing.Amount
+		need        pricing.Amount
+		wantErr     bool
+		wantPending bool
+	}{
+		{name: "fits beside what is held", held: usd(0.4), need: usd(0.6)},
+		{name: "held elsewhere: pending", held: usd(0.5), need: usd(0.6), wantErr: true, wantPending: true},
+		{name: "spent and held: pending", held: usd(0.3), spent: usd(0.3), need: usd(0.5), wantErr: true, wantPending: true},
+		{name: "spent: exhausted", held: usd(0.3), spent: usd(0.6), need: usd(0.5), wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := quota.NewLedger()
+			l.SetLimits("a", quota.Limits{Day: usd(1), Total: usd(10)}, t0)
+			l.Charge("a", tc.spent, 0, t0)
+			l.SetHeld(map[string]pricing.Amount{"a": tc.held, "b": usd(1)}, t0)
+			require.Equal(t, tc.held, l.Account("a", t0).Day.Reserved)
+			require.Equal(t, tc.held, l.Account("a", t0).Total.Reserved)
+			_, err := l.Reserve("a", tc.need, t0)
+			if !tc.wantErr {
+				require.NoError(t, err)
+				return
+			}
+			e := exceeded(t, err)
+			require.Equal(t, quota.Day, e.Window)
+			require.Equal(t, tc.spent+tc.held, e.Used)
+			require.Equal(t, tc.wantPending, e.Pending)
+			// Released by the next SetHeld that leaves a out.
+			l.SetHeld(map[string]pricing.Amount{"b": usd(1)}, t0)
+			require.Zero(t, l.Account("a", t0).Day.Reserved)
+			require.Equal(t, usd(1), l.Account("b", t0).Day.Reserved)
+		})
+	}
+
+	// On a shared budget the held amount shrinks the remainder this
+	// node's share applies to.
+	l := quota.NewLedger()
+	l.SetLimits("a", quota.Limits{Day: usd(1)}, t0)
+	l.SetShare("a", 0.5, t0)
+	_, err := l.Reserve("a", usd(0.45), t0) // 0.45 <= 0.5 x 1
+	require.NoError(t, err)
+	l.SetHeld(map[string]pricing.Amount{"a": usd(0.2)}, t0)
+	_, err = l.Reserve("a", usd(0.0), t0) // 0.45 > 0.5 x (1 - 0.2)
+	require.Equal(t, 0.5, exceeded(t, err).Share)
+}

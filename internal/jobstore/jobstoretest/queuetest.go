@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"CompleteSpooled", testCompleteSpooled},
 		{"Ownership", testOwnership},
 		{"Spend", testSpend},
+		{"SpendHolds", testSpendHolds},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
