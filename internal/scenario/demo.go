@@ -71,11 +71,19 @@ func Demo(ctx context.Context, o Options) (*Result, error) {
 			Outages: []mock.Outage{{Start: outageAt, Duration: outageLen, Status: 529}}}}
 	gw := &gatewaySetup{limits: upstream.Limits{RequestsPerMinute: limits.RPM, InputTokensPerMinute: limits.ITPM,
 		OutputTokensPerMinute: limits.OTPM}, openAITPM: limits.TPM}
-	drive := func(ctx context.Context, send sender) []Outcome { return runOpenLoop(ctx, o.Clock, items, send) }
-	o.progress("demo: %d requests arriving at %.0f/s, through Sluice and with a naive client, side by side...", n, rate)
+	slCount, nvCount := &answerCount{name: "sluice"}, &answerCount{name: "naive"}
+	drive := func(c *answerCount) func(ctx context.Context, send sender) []Outcome {
+		return func(ctx context.Context, send sender) []Outcome {
+			return runOpenLoop(ctx, o.Clock, items, c.counted(send))
+		}
+	}
+	o.progress("demo: %d requests arriving at %.0f/s for about %s, through Sluice and with a naive client, side by side...",
+		n, rate, secs(items[len(items)-1].At))
+	stopProgress := reportProgress(ctx, o, n, demoProgressEvery, slCount, nvCount)
 	sl, nv, err := runBoth(ctx, o, true,
-		sideConfig{name: "sluice", mock: mcfg, gateway: gw, run: drive},
-		sideConfig{name: "naive", mock: mcfg, naive: NaiveConfig{}, run: drive})
+		sideConfig{name: "sluice", mock: mcfg, gateway: gw, run: drive(slCount)},
+		sideConfig{name: "naive", mock: mcfg, naive: NaiveConfig{}, run: drive(nvCount)})
+	stopProgress()
 	if err != nil {
 		return nil, fmt.Errorf("running demo: %w", err)
 	}
@@ -89,6 +97,9 @@ func Demo(ctx context.Context, o Options) (*Result, error) {
 			NaiveConcurrencyDefault, NaiveMaxAttemptsDefault),
 	}}
 	stats := map[string]runStats{"sluice": summarizeRun(sl.outs), "naive": summarizeRun(nv.outs)}
+	sl429, _ := providerRejections(sl.stats.Overall)
+	nv429, _ := providerRejections(nv.stats.Overall)
+	r.Verdict = demoVerdict(stats["sluice"], stats["naive"], sl429, nv429, nv.naive.Retries)
 	r.Tables = append(r.Tables, classTable("Latency from arrival to full answer, per class", stats, []string{"sluice", "naive"}))
 	t := Table{Title: "Side by side", Header: []string{"", "sluice", "naive"}}
 	row := func(name string, f func(s side) string) { t.Rows = append(t.Rows, []string{name, f(sl), f(nv)}) }

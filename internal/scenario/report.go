@@ -32,6 +32,10 @@ type Table struct {
 type Result struct {
 	// Name is the scenario's name (goodput, priority, …, demo).
 	Name string `json:"name"`
+	// Verdict is what the run shows, in a few sentences read before any
+	// table (the demo's: who served what, at what latency, and who paid
+	// for it).
+	Verdict []string `json:"verdict,omitempty"`
 	// Setup describes the run: limits, workload, configuration.
 	Setup []string `json:"setup"`
 	// Tables hold the side-by-side figures.
@@ -71,6 +75,12 @@ func (r *Result) check(name, target, measured string, met bool) {
 func (r *Result) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "== %s (%s)\n", r.Name, r.Elapsed.Round(100*time.Millisecond))
+	if len(r.Verdict) > 0 {
+		for _, v := range r.Verdict {
+			fmt.Fprintf(&b, "%s\n", v)
+		}
+		b.WriteString("\n")
+	}
 	for _, s := range r.Setup {
 		fmt.Fprintf(&b, "   %s\n", s)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -122,6 +123,10 @@ func TestResultText(t *testing.T) {
 	require.False(t, r.Met())
 	var b bytes.Buffer
 	require.NoError(t, r.WriteText(&b))
+	r.Verdict = []string{"verdict line"}
+	b.Reset()
+	require.NoError(t, r.WriteText(&b))
+	require.Less(t, strings.Index(b.String(), "verdict line"), strings.Index(b.String(), "setup line"), "the verdict comes first")
 	for _, want := range []string{"== x", "setup line", "row", "MISSED  fast", "MET     ok", "note: a note"} {
 		require.Contains(t, b.String(), want)
 	}
