@@ -205,3 +205,69 @@ func TestStoreReturnDoesNotStallLiveTraffic(t *testing.T) {
 	require.LessOrEqual(t, most, 1+1e-9, "the shares applied never sum above the quota")
 	require.LessOrEqual(t, worst, idle+slack, "no critical request after the store's return waits more than idle + 100 ms")
 }
+
+// TestTenantsHandOverAfterTheFallback: two nodes share a client's limit;
+// the store is cut past the leases' life (each falls back to 1/2) and
+// comes back. The first node to sync again does not take the whole limit
+// while the other still applies its half, and the other does not drop to
+// nothing: both keep their half for a lease's life (the shares applied
+// never sum above 1), then the grants follow demand.
+func TestTenantsHandOverAfterTheFallback(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	store := &switchedBackend{Memory: cluster.NewMemory(fc)}
+	cfg := cluster.Config{SyncInterval: 100 * time.Millisecond, LeaseTTL: time.Second}
+	key := tenantKey(t)
+	var ts [2]*cluster.Tenants
+	var ft [2]*fakeTenant
+	for i, node := range []string{"n1", "n2"} {
+		cfg.NodeID = node
+		var err error
+		ts[i], err = cluster.NewTenants(cfg, nil, store, fc, nil)
+		require.NoError(t, err)
+		ft[i] = &fakeTenant{key: key, demand: []float64{0.1, 2}[i], maxSlot: 8}
+		ts[i].Join(ctx, ft[i])
+	}
+	syncBoth := func(order ...int) (sum float64) {
+		for _, i := range order {
+			ts[i].SyncAll(ctx)
+		}
+		for _, f := range ft {
+			sum += f.got().Share
+		}
+		return sum
+	}
+	for range 3 {
+		fc.Advance(100 * time.Millisecond)
+		require.LessOrEqual(t, syncBoth(0, 1), 1+1e-9)
+	}
+	require.Less(t, ft[0].got().Share, 0.5, "n1 asks little")
+
+	store.down.Store(true)
+	fc.Advance(2 * time.Second)
+	syncBoth(0, 1)
+	for _, f := range ft {
+		require.True(t, f.got().Fallback)
+		require.InDelta(t, 0.5, f.got().Share, 1e-9, "1/N on the fallback")
+	}
+
+	store.down.Store(false)
+	fc.Advance(100 * time.Millisecond)
+	// n2 (the bigger demand) syncs first, then n1, for a lease's life.
+	for range 9 {
+		require.LessOrEqual(t, syncBoth(1, 0), 1+1e-9, "the shares applied never sum above 1")
+		for i, f := range ft {
+			require.InDelta(t, 0.5, f.got().Share, 1e-9, "node %d keeps its fallback share in the handover", i)
+		}
+		fc.Advance(100 * time.Millisecond)
+	}
+	fc.Advance(200 * time.Millisecond)
+	for range 3 {
+		require.LessOrEqual(t, syncBoth(1, 0), 1+1e-9, "the shares applied never sum above 1")
+		fc.Advance(100 * time.Millisecond)
+	}
+	require.Less(t, ft[0].got().Share, 0.5, "after the handover, the grants follow demand")
+	require.Greater(t, ft[1].got().Share, 0.5)
+	require.False(t, ft[1].got().Fallback)
+}
