@@ -60,6 +60,15 @@ func startClusterNodes(t *testing.T, clk clock.Clock, backend cluster.Backend, u
 func startClusterNodesAs(t *testing.T, clk clock.Clock, backend cluster.Backend, urls, ids []string,
 	mod func(*dispatch.Config)) ([]*dispatch.Dispatcher, []*cluster.Node) {
 	t.Helper()
+	return startClusterNodesWith(t, clk, backend, urls, ids,
+		cluster.Config{SyncInterval: 100 * time.Millisecond, LeaseTTL: time.Second}, mod)
+}
+
+// startClusterNodesWith is startClusterNodesAs with the nodes' cluster
+// config (its NodeID is each node's id).
+func startClusterNodesWith(t *testing.T, clk clock.Clock, backend cluster.Backend, urls, ids []string,
+	ccfg cluster.Config, mod func(*dispatch.Config)) ([]*dispatch.Dispatcher, []*cluster.Node) {
+	t.Helper()
 	ctx := context.Background()
 	var ds []*dispatch.Dispatcher
 	var ns []*cluster.Node
@@ -75,8 +84,8 @@ func startClusterNodesAs(t *testing.T, clk clock.Clock, backend cluster.Backend,
 		d, err := dispatch.New(cfg)
 		require.NoError(t, err)
 		require.NoError(t, d.Start(ctx))
-		n, err := cluster.NewNode(cluster.Config{NodeID: ids[i], SyncInterval: 100 * time.Millisecond, LeaseTTL: time.Second},
-			backend, []cluster.Member{dispatchMember{d: d, key: cluster.Key("up", "sk-shared")}}, clk, nil, nil)
+		ccfg.NodeID = ids[i]
+		n, err := cluster.NewNode(ccfg, backend, []cluster.Member{dispatchMember{d: d, key: cluster.Key("up", "sk-shared")}}, clk, nil, nil)
 		require.NoError(t, err)
 		require.NoError(t, n.Start(ctx))
 		t.Cleanup(func() {

@@ -157,6 +157,7 @@ type memberState struct {
 	leases      []Lease
 	pausedUntil time.Time
 	fallback    bool
+	handover    time.Time             // until then, back from the fallback, the fallback's share and slots are kept (handing)
 	learned     []flow.ClusterReport  // the last grant's provider reports
 	sentLearned map[string]flow.Heard // the latest of our own reports the store has, per record
 	starting    bool                  // not granted anything since Start
@@ -401,14 +402,18 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	r.WantProbe = load.Breaker == flow.HalfOpen && (queued > 0 || load.InFlight > 0)
 	r.BreakerClosed = load.Breaker == flow.Closed && ms.sharedOpen && ms.probe
 	ms.backlogged, ms.release = queued > 0, false
+	handing := ms.fallback || start.Before(ms.handover)
 	r.Starting, r.Backlog = ms.starting, Backlog(load)
 	r.Level, r.BurstSeconds = min(max(load.BurstLevel, 0), 1), max(load.BurstSeconds, 0)
 	// Reported once: a sync that fails or whose answer is lost gives
 	// nothing back (the safe side).
 	r.Returned, ms.returned = min(ms.returned, 1), 0
-	if ms.fallback {
-		// Whatever was held in fallback is not a grant: claim afresh.
-		r.Share, r.Slots, r.Returned = 0, load.InFlight, 0
+	if handing {
+		// The fallback's share is applied without a grant: reported as
+		// held, so that no node back sooner is granted it (the shares
+		// held never sum above 1 while every node is back), and nothing
+		// of the burst pool is claimed on top of it.
+		r.Returned, r.Backlog = 0, 0
 	}
 	n.mu.Unlock()
 	ms.prevDebited, ms.prevUrgent, ms.prevAt = load.Debited, load.UrgentDebited, start
@@ -429,6 +434,10 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 			ms.starting = false // its buckets fill on the fallback share: no fresh pool
 			ms.share = 1 / float64(nodes)
 			ms.slots = max(load.MaxConcurrency/nodes, 1)
+			if load.MaxConcurrency == 0 {
+				ms.slots = -1
+			}
+			ms.handover = time.Time{}
 			ms.m.Apply(ms.share, ms.slots)
 			ms.sharedOpen, ms.probe = false, false
 			n.leader = false                             // unsure: no maintenance here until the store answers
@@ -438,7 +447,15 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		return
 	}
 	if ms.fallback {
-		n.log.Info("cluster store reachable again: sharing resumes", "key", r.Key)
+		// The handover: for one lease life every node that reaches the
+		// store again has synced and reported its fallback share as held.
+		// Until then this node keeps its own, neither lower (its live
+		// traffic would stall until the nodes back sooner lowered, and a
+		// cut cap until their requests in flight ended) nor higher (the
+		// nodes still on their fallback hold theirs where the store
+		// cannot see it).
+		ms.handover = start.Add(n.cfg.LeaseTTL)
+		n.log.Info("cluster store reachable again: sharing resumes after a handover", "key", r.Key, "handover", n.cfg.LeaseTTL)
 	}
 	n.lastErr = nil
 	ms.fallback = false
@@ -447,14 +464,20 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 	if !r.PausedUntil.IsZero() {
 		ms.published = r.PausedUntil
 	}
-	ms.share, ms.slots = g.Share, g.Slots
-	if load.MaxConcurrency == 0 {
-		ms.slots = -1
+	if start.Before(ms.handover) {
+		// Handing over: the fallback's share and slots stay applied (and
+		// held by the lease this sync wrote); nothing to release.
+		ms.release = false
+	} else {
+		ms.share, ms.slots = g.Share, g.Slots
+		if load.MaxConcurrency == 0 {
+			ms.slots = -1
+		}
+		ms.release = g.Share < r.Share
+		ms.returned += ms.m.Apply(ms.share, ms.slots)
+		ms.m.Credit(g.Credit)
+		ms.credited += g.Credit
 	}
-	ms.release = g.Share < r.Share
-	ms.returned += ms.m.Apply(ms.share, ms.slots)
-	ms.m.Credit(g.Credit)
-	ms.credited += g.Credit
 	ms.starting, ms.pool = false, g.Pool
 	// The share first, then the reports: a remaining bounds this node's
 	// share of it.

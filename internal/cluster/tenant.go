@@ -104,6 +104,7 @@ type tenantState struct {
 	nodes    int
 	lastOK   time.Time
 	fallback bool
+	handover time.Time // until then, back from the fallback, its share and slots are kept (Node's handover)
 	idleFrom time.Time // zero: not idle at the last sync
 	written  written   // this incarnation's lease on the key (Identity)
 }
@@ -307,11 +308,8 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) bool {
 		MaxSlots:   max(l.MaxSlots, 0),
 		TTL:        ts.cfg.LeaseTTL,
 	}
-	if st.fallback {
-		// Whatever was held in fallback is not a grant: claim afresh
-		// (less what is still used).
-		r.Share, r.Slots = min(max(finite(l.Using), 0), 1), max(l.Slots, 0)
-	}
+	// On the fallback and in the handover after it, the fallback's share
+	// is reported as held, like an upstream's (Node.syncOne).
 	sctx, cancel := context.WithTimeout(ctx, ts.timeout())
 	g, err := ts.id.sync(sctx, ts.backend, r, &st.written, start)
 	cancel()
@@ -321,7 +319,7 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) bool {
 	if err != nil {
 		if !st.fallback && start.Sub(st.lastOK) >= ts.cfg.LeaseTTL-ts.cfg.SyncInterval {
 			n := max(st.nodes, 1)
-			st.fallback, st.share, st.slots = true, 1/float64(n), -1
+			st.fallback, st.share, st.slots, st.handover = true, 1/float64(n), -1, time.Time{}
 			if l.MaxSlots > 0 {
 				st.slots = max(l.MaxSlots/n, 1)
 			}
@@ -331,9 +329,18 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) bool {
 		return false
 	}
 	if st.fallback {
-		ts.log.Info("cluster store reachable again: the client's limit is shared again", "key", r.Key)
+		// The handover, as for an upstream's quota (Node.syncOne): the
+		// fallback's share is kept for a lease's life, neither lowered
+		// (the client's requests here would wait for the nodes back
+		// sooner to lower) nor raised (the nodes still on their fallback
+		// hold theirs where the store cannot see it).
+		st.handover = start.Add(ts.cfg.LeaseTTL)
+		ts.log.Info("cluster store reachable again: the client's limit is shared again after a handover", "key", r.Key)
 	}
 	st.fallback, st.lastOK, st.nodes = false, start, len(g.Leases)
+	if start.Before(st.handover) {
+		return false
+	}
 	st.share, st.slots = g.Share, g.Slots
 	if l.MaxSlots == 0 {
 		st.slots = -1

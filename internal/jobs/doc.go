@@ -44,12 +44,14 @@
 //	attempts or deadline exhausted          → dead
 //
 // A store that cannot take the result (jobstore.ErrUnavailable) does not
-// lose it: the write is retried with backoff while the lease can be
-// trusted, the heartbeat renewing it all along (an outage is no lost
-// lease); past that point, or at Stop, a success or terminal failure is
-// kept in the spool (Config.SpoolDir, spool.go) and written back before
-// any claim, at start-up too, through jobstore.Store.CompleteSpooled,
-// which keeps the answer even if the rescuer requeued the job. A job is
+// lose it: a success or terminal failure is written to the spool
+// (Config.SpoolDir, spool.go) at once, so a crash cannot lose it, and the
+// write is retried with backoff while the lease can be trusted, the
+// heartbeat renewing it all along (an outage is no lost lease); the store
+// taking it removes the entry. Past that point, at Stop, or after a crash,
+// the entry is written back before any claim, at start-up too, through
+// jobstore.Store.CompleteSpooled, which keeps the answer even if the
+// rescuer requeued the job. A job is
 // therefore called again only for a call in flight at a crash, or in the
 // windows docs/jobs.md lists.
 //

@@ -118,7 +118,14 @@ type process struct {
 // process is killed in t's cleanup, and its output logged if t failed.
 func startProcess(t *testing.T, name, ready string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(sluiceBinary(t), args...), done: make(chan struct{}), logs: &tailBuffer{max: 16 << 10}}
+	return startProcessMarking(t, name, ready, "", args...)
+}
+
+// startProcessMarking is startProcess counting the lines of its output
+// that hold mark (p.logs.marked).
+func startProcessMarking(t *testing.T, name, ready, mark string, args ...string) *process {
+	t.Helper()
+	p := &process{name: name, cmd: exec.Command(sluiceBinary(t), args...), done: make(chan struct{}), logs: &tailBuffer{max: 16 << 10, mark: mark}}
 	lines := &lineWatcher{prefix: ready, found: make(chan string, 1), tee: p.logs}
 	p.cmd.Stdout, p.cmd.Stderr = lines, p.logs
 	require.NoError(t, p.cmd.Start(), "starting %s", name)
@@ -212,21 +219,34 @@ func (w *lineWatcher) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// tailBuffer keeps the last max bytes written to it, and counts the
+// writes that hold mark (a log line is one write).
 type tailBuffer struct {
-	max int
-	mu  sync.Mutex
-	buf []byte
+	max   int
+	mark  string
+	mu    sync.Mutex
+	buf   []byte
+	marks int
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.mark != "" {
+		b.marks += strings.Count(string(p), b.mark)
+	}
 	b.buf = append(b.buf, p...)
 	if over := len(b.buf) - b.max; over > 0 {
 		b.buf = append(b.buf[:0], b.buf[over:]...)
 	}
 	return len(p), nil
+}
+
+// marked is how many times mark was written.
+func (b *tailBuffer) marked() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.marks
 }
 
 func (b *tailBuffer) String() string {

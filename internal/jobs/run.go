@@ -405,24 +405,52 @@ const (
 // outcome. A lost lease means another worker (or a cancel) owns the job
 // now: nothing is overwritten (but a success is still offered through
 // CompleteSpooled, which takes it only if the job is live: a rescued job
-// need not be called again). A store that cannot answer is retried with
+// need not be called again). A success or a terminal failure the store
+// cannot take goes to the spool at once (before the first write while
+// the store is known to be away), so that a crash from then on cannot
+// lose it; the worker keeps the entry as its own and goes on writing with
 // backoff on the clock while the lease can be trusted (the heartbeat keeps
-// renewing it); past that point, or when the service stops, a success or a
-// terminal failure goes to the spool, written back before any claim, or,
-// when the spool cannot take it, is held in memory (heldAnswers) and
-// retried until the service stops.
+// renewing it), and removes it once the store took the answer. Past that
+// point, or when the service stops, the entry goes to the write-back
+// before any claim. When the spool cannot take the answer it is held in
+// memory (heldAnswers) and retried until the service stops.
 func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease) AttemptOutcome {
 	s := w.s
 	cfg := s.cfg
 	wait := writeRetryFirst
 	holding := false
+	spooled := "" // the spool entry this worker owns, holding v
+	triedSpool := keepable(v) && s.storeAway.Load()
+	if triedSpool {
+		spooled = w.spoolFirst(j, v, errStoreAway)
+	}
+	// settle ends the spool entry's ownership: the store has the answer
+	// (or refuses it for good), or the write-back is to apply it.
+	settle := func(kept bool) {
+		switch {
+		case spooled == "":
+		case kept:
+			s.spool.release(spooled)
+		default:
+			if err := s.spool.remove(spooled); err != nil {
+				// Written back again later, the store's state stands.
+				cfg.Logger.Error("removing a job result's spool entry", "job", j.ID, "err", err)
+				s.spool.release(spooled)
+			}
+		}
+		spooled = ""
+	}
+	defer func() { settle(true) }() // no path leaves an entry owned
 	for tries := 1; ; tries++ {
 		st, err := w.writeOnce(j, v)
 		switch {
 		case err == nil:
+			s.storeAway.Store(false)
+			settle(false)
 			return w.recorded(j, v, st)
 		case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
 			if v.complete == nil || errors.Is(context.Cause(ctx), errJobCanceled) {
+				settle(false)
 				return AttemptLeaseLost
 			}
 			// The rescuer requeued the job while the store could not hear
@@ -435,11 +463,25 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 			case taken:
 				return AttemptLeaseLost // a claim here writes the answer
 			case cerr == nil:
+				settle(false)
 				return w.recorded(j, v, jobstore.StateSucceeded)
+			case spooled != "" && errors.Is(cerr, jobstore.ErrUnavailable):
+				settle(true) // the write-back completes it once the store answers
+				return AttemptStoreError
 			case !holding || !errors.Is(cerr, jobstore.ErrUnavailable):
+				settle(false)
 				return AttemptLeaseLost
 			}
 			err = cerr // the store went away again: keep holding
+		}
+		if errors.Is(err, jobstore.ErrUnavailable) {
+			s.storeAway.Store(true)
+		}
+		if !triedSpool && keepable(v) {
+			// Kept on disk before anything else, so a crash while the
+			// store is away cannot lose a paid answer.
+			triedSpool = true
+			spooled = w.spoolFirst(j, v, err)
 		}
 		now := cfg.Clock.Now()
 		stopping := w.jobCtx.Err() != nil || s.stopping.Err() != nil
@@ -450,6 +492,11 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 			if !keepable(v) {
 				// A retry or reschedule: the job is called again anyway.
 				cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
+				return AttemptStoreError
+			}
+			if spooled != "" {
+				settle(true) // the write-back applies it before any claim
+				cfg.Logger.Warn("kept a job result in the spool until the store answers", "job", j.ID, "err", err)
 				return AttemptStoreError
 			}
 			if w.spoolResult(j, v, err) {
@@ -470,7 +517,7 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 			}
 		}
 		if tries == 1 {
-			cfg.Logger.Warn("recording job result; retrying while the lease holds", "job", j.ID, "err", err)
+			cfg.Logger.Warn("recording job result; retrying while the lease holds", "job", j.ID, "err", err, "spooled", spooled != "")
 		}
 		t := cfg.Clock.NewTimer(wait)
 		select {
@@ -481,6 +528,26 @@ func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease
 		t.Stop()
 		wait = min(2*wait, writeRetryMax)
 	}
+}
+
+// errStoreAway is why an answer is spooled before its first write: the
+// store failed the last write this service made.
+var errStoreAway = errors.New("the job store failed the last result write")
+
+// spoolFirst writes v to the spool as an entry this worker owns, after
+// the store failed with cause, and returns its name ("": the spool could
+// not take it; the answer stays in memory).
+func (w *worker) spoolFirst(j *jobstore.Job, v verdict, cause error) string {
+	s := w.s
+	if s.spool == nil {
+		return ""
+	}
+	name, err := s.spool.putOwned(w.spoolEntry(j, v))
+	if err != nil {
+		s.cfg.Logger.Warn("spooling a job result the store could not take: it is held in memory", "job", j.ID, "err", err, "store_err", cause)
+		return ""
+	}
+	return name
 }
 
 // keepable reports whether v is worth keeping past its lease: a success
@@ -520,14 +587,18 @@ func (w *worker) spoolResult(j *jobstore.Job, v verdict, cause error) bool {
 	if s.spool == nil {
 		return false
 	}
-	e := spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: w.upstream, WebhookURL: j.WebhookURL, BodySHA256: bodyHash(j.Body),
-		Complete: v.complete, Fail: v.fail, SpooledAt: s.cfg.Clock.Now()}
-	if err := s.spool.put(e); err != nil {
+	if err := s.spool.put(w.spoolEntry(j, v)); err != nil {
 		s.cfg.Logger.Warn("spooling a job result the store could not take", "job", j.ID, "err", err, "store_err", cause)
 		return false
 	}
 	s.cfg.Logger.Warn("kept a job result in the spool until the store answers", "job", j.ID, "err", cause)
 	return true
+}
+
+// spoolEntry is v's spool entry, under j's lease.
+func (w *worker) spoolEntry(j *jobstore.Job, v verdict) spoolEntry {
+	return spoolEntry{JobID: j.ID, Token: j.Lease.Token, Upstream: w.upstream, WebhookURL: j.WebhookURL, BodySHA256: bodyHash(j.Body),
+		Complete: v.complete, Fail: v.fail, SpooledAt: w.s.cfg.Clock.Now()}
 }
 
 // recorded accounts for v written in state st.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -44,6 +45,9 @@ type Service struct {
 
 	replayMu sync.Mutex  // one write-back of the spool at a time
 	answers  heldAnswers // answers held in memory past their lease
+	// storeAway says the last result write failed as ErrUnavailable: an
+	// answer received meanwhile is spooled before its first write.
+	storeAway atomic.Bool
 
 	rmu sync.Mutex
 	rnd *rand.Rand

@@ -74,15 +74,19 @@ func decodeSpoolEntry(b []byte) (spoolEntry, error) {
 	return e, nil
 }
 
-// spool is a directory of finished results a worker could not write to
-// the store before its lease could no longer be trusted (or before the
-// gateway stopped). Each entry is written to a temporary file, fsynced,
+// spool is a directory of finished results the store could not take. A
+// worker writes its answer here as soon as the store fails it (or before
+// its first write while the store is known to be away), so a crash cannot
+// lose it, and keeps the entry as its own (owned) while it goes on
+// writing to the store under its lease: the store taking it removes the
+// entry; the lease no longer trusted, or the gateway stopping, hands it to
+// the write-back. Each entry is written to a temporary file, fsynced,
 // renamed into place and the directory fsynced, so an entry is either
 // whole or absent after a crash. The spool is bounded in bytes and in
 // entries: a result that does not fit is not kept (the job is then called
-// again after its lease expires, as before the spool existed). Entries are
-// written back by Service.replaySpool before any claim. Safe for
-// concurrent use.
+// again after its lease expires, as before the spool existed). Entries
+// nobody owns are written back by Service.replaySpool before any claim.
+// Safe for concurrent use.
 type spool struct {
 	dir        string
 	maxBytes   int64
@@ -91,6 +95,7 @@ type spool struct {
 	mu    sync.Mutex
 	sizes map[string]int64 // entry name → bytes
 	bytes int64
+	owned map[string]bool // entries a running worker still writes to the store itself
 }
 
 // openSpool opens (creating it) the spool directory dir and accounts for
@@ -103,7 +108,7 @@ func openSpool(dir string, maxBytes int64, maxEntries int) (*spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening job result spool: %w", err)
 	}
-	sp := &spool{dir: dir, maxBytes: maxBytes, maxEntries: maxEntries, sizes: map[string]int64{}}
+	sp := &spool{dir: dir, maxBytes: maxBytes, maxEntries: maxEntries, sizes: map[string]int64{}, owned: map[string]bool{}}
 	for _, de := range ents {
 		switch name := de.Name(); {
 		case strings.HasSuffix(name, spoolTemp):
@@ -127,16 +132,54 @@ func (sp *spool) len() int {
 	return len(sp.sizes)
 }
 
-// names lists the entries in name order.
+// waiting is the number of entries no worker owns: those the write-back
+// has to apply.
+func (sp *spool) waiting() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	n := 0
+	for name := range sp.sizes {
+		if !sp.owned[name] {
+			n++
+		}
+	}
+	return n
+}
+
+// names lists the entries no worker owns, in name order.
 func (sp *spool) names() []string {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	out := make([]string, 0, len(sp.sizes))
 	for n := range sp.sizes {
-		out = append(out, n)
+		if !sp.owned[n] {
+			out = append(out, n)
+		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// putOwned writes e durably as an entry the calling worker owns (the
+// write-back leaves it alone until release), and returns its name; or
+// errSpoolFull when it does not fit.
+func (sp *spool) putOwned(e spoolEntry) (string, error) {
+	name := e.name()
+	sp.mu.Lock()
+	sp.owned[name] = true // before the file exists: no write-back may see it unowned
+	sp.mu.Unlock()
+	if err := sp.put(e); err != nil {
+		sp.release(name)
+		return "", err
+	}
+	return name, nil
+}
+
+// release hands an owned entry to the write-back.
+func (sp *spool) release(name string) {
+	sp.mu.Lock()
+	delete(sp.owned, name)
+	sp.mu.Unlock()
 }
 
 // put writes e durably, or returns errSpoolFull when it does not fit.
@@ -199,6 +242,7 @@ func (sp *spool) forget(name string) {
 	sp.mu.Lock()
 	sp.bytes -= sp.sizes[name]
 	delete(sp.sizes, name)
+	delete(sp.owned, name)
 	sp.mu.Unlock()
 }
 
@@ -239,8 +283,8 @@ func syncDir(dir string) error {
 	return err
 }
 
-// replaySpool writes the spooled results back to the store, oldest name
-// first, and reports whether the spool is empty. The worker loops call it
+// replaySpool writes the spooled results no worker owns back to the
+// store, oldest name first, and reports whether none is left waiting. The worker loops call it
 // before every store read that leads to a claim, so a spooled result is
 // applied before its job could be claimed again: at start-up, and as soon
 // as the store answers after an outage.
@@ -330,8 +374,9 @@ func (s *Service) applySpooled(ctx context.Context, name string, e spoolEntry) b
 	return true
 }
 
-// spoolEmpty reports whether no spooled result waits to be written back.
-func (s *Service) spoolEmpty() bool { return s.spool == nil || s.spool.len() == 0 }
+// spoolEmpty reports whether no spooled result waits to be written back
+// (an entry a running worker owns waits on that worker, under its lease).
+func (s *Service) spoolEmpty() bool { return s.spool == nil || s.spool.waiting() == 0 }
 
 // bodyHash is the hex SHA-256 of a job's request body.
 func bodyHash(b []byte) string {

@@ -64,11 +64,14 @@ func (o *outageStore) Heartbeat(ctx context.Context, p jobstore.HeartbeatParams)
 }
 
 // TestHeldAnswerOutlivesTheOutage drives a worker holding an answer through
-// a store outage on the fake clock. While its heartbeats get through it
-// keeps retrying the write and its lease (the rescuer takes nothing);
-// when they do not, it spools the answer one heartbeat before the lease
-// could run out, and the answer is written back before the job is claimed
-// again. Either way the job is called once.
+// a store outage on the fake clock. The answer is in the spool from its
+// first failed write, before any retry (a crash from then on cannot lose
+// it), as the worker's own entry. While its heartbeats get through it
+// keeps retrying the write and its lease (the rescuer takes nothing, the
+// write-back leaves the entry alone) and removes the entry once the store
+// took the answer; when they do not, it hands the entry to the write-back
+// one heartbeat before the lease could run out, and the answer is written
+// back before the job is claimed again. Either way the job is called once.
 func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 	t.Parallel()
 	const lease, beat = 30 * time.Second, 10 * time.Second
@@ -101,6 +104,12 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 			st.down.Store(true)
 			release()
 			require.Eventually(t, func() bool { return st.completes.Load() == 1 }, 5*time.Second, time.Millisecond)
+			if !tc.spoolFull {
+				require.Eventually(t, func() bool { return s.spool.len() == 1 }, 5*time.Second, time.Millisecond,
+					"spooled at the first failed write")
+				require.Equal(t, claimed, clk.Now(), "before any retry")
+				require.True(t, s.spoolEmpty(), "the worker's own entry: nothing waits for the write-back")
+			}
 			rescue := func() jobstore.RescueResult {
 				r, err := st.Rescue(context.Background(), jobstore.RescueParams{MaxStalls: 3, Now: clk.Now()})
 				require.NoError(t, err)
@@ -115,7 +124,7 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 				seconds, looks := 0, 0
 				require.Eventually(t, func() bool {
 					// Spooled or held ends the worker's heartbeats: that ends a step too.
-					if (st.hbs.Load() > h && st.completes.Load() > c) || s.spool.len() > 0 || s.holds(j.ID) {
+					if (st.hbs.Load() > h && st.completes.Load() > c) || !s.spoolEmpty() || s.holds(j.ID) {
 						return true
 					}
 					// Another second once the worker had fifty looks to act on the last.
@@ -132,7 +141,8 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 					step()
 				}
 				require.Equal(t, jobstore.RescueResult{}, rescue(), "a worker holding its answer keeps its lease")
-				require.Zero(t, s.spool.len(), "a renewed lease needs no spool")
+				require.Equal(t, 1, s.spool.len(), "the answer stays on disk")
+				require.True(t, s.spoolEmpty(), "owned by its worker while its lease is renewed")
 			} else if tc.spoolFull {
 				for !s.holds(j.ID) {
 					step()
@@ -142,10 +152,10 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 				require.Equal(t, jobstore.RescueResult{Requeued: 1}, rescue())
 				require.True(t, s.holds(j.ID), "the answer is still held in memory")
 			} else {
-				for s.spool.len() == 0 {
+				for s.spoolEmpty() {
 					step()
 				}
-				require.Less(t, clk.Now().Sub(claimed), lease, "spooled before the lease ran out")
+				require.Less(t, clk.Now().Sub(claimed), lease, "handed to the write-back before the lease ran out")
 				require.Equal(t, jobstore.RescueResult{}, rescue())
 				clk.Advance(lease)
 				require.Equal(t, jobstore.RescueResult{Requeued: 1}, rescue(), "the rescuer takes the job back: harmless")
@@ -164,7 +174,7 @@ func TestHeldAnswerOutlivesTheOutage(t *testing.T) {
 			require.Equal(t, 1, d.Calls(), "the held answer was never paid for twice")
 			// The replay deletes its spool file after the store took the
 			// answer, so the file may outlive the read above by a moment.
-			require.Eventually(t, s.spoolEmpty, 5*time.Second, time.Millisecond, "the spool is emptied")
+			require.Eventually(t, func() bool { return s.spool.len() == 0 }, 5*time.Second, time.Millisecond, "the spool is emptied")
 			require.Eventually(t, func() bool { return !s.holds(j.ID) }, 5*time.Second, time.Millisecond, "the held answer is let go")
 		})
 	}
