@@ -82,6 +82,26 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	q.api.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)))
 }
 
+// serveProviderBatch hands a route of the provider's batch or files API
+// under upstream name (rest: the path after its prefix) to the job API,
+// as the authenticated client cl.
+func (s *Server) serveProviderBatch(w http.ResponseWriter, r *http.Request, q *jobQueue, cl client, name, rest string) {
+	r.Header.Set(headerClient, cl.name)
+	if r.Method == http.MethodPost {
+		// A create holds its body until it is stored (as on /v1/batches).
+		res, err := s.bodyBytes.reserve(r)
+		if err != nil {
+			if errors.Is(err, errBodyBytesFull) {
+				frontdoor.WriteProblem(w, s.upstreams[name].cfg.Protocol, frontdoor.NewRequestID(), bodyBytesProblem(s.bodyBytes.limit))
+			}
+			return
+		}
+		defer res.release()
+		r.Body = res.body(r)
+	}
+	q.api.ServeProvider(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)), name, rest)
+}
+
 func writeJobsError(w http.ResponseWriter, status int, typ, msg string) {
 	jobsapi.WriteAPIError(w, frontdoor.Problem{Status: status, Type: typ, Message: msg}, nil)
 }
