@@ -80,11 +80,11 @@ func (c *callCounter) counts() map[string]int {
 type batchFixture struct {
 	counter *callCounter
 	store   string
-	rpm     int
+	rpm     int64
 	gateway *Server
 }
 
-func newBatchFixture(t *testing.T, rpm int) *batchFixture {
+func newBatchFixture(t *testing.T, rpm int64) *batchFixture {
 	t.Helper()
 	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", Limits: mock.Limits{RPM: 100_000, ITPM: 100_000_000, OTPM: 10_000_000, TPM: 100_000_000},
 		BurstSeconds: 60, OutputTokens: mock.OutputRange{Min: 3, Max: 8}, Seed: 3})
@@ -304,6 +304,7 @@ func TestProviderBatchesAnthropicCancel(t *testing.T) {
 	c, err := alice.Messages.Batches.Cancel(t.Context(), b.ID, anthropic.MessageBatchCancelParams{})
 	require.NoError(t, err)
 	require.False(t, c.CancelInitiatedAt.IsZero())
+	require.Less(t, c.RequestCounts.Succeeded, int64(16), "canceled mid-batch")
 	ended := waitEnded(t, alice, b.ID)
 	require.Positive(t, ended.RequestCounts.Canceled, "some requests were canceled")
 	require.Equal(t, int64(16), ended.RequestCounts.Succeeded+ended.RequestCounts.Canceled, "none lost")
@@ -333,6 +334,7 @@ func TestProviderBatchesAnthropicRestart(t *testing.T) {
 	}, time.Minute, 10*time.Millisecond)
 	// A new gateway on the same file, mid-batch.
 	require.NoError(t, f.gateway.Stop(context.Background()))
+	require.Less(t, len(f.counter.counts()), 16, "stopped mid-batch")
 	f.start(t)
 	alice := f.anthropic("ck-alice")
 	ended := waitEnded(t, alice, b.ID)
