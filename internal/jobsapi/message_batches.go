@@ -52,7 +52,7 @@ type MessageBatch struct {
 // messageBatchCreate is the body of POST /v1/messages/batches.
 type messageBatchCreate struct {
 	Requests []struct {
-		CustomID *string        `json:"custom_id"`
+		CustomID *string         `json:"custom_id"`
 		Params   json.RawMessage `json:"params"`
 	} `json:"requests"`
 }
