@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	ooption "github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 	"github.com/stretchr/testify/require"
 )
 
@@ -188,4 +191,101 @@ func TestProviderBatchesOpenAIValidation(t *testing.T) {
 		require.Contains(t, e["message"], tc.want, name)
 		require.NotEmpty(t, e["type"], name)
 	}
+}
+
+func (f *batchFixture) openai(key string) *openai.Client {
+	c := openai.NewClient(ooption.WithBaseURL("http://"+f.gateway.Addr()+"/openai/v1"),
+		ooption.WithAPIKey(key), ooption.WithMaxRetries(0))
+	return &c
+}
+
+func TestProviderBatchesOpenAISDK(t *testing.T) {
+	t.Parallel()
+	f := newBatchFixture(t, 240) // 4 calls a second: the second batch is canceled mid-way
+	alice, bob := f.openai("ck-alice"), f.openai("ck-bob")
+	ctx := t.Context()
+
+	in, err := alice.Files.New(ctx, openai.FileNewParams{File: bytes.NewReader(chatLines(6, "sdk")), Purpose: openai.FilePurposeBatch})
+	require.NoError(t, err)
+	require.Equal(t, "batch", string(in.Purpose))
+	b, err := alice.Batches.New(ctx, openai.BatchNewParams{InputFileID: in.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h, Metadata: shared.Metadata{"run": "sdk"}})
+	require.NoError(t, err)
+	require.Equal(t, "sdk", b.Metadata["run"])
+	require.Eventually(t, func() bool {
+		b, err = alice.Batches.Get(ctx, b.ID)
+		require.NoError(t, err)
+		return b.Status == openai.BatchStatusCompleted
+	}, time.Minute, 20*time.Millisecond)
+	require.Equal(t, int64(6), b.RequestCounts.Completed)
+	require.NotZero(t, b.CompletedAt)
+
+	resp, err := alice.Files.Content(ctx, b.OutputFileID)
+	require.NoError(t, err)
+	content, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(content)), "\n") {
+		var r struct {
+			CustomID string `json:"custom_id"`
+			Response struct {
+				StatusCode int                   `json:"status_code"`
+				Body       openai.ChatCompletion `json:"body"`
+			} `json:"response"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &r), line)
+		require.Equal(t, http.StatusOK, r.Response.StatusCode)
+		require.Equal(t, r.Response.Body.Usage.CompletionTokens, int64(len(strings.Fields(r.Response.Body.Choices[0].Message.Content))), "the mock's answer")
+		seen[r.CustomID]++
+	}
+	calls := f.counter.counts()
+	for i := range 6 {
+		cid := fmt.Sprintf("sdk-%02d", i)
+		require.Equal(t, 1, seen[cid], cid)
+		require.Equal(t, 1, calls[cid], cid)
+	}
+
+	page, err := alice.Batches.List(ctx, openai.BatchListParams{})
+	require.NoError(t, err)
+	require.Len(t, page.Data, 1)
+	page, err = bob.Batches.List(ctx, openai.BatchListParams{})
+	require.NoError(t, err)
+	require.Empty(t, page.Data)
+	_, err = bob.Batches.Get(ctx, b.ID)
+	var oe *openai.Error
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, http.StatusNotFound, oe.StatusCode)
+	_, err = bob.Files.Content(ctx, b.OutputFileID)
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, http.StatusNotFound, oe.StatusCode)
+
+	// Cancel a second batch mid-way: some canceled, none lost.
+	in2, err := alice.Files.New(ctx, openai.FileNewParams{File: bytes.NewReader(chatLines(16, "sdc")), Purpose: openai.FilePurposeBatch})
+	require.NoError(t, err)
+	b2, err := alice.Batches.New(ctx, openai.BatchNewParams{InputFileID: in2.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
+		CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
+	require.NoError(t, err)
+	c, err := alice.Batches.Cancel(ctx, b2.ID)
+	require.NoError(t, err)
+	require.NotZero(t, c.CancellingAt)
+	require.Eventually(t, func() bool {
+		b2, err = alice.Batches.Get(ctx, b2.ID)
+		require.NoError(t, err)
+		return b2.Status == openai.BatchStatusCancelled
+	}, time.Minute, 20*time.Millisecond)
+	require.Less(t, b2.RequestCounts.Completed, int64(16))
+	lines := 0
+	for _, id := range []string{b2.OutputFileID, b2.ErrorFileID} {
+		if id == "" {
+			continue
+		}
+		resp, err := alice.Files.Content(ctx, id)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		lines += strings.Count(string(body), "\n")
+	}
+	require.Equal(t, 16, lines, "every request once in the output or error file")
 }
