@@ -51,7 +51,7 @@ spool_dir: /var/spool/sluice
 		LeaseFor: LeaseForDefault, MaxInFlightPerUpstream: MaxInFlightPerUpstreamDefault, MaxAttempts: jobsapi.MaxAttemptsDefault, MaxStalls: MaxStallsDefault,
 		Retry:     Retry{BaseDelay: RetryBaseDelayDefault, MaxDelay: RetryMaxDelayDefault},
 		Webhooks:  Webhooks{RetryFor: WebhookRetryForDefault, BaseDelay: WebhookBaseDelayDefault, MaxDelay: WebhookMaxDelayDefault, Timeout: WebhookTimeoutDefault},
-		Retention: Retention{Succeeded: RetentionSucceededDefault, Dead: RetentionDeadDefault, Canceled: RetentionCanceledDefault},
+		Retention: Retention{Succeeded: RetentionSucceededDefault, Dead: RetentionDeadDefault, Canceled: RetentionCanceledDefault, ProviderBatches: jobsapi.BatchRetentionDefault},
 	}, d)
 	require.Equal(t, d, d.WithDefaults(), "idempotent")
 	require.NoError(t, Settings{}.Validate(), "zero is valid: every field takes its default")
