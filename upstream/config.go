@@ -150,6 +150,11 @@ type Config struct {
 	// FallbackClasses are the priority classes that may fall back, by name
 	// (critical, high, normal, low). Defaults to every class.
 	FallbackClasses []string `yaml:"fallback_classes"`
+	// BatchPriority is the class (critical, high, normal, low) of the
+	// requests of a batch made through the provider's own batch API on the
+	// gateway (/v1/messages/batches, /v1/batches) when the create names
+	// none with X-Priority. Defaults to low (BatchPriorityDefault).
+	BatchPriority string `yaml:"batch_priority"`
 	// Profile presets the class, retry and quota settings left zero:
 	// latency, throughput or balanced. Defaults to balanced
 	// (ProfileDefault).

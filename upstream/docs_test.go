@@ -125,6 +125,7 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"classes.<class>.headroom":        classValues(d.Classes, func(c upstream.Class) float64 { return c.Headroom }),
 		// Required or protocol-dependent: the text says so.
 		"name": nil, "protocol": nil, "base_url": nil, "api_key": nil, "api_keys": nil, "orgs": nil, "fallbacks": nil, "fallback_classes": nil,
+		"batch_priority": {upstream.BatchPriorityDefault.String()},
 	}
 	fields := map[string]bool{}
 	for _, p := range leafPaths(reflect.TypeFor[upstream.Config](), "") {

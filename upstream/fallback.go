@@ -59,3 +59,16 @@ func (c Config) validateFallbacks() error {
 	}
 	return nil
 }
+
+// BatchPriorityDefault is the class of a provider batch's requests when
+// batch_priority is not set.
+const BatchPriorityDefault = Low
+
+// BatchClass is the class of the requests of a batch made through the
+// provider's own batch API (batch_priority; Validate has checked it).
+func (c Config) BatchClass() Priority {
+	if p, err := ParsePriority(c.BatchPriority); err == nil && c.BatchPriority != "" {
+		return p
+	}
+	return BatchPriorityDefault
+}

@@ -28,6 +28,11 @@ func (c Config) Validate() error {
 	if _, err := ParseProtocol(string(c.Protocol)); err != nil {
 		return fmt.Errorf("protocol: %w", err)
 	}
+	if c.BatchPriority != "" {
+		if _, err := ParsePriority(c.BatchPriority); err != nil {
+			return fmt.Errorf("batch_priority: %w", err)
+		}
+	}
 	d := c.WithDefaults()
 	if err := d.validatePool(); err != nil {
 		return err

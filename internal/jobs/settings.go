@@ -116,6 +116,11 @@ type Retention struct {
 	Dead time.Duration `yaml:"dead"`
 	// Canceled defaults to 24h (RetentionCanceledDefault).
 	Canceled time.Duration `yaml:"canceled"`
+	// ProviderBatches is how long a batch made through a provider's own
+	// batch API (and its results) is kept after its 24-hour window,
+	// whatever the three above. Defaults to 696h, Anthropic's 29 days
+	// (jobsapi.BatchRetentionDefault).
+	ProviderBatches time.Duration `yaml:"provider_batches"`
 }
 
 // WithDefaults returns s with its zero fields set to their defaults
@@ -134,6 +139,7 @@ func (s Settings) WithDefaults() Settings {
 	s.Retention.Succeeded = cmp.Or(s.Retention.Succeeded, RetentionSucceededDefault)
 	s.Retention.Dead = cmp.Or(s.Retention.Dead, RetentionDeadDefault)
 	s.Retention.Canceled = cmp.Or(s.Retention.Canceled, RetentionCanceledDefault)
+	s.Retention.ProviderBatches = cmp.Or(s.Retention.ProviderBatches, jobsapi.BatchRetentionDefault)
 	return s
 }
 
@@ -159,6 +165,7 @@ func (s Settings) Validate() error {
 		{"retention.succeeded", int64(d.Retention.Succeeded)},
 		{"retention.dead", int64(d.Retention.Dead)},
 		{"retention.canceled", int64(d.Retention.Canceled)},
+		{"retention.provider_batches", int64(d.Retention.ProviderBatches)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must be >= 0", f.name)

@@ -24,7 +24,7 @@ max_stalls: 2
 retry: {base_delay: 3s, max_delay: 1m}
 webhook_secret: s
 webhooks: {retry_for: 2h, base_delay: 2s, max_delay: 5m, timeout: 4s, allow: [10.0.0.0/8]}
-retention: {succeeded: 1h, dead: 2h, canceled: 3h}
+retention: {succeeded: 1h, dead: 2h, canceled: 3h, provider_batches: 4h}
 spool_dir: /var/spool/sluice
 `
 	dec := yaml.NewDecoder(bytes.NewReader([]byte(doc)))
@@ -36,7 +36,7 @@ spool_dir: /var/spool/sluice
 		Retry:         Retry{BaseDelay: 3 * time.Second, MaxDelay: time.Minute},
 		WebhookSecret: "s",
 		Webhooks:      Webhooks{RetryFor: 2 * time.Hour, BaseDelay: 2 * time.Second, MaxDelay: 5 * time.Minute, Timeout: 4 * time.Second, Allow: []string{"10.0.0.0/8"}},
-		Retention:     Retention{Succeeded: time.Hour, Dead: 2 * time.Hour, Canceled: 3 * time.Hour},
+		Retention:     Retention{Succeeded: time.Hour, Dead: 2 * time.Hour, Canceled: 3 * time.Hour, ProviderBatches: 4 * time.Hour},
 		SpoolDir:      "/var/spool/sluice",
 	}, s)
 	require.NoError(t, s.Validate())
@@ -51,7 +51,7 @@ spool_dir: /var/spool/sluice
 		LeaseFor: LeaseForDefault, MaxInFlightPerUpstream: MaxInFlightPerUpstreamDefault, MaxAttempts: jobsapi.MaxAttemptsDefault, MaxStalls: MaxStallsDefault,
 		Retry:     Retry{BaseDelay: RetryBaseDelayDefault, MaxDelay: RetryMaxDelayDefault},
 		Webhooks:  Webhooks{RetryFor: WebhookRetryForDefault, BaseDelay: WebhookBaseDelayDefault, MaxDelay: WebhookMaxDelayDefault, Timeout: WebhookTimeoutDefault},
-		Retention: Retention{Succeeded: RetentionSucceededDefault, Dead: RetentionDeadDefault, Canceled: RetentionCanceledDefault},
+		Retention: Retention{Succeeded: RetentionSucceededDefault, Dead: RetentionDeadDefault, Canceled: RetentionCanceledDefault, ProviderBatches: jobsapi.BatchRetentionDefault},
 	}, d)
 	require.Equal(t, d, d.WithDefaults(), "idempotent")
 	require.NoError(t, Settings{}.Validate(), "zero is valid: every field takes its default")

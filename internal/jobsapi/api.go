@@ -55,6 +55,8 @@ type API struct {
 	rt        Runtime
 	upstreams []string // sorted
 	mux       *http.ServeMux
+	// The providers' batch and files routes, by protocol (provider.go).
+	anthropicMux, openaiMux *http.ServeMux
 }
 
 var _ http.Handler = (*API)(nil)
@@ -72,6 +74,7 @@ func New(cfg Config) (*API, error) {
 	}
 	slices.Sort(a.upstreams)
 	a.mux = a.routes()
+	a.anthropicMux, a.openaiMux = a.anthropicRoutes(), a.openaiRoutes()
 	return a, nil
 }
 

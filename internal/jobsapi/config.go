@@ -39,6 +39,9 @@ const (
 	MaxBatchJobsDefault = 100_000
 	// MaxLongPollDefault bounds GET /v1/jobs/{id}?wait=.
 	MaxLongPollDefault = 60 * time.Second
+	// BatchRetentionDefault is how long a provider batch's results are
+	// kept after its window (Anthropic's 29 days).
+	BatchRetentionDefault = 29 * 24 * time.Hour
 )
 
 // Config configures an API.
@@ -94,6 +97,15 @@ type Config struct {
 	// Observer receives the API's events for metrics (submits). Defaults
 	// to none.
 	Observer Observer
+	// BatchPriority is the class of the jobs of a provider batch (the
+	// providers' own batch APIs, provider.go) per upstream, when the
+	// request names none with X-Priority. Defaults to PriorityDefault for
+	// an upstream not in it.
+	BatchPriority map[string]llm.Priority
+	// BatchRetention is how long a provider batch and its results are kept
+	// after its 24-hour window (BatchWindow), whatever the cleaner's
+	// retention of its jobs' states. Defaults to BatchRetentionDefault.
+	BatchRetention time.Duration
 }
 
 // WithDefaults returns c with every unset field filled in. It is pure.
@@ -105,6 +117,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, MaxBatchBytesDefault)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, MaxBatchJobsDefault)
 	c.MaxLongPoll = cmp.Or(c.MaxLongPoll, MaxLongPollDefault)
+	c.BatchRetention = cmp.Or(c.BatchRetention, BatchRetentionDefault)
 	if c.PriorityOf == nil {
 		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
 	}
@@ -153,6 +166,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("MaxBatchJobs must be >= 1, got %d", c.MaxBatchJobs)
 	case c.MaxLongPoll <= 0:
 		return fmt.Errorf("MaxLongPoll must be positive, got %v", c.MaxLongPoll)
+	case c.BatchRetention < 0:
+		return fmt.Errorf("BatchRetention must not be negative, got %v", c.BatchRetention)
+	}
+	for name, p := range c.BatchPriority {
+		if !p.Valid() {
+			return fmt.Errorf("BatchPriority[%s]: %d is not a class", name, int(p))
+		}
 	}
 	return nil
 }

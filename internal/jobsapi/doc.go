@@ -18,6 +18,14 @@
 // or Stop, and answers before the runtime starts (jobs queue and run once
 // the workers start).
 //
+// # The providers' batch APIs
+//
+// ServeProvider answers the providers' own batch routes under an
+// upstream's prefix (Anthropic's Message Batches; OpenAI's Batch and
+// Files), so the official SDKs queue their batches here: a view over
+// Sluice batches (provider.go), with the provider's objects, results and
+// error shapes.
+//
 // # Ownership
 //
 // A job or batch belongs to the client that submitted it; a caller that is

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 )
 
 // scanBatchIDs reads a column of batch ids and closes rows.
@@ -39,4 +41,53 @@ func getBatches(ctx context.Context, s Store, ids []string) ([]*Batch, error) {
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+func (p ListBatchesParams) validate() error {
+	if p.After != "" && p.Before != "" {
+		return invalid("Before", "set After or Before, not both")
+	}
+	return nil
+}
+
+// cursor is the batch id the page starts from, the comparison of
+// (created_at, id) with it, and the order to read in: a page before a
+// batch is read oldest first from it, then turned (newestFirst).
+func (p ListBatchesParams) cursor() (id, cmp, order string) {
+	if p.Before != "" {
+		return p.Before, ">", "ASC"
+	}
+	return p.After, "<", "DESC"
+}
+
+// newestFirst returns ids, read in cursor's order, newest first.
+func (p ListBatchesParams) newestFirst(ids []string) []string {
+	if p.Before != "" {
+		slices.Reverse(ids)
+	}
+	return ids
+}
+
+// newBatch is the batch CreateBatch just inserted, every job queued.
+func newBatch(p CreateBatchParams, now time.Time) *Batch {
+	b := &Batch{ID: p.ID, Format: p.Format, Client: p.Client, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)},
+		CreatedAt: now, Upstream: p.Upstream, Attrs: p.Attrs}
+	if !p.KeepUntil.IsZero() {
+		b.KeepUntil = storeTime(p.KeepUntil)
+	}
+	b.setEnded(time.Time{})
+	return b
+}
+
+// setEnded sets EndedAt from the latest finish of its jobs, once the
+// counts say every job has finished.
+func (b *Batch) setEnded(lastFinish time.Time) {
+	switch {
+	case !b.Ended():
+		b.EndedAt = time.Time{}
+	case lastFinish.IsZero():
+		b.EndedAt = b.CreatedAt // no job: ended when created
+	default:
+		b.EndedAt = lastFinish
+	}
 }

@@ -104,6 +104,29 @@ func (e edgeStore) CancelBatch(ctx context.Context, p CancelBatchParams) (Cancel
 	return r, unavailable(ctx, err)
 }
 
+func (e edgeStore) DeleteBatch(ctx context.Context, id string) error {
+	return unavailable(ctx, e.Store.DeleteBatch(ctx, id))
+}
+
+func (e edgeStore) CreateFile(ctx context.Context, p CreateFileParams) (*File, error) {
+	r, err := e.Store.CreateFile(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) GetFile(ctx context.Context, p GetFileParams) (*File, error) {
+	r, err := e.Store.GetFile(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) ListFiles(ctx context.Context, p ListFilesParams) ([]*File, error) {
+	r, err := e.Store.ListFiles(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) DeleteFile(ctx context.Context, id string) error {
+	return unavailable(ctx, e.Store.DeleteFile(ctx, id))
+}
+
 func (e edgeStore) ClaimDeliveries(ctx context.Context, p ClaimDeliveriesParams) ([]*WebhookDelivery, error) {
 	r, err := e.Store.ClaimDeliveries(ctx, p)
 	return r, unavailable(ctx, err)

@@ -122,7 +122,7 @@ func (c *JobCleaner) RunOnce(ctx context.Context) (int, error) {
 			continue
 		}
 		for {
-			n, err := c.store.DeleteFinished(ctx, DeleteFinishedParams{State: r.state, Before: now.Add(-r.keep), Limit: c.cfg.Limit})
+			n, err := c.store.DeleteFinished(ctx, DeleteFinishedParams{State: r.state, Before: now.Add(-r.keep), Now: now, Limit: c.cfg.Limit})
 			total += n
 			if err != nil {
 				errs = append(errs, err)

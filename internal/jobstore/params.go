@@ -77,7 +77,7 @@ func (p *CreateBatchParams) validate() error {
 	if _, err := llm.ParseProtocol(string(p.Format)); err != nil {
 		return invalid("Format", "%v", err)
 	}
-	if len(p.Jobs) == 0 {
+	if len(p.Jobs) == 0 && !p.AllowEmpty {
 		return invalid("Jobs", "a batch needs at least one job")
 	}
 	if p.Now.IsZero() {

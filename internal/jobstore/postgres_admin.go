@@ -149,16 +149,18 @@ func (s *postgresStore) DeleteFinished(ctx context.Context, p DeleteFinishedPara
 	err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs
 			WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2
 				AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.job_id = sluice_jobs.id AND wd.state = 'pending')
+				AND (batch_id IS NULL OR batch_id NOT IN (SELECT id FROM sluice_batches WHERE keep_until > coalesce($4::timestamptz, '-infinity'::timestamptz)))
 			LIMIT $3))
 			RETURNING batch_id, custom_id),
 		m AS (DELETE FROM sluice_batch_jobs b USING d WHERE b.batch_id = d.batch_id AND b.custom_id = d.custom_id)
 		SELECT count(*) FROM d`,
-		string(p.State), pgTime(p.Before), cmpOr(p.Limit, RescueLimitDefault)).Scan(&n)
+		string(p.State), pgTime(p.Before), cmpOr(p.Limit, RescueLimitDefault), pgTime(p.Now)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("deleting finished jobs: %w", err)
 	}
 	if _, err := s.pool.Exec(ctx, `DELETE FROM sluice_batches b WHERE created_at < $1
-		AND NOT EXISTS (SELECT 1 FROM sluice_batch_jobs m WHERE m.batch_id = b.id)`, pgTime(p.Before)); err != nil {
+		AND (keep_until IS NULL OR keep_until <= coalesce($2::timestamptz, '-infinity'::timestamptz))
+		AND NOT EXISTS (SELECT 1 FROM sluice_batch_jobs m WHERE m.batch_id = b.id)`, pgTime(p.Before), pgTime(p.Now)); err != nil {
 		return 0, fmt.Errorf("deleting finished batches: %w", err)
 	}
 	return n, nil
@@ -225,8 +227,9 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 	id := p.ID
 	now := storeTime(p.Now)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO sluice_batches (id, format, total, created_at, client) VALUES ($1, $2, $3, $4, $5)`,
-			id, string(p.Format), len(p.Jobs), pgTime(now), p.Client); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO sluice_batches (id, format, total, created_at, client, upstream, attrs, keep_until)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			id, string(p.Format), len(p.Jobs), pgTime(now), p.Client, p.Upstream, p.Attrs, pgTime(p.KeepUntil)); err != nil {
 			return mapPgErr(err)
 		}
 		// Draw the ids first: the membership rows name them.
@@ -264,35 +267,43 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 		return nil, fmt.Errorf("creating batch: %w", err)
 	}
 	s.notes.signal("")
-	return &Batch{ID: id, Format: p.Format, Client: p.Client, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)}, CreatedAt: now}, nil
+	return newBatch(p, now), nil
 }
 
 func (s *postgresStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	b := &Batch{ID: id}
 	var format string
-	created := pgTime(time.Time{})
-	err := s.pool.QueryRow(ctx, `SELECT format, total, created_at, client FROM sluice_batches WHERE id = $1`, id).Scan(&format, &b.Total, &created, &b.Client)
+	created, cancel, keep := pgTime(time.Time{}), pgTime(time.Time{}), pgTime(time.Time{})
+	err := s.pool.QueryRow(ctx, `SELECT format, total, created_at, client, upstream, attrs, cancel_requested_at, keep_until
+		FROM sluice_batches WHERE id = $1`, id).Scan(&format, &b.Total, &created, &b.Client, &b.Upstream, &b.Attrs, &cancel, &keep)
 	if err != nil {
 		return nil, fmt.Errorf("getting batch %s: %w", id, mapPgErr(err))
 	}
 	b.Format, b.CreatedAt = providerProtocol(format), fromPgTime(created)
-	rows, err := s.pool.Query(ctx, `SELECT j.state, count(*) FROM sluice_batch_jobs b JOIN sluice_jobs j ON j.id = b.job_id
+	b.CancelRequestedAt, b.KeepUntil = fromPgTime(cancel), fromPgTime(keep)
+	rows, err := s.pool.Query(ctx, `SELECT j.state, count(*), max(j.finished_at) FROM sluice_batch_jobs b JOIN sluice_jobs j ON j.id = b.job_id
 		WHERE b.batch_id = $1 GROUP BY j.state`, id)
 	if err != nil {
 		return nil, fmt.Errorf("counting batch %s: %w", id, err)
 	}
 	defer rows.Close()
+	var last time.Time
 	for rows.Next() {
 		var st string
 		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
+		finished := pgTime(time.Time{})
+		if err := rows.Scan(&st, &n, &finished); err != nil {
 			return nil, fmt.Errorf("counting batch %s: %w", id, err)
 		}
 		b.Counts.add(State(st), int(n))
+		if f := fromPgTime(finished); f.After(last) {
+			last = f
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("counting batch %s: %w", id, err)
 	}
+	b.setEnded(last)
 	return b, nil
 }
 
@@ -318,7 +329,8 @@ func (s *postgresStore) CancelBatch(ctx context.Context, p CancelBatchParams) (C
 	var res CancelBatchResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var one int
-		if err := tx.QueryRow(ctx, `SELECT 1 FROM sluice_batches WHERE id = $1`, p.BatchID).Scan(&one); err != nil {
+		if err := tx.QueryRow(ctx, `UPDATE sluice_batches SET cancel_requested_at = coalesce(cancel_requested_at, $2)
+			WHERE id = $1 RETURNING 1`, p.BatchID, pgTime(p.Now)).Scan(&one); err != nil {
 			return mapPgErr(err)
 		}
 		rows, err := tx.Query(ctx, `UPDATE sluice_jobs j SET state = 'canceled', lease_expires_at = NULL,
@@ -425,8 +437,17 @@ func (s *postgresStore) Backlog(ctx context.Context, upstream string, now time.T
 }
 
 func (s *postgresStore) ListBatches(ctx context.Context, p ListBatchesParams) ([]*Batch, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM sluice_batches WHERE ($1 = '' OR client = $1)
-		ORDER BY created_at DESC, id DESC LIMIT $2`, p.Client, p.limit())
+	if err := p.validate(); err != nil {
+		return nil, fmt.Errorf("listing batches: %w", err)
+	}
+	cursor, cmp, order := p.cursor()
+	q := `SELECT id FROM sluice_batches WHERE ($1 = '' OR client = $1) AND ($2 = '' OR upstream = $2)`
+	if cursor != "" {
+		q += ` AND (created_at, id) ` + cmp + ` (SELECT created_at, id FROM sluice_batches WHERE id = $4)`
+	} else {
+		q += ` AND $4 = ''`
+	}
+	rows, err := s.pool.Query(ctx, q+` ORDER BY created_at `+order+`, id `+order+` LIMIT $3`, p.Client, p.Upstream, p.limit(), cursor)
 	if err != nil {
 		return nil, fmt.Errorf("listing batches: %w", err)
 	}
@@ -434,5 +455,29 @@ func (s *postgresStore) ListBatches(ctx context.Context, p ListBatchesParams) ([
 	if err != nil {
 		return nil, fmt.Errorf("listing batches: %w", err)
 	}
-	return getBatches(ctx, s, ids)
+	return getBatches(ctx, s, p.newestFirst(ids))
+}
+
+func (s *postgresStore) DeleteBatch(ctx context.Context, id string) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var live int64
+		err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM sluice_batch_jobs m JOIN sluice_jobs j ON j.id = m.job_id
+			WHERE m.batch_id = b.id AND j.state IN ('queued', 'running')) FROM sluice_batches b WHERE b.id = $1 FOR UPDATE`, id).Scan(&live)
+		if err != nil {
+			return mapPgErr(err)
+		}
+		if live > 0 {
+			return fmt.Errorf("%w: %d of its jobs are still queued or running", ErrConflict, live)
+		}
+		if _, err := tx.Exec(ctx, `WITH m AS (DELETE FROM sluice_batch_jobs WHERE batch_id = $1 RETURNING job_id)
+			DELETE FROM sluice_jobs WHERE id IN (SELECT job_id FROM m)`, id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM sluice_batches WHERE id = $1`, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("deleting batch %s: %w", id, err)
+	}
+	return nil
 }

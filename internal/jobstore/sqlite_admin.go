@@ -154,14 +154,15 @@ func (s *sqliteStore) DeleteFinished(ctx context.Context, p DeleteFinishedParams
 		r, err := tx.ExecContext(ctx, `DELETE FROM sluice_jobs WHERE id IN (SELECT id FROM sluice_jobs
 			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ?
 				AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.job_id = sluice_jobs.id AND wd.state = 'pending')
+				AND (batch_id IS NULL OR batch_id NOT IN (SELECT id FROM sluice_batches WHERE keep_until > ?))
 			LIMIT ?)`,
-			string(p.State), micros(p.Before), cmpOr(p.Limit, RescueLimitDefault))
+			string(p.State), micros(p.Before), micros(p.Now), cmpOr(p.Limit, RescueLimitDefault))
 		if err != nil {
 			return err
 		}
 		n, _ = r.RowsAffected()
-		_, err = tx.ExecContext(ctx, `DELETE FROM sluice_batches WHERE created_at < ?
-			AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.batch_id = sluice_batches.id)`, micros(p.Before))
+		_, err = tx.ExecContext(ctx, `DELETE FROM sluice_batches WHERE created_at < ? AND (keep_until IS NULL OR keep_until <= ?)
+			AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.batch_id = sluice_batches.id)`, micros(p.Before), micros(p.Now))
 		return err
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 )
 
 func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Batch, error) {
@@ -14,8 +15,9 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 	id := p.ID
 	now := storeTime(p.Now)
 	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sluice_batches (id, format, total, created_at, client) VALUES (?, ?, ?, ?, ?)`,
-			id, string(p.Format), len(p.Jobs), micros(now), p.Client); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sluice_batches (id, format, total, created_at, client, upstream, attrs, keep_until)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			id, string(p.Format), len(p.Jobs), micros(now), p.Client, p.Upstream, p.Attrs, nullMicros(p.KeepUntil)); err != nil {
 			return mapSQLiteErr(err)
 		}
 		stmt, err := tx.PrepareContext(ctx, sqliteInsert)
@@ -37,7 +39,7 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 	if err != nil {
 		return nil, fmt.Errorf("creating batch: %w", err)
 	}
-	return &Batch{ID: id, Format: p.Format, Client: p.Client, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)}, CreatedAt: now}, nil
+	return newBatch(p, now), nil
 }
 
 // countInto adds n jobs in state to c.
@@ -64,8 +66,9 @@ func (s *sqliteStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	defer func() { _ = tx.Rollback() }()
 	b := &Batch{ID: id}
 	var format string
-	var created sql.NullInt64
-	err = tx.QueryRowContext(ctx, `SELECT format, total, created_at, client FROM sluice_batches WHERE id = ?`, id).Scan(&format, &b.Total, &created, &b.Client)
+	var created, cancel, keep sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT format, total, created_at, client, upstream, attrs, cancel_requested_at, keep_until
+		FROM sluice_batches WHERE id = ?`, id).Scan(&format, &b.Total, &created, &b.Client, &b.Upstream, &b.Attrs, &cancel, &keep)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("getting batch %s: %w", id, ErrNotFound)
 	}
@@ -73,22 +76,29 @@ func (s *sqliteStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
 		return nil, fmt.Errorf("getting batch %s: %w", id, err)
 	}
 	b.Format, b.CreatedAt = providerProtocol(format), fromMicros(created)
-	rows, err := tx.QueryContext(ctx, `SELECT state, count(*) FROM sluice_jobs WHERE batch_id = ? GROUP BY state`, id)
+	b.CancelRequestedAt, b.KeepUntil = fromMicros(cancel), fromMicros(keep)
+	rows, err := tx.QueryContext(ctx, `SELECT state, count(*), max(finished_at) FROM sluice_jobs WHERE batch_id = ? GROUP BY state`, id)
 	if err != nil {
 		return nil, fmt.Errorf("counting batch %s: %w", id, err)
 	}
 	defer rows.Close()
+	var last time.Time
 	for rows.Next() {
 		var st string
 		var n int
-		if err := rows.Scan(&st, &n); err != nil {
+		var finished sql.NullInt64
+		if err := rows.Scan(&st, &n, &finished); err != nil {
 			return nil, fmt.Errorf("counting batch %s: %w", id, err)
 		}
 		b.Counts.add(State(st), n)
+		if f := fromMicros(finished); f.After(last) {
+			last = f
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("counting batch %s: %w", id, err)
 	}
+	b.setEnded(last)
 	return b, nil
 }
 
@@ -150,6 +160,10 @@ func (s *sqliteStore) CancelBatch(ctx context.Context, p CancelBatchParams) (Can
 			return err
 		}
 		now := micros(p.Now)
+		if _, err := tx.ExecContext(ctx, `UPDATE sluice_batches SET cancel_requested_at = coalesce(cancel_requested_at, ?) WHERE id = ?`,
+			now, p.BatchID); err != nil {
+			return err
+		}
 		r, err := tx.ExecContext(ctx, `UPDATE sluice_jobs SET state = 'canceled', lease_expires_at = NULL, finished_at = ?,
 			updated_at = ? WHERE batch_id = ? AND state IN ('queued', 'running')`, now, now, p.BatchID)
 		if err != nil {
@@ -166,8 +180,15 @@ func (s *sqliteStore) CancelBatch(ctx context.Context, p CancelBatchParams) (Can
 }
 
 func (s *sqliteStore) ListBatches(ctx context.Context, p ListBatchesParams) ([]*Batch, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id FROM sluice_batches WHERE (? = '' OR client = ?)
-		ORDER BY created_at DESC, id DESC LIMIT ?`, p.Client, p.Client, p.limit())
+	if err := p.validate(); err != nil {
+		return nil, fmt.Errorf("listing batches: %w", err)
+	}
+	cursor, cmp, order := p.cursor()
+	q := `SELECT id FROM sluice_batches WHERE (?1 = '' OR client = ?1) AND (?2 = '' OR upstream = ?2)`
+	if cursor != "" {
+		q += ` AND (created_at, id) ` + cmp + ` (SELECT created_at, id FROM sluice_batches WHERE id = ?3)`
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY created_at `+order+`, id `+order+` LIMIT ?4`, p.Client, p.Upstream, cursor, p.limit())
 	if err != nil {
 		return nil, fmt.Errorf("listing batches: %w", err)
 	}
@@ -175,5 +196,31 @@ func (s *sqliteStore) ListBatches(ctx context.Context, p ListBatchesParams) ([]*
 	if err != nil {
 		return nil, err
 	}
-	return getBatches(ctx, s, ids)
+	return getBatches(ctx, s, p.newestFirst(ids))
+}
+
+func (s *sqliteStore) DeleteBatch(ctx context.Context, id string) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
+		var live int
+		err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sluice_jobs WHERE batch_id = ?1 AND state IN ('queued', 'running'))
+			FROM sluice_batches WHERE id = ?1`, id).Scan(&live)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if live > 0 {
+			return fmt.Errorf("%w: %d of its jobs are still queued or running", ErrConflict, live)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM sluice_jobs WHERE batch_id = ?`, id); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM sluice_batches WHERE id = ?`, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("deleting batch %s: %w", id, err)
+	}
+	return nil
 }

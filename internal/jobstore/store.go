@@ -100,8 +100,23 @@ type Store interface {
 	ListBatches(ctx context.Context, p ListBatchesParams) ([]*Batch, error)
 	// BatchJobs returns a batch's jobs in CustomID order after a cursor.
 	BatchJobs(ctx context.Context, p BatchJobsParams) (BatchPage, error)
-	// CancelBatch cancels every live job of a batch.
+	// CancelBatch cancels every live job of a batch, and dates the first
+	// cancel asked for (Batch.CancelRequestedAt).
 	CancelBatch(ctx context.Context, p CancelBatchParams) (CancelBatchResult, error)
+	// DeleteBatch deletes an ended batch and its jobs (their webhook
+	// deliveries with them). ErrNotFound when there is no such batch,
+	// ErrConflict while a job of it is queued or running.
+	DeleteBatch(ctx context.Context, id string) error
+
+	// CreateFile stores an uploaded file (file.go).
+	CreateFile(ctx context.Context, p CreateFileParams) (*File, error)
+	// GetFile returns a file, with its content when p.Content is set, or
+	// ErrNotFound.
+	GetFile(ctx context.Context, p GetFileParams) (*File, error)
+	// ListFiles returns files without their content, newest first.
+	ListFiles(ctx context.Context, p ListFilesParams) ([]*File, error)
+	// DeleteFile deletes a file. ErrNotFound when there is none.
+	DeleteFile(ctx context.Context, id string) error
 
 	// ClaimDeliveries leases up to Limit pending webhook deliveries due at
 	// Now, oldest due first: each gets a new Token, one more Attempt, and
@@ -355,8 +370,13 @@ type LiveCount struct {
 type DeleteFinishedParams struct {
 	// State must be succeeded, dead or canceled.
 	State State
-	// Before: jobs that finished strictly before this time are deleted.
+	// Before: jobs that finished strictly before this time are deleted,
+	// but for the jobs of a batch kept until after Now
+	// (CreateBatchParams.KeepUntil). A batch left without jobs goes too
+	// once created before Before and not kept past Now.
 	Before time.Time
+	// Now is the time of the pass; zero keeps every kept batch's jobs.
+	Now time.Time
 	// Limit bounds one call; zero means RescueLimitDefault.
 	Limit int
 }
@@ -372,6 +392,14 @@ type PauseParams struct {
 type ListBatchesParams struct {
 	// Client keeps only this client's batches; empty means every client's.
 	Client string
+	// Upstream keeps only the batches created on this upstream
+	// (CreateBatchParams.Upstream); empty means all.
+	Upstream string
+	// After is a batch id: only batches older than it (the next page,
+	// newest first). Before is a batch id: only batches newer than it,
+	// the Limit nearest to it (the previous page), still newest first.
+	// An id that does not exist gives no batch. At most one may be set.
+	After, Before string
 	// Limit bounds the batches returned, in [1, ListLimitMax]; 0 means
 	// ListLimitDefault.
 	Limit int
@@ -396,6 +424,15 @@ type Batch struct {
 	Client    string
 	Counts    BatchCounts
 	CreatedAt time.Time
+	// Upstream, Attrs and KeepUntil are CreateBatchParams'.
+	Upstream  string
+	Attrs     []byte
+	KeepUntil time.Time
+	// CancelRequestedAt is when a cancel was first asked for; zero if never.
+	CancelRequestedAt time.Time
+	// EndedAt is when the last of its jobs finished, once every job has
+	// (the batch's creation for a batch without jobs); zero before.
+	EndedAt time.Time
 }
 
 // Ended reports whether every job of the batch is finished.
@@ -414,9 +451,21 @@ type CreateBatchParams struct {
 	Format llm.Protocol
 	// Client owns the batch; empty for none.
 	Client string
+	// Upstream is the upstream the batch was created on, for listing by
+	// upstream; empty for none.
+	Upstream string
+	// Attrs are kept as they are for the API (a provider batch's own
+	// fields, as JSON); nil for none.
+	Attrs []byte
+	// KeepUntil keeps the batch and its finished jobs until then, whatever
+	// the cleaner's retention of their states; zero for no such keep.
+	KeepUntil time.Time
 	// Jobs are inserted as given, each with a CustomID unique in the batch.
 	Jobs []InsertParams
-	Now  time.Time
+	// AllowEmpty lets a batch have no job (a provider batch refused at
+	// validation, kept so that it can be read).
+	AllowEmpty bool
+	Now        time.Time
 }
 
 // BatchJobsParams pages a batch's jobs in CustomID order.

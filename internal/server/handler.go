@@ -39,6 +39,14 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	}
 	rl.client = cl.name
 	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
+	if q := s.jobs.Load(); q != nil && q.api.ServesProvider(name, r.Method, rest) {
+		// The provider's own batch and files APIs, answered from the job
+		// queue: every request of a batch is a job of this client.
+		s.serveProviderBatch(sw, r, q, cl, name, rest)
+		rl.outcome = outcomeFor(sw.status)
+		s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)
+		return
+	}
 	if r.Method == http.MethodPost && rest == u.scheduledPath() {
 		done := s.view.Serving(name, rl.id, rl.client, askedPriority(r, cl), rl.start) // /v1/status's open requests
 		s.serveScheduled(sw, r, u, cl, rl, rest)

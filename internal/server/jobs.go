@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/webhook"
+	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
 // The durable job queue runs inside the gateway: jobs are dispatched by the
@@ -82,6 +83,36 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	q.api.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)))
 }
 
+// serveProviderBatch hands a route of the provider's batch or files API
+// under upstream name (rest: the path after its prefix) to the job API,
+// as the authenticated client cl.
+func (s *Server) serveProviderBatch(w http.ResponseWriter, r *http.Request, q *jobQueue, cl client, name, rest string) {
+	r.Header.Set(headerClient, cl.name)
+	if r.Method == http.MethodPost {
+		// A create holds its body until it is stored (as on /v1/batches).
+		res, err := s.bodyBytes.reserve(r)
+		if err != nil {
+			if errors.Is(err, errBodyBytesFull) {
+				frontdoor.WriteProblem(w, s.upstreams[name].cfg.Protocol, frontdoor.NewRequestID(), bodyBytesProblem(s.bodyBytes.limit))
+			}
+			return
+		}
+		defer res.release()
+		r.Body = res.body(r)
+	}
+	q.api.ServeProvider(w, r.WithContext(context.WithValue(r.Context(), jobClientKey{}, cl)), name, rest)
+}
+
+// batchClasses are the upstreams' batch_priority, the class of the jobs of
+// a batch made through a provider's own batch API.
+func batchClasses(ups []upcfg.Config) map[string]llm.Priority {
+	out := make(map[string]llm.Priority, len(ups))
+	for _, u := range ups {
+		out[u.Name] = u.BatchClass()
+	}
+	return out
+}
+
 func writeJobsError(w http.ResponseWriter, status int, typ, msg string) {
 	jobsapi.WriteAPIError(w, frontdoor.Problem{Status: status, Type: typ, Message: msg}, nil)
 }
@@ -134,6 +165,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 	}
 	api, err := jobsapi.New(jobsapi.Config{Store: st, Runtime: svc, Protocols: protocols, Clock: s.clock, Logger: s.log, Observer: s.view.JobsAPIObserver(),
 		MaxAttempts: jc.WithDefaults().MaxAttempts, WebhookCheck: guard.CheckURL,
+		BatchRetention: jc.WithDefaults().Retention.ProviderBatches, BatchPriority: batchClasses(s.cfg.Upstreams),
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)

@@ -19,7 +19,8 @@ import (
 type requestIDKey struct{}
 
 // newPassthrough builds the reverse proxy for the paths of u that Sluice
-// does not schedule (models, count_tokens, batches, files, ...): forwarded
+// does not schedule or queue (models, count_tokens, ...; the providers'
+// batch and files routes too when the job queue is off): forwarded
 // as they are, with the client's credentials swapped for the upstream key,
 // streamed with immediate flushes.
 func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httputil.ReverseProxy {

@@ -64,6 +64,9 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Ownership", testOwnership},
 		{"Spend", testSpend},
 		{"SpendHolds", testSpendHolds},
+		{"ProviderBatches", testProviderBatches},
+		{"BatchKeep", testBatchKeep},
+		{"Files", testFiles},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,26 @@
+-- The providers' batch APIs (Anthropic Message Batches, OpenAI Batch and
+-- Files) are a view over Sluice batches. A batch records the upstream it
+-- was created on, the provider's own fields it must answer with (attrs:
+-- opaque JSON the API writes once), when a cancel was first asked for, and
+-- until when its jobs are kept whatever the cleaner's per-state retention
+-- (the provider's results retention).
+ALTER TABLE sluice_batches ADD COLUMN upstream text NOT NULL DEFAULT '';
+ALTER TABLE sluice_batches ADD COLUMN attrs bytea;
+ALTER TABLE sluice_batches ADD COLUMN cancel_requested_at timestamptz;
+ALTER TABLE sluice_batches ADD COLUMN keep_until timestamptz;
+-- Listing a client's batches on an upstream, newest first.
+CREATE INDEX sluice_batches_list ON sluice_batches (client, upstream, created_at, id);
+
+-- Files uploaded for a batch (OpenAI's /v1/files, purpose "batch"): kept
+-- until deleted.
+CREATE TABLE sluice_files (
+    id         text PRIMARY KEY,
+    client     text        NOT NULL,
+    upstream   text        NOT NULL,
+    purpose    text        NOT NULL,
+    filename   text        NOT NULL,
+    bytes      bigint      NOT NULL,
+    content    bytea       NOT NULL,
+    created_at timestamptz NOT NULL
+);
+CREATE INDEX sluice_files_list ON sluice_files (client, upstream, created_at, id);
