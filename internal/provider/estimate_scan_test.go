@@ -20,10 +20,6 @@ func (upperCounter) CountTokens(s string) int64 { return int64(len(s) + strings.
 // scanSeeds are bodies covering the scanner's paths and its hand-offs to the
 // reference.
 var scanSeeds = []string{
-	`{"model":"gpt-4.1","service_tier":"flex","messages":[{"role":"user","content":"hi"}]}`,
-	`{"model":"claude-x","max_tokens":8,"service_tier":"st\u0061ndard_only","messages":[{"role":"user","content":"hi"}]}`,
-	`{"model":"gpt-4.1","service_tier":7,"messages":[{"role":"user","content":"hi"}]}`,
-	`{"model":"gpt-4.1","service_tier":null,"service_tier":"priority","messages":[]}`,
 	anthropicRequest,
 	openAIRequest,
 	`{"model":"m","max_tokens":10,"tools":[{"name":"t","input_schema":{}}],"messages":[{"role":"user","content":[{"type":"image"},{"type":"tool_result","content":[{"type":"text","text":"x"}]}]}]}`,
@@ -44,6 +40,10 @@ var scanSeeds = []string{
 	`{"model":"m","max_tokens":05,"messages":[{"content":"x"}]}`,
 	`null`,
 	`{"model":"m","max_tokens":5,"messages":[{"content":[{"type":"tool_result","content":[{"type":"tool_result","content":"deep"}]}]}]}`,
+	`{"model":"gpt-4.1","service_tier":"flex","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"claude-x","max_tokens":8,"service_tier":"st\u0061ndard_only","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"gpt-4.1","service_tier":7,"messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"gpt-4.1","service_tier":null,"service_tier":"priority","messages":[]}`,
 }
 
 func FuzzEstimateMatchesReference(f *testing.F) {
