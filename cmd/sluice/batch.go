@@ -238,7 +238,12 @@ feed:
 
 // one submits a line (idempotently) and waits for its result.
 func (r *batchRun) one(ctx context.Context, l jobsapi.BatchLine) error {
-	body, err := json.Marshal(jobsapi.SubmitRequest{Upstream: r.upstream, Request: l.Body, Priority: r.priority, IdempotencyKey: r.idempotencyKey(l.CustomID)})
+	path := l.Path
+	if path == "/v1/chat/completions" || path == "/v1/messages" {
+		path = "" // the default: understood by gateways older than the path field
+	}
+	body, err := json.Marshal(jobsapi.SubmitRequest{Upstream: r.upstream, Request: l.Body, Priority: r.priority,
+		IdempotencyKey: r.idempotencyKey(l.CustomID), Path: path})
 	if err != nil {
 		return fmt.Errorf("encoding line %d: %w", l.Line, err)
 	}

@@ -255,3 +255,64 @@ func TestAPIClientCallsAreBounded(t *testing.T) {
 	_, err = c.call(boundedContext(t), "GET", "/v1/jobs/1?wait=30s", nil, nil, nil)
 	require.ErrorContains(t, err, "calling GET /v1/jobs/1?wait=30s")
 }
+
+// pathUpstream answers every call with an OpenAI body of the endpoint it
+// was sent to, recording the paths and endpoints.
+type pathUpstream struct {
+	mu    sync.Mutex
+	paths map[string]int
+	eps   map[string]int
+}
+
+func (p *pathUpstream) Acquire(context.Context, dispatch.AcquireParams) (*dispatch.Ticket, error) {
+	return dispatch.NewTicketFunc(p.Do), nil
+}
+
+func (p *pathUpstream) TryAcquire(dispatch.AcquireParams) (*dispatch.Ticket, bool) {
+	return dispatch.NewTicketFunc(p.Do), true
+}
+
+func (p *pathUpstream) Do(_ context.Context, req *dispatch.Request) (*dispatch.Response, error) {
+	p.mu.Lock()
+	p.paths[req.Path]++
+	p.eps[req.Endpoint.String()]++
+	p.mu.Unlock()
+	body := `{"id":"chatcmpl-1","object":"chat.completion","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}`
+	switch req.Path {
+	case "/v1/responses":
+		body = `{"id":"resp_1","object":"response","status":"completed","output":[],"usage":{"input_tokens":5,"output_tokens":2}}`
+	case "/v1/embeddings":
+		body = `{"object":"list","data":[],"usage":{"prompt_tokens":5,"total_tokens":5}}`
+	}
+	return &dispatch.Response{Response: &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(body))}}, nil
+}
+
+// TestBatchRunResponsesAndEmbeddings: `sluice batch run` sends each OpenAI
+// line to the endpoint its url names.
+func TestBatchRunResponsesAndEmbeddings(t *testing.T) {
+	t.Parallel()
+	up := &pathUpstream{paths: map[string]int{}, eps: map[string]int{}}
+	srv := jobsGatewayWith(t, &countingUpstream{calls: map[string]int{}}, true, func(c *jobs.Config) {
+		c.Dispatchers["openai"] = up
+		c.Protocols["openai"] = llm.OpenAI
+	})
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl")
+	lines := `{"custom_id":"r","method":"POST","url":"/v1/responses","body":{"model":"gpt-4.1","max_output_tokens":16,"input":"hi"}}
+{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":["a","b"]}}
+{"custom_id":"c","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}}
+`
+	require.NoError(t, os.WriteFile(in, []byte(lines), 0o644))
+	var stdout, stderr bytes.Buffer
+	code := runMain(boundedContext(t), []string{"batch", "run", in, "-o", out, "--server", srv.URL, "--upstream", "openai"}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	res, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Equal(t, 3, strings.Count(string(res), `"status_code":200`), string(res))
+	require.Contains(t, string(res), `"object":"response"`)
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	require.Equal(t, map[string]int{"/v1/responses": 1, "/v1/embeddings": 1, "/v1/chat/completions": 1}, up.paths)
+	require.Equal(t, map[string]int{"responses": 1, "embeddings": 1, "chat": 1}, up.eps)
+}

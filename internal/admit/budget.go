@@ -54,4 +54,7 @@ type Client struct {
 	Name   string
 	Limits ClientLimits
 	Budget Budget
+	// ServiceTiers are the service tiers its requests may ask for (empty:
+	// any).
+	ServiceTiers ServiceTiers
 }

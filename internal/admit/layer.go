@@ -183,12 +183,16 @@ func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Reque
 	return l.router.do(ctx, upstreamName, req, noFallback, trail, l.send)
 }
 
-// send admits req on target t and hands it to t's engine: the budget's
+// send admits req on target t and hands it to t's engine: the client's
+// service tier allow-list (a *Refusal), the budget's
 // reservation (refused at once, then written to the store), the client's
 // gate on t (waited for in the engine's queue), then the engine; the
 // reservation is settled when the body ends, or refunded when the engine
 // gives up.
 func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dispatch.Response, error) {
+	if err := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); err != nil {
+		return nil, err
+	}
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
 		return nil, l.refusal(t, err)
@@ -236,14 +240,17 @@ type Admission struct {
 	clock clock.Clock
 }
 
-// AdmitNow admits a job's call to target t at once: its
-// client's budget (a *Refusal when it cannot hold the call) and its
+// AdmitNow admits a job's call to target t at once: its client's service
+// tier allow-list (a *Refusal, for good), its client's budget (a *Refusal when it cannot hold the call) and its
 // client's own limit on t (a *Held, saying when to come back, when the
 // client is over it: the job waits in the store without burning an
 // attempt, and is never recorded as a rate limit). A call admitted waits
 // for its budget's reservation to be written to the store (at most
 // Config.HoldTimeout).
 func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
+	if err := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); err != nil {
+		return nil, err
+	}
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
 		return nil, l.refusal(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/provider"
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
@@ -137,14 +138,18 @@ func (sp *spender) hasBudget(client string) bool {
 
 // unmetered reports whether a pass-through request of client must be
 // refused because the client has a budget and the request may be billed:
-// anything but GET, HEAD, DELETE and token counting
-// (/v1/messages/count_tokens), which the providers do not charge.
+// anything but GET, HEAD, DELETE, token counting
+// (/v1/messages/count_tokens) and the cancel of a stored response
+// (/v1/responses/{id}/cancel), which the providers do not charge.
 func (sp *spender) unmetered(client, method, path string) bool {
 	if sp == nil || !sp.hasBudget(client) {
 		return false
 	}
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		return false
+	}
+	if _, ok := provider.ResponsesPathID(path); ok && strings.HasSuffix(path, "/cancel") {
 		return false
 	}
 	return !strings.HasSuffix(path, "/count_tokens")
@@ -164,6 +169,7 @@ type spendHold struct {
 	sp       *spender
 	label    spendLabel
 	price    pricing.Price
+	tier     string // the service tier the request asked for
 	protocol llm.Protocol
 	hold     quota.Hold
 	seq      int64 // its hold in the store (persist); 0: kept in memory only. Guarded by sp.mu.
@@ -185,7 +191,10 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 		sp.refused(client, err)
 		return nil, &spendRefusedError{err: err}
 	}
-	need := m.Price.Worst(req.Cost)
+	// The worst case is priced in the tier the request asks for (no tier,
+	// auto: the standard price); the settlement in the tier its answer
+	// reports.
+	need := m.Price.Scaled(sp.prices.TierFactor(req.Cost.ServiceTier)).Worst(req.Cost)
 	sp.joinBudget(client) // on a cluster, this node's share first
 	now := sp.clock.Now()
 	h, err := sp.ledger.Reserve(client, need, now)
@@ -199,7 +208,7 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 		return nil, &spendRefusedError{err: err}
 	}
 	return &spendHold{sp: sp, label: spendLabel{client: client, upstream: upstream, model: m.Entry},
-		price: m.Price, protocol: protocol, hold: h}, nil
+		price: m.Price, tier: req.Cost.ServiceTier, protocol: protocol, hold: h}, nil
 }
 
 func (sp *spender) warnUnknown(model string, refused bool) {
@@ -232,7 +241,10 @@ func (h *spendHold) settle(end dispatch.End, ended bool) pricing.Amount {
 		var cost pricing.Amount
 		switch {
 		case ended && end.HasUsage:
-			cost = h.price.Cost(h.protocol, end.Usage)
+			// The tier that served it, as the answer reports it; else
+			// the tier asked for.
+			tier := cmp.Or(end.Usage.ServiceTier, h.tier)
+			cost = h.price.Scaled(h.sp.prices.TierFactor(tier)).Cost(h.protocol, end.Usage)
 		case ended && (end.Outcome.Kind == llm.Success || end.Abandoned):
 			// A success without usage, or a stream its client left and
 			// the engine could not read to its end: the worst case, never

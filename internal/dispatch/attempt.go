@@ -312,7 +312,7 @@ func describe(o llm.Outcome) string {
 // invisibly; otherwise the bytes read ahead are replayed to the client
 // ahead of the rest of the stream.
 func (d *Dispatcher) stream(ctx context.Context, w *waiter, g admission, resp *http.Response, start time.Time, c *callLink) (exchanged, error) {
-	so := provider.NewStreamObserver(d.cfg.Protocol)
+	so := provider.NewStreamObserverFor(d.cfg.Protocol, w.req.Endpoint)
 	var ahead bytes.Buffer
 	buf := make([]byte, 16<<10)
 	var readErr error

@@ -38,6 +38,9 @@ func (d *Dispatcher) success(w *waiter, g admission, resp *http.Response, ahead 
 	}
 	resp.Body = b
 	if so != nil {
+		// A Responses stream named its response in its first event, read
+		// ahead before any byte reached the caller.
+		d.noteResponse(so.ResponseID(), g.key)
 		b.span = d.startStream(w, d.clk.Now())
 		if !w.ticket {
 			d.trackBody(b)
@@ -192,6 +195,11 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		usage, ok = b.so.Usage()
 	case b.buf != nil && complete:
 		usage, ok = provider.ParseUsage(p, b.buf.Bytes())
+		if w.req.Endpoint == provider.EndpointResponses {
+			// Before the reader's last Read returns: it learns the id
+			// only after.
+			d.noteResponse(provider.ResponseID(b.buf.Bytes()), b.g.key)
+		}
 	}
 	putUsageBuf(b.buf)
 	b.buf = nil

@@ -30,16 +30,19 @@ import (
 // Create one with New, then Start it; Stop fails every queued request with
 // ErrStopped.
 type Dispatcher struct {
-	cfg     settings
-	clk     clock.Clock
-	obs     Observer
-	keys    []*poolKey // the key pool; one key for api_key alone
-	brk     *flow.Breaker
-	aimd    *flow.AIMD
-	budget  *flow.RetryBudget
-	cal     *calibrator // learns the estimates' bias from reported usage
-	backoff flow.Backoff
-	base    string
+	cfg  settings
+	clk  clock.Clock
+	obs  Observer
+	keys []*poolKey // the key pool; one key for api_key alone
+	// responses remembers which key created each Response, for a pool of
+	// more than one key (response_keys.go).
+	responses responseKeys
+	brk       *flow.Breaker
+	aimd      *flow.AIMD
+	budget    *flow.RetryBudget
+	cal       *calibrator // learns the estimates' bias from reported usage
+	backoff   flow.Backoff
+	base      string
 
 	rmu sync.Mutex // guards cfg.Rand
 
@@ -352,7 +355,7 @@ func (d *Dispatcher) admit() time.Duration {
 			d.sched.Hold(it, until)
 			continue
 		}
-		key, wait, err := d.pick(w.cost, d.headroom(w.req.Priority, now), now)
+		key, wait, err := d.pick(w.cost, d.headroom(w.req.Priority, now), w.pin, now)
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
 			d.sched.Remove(it)
@@ -442,6 +445,10 @@ type waiter struct {
 	hintlessRate int // RATE answers without a retry hint
 	last         *llm.Outcome
 	ticket       bool // a durable caller's ticket (Acquire), not a Do
+	// pin, when not nil, is the only key the request may be sent with:
+	// the key that created the response it continues
+	// (previous_response_id).
+	pin *poolKey
 	// ctx is Do's context, the parent of the request's spans (nil for a
 	// ticket: its attempt's context is).
 	ctx context.Context
@@ -527,7 +534,7 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) (*flow.Item, *poo
 		if gw, err := d.gate(w, now); err != nil || gw.Waits() {
 			continue // the next admission step holds it back, or fails it
 		}
-		if k, _, err := d.pick(w.cost, d.headroom(c, now), now); err == nil && k != nil {
+		if k, _, err := d.pick(w.cost, d.headroom(c, now), w.pin, now); err == nil && k != nil {
 			return it, k
 		}
 	}
@@ -587,6 +594,7 @@ func (d *Dispatcher) newWaiter(ctx context.Context, req *Request) *waiter {
 		cost:      flow.NewAmount(est.InputTokens, est.OutputTokens),
 		admission: make(chan admission, 1),
 		ctx:       ctx,
+		pin:       d.responseKey(req.Cost.PreviousResponseID, now),
 	}
 	class := req.Priority
 	if !class.Valid() {

@@ -32,7 +32,7 @@ func PickAndGiveBack(d *Dispatcher, cost flow.Amount) bool {
 	now := d.clk.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k, _, _ := d.pick(cost, flow.Keep{}, now)
+	k, _, _ := d.pick(cost, flow.Keep{}, nil, now)
 	if k == nil {
 		return false
 	}

@@ -289,7 +289,7 @@ func (d *Dispatcher) poolRate(now time.Time) flow.Amount {
 // most room for it now, and reserves cost there. When none fits now it
 // returns nil and how long until the earliest could (0: until woken, by
 // a completion). ErrTooLarge when no key can ever take it. d.mu held.
-func (d *Dispatcher) pick(cost flow.Amount, keep flow.Keep, now time.Time) (*poolKey, time.Duration, error) {
+func (d *Dispatcher) pick(cost flow.Amount, keep flow.Keep, pin *poolKey, now time.Time) (*poolKey, time.Duration, error) {
 	var best *poolKey
 	bestRoom := math.Inf(-1)
 	wait := time.Duration(math.MaxInt64)
@@ -303,6 +303,9 @@ func (d *Dispatcher) pick(cost flow.Amount, keep flow.Keep, now time.Time) (*poo
 	}
 	nOrgs := 0
 	for _, k := range d.keys {
+		if pin != nil && k != pin {
+			continue // only the key that created the response continues it
+		}
 		if !k.usable(now) {
 			if k.out && !k.probing {
 				wait = min(wait, max(k.probeAt.Sub(now), time.Nanosecond))

@@ -43,6 +43,11 @@ type Request struct {
 	// and concurrency), checked in the admission step; nil for none. See
 	// Gate.
 	Gate Gate
+	// Endpoint is the API the request creates (chat, Responses,
+	// embeddings): how its stream is read and whether its answer names a
+	// response that only its key can reach again. Set by the front door
+	// (frontdoor.Build); the zero value is the chat endpoint.
+	Endpoint provider.Endpoint
 	// UsageInjected is set by the front door when it asked an OpenAI stream
 	// for a usage chunk the caller did not ask for; the front door strips
 	// that chunk from the answer (frontdoor.PrepareResponse). The

@@ -94,7 +94,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	if ok, _ := d.brk.Ready(now); !ok {
 		return nil, false
 	}
-	key, _, err := d.pick(w.cost, d.headroom(w.item.Class, now), now)
+	key, _, err := d.pick(w.cost, d.headroom(w.item.Class, now), w.pin, now)
 	if err != nil || key == nil {
 		return nil, false
 	}
@@ -127,6 +127,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 		deadline:  p.Deadline,
 		waitFrom:  now,
 		ticket:    true,
+		pin:       d.responseKey(p.Cost.PreviousResponseID, now),
 	}
 	if w.deadline.IsZero() {
 		w.deadline = now.Add(100 * 365 * 24 * time.Hour) // no deadline: until ctx or Stop

@@ -77,7 +77,11 @@ type Input struct {
 // request error (status 400, the protocol's invalid_request_error) when
 // the body, X-Priority or X-Sluice-Deadline is invalid. In order:
 //
-//  1. the body is priced (provider.Estimate) and must be a valid request;
+//  1. the method and path name an endpoint Sluice schedules
+//     (provider.EndpointOf and Endpoint.Scheduled: chat, plus the OpenAI
+//     Responses and embeddings APIs; a prefix before /v1/ is allowed), and
+//     the body is priced for it (provider.EstimateFor) and must be a valid
+//     request;
 //  2. the headers are cleaned for upstream use (CleanHeader);
 //  3. the priority is Override.Priority, else X-Priority, else the
 //     caller's default, then lowered to the caller's MaxPriority; an
@@ -85,11 +89,22 @@ type Input struct {
 //  4. the deadline is Override.Deadline, else X-Sluice-Deadline, else
 //     X-Stainless-Timeout (ignored when malformed), else none;
 //  5. Input.RequestID, when set, is sent as X-Sluice-Request-Id;
-//  6. an OpenAI stream that did not ask for usage is asked for it
+//  6. an OpenAI chat completions stream that did not ask for usage is asked for it
 //     (provider.EnsureStreamUsage) so the quota is reconciled, and the
 //     request is marked so PrepareResponse strips that chunk again.
 func Build(in Input) (*dispatch.Request, *provider.RequestError) {
-	cost, err := provider.Estimate(in.Protocol, in.Body)
+	method := in.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	path, _, _ := strings.Cut(in.Path, "?")
+	ep, ok := provider.EndpointOf(in.Protocol, path)
+	if !ok || !ep.Scheduled() || method != http.MethodPost {
+		return nil, &provider.RequestError{Status: http.StatusNotFound, Type: "not_found_error",
+			Message: fmt.Sprintf("Sluice schedules POST %s on a %s upstream; %s %s is not one of them",
+				strings.Join(provider.ScheduledPaths(in.Protocol), ", "), in.Protocol, method, path)}
+	}
+	cost, err := provider.EstimateFor(in.Protocol, ep, in.Body, nil)
 	if err != nil {
 		if re, ok := errors.AsType[*provider.RequestError](err); ok {
 			return nil, re
@@ -115,7 +130,8 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 		client = in.Caller.Name
 	}
 	req := &dispatch.Request{
-		Method:   in.Method,
+		Method:   method,
+		Endpoint: ep,
 		Path:     in.Path,
 		Header:   CleanHeader(in.Header),
 		Body:     in.Body,
@@ -124,13 +140,10 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 		Deadline: deadline,
 		Cost:     cost,
 	}
-	if req.Method == "" {
-		req.Method = http.MethodPost
-	}
 	if in.RequestID != "" {
 		req.Header.Set(HeaderRequestID, in.RequestID)
 	}
-	if cost.Stream {
+	if cost.Stream && ep == provider.EndpointChat {
 		req.Body, req.UsageInjected = provider.EnsureStreamUsage(in.Protocol, req.Body)
 	}
 	return req, nil
@@ -197,3 +210,8 @@ func ParseDeadline(h http.Header, now time.Time) (time.Time, error) {
 	}
 	return time.Time{}, nil
 }
+
+// ScheduledPaths lists the provider paths a request of protocol p may be
+// sent to through the engine (POST; provider.ScheduledPaths): the paths a
+// job or a batch line may name.
+func ScheduledPaths(p llm.Protocol) []string { return provider.ScheduledPaths(p) }

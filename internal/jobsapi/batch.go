@@ -159,12 +159,13 @@ func (a *API) batchJobs(r *http.Request, q batchQuery, f *BatchFile) (jobstore.C
 	params := jobstore.CreateBatchParams{Format: q.proto, Client: a.cfg.ClientOf(r), Now: now}
 	invalid := f.Invalid
 	for _, l := range f.Lines {
-		if err := checkBody(q.proto, l.Body, now); err != nil {
+		path := cmp.Or(l.Path, pathFor(q.proto))
+		if err := checkBody(q.proto, path, l.Body, now); err != nil {
 			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
 			continue
 		}
 		params.Jobs = append(params.Jobs, jobstore.InsertParams{
-			Upstream: q.upstream, Priority: q.prio, Client: a.cfg.ClientOf(r), Path: pathFor(q.proto),
+			Upstream: q.upstream, Priority: q.prio, Client: a.cfg.ClientOf(r), Path: path,
 			Body: l.Body, Deadline: q.deadline, MaxAttempts: q.attempts, CustomID: l.CustomID, Now: now,
 		})
 	}

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -21,6 +24,10 @@ type BatchLine struct {
 	CustomID string
 	// Body is the provider request body (Anthropic params, OpenAI body).
 	Body json.RawMessage
+	// Path is the provider path it is sent to: an OpenAI line's url (one
+	// of the scheduled paths: /v1/chat/completions, /v1/responses,
+	// /v1/embeddings); /v1/messages for an Anthropic line.
+	Path string
 }
 
 // BatchFile is a parsed batch file.
@@ -60,7 +67,7 @@ func ParseBatchFile(data []byte, maxLines int) (*BatchFile, error) {
 		if len(raw) == 0 {
 			continue
 		}
-		id, format, body, err := parseBatchLine(raw)
+		id, format, path, body, err := parseBatchLine(raw)
 		if err == nil && f.Format != "" && format != f.Format {
 			err = fmt.Errorf("line has the %s batch shape but the file's first line has the %s shape", format, f.Format)
 		}
@@ -77,7 +84,7 @@ func ParseBatchFile(data []byte, maxLines int) (*BatchFile, error) {
 			f.Format = format
 		}
 		seen[id] = n
-		f.Lines = append(f.Lines, BatchLine{Line: n, CustomID: id, Body: body})
+		f.Lines = append(f.Lines, BatchLine{Line: n, CustomID: id, Body: body, Path: path})
 		if len(f.Lines) > maxLines {
 			return nil, fmt.Errorf("batch has more than %d requests", maxLines)
 		}
@@ -92,57 +99,58 @@ func ParseBatchFile(data []byte, maxLines int) (*BatchFile, error) {
 }
 
 // parseBatchLine decodes one non-blank line.
-func parseBatchLine(raw []byte) (id string, format llm.Protocol, body json.RawMessage, err error) {
+func parseBatchLine(raw []byte) (id string, format llm.Protocol, path string, body json.RawMessage, err error) {
 	var l batchLineJSON
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return "", "", nil, fmt.Errorf("not a JSON batch line: %w", err)
+		return "", "", "", nil, fmt.Errorf("not a JSON batch line: %w", err)
 	}
 	if dec.More() {
-		return "", "", nil, errors.New("more than one JSON value on the line")
+		return "", "", "", nil, errors.New("more than one JSON value on the line")
 	}
 	if l.CustomID != nil {
 		id = *l.CustomID
 	}
 	switch {
 	case l.CustomID == nil || id == "":
-		return id, "", nil, errors.New("custom_id is required")
+		return id, "", "", nil, errors.New("custom_id is required")
 	case len(id) > MaxCustomIDLen:
-		return "", "", nil, fmt.Errorf("custom_id longer than %d bytes", MaxCustomIDLen)
+		return "", "", "", nil, fmt.Errorf("custom_id longer than %d bytes", MaxCustomIDLen)
 	}
 	switch {
 	case l.Params != nil && l.Body == nil && l.Method == "" && l.URL == "":
-		format, body = llm.Anthropic, l.Params
+		format, path, body = llm.Anthropic, pathFor(llm.Anthropic), l.Params
 	case l.Body != nil && l.Params == nil:
 		format, body = llm.OpenAI, l.Body
 		if l.Method != "POST" {
-			return id, "", nil, fmt.Errorf("method must be POST, got %q", l.Method)
+			return id, "", "", nil, fmt.Errorf("method must be POST, got %q", l.Method)
 		}
-		if l.URL != "/v1/chat/completions" {
-			return id, "", nil, fmt.Errorf("url must be /v1/chat/completions, got %q", l.URL)
+		if !slices.Contains(frontdoor.ScheduledPaths(llm.OpenAI), l.URL) {
+			return id, "", "", nil, fmt.Errorf("url must be one of %s, got %q", strings.Join(frontdoor.ScheduledPaths(llm.OpenAI), ", "), l.URL)
 		}
+		path = l.URL
 	default:
-		return id, "", nil, errors.New(`want {"custom_id","params"} (Anthropic) or {"custom_id","method","url","body"} (OpenAI)`)
+		return id, "", "", nil, errors.New(`want {"custom_id","params"} (Anthropic) or {"custom_id","method","url","body"} (OpenAI)`)
 	}
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' {
-		return id, "", nil, errors.New("the request must be a JSON object")
+		return id, "", "", nil, errors.New("the request must be a JSON object")
 	}
 	var probe struct {
 		Stream *bool `json:"stream"`
 	}
 	if err := json.Unmarshal(body, &probe); err != nil {
-		return id, "", nil, fmt.Errorf("the request: %w", err)
+		return id, "", "", nil, fmt.Errorf("the request: %w", err)
 	}
 	if probe.Stream != nil && *probe.Stream {
-		return id, "", nil, errors.New("batch requests cannot stream: remove \"stream\": true")
+		return id, "", "", nil, errors.New("batch requests cannot stream: remove \"stream\": true")
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, body); err != nil {
-		return id, "", nil, fmt.Errorf("the request: %w", err)
+		return id, "", "", nil, fmt.Errorf("the request: %w", err)
 	}
-	return id, format, compact.Bytes(), nil
+	return id, format, path, compact.Bytes(), nil
 }
 
 // ResultLine renders a finished job as one line of a batch results file in

@@ -37,7 +37,9 @@ func TestParseBatchFile(t *testing.T) {
 		{"duplicate", anthropicLine("a") + "\n" + anthropicLine("a"), llm.Anthropic, 1, []int{2}, ""},
 		{"mixed shapes", anthropicLine("a") + "\n" + openAILine("b"), llm.Anthropic, 1, []int{2}, ""},
 		{"malformed", anthropicLine("a") + "\n{nope\n" + `{"params":{}}` + "\n" + `{"custom_id":"x","params":[]}`, llm.Anthropic, 1, []int{2, 3, 4}, ""},
-		{"bad openai", `{"custom_id":"a","method":"GET","url":"/v1/chat/completions","body":{}}` + "\n" + `{"custom_id":"b","method":"POST","url":"/v1/embeddings","body":{}}`, "", 0, []int{1, 2}, ""},
+		{"bad openai", `{"custom_id":"a","method":"GET","url":"/v1/chat/completions","body":{}}` + "\n" + `{"custom_id":"b","method":"POST","url":"/v1/files","body":{}}`, "", 0, []int{1, 2}, ""},
+		{"openai endpoints", `{"custom_id":"r","method":"POST","url":"/v1/responses","body":{"model":"m","input":"x"}}` + "\n" +
+			`{"custom_id":"e","method":"POST","url":"/v1/embeddings","body":{"model":"m","input":"x"}}`, llm.OpenAI, 2, nil, ""},
 		{"stream", `{"custom_id":"a","params":{"stream":true}}`, "", 0, []int{1}, ""},
 		{"unknown field", `{"custom_id":"a","params":{},"extra":1}`, "", 0, []int{1}, ""},
 		{"empty", "\n\n", "", 0, nil, "no requests"},
@@ -60,8 +62,25 @@ func TestParseBatchFile(t *testing.T) {
 				require.NotEmpty(t, e.Message)
 			}
 			require.Equal(t, tc.invalid, lines)
+			for _, l := range f.Lines {
+				require.NotEmpty(t, l.Path, "every line names its endpoint")
+			}
 		})
 	}
+}
+
+func TestParseBatchFilePaths(t *testing.T) {
+	t.Parallel()
+	f, err := jobsapi.ParseBatchFile([]byte(anthropicLine("a")), 2)
+	require.NoError(t, err)
+	require.Equal(t, "/v1/messages", f.Lines[0].Path)
+	f, err = jobsapi.ParseBatchFile([]byte(`{"custom_id":"r","method":"POST","url":"/v1/responses","body":{"model":"m","input":"x"}}`+"\n"+openAILine("c")), 2)
+	require.NoError(t, err)
+	require.Equal(t, "/v1/responses", f.Lines[0].Path)
+	require.Equal(t, "/v1/chat/completions", f.Lines[1].Path)
+	f, err = jobsapi.ParseBatchFile([]byte(`{"custom_id":"x","method":"POST","url":"/v1/files","body":{}}`), 2)
+	require.NoError(t, err)
+	require.Contains(t, f.Invalid[0].Message, "/v1/responses")
 }
 
 func FuzzParseBatchFile(f *testing.F) {

@@ -117,7 +117,7 @@ func (a *API) serveMessageBatchCreate(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		now := a.cfg.Clock.Now()
 		for _, l := range lines {
-			if cerr := checkBody(p.proto, l.Body, now); cerr != nil {
+			if cerr := checkBody(p.proto, pathFor(p.proto), l.Body, now); cerr != nil {
 				err = fmt.Errorf("requests.%d.params: %w", l.Line, cerr)
 				break
 			}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 )
@@ -21,11 +22,11 @@ import (
 // OpenAIBatchIDPrefix starts the id of a batch made by OpenAI's API.
 const OpenAIBatchIDPrefix = "batch_"
 
-// openAIEndpoints are the batch endpoints Sluice schedules: the one path
-// its OpenAI upstreams meter (pathFor). OpenAI's others (/v1/responses,
-// /v1/embeddings, /v1/completions, /v1/moderations) are refused with a
-// clear error rather than queued unmetered.
-var openAIEndpoints = []string{pathFor(llm.OpenAI)}
+// openAIEndpoints are the batch endpoints Sluice schedules: the paths its
+// OpenAI upstreams meter (chat completions, Responses, embeddings). OpenAI's
+// others (/v1/completions, /v1/moderations) are refused with a clear error
+// rather than queued unmetered.
+var openAIEndpoints = frontdoor.ScheduledPaths(llm.OpenAI)
 
 func (a *API) openaiRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
@@ -182,11 +183,15 @@ func (a *API) parseOpenAIInput(content []byte, endpoint string) ([]BatchLine, []
 	}
 	now := a.cfg.Clock.Now()
 	for _, l := range f.Lines {
-		if err := checkBody(llm.OpenAI, l.Body, now); err != nil {
+		if l.Path != endpoint {
+			errs = append(errs, lineErr("mismatched_endpoint", l.Line,
+				fmt.Sprintf("the url %q does not match the batch's endpoint %q", l.Path, endpoint)))
+			continue
+		}
+		if err := checkBody(llm.OpenAI, l.Path, l.Body, now); err != nil {
 			errs = append(errs, lineErr("invalid_request", l.Line, "body: "+err.Error()))
 		}
 	}
-	_ = endpoint // every line's url is checked against the one endpoint by ParseBatchFile
 	sortOpenAIErrors(errs)
 	return f.Lines, errs
 }

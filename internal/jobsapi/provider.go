@@ -1,6 +1,7 @@
 package jobsapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -156,7 +157,7 @@ func (a *API) createProviderBatch(w http.ResponseWriter, r *http.Request, p prov
 		KeepUntil: now.Add(BatchWindow + a.cfg.BatchRetention), AllowEmpty: len(lines) == 0, Now: now}
 	for _, l := range lines {
 		params.Jobs = append(params.Jobs, jobstore.InsertParams{Upstream: p.upstream, Priority: prio, Client: p.client,
-			Path: pathFor(p.proto), Body: l.Body, Deadline: now.Add(BatchWindow), MaxAttempts: a.cfg.MaxAttempts,
+			Path: cmp.Or(l.Path, pathFor(p.proto)), Body: l.Body, Deadline: now.Add(BatchWindow), MaxAttempts: a.cfg.MaxAttempts,
 			CustomID: l.CustomID, Now: now})
 	}
 	b, err := a.store.CreateBatch(r.Context(), params)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,9 +35,15 @@ type SubmitRequest struct {
 	Deadline       string          `json:"deadline,omitempty"`
 	MaxAttempts    int             `json:"max_attempts,omitempty"`
 	WebhookURL     string          `json:"webhook_url,omitempty"`
+	// Path is the provider endpoint the request is sent to: one of the
+	// upstream protocol's scheduled paths (OpenAI /v1/chat/completions,
+	// /v1/responses, /v1/embeddings; Anthropic /v1/messages). Defaults to
+	// the protocol's chat path.
+	Path string `json:"path,omitempty"`
 }
 
-// pathFor is the provider path a protocol's jobs are sent to.
+// pathFor is the provider path a protocol's jobs are sent to when they
+// name none: its chat endpoint.
 func pathFor(p llm.Protocol) string {
 	if p == llm.OpenAI {
 		return "/v1/chat/completions"
@@ -44,8 +51,22 @@ func pathFor(p llm.Protocol) string {
 	return "/v1/messages"
 }
 
-// checkRequest validates a provider request body for upstream.
-func (a *API) checkRequest(upstream string, body []byte) error {
+// checkPath returns the path a job of protocol p asking for path ("": the
+// chat path) is sent to, or an error listing the paths it may name.
+func checkPath(p llm.Protocol, path string) (string, error) {
+	if path == "" {
+		return pathFor(p), nil
+	}
+	paths := frontdoor.ScheduledPaths(p)
+	if !slices.Contains(paths, path) {
+		return "", fmt.Errorf("path: %q is not an endpoint Sluice schedules on a %s upstream (have %s)", path, p, strings.Join(paths, ", "))
+	}
+	return path, nil
+}
+
+// checkRequest validates a provider request body for upstream, sent to
+// path.
+func (a *API) checkRequest(upstream, path string, body []byte) error {
 	p, ok := a.cfg.Protocols[upstream]
 	if !ok {
 		return fmt.Errorf("%w %q (have %s)", ErrUnknownUpstream, upstream, strings.Join(a.upstreams, ", "))
@@ -54,7 +75,7 @@ func (a *API) checkRequest(upstream string, body []byte) error {
 	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		return errors.New("request must be a JSON object (the provider request body)")
 	}
-	if err := checkBody(p, trimmed, a.cfg.Clock.Now()); err != nil {
+	if err := checkBody(p, path, trimmed, a.cfg.Clock.Now()); err != nil {
 		return fmt.Errorf("request: %w", err)
 	}
 	return nil
@@ -115,7 +136,15 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "request is required: the provider request body")
 		return
 	}
-	if err := a.checkRequest(req.Upstream, req.Request); err != nil {
+	path := ""
+	if p, ok := a.cfg.Protocols[req.Upstream]; ok {
+		var err error
+		if path, err = checkPath(p, req.Path); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+	}
+	if err := a.checkRequest(req.Upstream, path, req.Request); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
@@ -146,7 +175,7 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		Upstream:       req.Upstream,
 		Priority:       prio,
 		Client:         a.cfg.ClientOf(r),
-		Path:           pathFor(a.cfg.Protocols[req.Upstream]),
+		Path:           path,
 		Body:           compact.Bytes(),
 		Deadline:       dl,
 		MaxAttempts:    attempts,
@@ -180,8 +209,8 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 // protocol p, with the front door's own error when it would not, so a job
 // is accepted exactly when its worker can send it (the worker builds its
 // call with the same frontdoor.Build).
-func checkBody(p llm.Protocol, body []byte, now time.Time) error {
-	if _, rerr := frontdoor.Build(frontdoor.Input{Protocol: p, Path: pathFor(p), Body: body, Caller: frontdoor.InProcess, Now: now}); rerr != nil {
+func checkBody(p llm.Protocol, path string, body []byte, now time.Time) error {
+	if _, rerr := frontdoor.Build(frontdoor.Input{Protocol: p, Path: path, Body: body, Caller: frontdoor.InProcess, Now: now}); rerr != nil {
 		return rerr
 	}
 	return nil

@@ -45,11 +45,11 @@ func newMetrics(reg *prometheus.Registry, v *View, jobs bool) *metrics {
 		live:     v.live,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total",
-			Help: "Scheduled proxy requests by upstream, priority class, outcome and client (a configured client's name, default for a keyless caller of an open gateway, other, unknown).",
-		}, []string{"upstream", "priority", "outcome", "client"}),
+			Help: "Scheduled proxy requests by upstream, endpoint (chat, responses, embeddings; other for a refused request to another path), priority class, outcome and client (a configured client's name, default for a keyless caller of an open gateway, other, unknown).",
+		}, []string{"upstream", "endpoint", "priority", "outcome", "client"}),
 		passthrough: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_passthrough_requests_total",
-			Help: "Requests forwarded unscheduled (paths other than messages/chat completions).",
+			Help: "Requests forwarded unscheduled (paths other than messages, chat completions, responses and embeddings).",
 		}, []string{"upstream"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_attempts_total",
@@ -109,8 +109,8 @@ func newMetrics(reg *prometheus.Registry, v *View, jobs bool) *metrics {
 
 // request counts a scheduled request; priority is its class, or
 // "unknown" when it was refused before its class was known.
-func (m *metrics) request(upstream, priority, outcome, client string) {
-	m.requests.WithLabelValues(upstream, priority, outcome, client).Inc()
+func (m *metrics) request(upstream, endpoint, priority, outcome, client string) {
+	m.requests.WithLabelValues(upstream, endpoint, priority, outcome, client).Inc()
 }
 
 func (m *metrics) passthroughRequest(upstream string) {

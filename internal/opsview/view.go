@@ -235,10 +235,11 @@ func (v *View) Answered(a Answer) {
 }
 
 // CountRequest counts a scheduled request's outcome in
-// sluice_requests_total; client is the authenticated client's name,
+// sluice_requests_total; endpoint is one of a bounded set (the provider's
+// endpoint names, or other), client is the authenticated client's name,
 // counted under its bounded label.
-func (v *View) CountRequest(upstream, priority, outcome, client string) {
-	v.metrics.request(upstream, priority, outcome, v.live.clientLabel(client))
+func (v *View) CountRequest(upstream, endpoint, priority, outcome, client string) {
+	v.metrics.request(upstream, endpoint, priority, outcome, v.live.clientLabel(client))
 }
 
 // CountPassthrough counts a request forwarded unscheduled.

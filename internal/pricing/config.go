@@ -3,6 +3,7 @@ package pricing
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -39,7 +40,25 @@ type Config struct {
 	// NoShipped drops the shipped table: only Models are priced. Defaults
 	// to false.
 	NoShipped bool `yaml:"no_shipped"`
+	// Tiers are the price factors of the service tiers a response reports
+	// (OpenAI's service_tier, Anthropic's usage.service_tier): every
+	// price of a request served in tier t is multiplied by Tiers[t]. Set
+	// entries add to or replace the defaults (TierFactorsDefault); a
+	// tier in neither is priced at 1 (default, auto, standard, scale).
+	// Defaults to TierFactorsDefault.
+	Tiers map[string]float64 `yaml:"tiers"`
 }
+
+// TierFactorsDefault are the shipped service tier factors: OpenAI's Flex
+// processing and Batch API at half the standard price, its Priority
+// processing at twice (its list prices are 1.75x to 2x standard: the
+// dearer is kept, so a budget is not undercharged).
+func TierFactorsDefault() map[string]float64 {
+	return map[string]float64{"flex": 0.5, "batch": 0.5, "priority": 2}
+}
+
+// MaxTierFactor bounds a configured tier factor.
+const MaxTierFactor = 100
 
 // WithDefaults returns a copy of c with Unknown defaulted.
 func (c Config) WithDefaults() Config {
@@ -76,6 +95,20 @@ func (c Config) Validate() error {
 			return fmt.Errorf("models.%s.%w", name, err)
 		}
 	}
+	tiers := make([]string, 0, len(c.Tiers))
+	for t := range c.Tiers {
+		tiers = append(tiers, t)
+	}
+	sort.Strings(tiers)
+	for _, t := range tiers {
+		f := c.Tiers[t]
+		if strings.TrimSpace(t) == "" {
+			return errors.New("tiers: a tier name is empty")
+		}
+		if math.IsNaN(f) || f <= 0 || f > MaxTierFactor {
+			return fmt.Errorf("tiers.%s: %v is not a price factor in (0, %d]", t, f, MaxTierFactor)
+		}
+	}
 	if c.Fallback != nil {
 		if err := c.Fallback.Validate(); err != nil {
 			return fmt.Errorf("fallback.%w", err)
@@ -109,5 +142,10 @@ func NewTable(c Config) (*Table, error) {
 			fb.Output = max(fb.Output, p.Output)
 		}
 	}
-	return newTable(entries, fb, c.Unknown == UnknownRefuse), nil
+	t := newTable(entries, fb, c.Unknown == UnknownRefuse)
+	t.tiers = TierFactorsDefault()
+	for k, f := range c.Tiers {
+		t.tiers[strings.ToLower(strings.TrimSpace(k))] = f
+	}
+	return t, nil
 }

@@ -67,6 +67,22 @@ func (p Price) at(prompt int64) Price {
 	return p.WithDefaults()
 }
 
+// Scaled returns p (defaults filled in) with every price, its long-context
+// price's included, multiplied by f: its price in a service tier
+// (Table.TierFactor). f == 1 returns p unchanged.
+func (p Price) Scaled(f float64) Price {
+	if f == 1 {
+		return p
+	}
+	p = p.WithDefaults()
+	p.Input, p.Output, p.CacheRead, p.CacheWrite = p.Input*f, p.Output*f, p.CacheRead*f, p.CacheWrite*f
+	if p.LongContext != nil {
+		lc := p.LongContext.WithDefaults().Scaled(f)
+		p.LongContext = &lc
+	}
+	return p
+}
+
 // WithDefaults returns p with a zero CacheRead or CacheWrite set to Input.
 func (p Price) WithDefaults() Price {
 	if p.CacheRead == 0 {
@@ -165,6 +181,26 @@ type Table struct {
 	prefixes []string // longest first
 	fallback Price
 	refuse   bool
+	tiers    map[string]float64 // service tier factors (Config.Tiers)
+}
+
+// TierFactor is the factor every price of a request served in service
+// tier tier is multiplied by: Config.Tiers, else 1 (an empty tier, auto,
+// default, standard, scale). Names are compared case-insensitively.
+func (t *Table) TierFactor(tier string) float64 {
+	if f, ok := t.tiers[strings.ToLower(strings.TrimSpace(tier))]; ok {
+		return f
+	}
+	return 1
+}
+
+// Tiers returns a copy of the table's tier factors.
+func (t *Table) Tiers() map[string]float64 {
+	out := make(map[string]float64, len(t.tiers))
+	for k, v := range t.tiers {
+		out[k] = v
+	}
+	return out
 }
 
 // Match is a model's price as found in the table.

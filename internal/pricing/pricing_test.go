@@ -137,3 +137,26 @@ func TestLongContextPrice(t *testing.T) {
 	bad.LongContext = &pricing.Price{Input: -1}
 	require.ErrorContains(t, bad.Validate(), "long_context.input")
 }
+
+func TestTierFactors(t *testing.T) {
+	t.Parallel()
+	tab, err := pricing.NewTable(pricing.Config{Tiers: map[string]float64{"priority": 1.75, "Scale": 1.1}})
+	require.NoError(t, err)
+	for tier, want := range map[string]float64{"": 1, "auto": 1, "default": 1, "flex": 0.5, "batch": 0.5, "priority": 1.75, "scale": 1.1, "FLEX": 0.5} {
+		require.InDelta(t, want, tab.TierFactor(tier), 1e-12, tier)
+	}
+	p := pricing.Price{Input: 2, Output: 8, LongContextAbove: 10, LongContext: &pricing.Price{Input: 4, Output: 16}}
+	half := p.Scaled(0.5)
+	require.Equal(t, 1.0, half.Input)
+	require.Equal(t, 4.0, half.Output)
+	require.Equal(t, 1.0, half.CacheRead, "the cache prices default before scaling")
+	require.Equal(t, 2.0, half.LongContext.Input)
+	require.Equal(t, 4.0, p.LongContext.Input, "the original is not changed")
+	u := llm.Usage{InputTokens: 1_000_000, OutputTokens: 1_000_000}
+	require.Equal(t, p.Cost(llm.OpenAI, u)/2, half.Cost(llm.OpenAI, u))
+
+	for _, bad := range []map[string]float64{{"flex": 0}, {"flex": -1}, {"flex": 1000}, {" ": 1}} {
+		_, err := pricing.NewTable(pricing.Config{Tiers: bad})
+		require.ErrorContains(t, err, "tiers", "%v", bad)
+	}
+}

@@ -72,6 +72,10 @@ func Classify(p llm.Protocol, status int, h http.Header, body []byte, now time.T
 	return o
 }
 
+// flexUnavailable is the code (and type) of OpenAI's 429 for a flex
+// request its capacity cannot serve now.
+const flexUnavailable = "resource_unavailable"
+
 func classifyError(status int, e errorBody) (llm.OutcomeKind, bool) {
 	if isQuota(status, e) {
 		return llm.Quota, false
@@ -83,6 +87,13 @@ func classifyError(status int, e errorBody) (llm.OutcomeKind, bool) {
 		}
 		if requestTooLarge(e.Message) {
 			return llm.Quota, false
+		}
+		if e.Code == flexUnavailable || e.Type == flexUnavailable {
+			// OpenAI's Flex processing out of capacity: not the key's
+			// quota (no retry-after, nothing charged), so it must not
+			// pause the upstream as a rate limit; backed off like an
+			// overload.
+			return llm.Overload, false
 		}
 		return llm.Rate, false
 	case status == http.StatusServiceUnavailable:

@@ -63,3 +63,88 @@ func EndpointOf(p llm.Protocol, path string) (Endpoint, bool) {
 	}
 	return 0, false
 }
+
+// Scheduled reports whether Sluice schedules and meters e: sends it
+// through the engine (priority, quota admission, retries, budgets)
+// rather than passing it through. Every front door asks this one rule.
+func (e Endpoint) Scheduled() bool {
+	switch e {
+	case EndpointChat, EndpointResponses, EndpointEmbeddings:
+		return true
+	}
+	return false
+}
+
+// Path returns the provider path of endpoint e on protocol p
+// (/v1/messages, /v1/chat/completions, /v1/responses, /v1/embeddings,
+// /v1/messages/count_tokens), or "" for an endpoint foreign to p.
+func (e Endpoint) Path(p llm.Protocol) string {
+	switch {
+	case e == EndpointChat && p == llm.Anthropic:
+		return "/v1/messages"
+	case e == EndpointChat:
+		return "/v1/chat/completions"
+	case e == EndpointCountTokens && p == llm.Anthropic:
+		return "/v1/messages/count_tokens"
+	case e == EndpointResponses && p == llm.OpenAI:
+		return "/v1/responses"
+	case e == EndpointEmbeddings && p == llm.OpenAI:
+		return "/v1/embeddings"
+	}
+	return ""
+}
+
+// ScheduledEndpoint returns the endpoint a request to path (its query
+// ignored) with method creates on protocol p when Sluice schedules it: a
+// POST to the endpoint's own path (Endpoint.Path) of a Scheduled
+// endpoint. Anything else (a retrieval such as GET /v1/responses/{id},
+// batches, files, models) is passed through: false.
+func ScheduledEndpoint(p llm.Protocol, method, path string) (Endpoint, bool) {
+	if method != "" && method != "POST" {
+		return 0, false
+	}
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	e, ok := EndpointOf(p, path)
+	if !ok || !e.Scheduled() || path != e.Path(p) {
+		return 0, false
+	}
+	return e, true
+}
+
+// ScheduledPaths lists the paths ScheduledEndpoint accepts on protocol p,
+// for error messages and docs.
+func ScheduledPaths(p llm.Protocol) []string {
+	var out []string
+	for e := range Endpoint(len(endpointNames)) {
+		if path := e.Path(p); path != "" && e.Scheduled() {
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// ResponsesPathID returns the response id a path under /v1/responses/
+// names (GET or DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
+// GET /v1/responses/{id}/input_items; the query ignored), and false for
+// any other path. Only the key that created a response can reach it.
+func ResponsesPathID(path string) (string, bool) {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	rest, ok := strings.CutPrefix(path, "/v1/responses/")
+	if !ok {
+		return "", false
+	}
+	id, sub, _ := strings.Cut(rest, "/")
+	switch sub {
+	case "", "cancel", "input_items":
+	default:
+		return "", false
+	}
+	if id == "" {
+		return "", false
+	}
+	return id, true
+}

@@ -134,6 +134,9 @@ func (e *estimator) run(body []byte) (Cost, error) {
 	if c.Stream, _, err = e.boolField(top, "stream"); err != nil {
 		return Cost{}, err
 	}
+	if c.ServiceTier, _, err = e.stringField(top, "service_tier"); err != nil {
+		return Cost{}, err
+	}
 	if c.OutputTokens, err = e.output(top); err != nil {
 		return Cost{}, err
 	}

@@ -93,6 +93,9 @@ func (e *estimator) responses(body []byte) (Cost, error) {
 	if c.Stream, _, err = e.boolField(top, "stream"); err != nil {
 		return Cost{}, err
 	}
+	if c.ServiceTier, _, err = e.stringField(top, "service_tier"); err != nil {
+		return Cost{}, err
+	}
 	mt, ok, err := e.intField(top, "max_output_tokens")
 	switch {
 	case err != nil:

@@ -56,6 +56,7 @@ const (
 	fMessages
 	fSystem
 	fTools
+	fServiceTier
 )
 
 func (s *scan) run() (Cost, bool) {
@@ -63,7 +64,7 @@ func (s *scan) run() (Cost, bool) {
 		return Cost{}, false
 	}
 	var seen int
-	var model, stream, maxTokens, maxCompletion, n span
+	var model, stream, maxTokens, maxCompletion, n, tier span
 	for k := 0; ; k++ {
 		key, plain, done, ok := s.member(k)
 		if !ok {
@@ -93,6 +94,8 @@ func (s *scan) run() (Cost, bool) {
 			f = fSystem
 		case "tools":
 			f = fTools
+		case "service_tier":
+			f = fServiceTier
 		}
 		if f != 0 && seen&f != 0 { // a duplicate: the map keeps the last one
 			return Cost{}, false
@@ -132,6 +135,8 @@ func (s *scan) run() (Cost, bool) {
 			maxCompletion = v
 		case fN:
 			n = v
+		case fServiceTier:
+			tier = v
 		}
 	}
 	s.ws()
@@ -153,6 +158,14 @@ func (s *scan) run() (Cost, bool) {
 		case "false", "null":
 		default:
 			return Cost{}, false
+		}
+	}
+	if tier.end != 0 {
+		switch {
+		case s.b[tier.start] == '"':
+			c.ServiceTier = s.str(tier)
+		case string(s.b[tier.start:tier.end]) != "null":
+			return Cost{}, false // not a string: the reference names the error
 		}
 	}
 	var ok bool

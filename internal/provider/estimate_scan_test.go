@@ -40,6 +40,10 @@ var scanSeeds = []string{
 	`{"model":"m","max_tokens":05,"messages":[{"content":"x"}]}`,
 	`null`,
 	`{"model":"m","max_tokens":5,"messages":[{"content":[{"type":"tool_result","content":[{"type":"tool_result","content":"deep"}]}]}]}`,
+	`{"model":"gpt-4.1","service_tier":"flex","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"claude-x","max_tokens":8,"service_tier":"st\u0061ndard_only","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"gpt-4.1","service_tier":7,"messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"gpt-4.1","service_tier":null,"service_tier":"priority","messages":[]}`,
 }
 
 func FuzzEstimateMatchesReference(f *testing.F) {

@@ -39,6 +39,8 @@ type StreamObserver struct {
 	content  bool
 	done     bool
 	events   int
+	// responseID is the Responses stream's response id (response.created).
+	responseID string
 }
 
 // NewStreamObserver returns an observer for a stream of protocol p's chat
@@ -98,6 +100,15 @@ func (o *StreamObserver) Done() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.done
+}
+
+// ResponseID returns the id of the response a Responses stream announced
+// in its first event (response.created), or "" before it or on any other
+// stream.
+func (o *StreamObserver) ResponseID() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.responseID
 }
 
 // Events returns how many SSE events have been dispatched.

@@ -34,6 +34,9 @@ func (o *StreamObserver) handleResponses(event, data []byte) {
 	}
 	switch name {
 	case "response.created", "response.queued", "response.in_progress":
+		if o.responseID == "" {
+			o.responseID = eventResponseID(data)
+		}
 	case "response.completed", "response.incomplete":
 		o.responseUsage(data)
 		o.done = true
@@ -93,4 +96,17 @@ func classifyResponseFailed(data []byte) llm.Outcome {
 	}
 	o.Message = e.Message
 	return o
+}
+
+// eventResponseID returns the id of the response an event carries.
+func eventResponseID(data []byte) string {
+	var ev struct {
+		Response struct {
+			ID string `json:"id"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return ""
+	}
+	return ev.Response.ID
 }

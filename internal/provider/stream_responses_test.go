@@ -95,3 +95,14 @@ func TestStreamObserverAnthropicCacheSplit(t *testing.T) {
 	require.Equal(t, llm.Usage{InputTokens: 3, OutputTokens: 9, CacheCreationInputTokens: 3000, CacheCreation5mInputTokens: 1000,
 		CacheCreation1hInputTokens: 2000, ServiceTier: "standard"}, u, "message_delta keeps the split and the tier")
 }
+
+func TestStreamObserverResponseID(t *testing.T) {
+	t.Parallel()
+	o := provider.NewStreamObserverFor(llm.OpenAI, provider.EndpointResponses)
+	require.Empty(t, o.ResponseID())
+	_, _ = o.Write([]byte("event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_9\",\"status\":\"in_progress\"}}\n\n"))
+	require.Equal(t, "resp_9", o.ResponseID())
+	require.False(t, o.Content())
+	_, _ = o.Write([]byte("event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"response\":{\"id\":\"resp_other\"}}\n\n"))
+	require.Equal(t, "resp_9", o.ResponseID(), "the first announced id stays")
+}

@@ -23,6 +23,11 @@ type Cost struct {
 	// remembers its usage adds it), and only the key (project) that created
 	// it can continue it.
 	PreviousResponseID string
+	// ServiceTier is the request's service_tier ("" when absent): OpenAI
+	// auto, default, flex, scale or priority; Anthropic auto or
+	// standard_only. The tier that served it is in the response's usage
+	// (llm.Usage.ServiceTier).
+	ServiceTier string
 }
 
 // Dimension names one quota dimension in a rate-limit snapshot.

@@ -162,6 +162,12 @@ type ClientConfig struct {
 	// Budget caps the client's spend in US dollars, reserved before each
 	// request is sent (docs/budgets.md). Defaults to none (no cap).
 	Budget admit.Budget `yaml:"budget"`
+	// ServiceTiers lists the service tiers the client's requests may ask
+	// for (service_tier: OpenAI auto, default, flex, scale, priority;
+	// Anthropic auto, standard_only; a request without one asks for
+	// auto); another is refused with 403 permission_error. Defaults to
+	// none (any tier).
+	ServiceTiers admit.ServiceTiers `yaml:"service_tiers"`
 }
 
 // Client roles.
@@ -444,6 +450,9 @@ func (cl ClientConfig) validate() error {
 	}
 	if err := cl.Budget.Validate(); err != nil {
 		return fmt.Errorf("budget.%w", err)
+	}
+	if err := cl.ServiceTiers.Validate(); err != nil {
+		return fmt.Errorf("service_tiers%w", err)
 	}
 	return nil
 }

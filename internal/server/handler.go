@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // serveUpstream handles everything under /{upstream}/: authentication, then
@@ -24,6 +25,11 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	// request_timeout bounds it): no server write deadline here.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	rl := &requestLine{id: frontdoor.NewRequestID(), upstream: name, priority: priorityUnknown, start: s.clock.Now()}
+	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
+	ep, scheduled := provider.ScheduledEndpoint(u.cfg.Protocol, r.Method, rest)
+	if scheduled {
+		rl.endpoint = ep.String()
+	}
 	sw := &statusWriter{ResponseWriter: w}
 	ctx, span := s.startRequestSpan(r, rl)
 	r = r.WithContext(ctx)
@@ -38,7 +44,6 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rl.client = cl.name
-	rest := strings.TrimPrefix(r.URL.Path, "/"+name)
 	if q := s.jobs.Load(); q != nil && q.api.ServesProvider(name, r.Method, rest) {
 		// The provider's own batch and files APIs, answered from the job
 		// queue: every request of a batch is a job of this client.
@@ -47,7 +52,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)
 		return
 	}
-	if r.Method == http.MethodPost && rest == u.scheduledPath() {
+	if scheduled {
 		done := s.view.Serving(name, rl.id, rl.client, askedPriority(r, cl), rl.start) // /v1/status's open requests
 		s.serveScheduled(sw, r, u, cl, rl, rest)
 		done()
@@ -80,8 +85,8 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		// may not reach the provider's billable routes unscheduled.
 		s.outcome(rl, "", outcomeBudget)
 		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
-			Message: fmt.Sprintf("client %s has a spend budget, so only %s is served on this upstream (metered); %s %s is not passed through",
-				cl.name, u.scheduledPath(), r.Method, rest)})
+			Message: fmt.Sprintf("client %s has a spend budget, so only POST %s is served on this upstream (metered); %s %s is not passed through",
+				cl.name, strings.Join(provider.ScheduledPaths(u.cfg.Protocol), ", "), r.Method, rest)})
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}

@@ -31,7 +31,7 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 			pr.Out.URL.RawPath = ""
 			pr.SetURL(u.target)
 			pr.Out.Header = frontdoor.CleanHeader(pr.Out.Header)
-			provider.SetUpstreamHeaders(pr.Out.Header, u.cfg.Protocol, u.passKey(), false)
+			provider.SetUpstreamHeaders(pr.Out.Header, u.cfg.Protocol, u.passKeyFor(pr.Out.URL.Path), false)
 			// The request's span (or the client's traceparent) goes on.
 			if trace.SpanContextFromContext(pr.In.Context()).IsValid() {
 				propagation.TraceContext{}.Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
@@ -73,6 +73,23 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request, u *upstream) {
 	s.view.CountPassthrough(u.cfg.Name)
 	u.proxy.ServeHTTP(w, r)
+}
+
+// passKeyFor is the key a pass-through request to path is sent with: for
+// a stored response (GET or DELETE /v1/responses/{id}, its cancel and
+// input_items), the key that created it when the engine remembers it
+// (only that key can reach it); else passKey.
+func (u *upstream) passKeyFor(path string) string {
+	if id, ok := provider.ResponsesPathID(path); ok {
+		if e, ok := u.engine.(interface {
+			ResponseKey(id string) (string, bool)
+		}); ok {
+			if key, ok := e.ResponseKey(id); ok {
+				return key
+			}
+		}
+	}
+	return u.passKey()
 }
 
 // passKey is the key a pass-through request is sent with: a key of the

@@ -181,9 +181,9 @@ func TestProviderBatchesOpenAIValidation(t *testing.T) {
 		body map[string]any
 		want string
 	}{
-		"responses not scheduled": {map[string]any{"input_file_id": file["id"], "endpoint": "/v1/responses", "completion_window": "24h"}, "not scheduled"},
-		"window":                  {map[string]any{"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "1h"}, "completion_window"},
-		"no file":                 {map[string]any{"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"}, "no file"},
+		"completions not scheduled": {map[string]any{"input_file_id": file["id"], "endpoint": "/v1/completions", "completion_window": "24h"}, "not scheduled"},
+		"window":                    {map[string]any{"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "1h"}, "completion_window"},
+		"no file":                   {map[string]any{"input_file_id": "file-nope", "endpoint": "/v1/chat/completions", "completion_window": "24h"}, "no file"},
 	} {
 		status, body := alice.json(http.MethodPost, "/v1/batches", tc.body)
 		require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, status, name)
@@ -288,4 +288,47 @@ func TestProviderBatchesOpenAISDK(t *testing.T) {
 		lines += strings.Count(string(body), "\n")
 	}
 	require.Equal(t, 16, lines, "every request once in the output or error file")
+}
+
+// TestProviderBatchesOpenAIEmbeddings: a batch on /v1/embeddings is
+// scheduled like a chat batch, each line sent to its url, and its output
+// file carries the provider's embedding lists.
+func TestProviderBatchesOpenAIEmbeddings(t *testing.T) {
+	t.Parallel()
+	f := newBatchFixture(t, 60_000)
+	alice := openAIHTTP{t, "http://" + f.gateway.Addr() + "/openai", "ck-alice"}
+	var in strings.Builder
+	for i := range 4 {
+		fmt.Fprintf(&in, `{"custom_id":"e-%d","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":["cid e-%d","two"]}}`+"\n", i, i)
+	}
+	status, file := alice.upload("emb.jsonl", []byte(in.String()))
+	require.Equal(t, http.StatusOK, status, file)
+	status, b := alice.json(http.MethodPost, "/v1/batches", map[string]any{"input_file_id": file["id"], "endpoint": "/v1/embeddings", "completion_window": "24h"})
+	require.Equal(t, http.StatusOK, status, b)
+	require.Equal(t, "/v1/embeddings", b["endpoint"])
+	id := b["id"].(string)
+	require.Eventually(t, func() bool {
+		_, b = alice.json(http.MethodGet, "/v1/batches/"+id, nil)
+		return b["status"] == "completed"
+	}, time.Minute, 20*time.Millisecond)
+	require.Equal(t, map[string]any{"total": 4.0, "completed": 4.0, "failed": 0.0}, b["request_counts"])
+	status, content := alice.do(http.MethodGet, "/v1/files/"+b["output_file_id"].(string)+"/content", "", nil)
+	require.Equal(t, http.StatusOK, status)
+	lines := strings.Split(strings.TrimSpace(string(content)), "\n")
+	require.Len(t, lines, 4)
+	for _, line := range lines {
+		var r struct {
+			Response struct {
+				StatusCode int `json:"status_code"`
+				Body       struct {
+					Object string `json:"object"`
+					Data   []any  `json:"data"`
+				} `json:"body"`
+			} `json:"response"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &r), line)
+		require.Equal(t, http.StatusOK, r.Response.StatusCode)
+		require.Equal(t, "list", r.Response.Body.Object)
+		require.Len(t, r.Response.Body.Data, 2, "one embedding per input")
+	}
 }

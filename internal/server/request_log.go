@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
@@ -30,6 +31,10 @@ const (
 // priorityUnknown labels requests rejected before their class was known.
 const priorityUnknown = "unknown"
 
+// endpointOther labels a request to a path Sluice does not schedule
+// (refused before it was passed through).
+const endpointOther = "other"
+
 func outcomeFor(status int) string {
 	if status >= 200 && status < 300 {
 		return outcomeSuccess
@@ -44,6 +49,7 @@ func outcomeFor(status int) string {
 type requestLine struct {
 	id        string
 	upstream  string
+	endpoint  string // the scheduled endpoint (provider.Endpoint's name); empty for a pass-through
 	client    string
 	priority  string
 	outcome   string
@@ -70,7 +76,7 @@ func (s *Server) outcome(rl *requestLine, priority, outcome string) {
 	if priority == "" {
 		priority = priorityUnknown
 	}
-	s.view.CountRequest(rl.upstream, priority, outcome, rl.client)
+	s.view.CountRequest(rl.upstream, cmp.Or(rl.endpoint, endpointOther), priority, outcome, rl.client)
 	rl.priority, rl.outcome = priority, outcome
 }
 
@@ -106,6 +112,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 	attrs := []slog.Attr{
 		slog.String("request_id", rl.id),
 		slog.String("upstream", rl.upstream),
+		slog.String("endpoint", cmp.Or(rl.endpoint, endpointOther)),
 		slog.String("client", rl.client),
 		slog.String("priority", rl.priority),
 		slog.Int("status", status),

@@ -88,15 +88,6 @@ type upstream struct {
 	proxy  *httputil.ReverseProxy
 }
 
-// scheduledPath is the one path under /{upstream} that goes through the
-// engine for this upstream's protocol.
-func (u *upstream) scheduledPath() string {
-	if u.cfg.Protocol == llm.OpenAI {
-		return "/v1/chat/completions"
-	}
-	return "/v1/messages"
-}
-
 // Server is the gateway: HTTP routes in front of one dispatcher per
 // upstream. Create it with New, then Start and Stop it, or mount Handler
 // in your own http.Server.
@@ -285,7 +276,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 func admitClients(cfgs []ClientConfig) []admit.Client {
 	out := make([]admit.Client, len(cfgs))
 	for i, c := range cfgs {
-		out[i] = admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget}
+		out[i] = admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget, ServiceTiers: c.ServiceTiers}
 	}
 	return out
 }

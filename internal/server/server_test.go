@@ -530,8 +530,8 @@ func TestStatusAndMetrics(t *testing.T) {
 	resp, body := ts.do(t, "GET", "/metrics", "", nil)
 	require.Equal(t, 200, resp.StatusCode)
 	for _, want := range []string{
-		`sluice_requests_total{client="default",outcome="success",priority="normal",upstream="a"} 1`,
-		`sluice_requests_total{client="default",outcome="bad_request",priority="unknown",upstream="a"} 1`,
+		`sluice_requests_total{client="default",endpoint="chat",outcome="success",priority="normal",upstream="a"} 1`,
+		`sluice_requests_total{client="default",endpoint="chat",outcome="bad_request",priority="unknown",upstream="a"} 1`,
 		`sluice_upstream_attempts_total{class="overload",status="529",upstream="a"} 1`,
 		`sluice_retries_total{reason="overload",upstream="a"} 1`,
 		`sluice_shed_total{reason="deadline",upstream="a"} 1`,

@@ -108,7 +108,7 @@ func TestBudgetRefusalShapes(t *testing.T) {
 
 	// No way around the meter: a budgeted client's billable pass-through
 	// is refused; reads and token counting still pass.
-	r, body = ts.do(t, "POST", "/o/v1/responses", `{"model":"gpt-x","input":"hi"}`, h)
+	r, body = ts.do(t, "POST", "/o/v1/images/generations", `{"model":"gpt-image-1","prompt":"hi"}`, h)
 	require.Equal(t, http.StatusForbidden, r.StatusCode)
 	require.Contains(t, requireProviderError(t, llm.OpenAI, body, "permission_error"), "spend budget")
 	r, _ = ts.do(t, "POST", "/a/v1/messages/count_tokens", anthropicBody, h)

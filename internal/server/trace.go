@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 
@@ -45,6 +46,7 @@ func (s *Server) startRequestSpan(r *http.Request, rl *requestLine) (context.Con
 func (s *Server) endRequestSpan(span trace.Span, rl *requestLine, status int) {
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("sluice.client", rl.client), attribute.String("sluice.priority", rl.priority),
+			attribute.String("sluice.endpoint", cmp.Or(rl.endpoint, endpointOther)),
 			attribute.String("sluice.outcome", rl.outcome), attribute.Int("http.response.status_code", status),
 			attribute.Int64("sluice.queue_ms", rl.queue.Milliseconds()), attribute.Int("sluice.attempts", rl.attempts),
 			attribute.Int64("gen_ai.usage.input_tokens", rl.tokensIn), attribute.Int64("gen_ai.usage.output_tokens", rl.tokensOut))
