@@ -47,6 +47,13 @@ type Config struct {
 	// without one (docs/budgets.md, "What survives a crash"). Defaults to
 	// HoldTimeoutDefault.
 	HoldTimeout time.Duration
+	// AwaitSpendStore says the spend is kept in a store the layer will be
+	// given (Start) once it connects: until then it cannot tell what a
+	// client spent, so a request of a client with a budget is refused
+	// (ErrSpendNotLoaded: 503 with retry-after SpendNotLoadedRetryAfter)
+	// while the others are served and their spend counted in memory.
+	// Defaults to false (the spend starts in memory).
+	AwaitSpendStore bool
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Logger receives the layer's warnings (budgets exhausted, unpriced
@@ -96,6 +103,7 @@ func New(cfg Config) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
+	sp.awaiting.Store(cfg.AwaitSpendStore)
 	l := &Layer{clock: clk, obs: obs, spend: sp, gates: newGates(clk), router: newRouter(cfg.Upstreams, clk, obs),
 		log: log, upstreams: cfg.Upstreams}
 	l.SetClients(cfg.Clients)

@@ -65,6 +65,7 @@ func (sp *spender) start(ctx context.Context, st SpendStore) error {
 		sp.ledger.SetHeld(held, now)
 		sp.store, sp.journal = st, j
 		sp.mu.Unlock()
+		sp.awaiting.Store(false) // the spend is known: budgets are enforced
 		sp.flusher.Go(func() { sp.loop(run, st, j) })
 		return nil
 	})
