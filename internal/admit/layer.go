@@ -129,9 +129,15 @@ func (l *Layer) SetClients(clients []Client) {
 func (l *Layer) Bind(engines map[string]Engine) { l.router.bind(engines) }
 
 // Start loads the spend kept in st (nil: spend kept in memory only) and
-// flushes to it every SpendFlushEvery until Stop (lifecycle.Base).
+// flushes to it every SpendFlushEvery until Stop (lifecycle.Base). A
+// Start that fails reading st starts nothing and may be tried again (the
+// store connecting in the background may fail between its opening and
+// this read).
 func (l *Layer) Start(ctx context.Context, st SpendStore) error {
-	return l.life.Start(ctx, func(context.Context) error { return l.spend.start(ctx, st) })
+	if err := l.spend.start(ctx, st); err != nil {
+		return err
+	}
+	return l.life.Start(ctx, func(context.Context) error { return nil })
 }
 
 // Stop writes the pending spend to the store. It is idempotent and safe
