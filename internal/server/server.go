@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/storelink"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -132,9 +133,12 @@ type Server struct {
 	// The job queue: store is the injected store (WithStore) or nil;
 	// ownStore is one Start opened from Config.Store and Stop closes.
 	store    jobstore.Store
+	jobsLink atomic.Pointer[storelink.Link] // connects a PostgreSQL store in the background (jobs.go)
+	jobsMu   sync.Mutex                     // guards ownStore and cleaner: the link starts the queue outside s.mu
 	ownStore jobstore.Store
 	jobs     atomic.Pointer[jobQueue] // read by handlers without s.mu
 	cleaner  *jobstore.JobCleaner
+	draining atomic.Bool // set when Stop begins: /readyz answers 503
 
 	clusterGiven admit.ClusterBackend // WithClusterBackend
 }
@@ -243,7 +247,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.bodyBytes = newBodyBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
-		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
+		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, AwaitSpendStore: cfg.Store != StoreNone || o.store != nil, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
 	if err != nil {
 		return nil, fmt.Errorf("validating config: %w", err)
 	}
@@ -461,6 +465,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // stop is Stop's order, steps 1 to 5.
 func (s *Server) stop(ctx context.Context) error {
+	s.draining.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
