@@ -83,8 +83,9 @@ type membership struct {
 // makes the clients' limits and budgets tenants of the cluster. It does
 // nothing when neither p.Store nor p.Backend is set.
 //
-// It never waits for the store: a store named by p.Store is opened in
-// the background (cluster.Connecting, with backoff), and until it
+// It does not wait for the store past storelink.StartWait: a store named
+// by p.Store is opened in the background (cluster.Connecting, with
+// backoff), and until it
 // answers the node and the tenants run on their fallback share, 1/N of
 // each quota and each client's limit (N is Config.ExpectedNodes), as
 // they do when the store is lost later. ctx bounds the first syncs. On
@@ -110,6 +111,9 @@ func (l *Layer) JoinCluster(ctx context.Context, p ClusterParams) error {
 		if err := c.Start(ctx); err != nil {
 			return fmt.Errorf("starting the cluster node: %w", err)
 		}
+		// A healthy store answers at once: the node then starts on its
+		// grant, as before, rather than on the fallback share.
+		c.Await(ctx, storelink.StartWait)
 		b, link = c, c
 	}
 	n, err := cluster.NewNode(p.Config, b, members, l.clock, l.log, p.Observer)

@@ -50,6 +50,9 @@ func newConnecting(open func(ctx context.Context) (Backend, error), lc storelink
 // Start begins connecting in the background; it returns at once.
 func (c *Connecting) Start(ctx context.Context) error { return c.link.Start(ctx) }
 
+// Await waits up to d for the store to open (storelink.Link.Await).
+func (c *Connecting) Await(ctx context.Context, d time.Duration) bool { return c.link.Await(ctx, d) }
+
 // State is the store's state (storelink.Link.State).
 func (c *Connecting) State() (storelink.State, int, error) { return c.link.State() }
 

@@ -130,7 +130,13 @@ func (s *Server) startJobs(ctx context.Context) error {
 		return fmt.Errorf("connecting the job store: %w", err)
 	}
 	s.jobsLink.Store(link)
-	return link.Start(ctx)
+	if err := link.Start(ctx); err != nil {
+		return fmt.Errorf("connecting the job store: %w", err)
+	}
+	// A healthy store answers at once: the jobs API is then up when the
+	// listener opens.
+	link.Await(ctx, storelink.StartWait)
+	return nil
 }
 
 // pingJobs is the job store link's check: one bounded read.

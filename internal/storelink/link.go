@@ -45,6 +45,11 @@ const (
 	// PingIntervalDefault is how often an open store is checked when
 	// Config.Ping is set.
 	PingIntervalDefault = 5 * time.Second
+	// StartWait is how long the gateway's start waits for a store that
+	// is connecting (Await): a healthy store is then ready before the
+	// first request, and one that does not answer delays the listener by
+	// this at most.
+	StartWait = 500 * time.Millisecond
 )
 
 // Config configures a Link.
@@ -196,6 +201,25 @@ func (l *Link) Start(ctx context.Context) error {
 // does not close the store (its owner does).
 func (l *Link) Stop(ctx context.Context) error {
 	return l.life.Stop(ctx, func(context.Context) error { return nil })
+}
+
+// Await waits until the store is open, for at most d on the link's
+// clock or until ctx ends, and reports whether it is.
+func (l *Link) Await(ctx context.Context, d time.Duration) bool {
+	t := l.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.opened:
+		return true
+	case <-t.C():
+	case <-ctx.Done():
+	}
+	select {
+	case <-l.opened:
+		return true
+	default:
+		return false
+	}
 }
 
 // Opened is closed once the store has been opened.

@@ -195,3 +195,29 @@ func TestLinkConfigErrorsNameTheField(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 }
+
+// TestLinkAwaitIsBounded: Await reports an open store at once, and gives
+// up on one still connecting after its bound on the link's clock.
+func TestLinkAwaitIsBounded(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	release := make(chan struct{})
+	l, err := storelink.New(storelink.Config{Name: "jobs", Clock: clk, Open: func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	require.NoError(t, err)
+	require.NoError(t, l.Start(t.Context()))
+	defer func() { require.NoError(t, l.Stop(context.Background())) }()
+	done := make(chan bool, 1)
+	go func() { done <- l.Await(t.Context(), storelink.StartWait) }()
+	require.True(t, clk.WaitForTimers(1, 10*time.Second))
+	clk.Advance(storelink.StartWait)
+	require.False(t, <-done, "still connecting after the bound")
+	close(release)
+	require.True(t, l.Await(t.Context(), time.Hour), "open: at once")
+}
