@@ -137,7 +137,7 @@ func (s *Server) clusterCheck() (ReadyCheck, bool) {
 	switch {
 	case linked && state == storelink.Connecting:
 		c = check("cluster", CheckDegraded, "shared store not connected yet (connecting in the background): running on a conservative local share (1/expected_nodes of each quota)")
-	case cs.Degraded || (linked && state == storelink.Lost):
+	case cs.Degraded: // a store lost briefly leaves the node its grant until its lease may have ended
 		c = check("cluster", CheckDegraded, "shared store unreachable: running on a conservative local share (1/N of each quota)")
 	}
 	return c, true

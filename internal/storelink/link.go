@@ -170,6 +170,7 @@ type Link struct {
 	cfg    Config
 	life   lifecycle.Base
 	opened chan struct{} // closed once Open succeeded
+	tried  chan struct{} // closed once the first attempt ended
 
 	mu       sync.Mutex
 	state    State
@@ -183,7 +184,7 @@ func New(cfg Config) (*Link, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("storelink: %w", err)
 	}
-	return &Link{cfg: cfg, opened: make(chan struct{})}, nil
+	return &Link{cfg: cfg, opened: make(chan struct{}), tried: make(chan struct{})}, nil
 }
 
 // Start begins connecting in the background and returns at once: nothing
@@ -203,14 +204,14 @@ func (l *Link) Stop(ctx context.Context) error {
 	return l.life.Stop(ctx, func(context.Context) error { return nil })
 }
 
-// Await waits until the store is open, for at most d on the link's
-// clock or until ctx ends, and reports whether it is.
+// Await waits for the first attempt to open the store, for at most d
+// on the link's clock or until ctx ends, and reports whether the store
+// is open: a store that refuses at once costs no wait.
 func (l *Link) Await(ctx context.Context, d time.Duration) bool {
 	t := l.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-l.opened:
-		return true
+	case <-l.tried:
 	case <-t.C():
 	case <-ctx.Done():
 	}
@@ -260,6 +261,14 @@ func (l *Link) Report(err error) {
 	l.cfg.Logger.Info("store connected again", "store", l.cfg.Name)
 }
 
+// markOpen records the store open: connected, and Opened closed.
+func (l *Link) markOpen() {
+	l.mu.Lock()
+	l.state, l.lastErr = Connected, nil
+	l.mu.Unlock()
+	close(l.opened)
+}
+
 func (l *Link) run(ctx context.Context) {
 	if !l.connect(ctx) {
 		return
@@ -296,10 +305,12 @@ func (l *Link) connect(ctx context.Context) bool {
 			return false
 		}
 		if err == nil {
-			l.mu.Lock()
-			l.state, l.lastErr = Connected, nil
-			l.mu.Unlock()
-			close(l.opened)
+			l.markOpen()
+		}
+		if attempt == 0 {
+			close(l.tried)
+		}
+		if err == nil {
 			l.cfg.Observer(l.cfg.Name, true)
 			l.cfg.Logger.Info("store connected", "store", l.cfg.Name, "failed_attempts", attempt)
 			return true

@@ -221,3 +221,18 @@ func TestLinkAwaitIsBounded(t *testing.T) {
 	close(release)
 	require.True(t, l.Await(t.Context(), time.Hour), "open: at once")
 }
+
+// TestLinkAwaitDoesNotWaitForARefusal: a store that refuses its first
+// attempt at once costs Await nothing (no time passes on the clock).
+func TestLinkAwaitDoesNotWaitForARefusal(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1e9, 0))
+	l, err := storelink.New(storelink.Config{Name: "cluster", Clock: clk,
+		Open: func(context.Context) error { return errors.New("connection refused") }})
+	require.NoError(t, err)
+	require.NoError(t, l.Start(t.Context()))
+	defer func() { require.NoError(t, l.Stop(context.Background())) }()
+	start := clk.Now()
+	require.False(t, l.Await(t.Context(), time.Hour))
+	require.Equal(t, start, clk.Now())
+}
