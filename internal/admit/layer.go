@@ -47,13 +47,6 @@ type Config struct {
 	// without one (docs/budgets.md, "What survives a crash"). Defaults to
 	// HoldTimeoutDefault.
 	HoldTimeout time.Duration
-	// AwaitSpendStore says the spend is kept in a store the layer will be
-	// given (Start) once it connects: until then it cannot tell what a
-	// client spent, so a request of a client with a budget is refused
-	// (ErrSpendNotLoaded: 503 with retry-after SpendNotLoadedRetryAfter)
-	// while the others are served and their spend counted in memory.
-	// Defaults to false (the spend starts in memory).
-	AwaitSpendStore bool
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Logger receives the layer's warnings (budgets exhausted, unpriced
@@ -103,7 +96,6 @@ func New(cfg Config) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sp.awaiting.Store(cfg.AwaitSpendStore)
 	l := &Layer{clock: clk, obs: obs, spend: sp, gates: newGates(clk), router: newRouter(cfg.Upstreams, clk, obs),
 		log: log, upstreams: cfg.Upstreams}
 	l.SetClients(cfg.Clients)
@@ -127,6 +119,14 @@ func (l *Layer) SetClients(clients []Client) {
 // router's targets). It is called once the engines are built, before the
 // first request.
 func (l *Layer) Bind(engines map[string]Engine) { l.router.bind(engines) }
+
+// AwaitSpendStore says the spend is kept in a store that Start will be
+// given once it connects (in the background): until then the layer
+// cannot tell what a client spent, so a request of a client with a
+// budget is refused (ErrSpendNotLoaded: 503 with retry-after
+// SpendNotLoadedRetryAfter) while the others are served and their spend
+// counted in memory, written once the store connects.
+func (l *Layer) AwaitSpendStore() { l.spend.awaiting.Store(true) }
 
 // Start loads the spend kept in st (nil: spend kept in memory only) and
 // flushes to it every SpendFlushEvery until Stop (lifecycle.Base). A

@@ -44,7 +44,7 @@ const BudgetPendingRetryAfter = 2 * time.Second
 
 // ErrSpendNotLoaded refuses a request of a client with a budget while
 // the store its spend is kept in has not connected yet
-// (Config.AwaitSpendStore).
+// (Layer.AwaitSpendStore).
 var ErrSpendNotLoaded = errors.New("the spend store is not connected yet")
 
 // SpendNotLoadedRetryAfter is the retry-after of ErrSpendNotLoaded.

@@ -58,7 +58,7 @@ type spender struct {
 
 	store SpendStore // nil: spend kept in memory only
 	// awaiting is set while the store the spend is kept in has not been
-	// loaded (Config.AwaitSpendStore): budgeted clients are refused.
+	// loaded (Layer.AwaitSpendStore): budgeted clients are refused.
 	awaiting atomic.Bool
 	// journal writes the holds of budgeted requests to the store (nil
 	// while the spend is kept in memory only); holdTimeout is how long a

@@ -28,8 +28,9 @@ func TestBudgetsWaitForTheSpendStore(t *testing.T) {
 	ctx := context.Background()
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	l, err := New(Config{Clients: []Client{{Name: "team", Budget: Budget{Day: 100}}, {Name: "free"}}, Prices: spendPrices,
-		AwaitSpendStore: true, Clock: fc, Logger: slog.New(slog.DiscardHandler)})
+		Clock: fc, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
+	l.AwaitSpendStore()
 	req := func() *dispatch.Request {
 		return &dispatch.Request{Cost: provider.Cost{Model: "claude-x", InputTokens: 100, OutputTokens: 100}}
 	}

@@ -130,6 +130,7 @@ func (s *Server) startJobs(ctx context.Context) error {
 		return fmt.Errorf("connecting the job store: %w", err)
 	}
 	s.jobsLink.Store(link)
+	s.admit.AwaitSpendStore() // budgets wait for the spend kept there
 	if err := link.Start(ctx); err != nil {
 		return fmt.Errorf("connecting the job store: %w", err)
 	}

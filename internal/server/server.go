@@ -247,7 +247,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.bodyBytes = newBodyBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
-		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, AwaitSpendStore: cfg.Store != StoreNone || o.store != nil, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
+		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
 	if err != nil {
 		return nil, fmt.Errorf("validating config: %w", err)
 	}
