@@ -199,7 +199,7 @@ func TestServeStartsWithoutItsStores(t *testing.T) {
 				go func() { code <- runMain(ctx, []string{"serve", "--config", path}, &stdout, &stderr) }()
 				addr := regexp.MustCompile(`listening on http://(\S+)`)
 				require.Eventually(t, func() bool { return addr.MatchString(stdout.String()) }, 10*time.Second, 2*time.Millisecond, stderr.String())
-				t.Logf("time to listen: %v", time.Since(began))
+				t.Logf("%s/%s: time to listen %v", cfg.name, mode, time.Since(began))
 				base := "http://" + addr.FindStringSubmatch(stdout.String())[1]
 
 				// Live traffic is served.
