@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/internal/storelink"
 	"github.com/sluicehq/sluice/upstream"
 )
 
@@ -65,19 +66,30 @@ type ClusterParams struct {
 	Engines map[string]*dispatch.Dispatcher
 	// Observer receives the node's syncs (the metrics). Defaults to none.
 	Observer cluster.Observer
+	// StoreObserver is told when the shared store connects and is lost
+	// (the sluice_store_connected gauge). Defaults to none.
+	StoreObserver func(store string, connected bool)
 }
 
 // membership is the node, the tenants' store and what Leave closes.
 type membership struct {
 	node    *cluster.Node
 	backend cluster.Backend
+	link    *cluster.Connecting // the store p.Store named; nil for a given Backend
 }
 
-// JoinCluster opens the shared store (or takes p.Backend), starts this
-// node's syncs of the upstreams' shares, then makes the clients' limits
-// and budgets tenants of the cluster. It does nothing when neither
-// p.Store nor p.Backend is set. ctx bounds the opening and the first
-// syncs. On failure what was started is stopped again.
+// JoinCluster starts connecting to the shared store (or takes
+// p.Backend), starts this node's syncs of the upstreams' shares, then
+// makes the clients' limits and budgets tenants of the cluster. It does
+// nothing when neither p.Store nor p.Backend is set.
+//
+// It does not wait for the store past storelink.StartWait: a store named
+// by p.Store is opened in the background (cluster.Connecting, with
+// backoff), and until it
+// answers the node and the tenants run on their fallback share, 1/N of
+// each quota and each client's limit (N is Config.ExpectedNodes), as
+// they do when the store is lost later. ctx bounds the first syncs. On
+// failure what was started is stopped again.
 func (l *Layer) JoinCluster(ctx context.Context, p ClusterParams) error {
 	if p.Store == "" && p.Backend == nil {
 		return nil
@@ -90,12 +102,19 @@ func (l *Layer) JoinCluster(ctx context.Context, p ClusterParams) error {
 		}
 	}
 	b := p.Backend
+	var link *cluster.Connecting
 	if b == nil {
-		opened, err := cluster.Open(ctx, p.Store)
+		c, err := cluster.NewConnecting(p.Store, storelink.Config{Clock: l.clock, Logger: l.log, Observer: p.StoreObserver})
 		if err != nil {
 			return fmt.Errorf("starting the cluster node: %w", err)
 		}
-		b = opened
+		if err := c.Start(ctx); err != nil {
+			return fmt.Errorf("starting the cluster node: %w", err)
+		}
+		// A healthy store answers at once: the node then starts on its
+		// grant, as before, rather than on the fallback share.
+		c.Await(ctx, storelink.StartWait)
+		b, link = c, c
 	}
 	n, err := cluster.NewNode(p.Config, b, members, l.clock, l.log, p.Observer)
 	if err != nil {
@@ -108,7 +127,7 @@ func (l *Layer) JoinCluster(ctx context.Context, p ClusterParams) error {
 		return errors.Join(err, n.Stop(ctx), b.Close())
 	}
 	l.mu.Lock()
-	l.member = &membership{node: n, backend: b}
+	l.member = &membership{node: n, backend: b, link: link}
 	l.mu.Unlock()
 	l.log.Info("sharing quotas with the cluster", "node", n.ID(), "upstreams", len(members))
 	return nil
@@ -154,6 +173,20 @@ func (l *Layer) ClusterStatus() (st cluster.Status, ok bool) {
 		return cluster.Status{}, false
 	}
 	return m.node.Status(), true
+}
+
+// ClusterStoreState is the shared store's connection (storelink.State);
+// ok is false while the gateway does not share its quotas, or shares
+// them through a Backend it was given.
+func (l *Layer) ClusterStoreState() (st storelink.State, ok bool) {
+	l.mu.Lock()
+	m := l.member
+	l.mu.Unlock()
+	if m == nil || m.link == nil {
+		return 0, false
+	}
+	st, _, _ = m.link.State()
+	return st, true
 }
 
 // ClusterLeading is the job cleaner's gate: on a cluster only the leader

@@ -120,10 +120,24 @@ func (l *Layer) SetClients(clients []Client) {
 // first request.
 func (l *Layer) Bind(engines map[string]Engine) { l.router.bind(engines) }
 
+// AwaitSpendStore says the spend is kept in a store that Start will be
+// given once it connects (in the background): until then the layer
+// cannot tell what a client spent, so a request of a client with a
+// budget is refused (ErrSpendNotLoaded: 503 with retry-after
+// SpendNotLoadedRetryAfter) while the others are served and their spend
+// counted in memory, written once the store connects.
+func (l *Layer) AwaitSpendStore() { l.spend.awaiting.Store(true) }
+
 // Start loads the spend kept in st (nil: spend kept in memory only) and
-// flushes to it every SpendFlushEvery until Stop (lifecycle.Base).
+// flushes to it every SpendFlushEvery until Stop (lifecycle.Base). A
+// Start that fails reading st starts nothing and may be tried again (the
+// store connecting in the background may fail between its opening and
+// this read).
 func (l *Layer) Start(ctx context.Context, st SpendStore) error {
-	return l.life.Start(ctx, func(context.Context) error { return l.spend.start(ctx, st) })
+	if err := l.spend.start(ctx, st); err != nil {
+		return err
+	}
+	return l.life.Start(ctx, func(context.Context) error { return nil })
 }
 
 // Stop writes the pending spend to the store. It is idempotent and safe

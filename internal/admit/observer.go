@@ -42,6 +42,9 @@ func (NopObserver) SpendUndurable(string)                 {}
 // refused tells the observer of a budget refusal.
 func (sp *spender) refused(client string, err error) {
 	window, reason := "", "unknown_model"
+	if errors.Is(err, ErrSpendNotLoaded) {
+		reason = "store_not_connected"
+	}
 	if e, ok := errors.AsType[*quota.ExceededError](err); ok {
 		window, reason = string(e.Window), "exhausted"
 		switch {

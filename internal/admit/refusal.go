@@ -31,7 +31,7 @@ func (r *Refusal) Unwrap() error { return r.err }
 func (l *Layer) refusal(t Target, err error) *Refusal {
 	now := l.clock.Now()
 	r := &Refusal{Problem: spendProblem(t.Protocol, err, now), err: err}
-	if r.Problem.Status == http.StatusTooManyRequests {
+	if r.Problem.RetryAfter > 0 {
 		r.RetryAt = now.Add(r.Problem.RetryAfter)
 	}
 	return r
@@ -41,6 +41,14 @@ func (l *Layer) refusal(t Target, err error) *Refusal {
 // its client's budget is held by reservations in flight: they usually
 // settle below their worst case within seconds.
 const BudgetPendingRetryAfter = 2 * time.Second
+
+// ErrSpendNotLoaded refuses a request of a client with a budget while
+// the store its spend is kept in has not connected yet
+// (Layer.AwaitSpendStore).
+var ErrSpendNotLoaded = errors.New("the spend store is not connected yet")
+
+// SpendNotLoadedRetryAfter is the retry-after of ErrSpendNotLoaded.
+const SpendNotLoadedRetryAfter = 5 * time.Second
 
 // windowName is how a window is named in messages.
 func windowName(w quota.Window) string {
@@ -69,6 +77,10 @@ func windowName(w quota.Window) string {
 //     unpriced model with prices.unknown: refuse: 400
 //     invalid_request_error.
 func spendProblem(p llm.Protocol, err error, now time.Time) frontdoor.Problem {
+	if errors.Is(err, ErrSpendNotLoaded) {
+		return frontdoor.Problem{Status: http.StatusServiceUnavailable, RetryAfter: SpendNotLoadedRetryAfter, ShouldRetry: true,
+			Message: "this client has a spend budget and the gateway's store is not connected yet, so its spend so far is unknown; retry shortly (clients without a budget are served)"}
+	}
 	if errors.Is(err, pricing.ErrUnknownModel) {
 		return frontdoor.Problem{Status: http.StatusBadRequest, Type: "invalid_request_error",
 			Message: "the gateway has no price for this model and the client has a spend budget: " + err.Error()}

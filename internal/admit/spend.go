@@ -58,6 +58,9 @@ type spender struct {
 	unknown map[string]bool // unpriced models already warned about
 
 	store SpendStore // nil: spend kept in memory only
+	// awaiting is set while the store the spend is kept in has not been
+	// loaded (Layer.AwaitSpendStore): budgeted clients are refused.
+	awaiting atomic.Bool
 	// journal writes the holds of budgeted requests to the store (nil
 	// while the spend is kept in memory only); holdTimeout is how long a
 	// request waits for its hold.
@@ -183,6 +186,10 @@ type spendHold struct {
 // reserves its worst case. It fails with *spendRefusedError when the client's
 // budget cannot hold it.
 func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *dispatch.Request) (*spendHold, error) {
+	if sp.awaiting.Load() && sp.hasBudget(client) {
+		sp.refused(client, ErrSpendNotLoaded)
+		return nil, &spendRefusedError{err: ErrSpendNotLoaded}
+	}
 	m, err := sp.prices.Lookup(req.Cost.Model)
 	if !m.Known {
 		sp.warnUnknown(req.Cost.Model, err != nil && sp.hasBudget(client))

@@ -31,31 +31,33 @@ type SpendStore interface {
 // start charges the holds dead processes left open in st (nil: none),
 // loads the spend kept there into the budgets, and then writes the holds
 // as they come and flushes every SpendFlushEvery until close
-// (lifecycle.Base: once).
+// (lifecycle.Base: once). The store is read before anything starts: a
+// start that fails on the store leaves the spender as it was, and may be
+// tried again.
 func (sp *spender) start(ctx context.Context, st SpendStore) error {
 	if st == nil {
 		return nil
 	}
-	return sp.flusher.Start(ctx, func(run context.Context) error {
-		j := newSpendJournal(sp.holdTimeout)
-		// With one gateway on the store, every hold in it is a dead
-		// process's; on a shared one, those whose lease has ended, and the
-		// others count as held until they settle or are charged.
-		if err := sp.reap(ctx, st, j, !sp.shared); err != nil {
-			return err
-		}
-		var held map[string]pricing.Amount
-		if sp.shared {
-			holds, err := st.SpendHolds(ctx, jobstore.SpendHoldsParams{})
-			if err != nil {
-				return fmt.Errorf("reading the spend holds kept in the store: %w", err)
-			}
-			held = heldElsewhere(holds, j.owner)
-		}
-		rows, err := st.Spend(ctx, jobstore.SpendParams{})
+	j := newSpendJournal(sp.holdTimeout)
+	// With one gateway on the store, every hold in it is a dead
+	// process's; on a shared one, those whose lease has ended, and the
+	// others count as held until they settle or are charged.
+	if err := sp.reap(ctx, st, j, !sp.shared); err != nil {
+		return err
+	}
+	var held map[string]pricing.Amount
+	if sp.shared {
+		holds, err := st.SpendHolds(ctx, jobstore.SpendHoldsParams{})
 		if err != nil {
-			return fmt.Errorf("reading the spend kept in the store: %w", err)
+			return fmt.Errorf("reading the spend holds kept in the store: %w", err)
 		}
+		held = heldElsewhere(holds, j.owner)
+	}
+	rows, err := st.Spend(ctx, jobstore.SpendParams{})
+	if err != nil {
+		return fmt.Errorf("reading the spend kept in the store: %w", err)
+	}
+	return sp.flusher.Start(ctx, func(run context.Context) error {
 		now := sp.clock.Now()
 		sp.mu.Lock()
 		for _, r := range rows {
@@ -65,6 +67,7 @@ func (sp *spender) start(ctx context.Context, st SpendStore) error {
 		sp.ledger.SetHeld(held, now)
 		sp.store, sp.journal = st, j
 		sp.mu.Unlock()
+		sp.awaiting.Store(false) // the spend is known: budgets are enforced
 		sp.flusher.Go(func() { sp.loop(run, st, j) })
 		return nil
 	})

@@ -31,6 +31,8 @@ const (
 	PoolClaimMin = 0.05
 	// LeaderName is the leadership the store's maintenance runs under.
 	LeaderName = "maintenance"
+	// ExpectedNodesDefault is Config.ExpectedNodes: a node alone.
+	ExpectedNodesDefault = 1
 )
 
 // StoreOff, as Config.Store, turns quota sharing off even on a
@@ -64,6 +66,13 @@ type Config struct {
 	// node's share comes back within it), at least two sync intervals.
 	// Defaults to 3s (LeaseTTLDefault).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// ExpectedNodes is how many nodes the cluster usually runs, at least
+	// 1: a node that has never reached the store (it starts while the
+	// store is down) serves on 1/ExpectedNodes of each quota and each
+	// client's limit until it does; once it has synced, an outage falls
+	// back to 1/N of the N nodes it last saw. Defaults to 1
+	// (ExpectedNodesDefault: the node assumes it is alone).
+	ExpectedNodes int `yaml:"expected_nodes"`
 }
 
 // WithDefaults fills the zero fields but Store. It is pure.
@@ -71,6 +80,7 @@ func (c Config) WithDefaults() Config {
 	c.NodeID = cmp.Or(c.NodeID, defaultNodeID())
 	c.SyncInterval = cmp.Or(c.SyncInterval, SyncIntervalDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	c.ExpectedNodes = cmp.Or(c.ExpectedNodes, ExpectedNodesDefault)
 	return c
 }
 
@@ -87,6 +97,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lease_ttl: must be at least twice sync_interval (%v), got %v", d.SyncInterval, d.LeaseTTL)
 	case len(d.NodeID) > 200:
 		return errors.New("node_id: must be at most 200 characters")
+	case d.ExpectedNodes < 1:
+		return fmt.Errorf("expected_nodes: must be at least 1, got %d", d.ExpectedNodes)
 	}
 	return nil
 }
@@ -429,7 +441,7 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		n.lastErr = err
 		if !ms.fallback && start.Sub(ms.lastOK) >= n.cfg.LeaseTTL-n.cfg.SyncInterval {
 			// Our lease may be gone by now: fall back to 1/N of the quota.
-			nodes := max(len(ms.leases), 1)
+			nodes := fallbackNodes(len(ms.leases), ms.lastOK, n.cfg.ExpectedNodes)
 			ms.fallback = true
 			ms.starting = false // its buckets fill on the fallback share: no fresh pool
 			ms.share = 1 / float64(nodes)
@@ -501,6 +513,16 @@ func (n *Node) syncOne(ctx context.Context, ms *memberState) {
 		}
 		ms.m.Pause(g.PausedUntil)
 	}
+}
+
+// fallbackNodes is the N of a fallback share (1/N): the nodes last seen
+// holding a lease, or expected when the store never answered (lastOK
+// zero), at least 1.
+func fallbackNodes(seen int, lastOK time.Time, expected int) int {
+	if lastOK.IsZero() {
+		return max(expected, 1)
+	}
+	return max(seen, 1)
 }
 
 // IsLeader reports whether this node holds the maintenance leadership.

@@ -161,6 +161,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{cluster.Config{SyncInterval: time.Millisecond}, "sync_interval: must be at least 10ms"},
 		{cluster.Config{SyncInterval: time.Second, LeaseTTL: time.Second}, "lease_ttl: must be at least twice sync_interval"},
 		{cluster.Config{NodeID: strings.Repeat("n", 201)}, "node_id: must be at most 200 characters"},
+		{cluster.Config{ExpectedNodes: -1}, "expected_nodes: must be at least 1"},
 	} {
 		err := tc.cfg.Validate()
 		require.Error(t, err)
@@ -172,6 +173,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	d := cluster.Config{}.WithDefaults()
 	require.Equal(t, cluster.SyncIntervalDefault, d.SyncInterval)
 	require.Equal(t, cluster.LeaseTTLDefault, d.LeaseTTL)
+	require.Equal(t, cluster.ExpectedNodesDefault, d.ExpectedNodes)
 	require.NotEmpty(t, d.NodeID)
 	require.Equal(t, d, d.WithDefaults(), "idempotent")
 }

@@ -318,7 +318,7 @@ func (ts *Tenants) syncLocked(ctx context.Context, st *tenantState) bool {
 	ts.mu.Unlock()
 	if err != nil {
 		if !st.fallback && start.Sub(st.lastOK) >= ts.cfg.LeaseTTL-ts.cfg.SyncInterval {
-			n := max(st.nodes, 1)
+			n := fallbackNodes(st.nodes, st.lastOK, ts.cfg.ExpectedNodes)
 			st.fallback, st.share, st.slots, st.handover = true, 1/float64(n), -1, time.Time{}
 			if l.MaxSlots > 0 {
 				st.slots = max(l.MaxSlots/n, 1)

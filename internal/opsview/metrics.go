@@ -34,6 +34,7 @@ type metrics struct {
 	live        *live // the dashboard's counts, fed by the observers
 	// jobs are the job queue's metrics; nil when the queue is disabled.
 	jobs    *jobMetrics
+	stores  storeMetrics   // metrics_store.go
 	pool    *poolMetrics   // metrics_pool.go
 	admit   *admitMetrics  // metrics_spend.go
 	cluster clusterMetrics // metrics_cluster.go

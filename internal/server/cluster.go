@@ -37,7 +37,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 		}
 	}
 	return s.admit.JoinCluster(ctx, admit.ClusterParams{Config: s.cfg.Cluster, Store: dsn, Backend: s.clusterGiven,
-		Engines: engines, Observer: s.view.ClusterObserver()})
+		Engines: engines, Observer: s.view.ClusterObserver(), StoreObserver: s.view.StoreObserver()})
 }
 
 // stopCluster leaves the cluster (giving the shares back) and closes the

@@ -65,3 +65,26 @@ func TestReadyzNamesEveryCheck(t *testing.T) {
 	require.Equal(t, []string{"store", "upstream a", "upstream o"}, names)
 	require.Equal(t, "disabled (store: none)", rr.Checks[0].Detail)
 }
+
+// TestReadyzStates: every check has a state, and a gateway shutting
+// down fails readiness with a failed "server" check (a store not
+// connected yet, degraded and still ready, is
+// cmd/sluice's TestServeStartsWithoutItsStores).
+func TestReadyzStates(t *testing.T) {
+	t.Parallel()
+	ts := newTestServer(t, nil, func(c *Config) { c.Store = StoreNone })
+	_, body := ts.do(t, http.MethodGet, "/readyz", "", nil)
+	var rr ReadyResponse
+	require.NoError(t, json.Unmarshal(body, &rr))
+	for _, c := range rr.Checks {
+		require.Equal(t, CheckOK, c.State, "%s", body)
+		require.True(t, c.OK)
+	}
+	ts.srv.draining.Store(true)
+	r, body := ts.do(t, http.MethodGet, "/readyz", "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, "%s", body)
+	rr = ReadyResponse{}
+	require.NoError(t, json.Unmarshal(body, &rr))
+	require.False(t, rr.Ready)
+	require.Equal(t, ReadyCheck{Name: "server", State: CheckFailed, Detail: "shutting down: finishing the requests in flight"}, rr.Checks[0])
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/storelink"
 	"github.com/sluicehq/sluice/internal/webhook"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -31,6 +32,14 @@ func WithStore(st jobstore.Store) Option { return func(o *options) { o.store = s
 func WithSharedStore(st jobstore.Store) Option {
 	return func(o *options) { o.store, o.sharedStore = st, true }
 }
+
+// JobStoreRetryAfter is the retry-after of the jobs API's 503 while the
+// job store is not connected yet.
+const JobStoreRetryAfter = 5 * time.Second
+
+// jobStoreAttemptTimeout bounds one attempt to open the job store and
+// start the queue on it: long enough for its migrations.
+const jobStoreAttemptTimeout = 30 * time.Second
 
 // headerClient carries the authenticated client's name to the job service;
 // whatever the caller sent in it is overwritten.
@@ -55,11 +64,14 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	q := s.jobs.Load()
 	if q == nil {
-		msg := "the job queue is not running"
-		if s.cfg.Store == StoreNone {
-			msg = "the job queue is disabled (store: none)"
+		pr := frontdoor.Problem{Status: http.StatusServiceUnavailable, Type: "unavailable_error", Message: "the job queue is not running"}
+		switch {
+		case s.cfg.Store == StoreNone:
+			pr.Message = "the job queue is disabled (store: none)"
+		case s.jobsLink.Load() != nil:
+			pr.Message, pr.RetryAfter = "the job store is not connected yet: the gateway is connecting to it in the background and starts the job queue once it answers; retry later", JobStoreRetryAfter
 		}
-		writeJobsError(w, http.StatusServiceUnavailable, "unavailable_error", msg)
+		jobsapi.WriteAPIError(w, pr, nil)
 		return
 	}
 	r.Header.Set(headerClient, cl.name)
@@ -125,12 +137,56 @@ type jobQueue struct {
 	api *jobsapi.API
 }
 
-// startJobs opens the store (unless one was given), then starts the job
-// service and the retention cleaner. s.mu must be held.
+// startJobs starts the job runtime: at once on a store given
+// (WithStore) or an SQLite file (a local file: an error opening it is the
+// operator's to fix, reported at start); on a PostgreSQL store, in the
+// background once it connects (storelink), so that the gateway listens
+// and serves live traffic whatever the database's state. Until then the
+// jobs API answers 503 (serveJobs). s.mu must be held.
 func (s *Server) startJobs(ctx context.Context) error {
 	if s.cfg.Store == StoreNone && s.store == nil {
 		return nil
 	}
+	observe := s.view.StoreObserver()
+	if s.store != nil || !isPostgres(s.cfg.Store) {
+		if err := s.runJobs(ctx); err != nil {
+			return err
+		}
+		observe("jobs", true)
+		return nil
+	}
+	link, err := storelink.New(storelink.Config{Name: "jobs", Open: s.runJobs, Ping: s.pingJobs, AttemptTimeout: jobStoreAttemptTimeout,
+		Clock: s.clock, Logger: s.log, Observer: observe})
+	if err != nil {
+		return fmt.Errorf("connecting the job store: %w", err)
+	}
+	s.jobsLink.Store(link)
+	s.admit.AwaitSpendStore() // budgets wait for the spend kept there
+	if err := link.Start(ctx); err != nil {
+		return fmt.Errorf("connecting the job store: %w", err)
+	}
+	// A healthy store answers at once: the jobs API is then up when the
+	// listener opens.
+	link.Await(ctx, storelink.StartWait)
+	return nil
+}
+
+// pingJobs is the job store link's check: one bounded read.
+func (s *Server) pingJobs(ctx context.Context) error {
+	q := s.jobs.Load()
+	if q == nil {
+		return errors.New("the job queue is not running")
+	}
+	_, err := q.Store().PausedUpstreams(ctx)
+	return err
+}
+
+// runJobs opens the store (unless one was given), then starts the job
+// service and the retention cleaner; on failure it leaves nothing open
+// (the link tries again).
+func (s *Server) runJobs(ctx context.Context) error {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
 	st := s.store
 	if st == nil {
 		opened, err := jobstore.Open(ctx, s.cfg.Store, jobstore.Options{Clock: s.clock})
@@ -208,6 +264,13 @@ func (s *Server) startJobs(ctx context.Context) error {
 // s.mu must be held.
 func (s *Server) stopJobs(ctx context.Context) error {
 	var errs []error
+	if l := s.jobsLink.Load(); l != nil {
+		// No attempt to connect outlives the stop (one under way is
+		// canceled), so nothing starts behind it.
+		errs = append(errs, l.Stop(ctx))
+	}
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
 	s.view.SetJobStore(nil) // scrapes and status stop reading before the store closes
 	if q := s.jobs.Swap(nil); q != nil {
 		errs = append(errs, q.Stop(ctx))

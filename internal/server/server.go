@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/internal/storelink"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -123,9 +124,12 @@ type Server struct {
 	// The job queue: store is the injected store (WithStore) or nil;
 	// ownStore is one Start opened from Config.Store and Stop closes.
 	store    jobstore.Store
+	jobsLink atomic.Pointer[storelink.Link] // connects a PostgreSQL store in the background (jobs.go)
+	jobsMu   sync.Mutex                     // guards ownStore and cleaner: the link starts the queue outside s.mu
 	ownStore jobstore.Store
 	jobs     atomic.Pointer[jobQueue] // read by handlers without s.mu
 	cleaner  *jobstore.JobCleaner
+	draining atomic.Bool // set when Stop begins: /readyz answers 503
 
 	clusterGiven admit.ClusterBackend // WithClusterBackend
 }
@@ -452,6 +456,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // stop is Stop's order, steps 1 to 5.
 func (s *Server) stop(ctx context.Context) error {
+	s.draining.Store(true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error

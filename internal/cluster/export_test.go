@@ -1,0 +1,4 @@
+package cluster
+
+// NewConnectingWith is NewConnecting with the store's opening given.
+var NewConnectingWith = newConnecting
