@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -188,7 +189,7 @@ func (w *worker) logAttempt(j *jobstore.Job, outcome AttemptOutcome, v verdict, 
 		slog.Int64("duration_ms", d.Milliseconds()),
 		slog.Int64("tokens_in", usage.InputTokens),
 		slog.Int64("tokens_out", usage.OutputTokens),
-		slog.Float64("cost_usd", v.costUSD),
+		slog.Any("cost_usd", admit.USD(v.costUSD)),
 	)
 }
 

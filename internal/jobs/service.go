@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -114,6 +115,13 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("configuring job service: SpoolDir: %w", err)
 		}
 		s.spool = sp
+		// Said once, with the absolute path: a relative default lands in
+		// the working directory, where nobody would look for it.
+		dir, err := filepath.Abs(cfg.SpoolDir)
+		if err != nil {
+			dir = cfg.SpoolDir
+		}
+		cfg.Logger.Info("job result spool", "dir", dir, "entries", sp.len())
 	}
 	return s, nil
 }

@@ -1,11 +1,14 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -302,4 +305,27 @@ func FuzzDecodeSpoolEntry(f *testing.F) {
 		require.Positive(t, e.JobID)
 		require.True(t, (e.Complete == nil) != (e.Fail == nil))
 	})
+}
+
+// TestSpoolDirIsLogged: the runtime says where its result spool is, as an
+// absolute path, since a relative default lands in the working directory
+// (issue 27: it was created there without a word).
+func TestSpoolDirIsLogged(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	dir := filepath.Join(t.TempDir(), "spool")
+	newService(t, nil, succeed(), nil, func(c *Config) {
+		c.SpoolDir, c.Logger, c.Owner = dir, slog.New(slog.NewJSONHandler(&logs, nil)), "manual"
+	})
+	var rec map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var r map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &r), l)
+		if r["msg"] == "job result spool" {
+			rec = r
+		}
+	}
+	require.NotNil(t, rec, logs.String())
+	require.Equal(t, dir, rec["dir"])
+	require.EqualValues(t, 0, rec["entries"])
 }

@@ -68,14 +68,9 @@ func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	data, err := readBody(w, r, a.cfg.MaxBatchBytes)
+	f, err := a.readBatch(w, r)
 	if err != nil {
 		bodyError(w, err, a.cfg.MaxBatchBytes)
-		return
-	}
-	f, err := ParseBatchFile(data, a.cfg.MaxBatchJobs)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
 	if f.Format != "" && f.Format != q.proto {
@@ -108,6 +103,19 @@ func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 	v.Skipped = invalid
 	w.Header().Set("Location", "/v1/batches/"+b.ID)
 	writeJSON(w, http.StatusOK, v)
+}
+
+// readBatch reads the batch file (readBatchBody: refused as soon as it is
+// over MaxBatchBytes, nothing past the cap read) and parses it, letting go
+// of the file's bytes as its lines are parsed. The error is errTooLarge
+// for a body over the cap, the reader's own for another read failure (the
+// gateway's request-bytes limit answers 503 through it), else the file's.
+func (a *API) readBatch(w http.ResponseWriter, r *http.Request) (*BatchFile, error) {
+	body, err := readBatchBody(w, r, a.cfg.MaxBatchBytes)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBatch(body, a.cfg.MaxBatchJobs)
 }
 
 // parseBatchQuery reads r's batchQuery, or answers 400 naming what is

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -51,63 +52,125 @@ type batchLineJSON struct {
 	Body     json.RawMessage `json:"body"`
 }
 
-// ParseBatchFile parses a JSONL batch file in either provider's shape.
-// Blank lines are ignored; every line must have the shape of the first
-// valid one, a unique custom_id and a JSON object as its request. More
-// than maxLines requests is an error; so is a file with no request.
+// ParseBatchFile parses a JSONL batch file held in memory; see ParseBatch.
 func ParseBatchFile(data []byte, maxLines int) (*BatchFile, error) {
-	f := &BatchFile{}
-	seen := map[string]int{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), len(data)+1)
-	n := 0
-	for sc.Scan() {
-		n++
-		raw := bytes.TrimSpace(sc.Bytes())
-		if len(raw) == 0 {
-			continue
-		}
-		id, format, path, body, err := parseBatchLine(raw)
-		if err == nil && f.Format != "" && format != f.Format {
-			err = fmt.Errorf("line has the %s batch shape but the file's first line has the %s shape", format, f.Format)
-		}
-		if err == nil {
-			if first, dup := seen[id]; dup {
-				err = fmt.Errorf("custom_id %q is already used on line %d", id, first)
-			}
-		}
-		if err != nil {
-			f.Invalid = append(f.Invalid, LineError{Line: n, CustomID: id, Message: err.Error()})
-			continue
-		}
-		if f.Format == "" {
-			f.Format = format
-		}
-		seen[id] = n
-		f.Lines = append(f.Lines, BatchLine{Line: n, CustomID: id, Body: body, Path: path})
-		if len(f.Lines) > maxLines {
-			return nil, fmt.Errorf("batch has more than %d requests", maxLines)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading batch file: %w", err)
-	}
-	if len(f.Lines) == 0 && len(f.Invalid) == 0 {
-		return nil, errors.New("batch file has no requests")
-	}
-	return f, nil
+	return ParseBatch(bytes.NewReader(data), maxLines)
 }
 
-// parseBatchLine decodes one non-blank line.
-func parseBatchLine(raw []byte) (id string, format llm.Protocol, path string, body json.RawMessage, err error) {
+// ErrReadingBatch wraps the error of the reader ParseBatch reads from (a
+// body over its size limit, a client gone), as opposed to a file that was
+// read whole and is invalid.
+var ErrReadingBatch = errors.New("reading batch file")
+
+// batchReadBuffer is the read buffer of ParseBatch: a line that fits is
+// parsed where it was read.
+const batchReadBuffer = 64 << 10
+
+// ParseBatch parses a JSONL batch file in either provider's shape as it is
+// read from r, so that the file itself is never held whole: what it keeps
+// is each valid line's request, compacted. Blank lines are ignored; every
+// line must have the shape of the first valid one, a unique custom_id and
+// a JSON object as its request. More than maxLines requests is an error
+// (returned as soon as the line is read); so is a file with no request.
+// An error of r is returned wrapped in ErrReadingBatch at once.
+func ParseBatch(r io.Reader, maxLines int) (*BatchFile, error) {
+	p := batchParser{f: &BatchFile{}, seen: map[string]int{}}
+	br := bufio.NewReaderSize(r, batchReadBuffer)
+	for n := 1; ; n++ {
+		line, err := p.readLine(br)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: %w", ErrReadingBatch, err)
+		}
+		if raw := bytes.TrimSpace(line); len(raw) > 0 {
+			p.add(n, raw)
+			if len(p.f.Lines) > maxLines {
+				return nil, fmt.Errorf("batch has more than %d requests", maxLines)
+			}
+		}
+		if err != nil { // io.EOF
+			break
+		}
+	}
+	if len(p.f.Lines) == 0 && len(p.f.Invalid) == 0 {
+		return nil, errors.New("batch file has no requests")
+	}
+	return p.f, nil
+}
+
+// batchParser is ParseBatch's state: the file so far and buffers reused
+// from line to line (a line is read, checked and compacted without
+// allocating more than the request it keeps).
+type batchParser struct {
+	f       *BatchFile
+	seen    map[string]int
+	long    []byte       // a line longer than the read buffer, assembled
+	compact bytes.Buffer // a request compacted
+}
+
+// readLine returns the next line, valid until the next call: a slice of
+// br's buffer, or of p.long for a line longer than the buffer.
+func (p *batchParser) readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	p.long = append(p.long[:0], line...)
+	for {
+		line, err = br.ReadSlice('\n')
+		p.long = append(p.long, line...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return p.long, err
+		}
+	}
+}
+
+// add checks line n and records it as a request or an invalid line.
+func (p *batchParser) add(n int, raw []byte) {
+	f := p.f
+	id, format, path, body, err := p.parseLine(raw)
+	if err == nil && f.Format != "" && format != f.Format {
+		err = fmt.Errorf("line has the %s batch shape but the file's first line has the %s shape", format, f.Format)
+	}
+	if err == nil {
+		if first, dup := p.seen[id]; dup {
+			err = fmt.Errorf("custom_id %q is already used on line %d", id, first)
+		}
+	}
+	if err != nil {
+		f.Invalid = append(f.Invalid, LineError{Line: n, CustomID: id, Message: err.Error()})
+		return
+	}
+	if f.Format == "" {
+		f.Format = format
+	}
+	p.seen[id] = n
+	f.Lines = append(f.Lines, BatchLine{Line: n, CustomID: id, Body: body, Path: path})
+}
+
+// anyValue stands for a field's value when only the names of a line's
+// fields are wanted: it copies nothing.
+type anyValue struct{}
+
+func (*anyValue) UnmarshalJSON([]byte) error { return nil }
+
+// batchLineFields are the fields a batch line may have.
+var batchLineFields = map[string]bool{"custom_id": true, "params": true, "method": true, "url": true, "body": true}
+
+// parseLine decodes one non-blank line. raw is only read: what is kept
+// (the id, the request) is copied out of it.
+func (p *batchParser) parseLine(raw []byte) (id string, format llm.Protocol, path string, body json.RawMessage, err error) {
 	var l batchLineJSON
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
+	if err := json.Unmarshal(raw, &l); err != nil {
 		return "", "", "", nil, fmt.Errorf("not a JSON batch line: %w", err)
 	}
-	if dec.More() {
-		return "", "", "", nil, errors.New("more than one JSON value on the line")
+	var fields map[string]anyValue
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return "", "", "", nil, fmt.Errorf("not a JSON batch line: %w", err)
+	}
+	for name := range fields {
+		if !batchLineFields[name] {
+			return "", "", "", nil, fmt.Errorf("not a JSON batch line: unknown field %q", name)
+		}
 	}
 	if l.CustomID != nil {
 		id = *l.CustomID
@@ -133,7 +196,6 @@ func parseBatchLine(raw []byte) (id string, format llm.Protocol, path string, bo
 	default:
 		return id, "", "", nil, errors.New(`want {"custom_id","params"} (Anthropic) or {"custom_id","method","url","body"} (OpenAI)`)
 	}
-	body = bytes.TrimSpace(body)
 	if len(body) == 0 || body[0] != '{' {
 		return id, "", "", nil, errors.New("the request must be a JSON object")
 	}
@@ -146,11 +208,16 @@ func parseBatchLine(raw []byte) (id string, format llm.Protocol, path string, bo
 	if probe.Stream != nil && *probe.Stream {
 		return id, "", "", nil, errors.New("batch requests cannot stream: remove \"stream\": true")
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, body); err != nil {
+	// body is the decoder's own copy of the request: kept as it is when
+	// it is already compact, else replaced by its compact form.
+	p.compact.Reset()
+	if err := json.Compact(&p.compact, body); err != nil {
 		return id, "", "", nil, fmt.Errorf("the request: %w", err)
 	}
-	return id, format, path, compact.Bytes(), nil
+	if p.compact.Len() != len(body) {
+		body = bytes.Clone(p.compact.Bytes())
+	}
+	return id, format, path, body, nil
 }
 
 // ResultLine renders a finished job as one line of a batch results file in

@@ -91,7 +91,8 @@ type Config struct {
 	// for requested (e.g. capped at the client's max_priority). Defaults to
 	// the requested class.
 	PriorityOf func(r *http.Request, requested llm.Priority) llm.Priority
-	// Logger logs the store failures the API answers as 5xx. Defaults to
+	// Logger logs the store failures the API answers as 5xx and an
+	// upstream's job queue paused or resumed. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
 	// Observer receives the API's events for metrics (submits). Defaults

@@ -1,8 +1,12 @@
 package jobsapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -136,4 +140,32 @@ func TestListPaginationPauseAndRetry(t *testing.T) {
 		await(t, s, id)
 	}
 	require.Equal(t, 11, bad.Calls())
+}
+
+// TestPauseAndResumeAreLogged: pausing or resuming an upstream's job
+// queue stops or restarts all its jobs: the log says which and who (issue
+// 27: it was silent).
+func TestPauseAndResumeAreLogged(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	s := newService(t, nil, succeed(), nil, func(c *config) { c.Owner = "manual"; c.API.Logger = log })
+	h := s.Handler()
+	for _, action := range []string{"pause", "resume"} {
+		code, body := do(t, h, "POST", "/v1/upstreams/claude/"+action, "", "X-Sluice-Client", "ops")
+		require.Equal(t, http.StatusOK, code, string(body))
+	}
+	var got []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
+		got = append(got, rec)
+	}
+	require.Len(t, got, 2, logs.String())
+	require.Equal(t, "job queue paused for upstream", got[0]["msg"])
+	require.Equal(t, "job queue resumed for upstream", got[1]["msg"])
+	for _, rec := range got {
+		require.Equal(t, "claude", rec["upstream"])
+		require.Equal(t, "ops", rec["client"])
+	}
 }

@@ -120,7 +120,8 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 var errTooLarge = errors.New("request body too large")
 
-// bodyError answers a readBody failure.
+// bodyError answers a readBody or readBatch failure: 413 for a body over
+// its cap, the reader's own Problem, else 400.
 func bodyError(w http.ResponseWriter, err error, limit int64) {
 	// The gateway's body readers refuse with their own answer (a 503 when
 	// its request-bytes budget has no room).

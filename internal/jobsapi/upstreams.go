@@ -25,6 +25,13 @@ func (a *API) servePause(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, "pausing the upstream", err)
 		return
 	}
+	// An operator's act that stops (or restarts) a whole upstream's jobs:
+	// the log says who did it.
+	msg := "job queue paused for upstream"
+	if action == "resume" {
+		msg = "job queue resumed for upstream"
+	}
+	a.cfg.Logger.Info(msg, "upstream", name, "client", a.cfg.ClientOf(r))
 	writeJSON(w, http.StatusOK, map[string]any{"upstream": name, "paused": action == "pause"})
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -122,4 +123,37 @@ func TestAbandonedStreamsAreChargedWhatTheProviderBills(t *testing.T) {
 	require.Eventually(t, func() bool { return m.Stats().Overall.InFlight == 0 }, 30*time.Second, 10*time.Millisecond)
 	require.LessOrEqual(t, g.admit.Account("chat", g.clock.Now()).Total.Spent.Dollars(), budget+0.1,
 		fmt.Sprintf("over-spent by at most one request's worst case (%s)", g.admit.Account("chat", g.clock.Now()).Total.Spent))
+}
+
+// TestAbandonedStreamLogLine: the log line of a stream its client left
+// says so (outcome abandoned, not success) and carries the tokens the
+// provider billed once the engine has read the stream on, not the few the
+// client saw (issue 24: it read "outcome: success, tokens_out: 0").
+func TestAbandonedStreamLogLine(t *testing.T) {
+	t.Parallel()
+	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", OutputTokens: mock.OutputRange{Min: 300, Max: 300},
+		PerToken: time.Millisecond, Seed: 5})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	log, logs := capturedLogger(slog.LevelInfo)
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: spendPrices,
+		Clients:   []ClientConfig{{Name: "chat", Key: "ck-chat"}},
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}}},
+		WithLogger(log))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+
+	code, seen := hangUp(t, "http://"+g.Addr()+"/claude/v1/messages", "ck-chat", 20)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 20, seen)
+	line := logs.waitLines(t, "request", 1)[0]
+	require.Equal(t, "abandoned", line["outcome"], line)
+	require.EqualValues(t, http.StatusOK, line["status"], line)
+	billed := m.Stats().Overall.Admitted.OutputTokens
+	require.EqualValues(t, 300, billed)
+	require.EqualValues(t, billed, line["tokens_out"], "the tokens the provider billed: %v", line)
+	require.Positive(t, line["tokens_in"], line)
+	require.Positive(t, line["cost_usd"], line)
 }

@@ -122,7 +122,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
 		slog.Int64("tokens_in", rl.tokensIn),
 		slog.Int64("tokens_out", rl.tokensOut),
-		slog.Float64("cost_usd", rl.cost()),
+		slog.Any("cost_usd", admit.USD(rl.cost())),
 	}
 	if len(rl.trail.Legs) > 0 {
 		attrs = append(attrs, slog.String("served_by", rl.trail.ServedBy()))

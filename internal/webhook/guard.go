@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,7 +34,10 @@ var ErrForbiddenDestination = errors.New("webhook destination not allowed")
 //   - an IPv6 address that carries an IPv4 one (NAT64 64:ff9b::/96 and
 //     64:ff9b:1::/48, 6to4 2002::/16, Teredo 2001::/32, IPv4-compatible
 //     ::a.b.c.d, and IPv4-mapped ::ffff:a.b.c.d) is judged as that
-//     address too.
+//     address too;
+//   - a host written as an IPv4 address in a legacy form (2852039166,
+//     0xa9fea9fe, 0251.0376.0251.0376, 127.1) is judged as the address
+//     it denotes, not looked up.
 //
 // The check runs twice: on the URL when a job is submitted (CheckURL, the
 // host name resolved), and on the address actually dialled (Transport,
@@ -156,19 +160,26 @@ func (g *Guard) CheckIP(host string, ip netip.Addr) error {
 }
 
 // CheckURL checks a webhook URL at submit: an absolute http(s) URL whose
-// host's every address passes CheckIP.
+// host's every address passes CheckIP. Its errors do not name the field:
+// the caller does ("webhook_url: …").
 func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("webhook_url must be an absolute http(s) URL, got %q", raw)
+		return fmt.Errorf("must be an absolute http(s) URL, got %q", raw)
 	}
 	host := u.Hostname()
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return g.CheckIP(host, ip)
 	}
+	if ip, ok := legacyIPv4(host); ok {
+		// 2852039166, 0xa9fea9fe, 0251.0376.0251.0376, 169.254.43518:
+		// what a resolver's inet_aton makes of it, judged without asking
+		// DNS (which fails or answers for such a name either way).
+		return g.CheckIP(host, ip)
+	}
 	ips, err := g.resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
-		return fmt.Errorf("webhook_url: resolving %q: %w", host, err)
+		return fmt.Errorf("resolving %q: %w", host, err)
 	}
 	for _, ip := range ips {
 		if err := g.CheckIP(host, ip); err != nil {
@@ -176,6 +187,55 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 		}
 	}
 	return nil
+}
+
+// legacyIPv4 reads host as inet_aton does: one to four parts separated by
+// dots (a trailing dot allowed), each decimal, hexadecimal (0x…) or octal
+// (0…), the last one filling the bytes the others leave. ok is false for a
+// host of another form (a name).
+func legacyIPv4(host string) (netip.Addr, bool) {
+	parts := strings.Split(strings.TrimSuffix(host, "."), ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var a uint32
+	for i, p := range parts {
+		v, ok := legacyIPv4Part(p)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		if i < len(parts)-1 {
+			if v > 0xff {
+				return netip.Addr{}, false
+			}
+			a |= uint32(v) << (24 - 8*i)
+			continue
+		}
+		if bits := 8 * (5 - len(parts)); bits < 32 && v >= 1<<bits {
+			return netip.Addr{}, false
+		}
+		a |= uint32(v)
+	}
+	return netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), true
+}
+
+// legacyIPv4Part reads one part of legacyIPv4: at most 32 bits.
+func legacyIPv4Part(p string) (uint64, bool) {
+	base := 10
+	switch {
+	case len(p) >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'):
+		base, p = 16, p[2:]
+		if p == "" {
+			return 0, true // "0x" is 0 to inet_aton
+		}
+	case len(p) >= 2 && p[0] == '0':
+		base, p = 8, p[1:]
+	}
+	if p == "" || p[0] == '+' || p[0] == '-' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(p, base, 32)
+	return v, err == nil
 }
 
 // DialContext dials like a net.Dialer with timeout, refusing at connect

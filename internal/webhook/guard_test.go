@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -96,4 +98,54 @@ func TestNewGuardRejectsBadEntries(t *testing.T) {
 	require.ErrorContains(t, err, "allow[0]")
 	_, err = NewGuard([]string{""})
 	require.ErrorContains(t, err, "allow[0]: empty")
+}
+
+// TestGuardNumericHosts: a host written as an IPv4 address in the legacy
+// forms that resolvers and browsers accept (one decimal number, hex or
+// octal parts, fewer than four parts) is judged as that address, without
+// a DNS look-up that might fail, or answer, either way.
+func TestGuardNumericHosts(t *testing.T) {
+	t.Parallel()
+	open, err := NewGuard(nil)
+	require.NoError(t, err)
+	for _, host := range []string{
+		"2852039166",          // 169.254.169.254
+		"0xa9fea9fe",          // 169.254.169.254
+		"0251.0376.0251.0376", // 169.254.169.254
+		"169.254.43518",       // 169.254.169.254
+		"2130706433",          // 127.0.0.1
+		"0x7f.1",              // 127.0.0.1
+		"0177.0.0.1",          // 127.0.0.1
+		"127.1",               // 127.0.0.1
+		"017700000001",        // 127.0.0.1
+		"0",                   // 0.0.0.0
+		"0x0A.0.0.5",          // 10.0.0.5
+	} {
+		t.Run(host, func(t *testing.T) {
+			t.Parallel()
+			err := open.CheckURL(context.Background(), "http://"+host+"/hook")
+			require.ErrorIs(t, err, ErrForbiddenDestination)
+		})
+	}
+	allowLoop, err := NewGuard([]string{"127.0.0.0/8"})
+	require.NoError(t, err)
+	require.NoError(t, allowLoop.CheckURL(context.Background(), "http://2130706433:9000/hook"), "loopback in decimal, allowed as loopback")
+	require.NoError(t, open.CheckURL(context.Background(), "http://1572395022/hook"), "a public address in decimal (93.184.215.14)")
+}
+
+// TestGuardErrorsLeaveTheFieldToTheCaller: the jobs API prefixes the
+// guard's error with "webhook_url: ", so the guard's own message must not
+// (it read "webhook_url: webhook_url: resolving …", issue 27).
+func TestGuardErrorsLeaveTheFieldToTheCaller(t *testing.T) {
+	t.Parallel()
+	g, err := NewGuard(nil)
+	require.NoError(t, err)
+	g.resolver = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no DNS in this test")
+	}}
+	for _, raw := range []string{"ftp://example.com/", "http://no-such-host.invalid/", "http://127.0.0.1/"} {
+		err := g.CheckURL(context.Background(), raw)
+		require.Error(t, err, raw)
+		require.NotContains(t, err.Error(), "webhook_url", raw)
+	}
 }
