@@ -64,6 +64,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Ownership", testOwnership},
 		{"Spend", testSpend},
 		{"SpendHolds", testSpendHolds},
+		{"Clients", testClients},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
