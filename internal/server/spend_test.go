@@ -286,7 +286,7 @@ func TestBudgetRaceOverTheMock(t *testing.T) {
 	require.Len(t, team.By, 1)
 	require.Equal(t, admit.ModelSpend{Upstream: "claude", Model: "claude-x", USD: team.By[0].USD, Requests: int64(ok)}, team.By[0])
 
-	_, metrics := call(t, "GET", base+"/metrics", "ck-team", "")
+	_, metrics := call(t, "GET", base+"/metrics", "ck-admin", "")
 	require.Contains(t, string(metrics), `sluice_spend_usd_total{client="team",model="claude-x",upstream="claude"}`)
 	require.Contains(t, string(metrics), `sluice_budget_remaining_usd{client="team",window="day"}`)
 	require.Contains(t, string(metrics), `sluice_spend_reserved_usd{client="team"} 0`)
