@@ -55,7 +55,7 @@ func (o *OptionalTime) UnmarshalJSON(b []byte) error {
 	}
 	var t time.Time
 	if err := json.Unmarshal(b, &t); err != nil {
-		return errors.New("want an RFC 3339 time, e.g. 2027-01-01T00:00:00Z, or null")
+		return errors.New("expires_at: want an RFC 3339 time, e.g. 2027-01-01T00:00:00Z, or null")
 	}
 	o.Time = &t
 	return nil
@@ -284,6 +284,12 @@ func decodeClientBody(c *clientsCall, v any, optional bool) error {
 	if optional && len(bytes.TrimSpace(raw)) == 0 {
 		return nil
 	}
+	return decodeStrict(raw, v)
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields;
+// its errors name the field at fault.
+func decodeStrict(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
@@ -33,13 +34,13 @@ var adminClients = []ClientConfig{
 
 // clientsGateway starts a gateway in front of m on store with the admin
 // clients, polling the runtime clients every poll.
-func clientsGateway(t *testing.T, m *mock.Server, store string, poll time.Duration, log ...*syncBuffer) *Server {
+func clientsGateway(t *testing.T, m *mock.Server, store string, poll time.Duration, node string, log ...*syncBuffer) *Server {
 	t.Helper()
 	lg := discardLogger()
 	if len(log) > 0 {
 		lg = slog.New(slog.NewJSONHandler(log[0], nil))
 	}
-	g, err := New(Config{Store: store, Listen: "127.0.0.1:0", Clients: adminClients, ClientsPoll: poll,
+	g, err := New(Config{Store: store, Listen: "127.0.0.1:0", Clients: adminClients, ClientsPoll: poll, Cluster: admit.ClusterConfig{NodeID: node},
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}}},
 		WithLogger(lg))
 	require.NoError(t, err)
@@ -85,7 +86,7 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 	t.Parallel()
 	m := startSpendMock(t)
 	var logs syncBuffer
-	g := clientsGateway(t, m, testStore(t), time.Hour, &logs)
+	g := clientsGateway(t, m, testStore(t), time.Hour, "", &logs)
 
 	var created ClientInfo
 	code, b := adminCall(t, g, "POST", "/v1/clients", opsKey,
@@ -186,7 +187,7 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 func TestClientsAPIRefusals(t *testing.T) {
 	t.Parallel()
 	m := startSpendMock(t)
-	g := clientsGateway(t, m, testStore(t), time.Hour)
+	g := clientsGateway(t, m, testStore(t), time.Hour, "")
 	code, b := adminCall(t, g, "POST", "/v1/clients", opsKey, `{"name":"taken"}`, nil)
 	require.Equal(t, http.StatusCreated, code, string(b))
 
@@ -320,8 +321,8 @@ func TestClientsReachEveryNode(t *testing.T) {
 	t.Parallel()
 	dsn := jobstoretest.PostgresDSN(t)
 	m := startSpendMock(t)
-	a := clientsGateway(t, m, dsn, 50*time.Millisecond)
-	b := clientsGateway(t, m, dsn, 50*time.Millisecond)
+	a := clientsGateway(t, m, dsn, 50*time.Millisecond, "node-a")
+	b := clientsGateway(t, m, dsn, 50*time.Millisecond, "node-b")
 
 	var created ClientInfo
 	code, body := adminCall(t, a, "POST", "/v1/clients", opsKey, `{"name":"shared"}`, &created)
@@ -337,4 +338,31 @@ func TestClientsReachEveryNode(t *testing.T) {
 		code, _ := proxied(t, a, created.Key)
 		return code == http.StatusUnauthorized
 	}, 30*time.Second, 20*time.Millisecond, "node a kept accepting a client revoked on node b")
+}
+
+// FuzzClientRequest: any body of POST or PATCH /v1/clients is decoded,
+// applied and validated without a panic, and one that passes makes a
+// spec the gateway can store and read back.
+func FuzzClientRequest(f *testing.F) {
+	for _, s := range []string{`{"name":"a","limits":{"requests_per_minute":5,"upstreams":{"claude":{"max_concurrency":2}}},"budget":{"day":1}}`,
+		`{"expires_at":null}`, `{"expires_at":"2030-01-01T00:00:00Z","role":"admin"}`, `{"budget":{"day":"x"}}`, `[]`, `{`} {
+		f.Add([]byte(s))
+	}
+	ups := map[string]bool{"claude": true}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var req ClientRequest
+		if err := decodeStrict(raw, &req); err != nil {
+			require.ErrorIs(t, err, errClientRequest)
+			return
+		}
+		sp := req.apply(ClientSpec{}).withDefaults()
+		if sp.validate("fuzz", ups) != nil {
+			return
+		}
+		b, err := json.Marshal(sp)
+		require.NoError(t, err)
+		rc, err := decodeRuntimeClient(&jobstore.StoredClient{Name: "fuzz", Spec: b})
+		require.NoError(t, err)
+		require.Equal(t, sp.Role, rc.spec.Role)
+	})
 }
