@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/opsview"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -130,10 +131,21 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 	require.Equal(t, "high", got.MaxPriority)
 	require.InDelta(t, 600.0, got.Limits.RequestsPerMinute, 0, "a field not given is kept")
 	require.Greater(t, got.Version, created.Version)
-	st := readStatus(t, "http://"+g.Addr(), opsKey)
+	var st opsview.StatusResponse
+	code, b = call(t, "GET", "http://"+g.Addr()+"/v1/status", opsKey, "")
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.NoError(t, json.Unmarshal(b, &st))
 	sp := clientSpend(t, st, "team-a")
 	require.NotNil(t, sp.Day.LimitUSD)
 	require.InDelta(t, 7.0, *sp.Day.LimitUSD, 0)
+	require.NotNil(t, sp.Day.RemainingUSD, "the remaining budget")
+	// The client itself sees its own spend, and no one else's.
+	code, b = call(t, "GET", "http://"+g.Addr()+"/v1/status", key1, "")
+	require.Equal(t, http.StatusOK, code, string(b))
+	var own opsview.StatusResponse
+	require.NoError(t, json.Unmarshal(b, &own))
+	require.Len(t, own.Spend.Clients, 1)
+	require.Equal(t, "team-a", own.Spend.Clients[0].Client)
 
 	// Rotate with a grace period: both keys work.
 	var rot ClientInfo

@@ -40,7 +40,7 @@ func TestMetricsAuth(t *testing.T) {
 			r, b := tc.ts.do(t, "GET", "/metrics", "", tc.h)
 			require.Equal(t, tc.status, r.StatusCode, string(b))
 			if tc.status == http.StatusOK {
-				require.Contains(t, string(b), "sluice_requests_total")
+				require.Contains(t, string(b), "sluice_config_reloads_total")
 				return
 			}
 			require.Equal(t, "application/json", r.Header.Get("Content-Type"))
