@@ -28,6 +28,7 @@ type composeFile struct {
 		Volumes         []string          `json:"volumes"`
 		Ports           []string          `json:"ports"`
 		StopGracePeriod string            `json:"stop_grace_period"`
+		Secrets         []string          `json:"secrets"`
 	} `json:"services"`
 }
 
@@ -131,6 +132,10 @@ func TestCompose(t *testing.T) {
 	var prom struct {
 		ScrapeConfigs []struct {
 			MetricsPath   string `json:"metrics_path"`
+			Authorization struct {
+				Type            string `json:"type"`
+				CredentialsFile string `json:"credentials_file"`
+			} `json:"authorization"`
 			StaticConfigs []struct {
 				Targets []string `json:"targets"`
 			} `json:"static_configs"`
@@ -140,7 +145,16 @@ func TestCompose(t *testing.T) {
 	require.Len(t, prom.ScrapeConfigs, 1)
 	sc := prom.ScrapeConfigs[0]
 	require.Equal(t, []string{"sluice:" + port}, sc.StaticConfigs[0].Targets)
-	require.Equal(t, http.StatusOK, gatewayStatus(t, bin, sc.MetricsPath), "GET %s without a key", sc.MetricsPath)
+	require.Equal(t, http.StatusUnauthorized, gatewayStatus(t, bin, sc.MetricsPath), "GET %s without a key", sc.MetricsPath)
+	require.Equal(t, http.StatusOK, gatewayStatus(t, bin, sc.MetricsPath, testScrapeKey), "GET %s with the scrape key", sc.MetricsPath)
+	// Prometheus sends the key the gateway checks: the scrape_key secret,
+	// from the variable the config's metrics.scrape_key names.
+	require.Equal(t, "Bearer", sc.Authorization.Type)
+	require.Equal(t, "/run/secrets/scrape_key", sc.Authorization.CredentialsFile)
+	require.Contains(t, string(cfgText), "scrape_key: ${SLUICE_SCRAPE_KEY}")
+	require.Contains(t, gw.Environment, "SLUICE_SCRAPE_KEY")
+	require.Contains(t, string(composeText), "scrape_key:\n    environment: SLUICE_SCRAPE_KEY")
+	require.Contains(t, cf.Services["prometheus"].Secrets, "scrape_key")
 	require.True(t, slices.ContainsFunc(cf.Services["prometheus"].Volumes, func(v string) bool {
 		return strings.HasPrefix(v, "./prometheus/prometheus.yml:")
 	}))

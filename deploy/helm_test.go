@@ -299,13 +299,24 @@ func checkRendered(t *testing.T, hc helmCase, bin string, flags map[string]bool,
 		var sm struct {
 			Spec struct {
 				Selector  struct{ MatchLabels map[string]string } `json:"selector"`
-				Endpoints []struct{ Port, Path string }           `json:"endpoints"`
+				Endpoints []struct {
+					Port, Path    string
+					Authorization struct {
+						Type        string
+						Credentials struct{ Name, Key string }
+					}
+				} `json:"endpoints"`
 			} `json:"spec"`
 		}
 		require.NoError(t, yaml.Unmarshal(doc, &sm))
 		require.Len(t, sm.Spec.Endpoints, 1)
 		require.Equal(t, svc.Spec.Ports[0].Name, sm.Spec.Endpoints[0].Port)
-		require.Equal(t, http.StatusOK, gatewayStatus(t, bin, sm.Spec.Endpoints[0].Path))
+		require.Equal(t, http.StatusUnauthorized, gatewayStatus(t, bin, sm.Spec.Endpoints[0].Path), "/metrics without a key")
+		require.Equal(t, http.StatusOK, gatewayStatus(t, bin, sm.Spec.Endpoints[0].Path, testScrapeKey), "/metrics with the scrape key")
+		require.Equal(t, "Bearer", sm.Spec.Endpoints[0].Authorization.Type)
+		require.Equal(t, "sluice", sm.Spec.Endpoints[0].Authorization.Credentials.Name, "the chart's Secret")
+		require.Equal(t, "SLUICE_SCRAPE_KEY", sm.Spec.Endpoints[0].Authorization.Credentials.Key)
+		require.Contains(t, cfgText, "${SLUICE_SCRAPE_KEY", "the gateway reads the key the ServiceMonitor sends")
 		require.Equal(t, svc.Labels, withKeys(svc.Labels, sm.Spec.Selector.MatchLabels), "the ServiceMonitor selects the Service")
 	}
 	if doc, ok := objs["ConfigMap/sluice-dashboard"]; ok {
@@ -344,18 +355,24 @@ var (
 // gatewayStatus is the status a freshly started `sluice serve` answers
 // GET path with (one gateway for the whole test run, stopped by the
 // package's TestMain cleanup).
-func gatewayStatus(t *testing.T, bin, path string) int {
+func gatewayStatus(t *testing.T, bin, path string, bearer ...string) int {
 	t.Helper()
 	gatewayOnce.Do(func() { gatewayURL, errGateway = startGateway(bin) })
 	require.NoError(t, errGateway)
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, gatewayURL+path, nil)
 	require.NoError(t, err)
+	if len(bearer) > 0 {
+		req.Header.Set("Authorization", "Bearer "+bearer[0])
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return resp.StatusCode
 }
+
+// testScrapeKey is the scrape key of the gateway startGateway runs.
+const testScrapeKey = "scrape-test-key-0123456789"
 
 // startGateway starts the binary with a minimal config and waits until
 // it prints its address; it is killed when the tests end.
@@ -365,7 +382,8 @@ func startGateway(bin string) (string, error) {
 		return "", err
 	}
 	cfg := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nstore: none\nupstreams:\n  - {name: anthropic, protocol: anthropic, api_key: sk-test}\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nstore: none\nupstreams:\n  - {name: anthropic, protocol: anthropic, api_key: sk-test}\n"+
+		"clients:\n  - {name: ops, key: ck-test-admin, role: admin}\nmetrics: {scrape_key: "+testScrapeKey+"}\n"), 0o600); err != nil {
 		return "", err
 	}
 	cmd := exec.Command(bin, "serve", "--config", cfg)

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/server"
@@ -167,6 +168,33 @@ func printStatus(w io.Writer, base string, st opsview.StatusResponse) {
 		}
 		_ = tw.Flush()
 	}
+	printSpend(w, st.Spend)
+}
+
+// printSpend writes each client's spend and what is left of its budget
+// windows (a window without a limit shows its spend only).
+func printSpend(w io.Writer, sp *admit.SpendStatus) {
+	if sp == nil || len(sp.Clients) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLIENT\tSPENT TODAY\tLEFT TODAY\tSPENT MONTH\tLEFT MONTH\tSPENT TOTAL\tLEFT TOTAL\tIN FLIGHT")
+	for _, c := range sp.Clients {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Client, usd(c.Day.SpentUSD), left(c.Day), usd(c.Month.SpentUSD), left(c.Month),
+			usd(c.Total.SpentUSD), left(c.Total), usd(c.ReservedUSD))
+	}
+	_ = tw.Flush()
+}
+
+func usd(v float64) string { return fmt.Sprintf("$%.4f", v) }
+
+// left is a window's remaining budget, "-" without a limit.
+func left(ws admit.WindowSpend) string {
+	if ws.RemainingUSD == nil || ws.LimitUSD == nil {
+		return "-"
+	}
+	return usd(*ws.RemainingUSD) + " of " + usd(*ws.LimitUSD)
 }
 
 func waitingLine(wo *opsview.WaitingOn, now time.Time) string {

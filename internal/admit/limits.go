@@ -40,7 +40,7 @@ type ClientLimits struct {
 	LimitValues `yaml:",inline"`
 	// Upstreams overrides the limits for one upstream, by upstream name;
 	// a zero field keeps the client-wide value. Defaults to none.
-	Upstreams map[string]LimitValues `yaml:"upstreams"`
+	Upstreams map[string]LimitValues `yaml:"upstreams" json:"upstreams,omitempty"`
 }
 
 // For returns the limits that apply on upstream.

@@ -188,3 +188,32 @@ func (e edgeStore) ReapSpendHolds(ctx context.Context, p ReapSpendHoldsParams) (
 	r, err := e.Store.ReapSpendHolds(ctx, p)
 	return r, unavailable(ctx, err)
 }
+
+func (e edgeStore) CreateClient(ctx context.Context, p CreateClientParams) (*StoredClient, error) {
+	r, err := e.Store.CreateClient(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) UpdateClient(ctx context.Context, p UpdateClientParams) (*StoredClient, error) {
+	r, err := e.Store.UpdateClient(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) DeleteClient(ctx context.Context, p DeleteClientParams) error {
+	return unavailable(ctx, e.Store.DeleteClient(ctx, p))
+}
+
+func (e edgeStore) GetClient(ctx context.Context, name string) (*StoredClient, error) {
+	r, err := e.Store.GetClient(ctx, name)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) ListClients(ctx context.Context) ([]*StoredClient, error) {
+	r, err := e.Store.ListClients(ctx)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) ClientsVersion(ctx context.Context) (int64, error) {
+	r, err := e.Store.ClientsVersion(ctx)
+	return r, unavailable(ctx, err)
+}

@@ -182,6 +182,25 @@ type Store interface {
 	// (Requests: the holds). Concurrent reapers charge each hold once.
 	ReapSpendHolds(ctx context.Context, p ReapSpendHoldsParams) ([]SpendEntry, error)
 
+	// CreateClient creates a runtime client (client.go). ErrConflict when
+	// a client of that name exists (a revoked one may be created again).
+	CreateClient(ctx context.Context, p CreateClientParams) (*StoredClient, error)
+	// UpdateClient replaces a runtime client's settings and keys.
+	// ErrNotFound when there is none, ErrConflict when IfVersion is stale.
+	UpdateClient(ctx context.Context, p UpdateClientParams) (*StoredClient, error)
+	// DeleteClient revokes a runtime client: its keys stop working on
+	// every gateway once they read the change. ErrNotFound when there is
+	// none.
+	DeleteClient(ctx context.Context, p DeleteClientParams) error
+	// GetClient returns a runtime client, or ErrNotFound.
+	GetClient(ctx context.Context, name string) (*StoredClient, error)
+	// ListClients returns every runtime client in name order.
+	ListClients(ctx context.Context) ([]*StoredClient, error)
+	// ClientsVersion is a number that changes with every write of a
+	// runtime client (the sum of their versions, revoked ones included):
+	// a gateway polls it and reads ListClients again when it changes.
+	ClientsVersion(ctx context.Context) (int64, error)
+
 	// Close releases the store's connections and goroutines.
 	Close() error
 }

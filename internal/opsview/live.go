@@ -99,7 +99,7 @@ func newLive(upstreams, clients []string, anonymous string) *live {
 		l.ups[u] = &liveUpstream{}
 	}
 	l.clients.rows = map[string]*ClientUsage{}
-	l.clients.configured = slices.Clone(clients)
+	l.clients.setConfigured(clients)
 	l.clients.anonymous = anonymous
 	return l
 }
@@ -165,7 +165,7 @@ func (c *clientUsage) label(name string) string {
 	switch {
 	case name == "":
 		return clientUnknown
-	case name == c.anonymous || slices.Contains(c.configured, name):
+	case name == c.anonymous || slices.Contains(*c.configured.Load(), name):
 		return name
 	}
 	return clientOther
@@ -187,10 +187,16 @@ type ClientUsage struct {
 }
 
 type clientUsage struct {
-	configured []string
+	configured atomic.Pointer[[]string] // swapped when the clients change
 	anonymous  string
 	mu         sync.Mutex
 	rows       map[string]*ClientUsage
+}
+
+// setConfigured names the clients the label and the usage list name.
+func (c *clientUsage) setConfigured(names []string) {
+	n := slices.Clone(names)
+	c.configured.Store(&n)
 }
 
 func (c *clientUsage) record(a Answer, now time.Time) {
@@ -219,8 +225,9 @@ func (c *clientUsage) record(a Answer, now time.Time) {
 func (c *clientUsage) list() []ClientUsage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]ClientUsage, 0, len(c.rows)+len(c.configured))
-	for _, n := range c.configured {
+	configured := *c.configured.Load()
+	out := make([]ClientUsage, 0, len(c.rows)+len(configured))
+	for _, n := range configured {
 		if r := c.rows[n]; r != nil {
 			out = append(out, *r)
 		} else {
@@ -229,7 +236,7 @@ func (c *clientUsage) list() []ClientUsage {
 	}
 	var rest []string
 	for n := range c.rows {
-		if !slices.Contains(c.configured, n) {
+		if !slices.Contains(configured, n) {
 			rest = append(rest, n)
 		}
 	}

@@ -20,14 +20,14 @@ type StatusResponse struct {
 	// ClientLimits is each limited client's room on each upstream
 	// (internal/admit). Admin callers only.
 	ClientLimits []admit.ClientLimitStatus `json:"client_limits,omitempty"`
-	// Spend is each client's spend and budget windows (internal/admit).
-	// Admin callers only.
+	// Spend is each client's spend and budget windows (internal/admit):
+	// every client's for an admin, a client's own for any other caller.
 	Spend *admit.SpendStatus `json:"spend,omitempty"`
 }
 
 // ForCaller drops the per-client sections a caller that is not an admin
 // may not see (other clients' names and usage): a client sees the holds
-// of its own limits only. name is the caller's client name.
+// of its own limits and its own spend only. name is the caller's client name.
 func (st *StatusResponse) ForCaller(name string, admin bool) {
 	if !admin {
 		for i := range st.Upstreams {
@@ -40,7 +40,15 @@ func (st *StatusResponse) ForCaller(name string, admin bool) {
 			st.Upstreams[i].Held = own
 		}
 		st.ClientLimits = nil
-		st.Spend = nil
+		if st.Spend != nil { // its own spend and budget only
+			own := &admit.SpendStatus{PricesAsOf: st.Spend.PricesAsOf, Clients: []admit.ClientSpend{}}
+			for _, c := range st.Spend.Clients {
+				if c.Client == name {
+					own.Clients = append(own.Clients, c)
+				}
+			}
+			st.Spend = own
+		}
 		st.Clients = nil
 		for i := range st.Upstreams {
 			for j := range st.Upstreams[i].Oldest {

@@ -22,7 +22,9 @@ type fakeAdmission struct{}
 func (fakeAdmission) ClientLimits(time.Time) []admit.ClientLimitStatus {
 	return []admit.ClientLimitStatus{{Client: "web", Upstream: "claude"}}
 }
-func (fakeAdmission) Spend(time.Time) *admit.SpendStatus { return &admit.SpendStatus{PricesAsOf: "x"} }
+func (fakeAdmission) Spend(time.Time) *admit.SpendStatus {
+	return &admit.SpendStatus{PricesAsOf: "x", Clients: []admit.ClientSpend{{Client: "ops"}, {Client: "web"}}}
+}
 func (fakeAdmission) Accounts(time.Time) []quota.Account { return nil }
 
 // fakeCluster is a node sharing claude's quota with one other node.
@@ -85,6 +87,6 @@ func TestStatusReadsItsSources(t *testing.T) {
 		st.Upstreams[0].Held)
 	require.Nil(t, st.Clients)
 	require.Nil(t, st.ClientLimits)
-	require.Nil(t, st.Spend)
+	require.Equal(t, []admit.ClientSpend{{Client: "web"}}, st.Spend.Clients, "a client sees its own spend and budget only")
 	require.Empty(t, st.Upstreams[0].Oldest[0].Client)
 }

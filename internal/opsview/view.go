@@ -169,6 +169,11 @@ func (v *View) Bind(src Sources) {
 // Registry is the registry the view's metrics are on.
 func (v *View) Registry() *prometheus.Registry { return v.metrics.registry }
 
+// SetClients names the clients in force (the config's and the admin
+// API's), after a reload or a change of the runtime clients: the client
+// label and /v1/status's clients section name them.
+func (v *View) SetClients(names []string) { v.live.clients.setConfigured(names) }
+
 // Sampler is the history sampler: the gateway starts and stops it
 // (lifecycle.Service).
 func (v *View) Sampler() *HistorySampler { return v.history }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -36,22 +37,57 @@ func (c client) caller() frontdoor.Caller {
 // the answer's timing nor memory reveals a key.
 type clientSet struct {
 	entries []clientEntry
+	// now reads the clock for the entries that expire (runtime clients'
+	// expires_at, a rotated key's grace period).
+	now func() time.Time
 }
 
 type clientEntry struct {
 	digest [sha256.Size]byte
 	client client
+	// notAfter ends the key's validity; zero means never.
+	notAfter time.Time
 }
 
-func newClientSet(cfgs []ClientConfig) *clientSet {
-	cs := &clientSet{}
+// newClientSet holds the config's clients only.
+func newClientSet(cfgs []ClientConfig) *clientSet { return buildClientSet(cfgs, nil, time.Now) }
+
+// buildClientSet holds the config's clients and the runtime clients (the
+// admin API's, runtime_clients.go) whose names the config does not use:
+// a name in the config is the config's (docs/http-api.md, /v1/clients).
+func buildClientSet(cfgs []ClientConfig, runtime []runtimeClient, now func() time.Time) *clientSet {
+	cs := &clientSet{now: now}
+	names := map[string]bool{}
 	for _, c := range cfgs {
+		names[c.Name] = true
 		// Validated by Config.validate; a parse failure cannot happen here.
 		def, _ := llm.ParsePriority(c.DefaultPriority)
 		maxP, _ := llm.ParsePriority(c.MaxPriority)
 		cl := client{name: c.Name, defaultPriority: def, maxPriority: maxP, admin: c.Role == RoleAdmin}
 		for _, d := range c.digests() {
 			cs.entries = append(cs.entries, clientEntry{digest: d, client: cl})
+		}
+	}
+	if len(cfgs) == 0 {
+		return cs // an open gateway stays open: the admin API needs config clients
+	}
+	for _, rc := range runtime {
+		if names[rc.name] {
+			continue
+		}
+		def, _ := llm.ParsePriority(rc.spec.DefaultPriority) // validated when written
+		maxP, _ := llm.ParsePriority(rc.spec.MaxPriority)
+		cl := client{name: rc.name, defaultPriority: def, maxPriority: maxP, admin: rc.spec.Role == RoleAdmin}
+		for _, k := range rc.keys {
+			notAfter := k.ExpiresAt
+			if e := rc.spec.ExpiresAt; e != nil && (notAfter.IsZero() || e.Before(notAfter)) {
+				notAfter = *e
+			}
+			var d [sha256.Size]byte
+			if _, err := hex.Decode(d[:], []byte(k.SHA256)); err != nil {
+				continue // the store checks digests; a bad one matches nothing
+			}
+			cs.entries = append(cs.entries, clientEntry{digest: d, client: cl, notAfter: notAfter})
 		}
 	}
 	return cs
@@ -90,11 +126,15 @@ func (cs *clientSet) authenticate(h http.Header) (client, bool) {
 	}
 	d := sha256.Sum256([]byte(key))
 	var found client
+	var notAfter time.Time
 	ok := 0
 	for _, e := range cs.entries { // every entry, no early exit
 		if m := subtle.ConstantTimeCompare(d[:], e.digest[:]); m == 1 {
-			found, ok = e.client, 1
+			found, notAfter, ok = e.client, e.notAfter, 1
 		}
+	}
+	if ok == 1 && !notAfter.IsZero() && !cs.now().Before(notAfter) {
+		return client{}, false // expired, or past its grace period
 	}
 	return found, ok == 1
 }

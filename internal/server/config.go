@@ -51,6 +51,10 @@ const (
 	// DefaultPriorityDefault and MaxPriorityDefault bound a client's classes.
 	DefaultPriorityDefault = llm.Normal
 	MaxPriorityDefault     = llm.Critical
+	// ClientsPollDefault is how often a gateway reads the runtime
+	// clients' version from the store: a client created, changed or
+	// revoked on another node is in force here within it.
+	ClientsPollDefault = 2 * time.Second
 )
 
 // Config is the gateway's configuration, read from YAML by LoadConfig or
@@ -122,6 +126,13 @@ type Config struct {
 	// Clients are the callers allowed in, each with its own key. With none,
 	// any key is accepted. Defaults to none.
 	Clients []ClientConfig `yaml:"clients"`
+	// ClientsPoll is how often the gateway reads the store for clients
+	// created, changed or revoked through the admin API on any node
+	// (/v1/clients). Defaults to 2s.
+	ClientsPoll time.Duration `yaml:"clients_poll"`
+	// Metrics guards GET /metrics (metrics_auth.go). Defaults to an admin
+	// key being needed whenever clients are configured.
+	Metrics MetricsConfig `yaml:"metrics"`
 	// Prices is the price table that costs requests for spend budgets and
 	// the spend metrics (docs/budgets.md). Defaults to the shipped table
 	// (pricing.Shipped), unknown models priced at its dearest price.
@@ -291,6 +302,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight()
 	}
 	c.RequestBytesWait = cmp.Or(c.RequestBytesWait, RequestBytesWaitDefault)
+	c.ClientsPoll = cmp.Or(c.ClientsPoll, ClientsPollDefault)
 	c.Jobs = c.Jobs.WithDefaults()
 	c.Cluster = c.Cluster.WithDefaults()
 	c.Upstreams = append([]upcfg.Config(nil), c.Upstreams...)
@@ -333,6 +345,12 @@ func (c Config) validate() error {
 	}
 	if c.RequestBytesWait < 0 {
 		return errors.New("request_bytes_wait: must be >= 0")
+	}
+	if c.ClientsPoll < 0 {
+		return errors.New("clients_poll: must be >= 0")
+	}
+	if err := c.Metrics.validate(); err != nil {
+		return fmt.Errorf("metrics.%w", err)
 	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("shutdown_grace: must be >= 0")

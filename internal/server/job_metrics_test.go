@@ -18,11 +18,17 @@ import (
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
-// scrape answers GET /metrics from h.
+// scrapeAdminKey is the admin key scrape sends: the status rig's admin (an
+// open gateway takes any key).
+const scrapeAdminKey = "ck-ops"
+
+// scrape answers GET /metrics from h, as an admin.
 func scrape(t *testing.T, h http.Handler) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Header.Set("X-Api-Key", scrapeAdminKey)
+	h.ServeHTTP(rec, req)
 	require.Equal(t, http.StatusOK, rec.Code)
 	return rec.Body.String()
 }

@@ -247,12 +247,19 @@ func (s *Server) runJobs(ctx context.Context) error {
 	if err := s.admit.Start(ctx, st); err != nil {
 		return errors.Join(err, s.closeStore())
 	}
+	// The runtime clients, before the first request is authenticated.
+	poller := &clientsPoller{st: st, interval: s.cfg.ClientsPoll, clock: s.clock, log: s.log,
+		apply: func(rc []runtimeClient) { s.applyClients(nil, rc) }}
+	if err := poller.Start(ctx); err != nil {
+		return errors.Join(fmt.Errorf("starting the runtime clients: %w", err), s.admit.Stop(ctx), s.closeStore())
+	}
 	if err := svc.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job service: %w", err), s.admit.Stop(ctx), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job service: %w", err), poller.Stop(ctx), s.admit.Stop(ctx), s.closeStore())
 	}
 	if err := cleaner.Start(ctx); err != nil {
-		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), s.admit.Stop(ctx), s.closeStore())
+		return errors.Join(fmt.Errorf("starting the job cleaner: %w", err), svc.Stop(ctx), poller.Stop(ctx), s.admit.Stop(ctx), s.closeStore())
 	}
+	s.poller.Store(poller)
 	s.jobs.Store(&jobQueue{Service: svc, api: api})
 	s.cleaner = cleaner
 	s.view.SetJobStore(st)
@@ -278,6 +285,9 @@ func (s *Server) stopJobs(ctx context.Context) error {
 	if s.cleaner != nil {
 		errs = append(errs, s.cleaner.Stop(ctx))
 		s.cleaner = nil
+	}
+	if p := s.poller.Swap(nil); p != nil {
+		errs = append(errs, p.Stop(ctx))
 	}
 	// The spend settled since the last flush, once no job can add to it
 	// (live requests were drained before), then the store.

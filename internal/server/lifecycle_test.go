@@ -130,7 +130,7 @@ func TestEndToEndThroughDispatcher(t *testing.T) {
 	srv, err := New(Config{Store: testStore(t),
 		Listen:    "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: up.URL, APIKey: upstreamKey}},
-		Clients:   []ClientConfig{{Name: "web", Key: "ck"}},
+		Clients:   []ClientConfig{{Name: "web", Key: "ck", Role: RoleAdmin}}, // admin: reads /metrics
 	}, WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))
@@ -168,7 +168,10 @@ func TestEndToEndThroughDispatcher(t *testing.T) {
 	require.Equal(t, "closed", status.Upstreams[0].Breaker)
 	require.Positive(t, status.Upstreams[0].ConcurrencyLimit)
 
-	m, err := http.Get("http://" + srv.Addr() + "/metrics")
+	mreq, err := http.NewRequestWithContext(t.Context(), "GET", "http://"+srv.Addr()+"/metrics", nil)
+	require.NoError(t, err)
+	mreq.Header.Set("x-api-key", "ck")
+	m, err := http.DefaultClient.Do(mreq)
 	require.NoError(t, err)
 	defer m.Body.Close()
 	mb, err := io.ReadAll(m.Body)

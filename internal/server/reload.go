@@ -113,9 +113,7 @@ func (s *Server) reload(next Config) error {
 			return fmt.Errorf("rotating upstream keys: %w", err)
 		}
 	}
-	s.clients.Store(newClientSet(next.Clients))
-	// New limits and budgets; the spend already made is kept.
-	s.admit.SetClients(admitClients(next.Clients))
+	s.applyClients(append([]ClientConfig{}, next.Clients...), nil)
 	return nil
 }
 

@@ -91,7 +91,8 @@ func TestNoSecretAnywhere(t *testing.T) {
 	do("POST", "/v1/batches?upstream=claude", alice, `{"custom_id":"a","params":`+tenantJobBody+`}`)
 	do("GET", "/v1/status", root, "")
 	do("GET", "/v1/status", alice, "")
-	do("GET", "/metrics", "", "")
+	do("GET", "/metrics", "", "") // refused: no key
+	do("GET", "/metrics", root, "")
 	bad := cfg
 	bad.Clients = []ClientConfig{{Name: "alice", Key: secrets[0], Role: "root"}, {Name: "bob", Key: secrets[0]}}
 	if err := g.Reload(bad); err != nil {

@@ -99,15 +99,22 @@ type Server struct {
 	tracer    trace.Tracer
 	upstreams map[string]*upstream
 	order     []string                  // upstream names in config order
-	clients   atomic.Pointer[clientSet] // swapped by Reload
-	reloadMu  sync.Mutex                // serializes Reload (reload.go)
-	registry  *prometheus.Registry
-	view      *opsview.View  // status, history, metrics (internal/opsview)
-	bodyBytes *bodyBytes     // request bytes in flight (body_bytes.go)
-	reloads   *reloadMetrics // reload.go
-	admit     *admit.Layer   // client limits, budgets, fallbacks, cluster (internal/admit)
-	handler   http.Handler
-	noListen  bool
+	clients   atomic.Pointer[clientSet] // swapped by applyClients (runtime_clients.go)
+	clientsMu sync.Mutex                // guards cfgClients and runtime
+	// cfgClients are the config's clients in force (Reload changes
+	// them), runtime the admin API's (the poller changes them).
+	cfgClients  []ClientConfig
+	runtime     []runtimeClient
+	poller      atomic.Pointer[clientsPoller] // runtime clients; nil without a store
+	reloadMu    sync.Mutex                    // serializes Reload (reload.go)
+	registry    *prometheus.Registry
+	view        *opsview.View       // status, history, metrics (internal/opsview)
+	bodyBytes   *bodyBytes          // request bytes in flight (body_bytes.go)
+	reloads     *reloadMetrics      // reload.go
+	clientAdmin *clientAdminMetrics // clients_api.go
+	admit       *admit.Layer        // client limits, budgets, fallbacks, cluster (internal/admit)
+	handler     http.Handler
+	noListen    bool
 
 	life lifecycle.Base // Start and Stop; runs the listener's Serve
 
@@ -228,7 +235,8 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		noListen:       o.noListen,
 		clusterGiven:   o.clusterBackend,
 	}
-	s.clients.Store(newClientSet(cfg.Clients))
+	s.cfgClients = append([]ClientConfig{}, cfg.Clients...)
+	s.clients.Store(buildClientSet(s.cfgClients, nil, s.clock.Now))
 	clientNames := make([]string, 0, len(cfg.Clients))
 	for _, c := range cfg.Clients {
 		clientNames = append(clientNames, c.Name)
@@ -237,6 +245,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		Registry: s.registry, Jobs: cfg.Store != StoreNone || s.store != nil, Clock: s.clock, Logger: s.log})
 	s.bodyBytes = newBodyBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
+	s.clientAdmin = newClientAdminMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
 		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
 	if err != nil {
@@ -323,10 +332,11 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /livez", s.serveLivez)
 	mux.HandleFunc("GET /readyz", s.serveReadyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.HandleFunc("GET /metrics", s.serveMetrics(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})))
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
 	mux.HandleFunc("GET /v1/status/history", s.serveHistory)
 	mux.HandleFunc("POST /v1/upstreams/{name}/breaker", s.requireAdmin(s.serveBreaker))
+	s.clientsRoutes(mux)
 	mux.HandleFunc("GET /ui", s.serveUI)
 	mux.Handle("GET /ui/", s.uiAssets())
 	for _, p := range jobRoutes {

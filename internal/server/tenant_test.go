@@ -300,5 +300,11 @@ func TestStatusPerClientDetailsAdminOnly(t *testing.T) {
 	require.InDelta(t, 600, st.ClientLimits[0].Buckets["requests"].LimitPerMinute, 0.001)
 	_, body = ts.do(t, "GET", "/v1/status", "", map[string]string{"x-api-key": "ck-alice"})
 	require.NotContains(t, string(body), "client_limits")
-	require.NotContains(t, string(body), "alice")
+	require.NotContains(t, string(body), "root", "no other client's name")
+	var own opsview.StatusResponse
+	require.NoError(t, json.Unmarshal(body, &own))
+	require.Nil(t, own.Clients)
+	for _, c := range own.Spend.Clients {
+		require.Equal(t, "alice", c.Client, "a client sees its own spend only")
+	}
 }

@@ -67,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"ProviderBatches", testProviderBatches},
 		{"BatchKeep", testBatchKeep},
 		{"Files", testFiles},
+		{"Clients", testClients},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,2 @@
+DROP TABLE sluice_clients;
+DROP SEQUENCE sluice_clients_version;

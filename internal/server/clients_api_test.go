@@ -1,0 +1,380 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/jobsapi"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/opsview"
+	upcfg "github.com/sluicehq/sluice/upstream"
+)
+
+const (
+	opsKey = "ck-ops-admin-key"
+	webKey = "ck-web-client-key"
+)
+
+var adminClients = []ClientConfig{
+	{Name: "ops", Key: opsKey, Role: RoleAdmin},
+	{Name: "web", Key: webKey},
+}
+
+// clientsGateway starts a gateway in front of m on store with the admin
+// clients, polling the runtime clients every poll.
+func clientsGateway(t *testing.T, m *mock.Server, store string, poll time.Duration, node string, log ...*syncBuffer) *Server {
+	t.Helper()
+	lg := discardLogger()
+	if len(log) > 0 {
+		lg = slog.New(slog.NewJSONHandler(log[0], nil))
+	}
+	g, err := New(Config{Store: store, Listen: "127.0.0.1:0", Clients: adminClients, ClientsPoll: poll, Cluster: admit.ClusterConfig{NodeID: node},
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}}},
+		WithLogger(lg))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	return g
+}
+
+const clientsMessage = `{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+
+// adminCall sends a /v1/clients request with key and decodes a 2xx answer
+// into out.
+func adminCall(t *testing.T, g *Server, method, path, key, body string, out any) (int, []byte) {
+	t.Helper()
+	code, b := call(t, method, "http://"+g.Addr()+path, key, body)
+	if out != nil && code/100 == 2 {
+		require.NoError(t, json.Unmarshal(b, out), "body: %s", b)
+	}
+	return code, b
+}
+
+func proxied(t *testing.T, g *Server, key string) (int, []byte) {
+	t.Helper()
+	return call(t, "POST", "http://"+g.Addr()+"/claude/v1/messages", key, clientsMessage)
+}
+
+// apiErrorType reads a jobs-API error's type.
+func apiErrorType(t *testing.T, b []byte) (string, string) {
+	t.Helper()
+	var e jobsapi.APIError
+	require.NoError(t, json.Unmarshal(b, &e), "body: %s", b)
+	require.Equal(t, "error", e.Type, "body: %s", b)
+	return e.Error.Type, e.Error.Message
+}
+
+// TestClientsAPIEndToEnd: an admin creates a client over HTTP, its key
+// works on a proxied request to the mock; a rotation with a grace period
+// keeps both keys, one without it refuses the old key with a 401 in
+// Anthropic's shape; a revocation refuses the new one. The key is
+// answered once and never listed, every action is logged with the
+// admin's name and counted.
+func TestClientsAPIEndToEnd(t *testing.T) {
+	t.Parallel()
+	m := startSpendMock(t)
+	var logs syncBuffer
+	g := clientsGateway(t, m, testStore(t), time.Hour, "", &logs)
+
+	var created ClientInfo
+	code, b := adminCall(t, g, "POST", "/v1/clients", opsKey,
+		`{"name":"team-a","limits":{"requests_per_minute":600},"budget":{"day":5}}`, &created)
+	require.Equal(t, http.StatusCreated, code, string(b))
+	require.True(t, strings.HasPrefix(created.Key, ClientKeyPrefix), created.Key)
+	require.Equal(t, ClientSourceAPI, created.Source)
+	require.Equal(t, RoleClient, created.Role)
+	require.Equal(t, "normal", created.DefaultPriority)
+	require.InDelta(t, 5.0, created.Budget.Day, 0)
+	require.Len(t, created.Keys, 1)
+	require.Equal(t, created.Key[:len(ClientKeyPrefix)+4], created.Keys[0].Prefix)
+	key1 := created.Key
+
+	code, b = proxied(t, g, key1)
+	require.Equal(t, http.StatusOK, code, string(b))
+
+	// Listed with the config's clients, never with a key.
+	var list ClientList
+	code, b = adminCall(t, g, "GET", "/v1/clients", opsKey, "", &list)
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.NotContains(t, string(b), key1)
+	require.NotContains(t, string(b), opsKey)
+	require.NotContains(t, string(b), `"key"`)
+	var names, sources []string
+	for _, c := range list.Data {
+		names, sources = append(names, c.Name), append(sources, c.Source)
+	}
+	require.Equal(t, []string{"ops", "web", "team-a"}, names)
+	require.Equal(t, []string{"config", "config", "api"}, sources)
+	var got ClientInfo
+	code, b = adminCall(t, g, "GET", "/v1/clients/team-a", opsKey, "", &got)
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.Empty(t, got.Key)
+	require.InDelta(t, 600.0, got.Limits.RequestsPerMinute, 0)
+
+	// A change of budget and role applies at once.
+	code, b = adminCall(t, g, "PATCH", "/v1/clients/team-a", opsKey, `{"budget":{"day":7},"max_priority":"high"}`, &got)
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.InDelta(t, 7.0, got.Budget.Day, 0)
+	require.Equal(t, "high", got.MaxPriority)
+	require.InDelta(t, 600.0, got.Limits.RequestsPerMinute, 0, "a field not given is kept")
+	require.Greater(t, got.Version, created.Version)
+	var st opsview.StatusResponse
+	code, b = call(t, "GET", "http://"+g.Addr()+"/v1/status", opsKey, "")
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.NoError(t, json.Unmarshal(b, &st))
+	sp := clientSpend(t, st, "team-a")
+	require.NotNil(t, sp.Day.LimitUSD)
+	require.InDelta(t, 7.0, *sp.Day.LimitUSD, 0)
+	require.NotNil(t, sp.Day.RemainingUSD, "the remaining budget")
+	// The client itself sees its own spend, and no one else's.
+	code, b = call(t, "GET", "http://"+g.Addr()+"/v1/status", key1, "")
+	require.Equal(t, http.StatusOK, code, string(b))
+	var own opsview.StatusResponse
+	require.NoError(t, json.Unmarshal(b, &own))
+	require.Len(t, own.Spend.Clients, 1)
+	require.Equal(t, "team-a", own.Spend.Clients[0].Client)
+
+	// Rotate with a grace period: both keys work.
+	var rot ClientInfo
+	code, b = adminCall(t, g, "POST", "/v1/clients/team-a/rotate", opsKey, `{"grace_seconds":3600}`, &rot)
+	require.Equal(t, http.StatusOK, code, string(b))
+	key2 := rot.Key
+	require.NotEqual(t, key1, key2)
+	require.Len(t, rot.Keys, 2)
+	require.NotNil(t, rot.Keys[1].ExpiresAt)
+	for _, k := range []string{key1, key2} {
+		code, b = proxied(t, g, k)
+		require.Equal(t, http.StatusOK, code, string(b))
+	}
+	// Rotate without one: only the newest key works.
+	code, b = adminCall(t, g, "POST", "/v1/clients/team-a/rotate", opsKey, "", &rot)
+	require.Equal(t, http.StatusOK, code, string(b))
+	key3 := rot.Key
+	require.Len(t, rot.Keys, 1)
+	for _, k := range []string{key1, key2} {
+		code, b = proxied(t, g, k)
+		require.Equal(t, http.StatusUnauthorized, code, string(b))
+		requireProviderError(t, llm.Anthropic, b, "authentication_error")
+	}
+	code, b = proxied(t, g, key3)
+	require.Equal(t, http.StatusOK, code, string(b))
+
+	// Revoked: refused with a 401 in the provider's shape.
+	var rev ClientRevoked
+	code, b = adminCall(t, g, "DELETE", "/v1/clients/team-a", opsKey, "", &rev)
+	require.Equal(t, http.StatusOK, code, string(b))
+	require.True(t, rev.Revoked)
+	code, b = proxied(t, g, key3)
+	require.Equal(t, http.StatusUnauthorized, code, string(b))
+	requireProviderError(t, llm.Anthropic, b, "authentication_error")
+	code, b = adminCall(t, g, "GET", "/v1/clients/team-a", opsKey, "", nil)
+	require.Equal(t, http.StatusNotFound, code, string(b))
+
+	// Logged with who did what to whom, and counted.
+	for _, action := range []string{"create", "update", "rotate", "revoke"} {
+		require.Contains(t, logs.String(), `"msg":"client admin action","admin":"ops","action":"`+action+`","client":"team-a"`)
+	}
+	require.NotContains(t, logs.String(), key1)
+	_, metrics := call(t, "GET", "http://"+g.Addr()+"/metrics", opsKey, "")
+	require.Contains(t, string(metrics), `sluice_client_admin_actions_total{action="rotate",result="ok"} 2`)
+	require.Contains(t, string(metrics), `sluice_client_admin_actions_total{action="create",result="ok"} 1`)
+}
+
+// TestClientsAPIRefusals: who may call the API, and what it refuses,
+// each with the status, the jobs API's error shape and a message that
+// names the field.
+func TestClientsAPIRefusals(t *testing.T) {
+	t.Parallel()
+	m := startSpendMock(t)
+	g := clientsGateway(t, m, testStore(t), time.Hour, "")
+	code, b := adminCall(t, g, "POST", "/v1/clients", opsKey, `{"name":"taken"}`, nil)
+	require.Equal(t, http.StatusCreated, code, string(b))
+
+	for _, tc := range []struct {
+		name, method, path, key, body string
+		status                        int
+		errType, msg                  string
+	}{
+		{"no key", "GET", "/v1/clients", "", "", 401, "authentication_error", "invalid or missing"},
+		{"wrong key", "GET", "/v1/clients", "nope", "", 401, "authentication_error", "invalid or missing"},
+		{"not an admin", "POST", "/v1/clients", webKey, `{"name":"x"}`, 403, "permission_error", "web is not an admin"},
+		{"not an admin reads", "GET", "/v1/clients/taken", webKey, "", 403, "permission_error", "admin"},
+		{"no name", "POST", "/v1/clients", opsKey, `{}`, 400, "invalid_request_error", "name:"},
+		{"bad name", "POST", "/v1/clients", opsKey, `{"name":"a b"}`, 400, "invalid_request_error", "name:"},
+		{"reserved name", "POST", "/v1/clients", opsKey, `{"name":"other"}`, 400, "invalid_request_error", "name:"},
+		{"bad role", "POST", "/v1/clients", opsKey, `{"name":"x","role":"root"}`, 400, "invalid_request_error", "role:"},
+		{"bad priority", "POST", "/v1/clients", opsKey, `{"name":"x","max_priority":"urgent"}`, 400, "invalid_request_error", "max_priority:"},
+		{"negative limit", "POST", "/v1/clients", opsKey, `{"name":"x","limits":{"requests_per_minute":-1}}`, 400, "invalid_request_error", "limits.requests_per_minute:"},
+		{"unknown upstream", "POST", "/v1/clients", opsKey, `{"name":"x","limits":{"upstreams":{"nope":{"max_concurrency":1}}}}`, 400, "invalid_request_error", "limits.upstreams.nope:"},
+		{"bad budget", "POST", "/v1/clients", opsKey, `{"name":"x","budget":{"day":-5}}`, 400, "invalid_request_error", "budget.day:"},
+		{"wrong type", "POST", "/v1/clients", opsKey, `{"name":"x","budget":{"day":"lots"}}`, 400, "invalid_request_error", "budget.day:"},
+		{"unknown field", "POST", "/v1/clients", opsKey, `{"name":"x","colour":"red"}`, 400, "invalid_request_error", `"colour"`},
+		{"past expiry", "POST", "/v1/clients", opsKey, `{"name":"x","expires_at":"2001-01-01T00:00:00Z"}`, 400, "invalid_request_error", "expires_at:"},
+		{"bad expiry", "POST", "/v1/clients", opsKey, `{"name":"x","expires_at":"tomorrow"}`, 400, "invalid_request_error", "RFC 3339"},
+		{"not JSON", "POST", "/v1/clients", opsKey, `{`, 400, "invalid_request_error", "not a valid request"},
+		{"exists", "POST", "/v1/clients", opsKey, `{"name":"taken"}`, 409, "conflict_error", "exists"},
+		{"config name created", "POST", "/v1/clients", opsKey, `{"name":"web"}`, 409, ErrorTypeConfigManaged, "config file"},
+		{"config name changed", "PATCH", "/v1/clients/web", opsKey, `{"role":"admin"}`, 409, ErrorTypeConfigManaged, "config file"},
+		{"config name rotated", "POST", "/v1/clients/ops/rotate", opsKey, ``, 409, ErrorTypeConfigManaged, "config file"},
+		{"config name revoked", "DELETE", "/v1/clients/web", opsKey, ``, 409, ErrorTypeConfigManaged, "config file"},
+		{"rename", "PATCH", "/v1/clients/taken", opsKey, `{"name":"other-name"}`, 400, "invalid_request_error", "name:"},
+		{"bad patch", "PATCH", "/v1/clients/taken", opsKey, `{"role":"root"}`, 400, "invalid_request_error", "role:"},
+		{"bad grace", "POST", "/v1/clients/taken/rotate", opsKey, `{"grace_seconds":-1}`, 400, "invalid_request_error", "grace_seconds:"},
+		{"unknown client", "GET", "/v1/clients/nobody", opsKey, "", 404, "not_found_error", "nobody"},
+		{"unknown patched", "PATCH", "/v1/clients/nobody", opsKey, `{"role":"admin"}`, 404, "not_found_error", "nobody"},
+		{"unknown rotated", "POST", "/v1/clients/nobody/rotate", opsKey, "", 404, "not_found_error", "nobody"},
+		{"unknown revoked", "DELETE", "/v1/clients/nobody", opsKey, "", 404, "not_found_error", "nobody"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := http.NewRequestWithContext(t.Context(), tc.method, "http://"+g.Addr()+tc.path, strings.NewReader(tc.body))
+			require.NoError(t, err)
+			if tc.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var e jobsapi.APIError
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+			require.Equal(t, tc.status, resp.StatusCode, "%+v", e)
+			require.Equal(t, tc.errType, e.Error.Type, e.Error.Message)
+			require.Contains(t, e.Error.Message, tc.msg)
+			if tc.status != 401 && tc.status != 403 {
+				require.NotEmpty(t, resp.Header.Get("X-Sluice-Request-Id"))
+			}
+		})
+	}
+}
+
+// TestClientsAPIWithoutStoreOrConfigClients: the API needs the job store
+// (where clients are kept) and clients in the config (else the gateway is
+// open to every caller and a runtime client would lock it).
+func TestClientsAPIWithoutStoreOrConfigClients(t *testing.T) {
+	t.Parallel()
+	ts := newTestServer(t, adminClients, func(c *Config) { c.Store = StoreNone })
+	r, b := ts.do(t, "GET", "/v1/clients", "", map[string]string{"x-api-key": opsKey})
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode, string(b))
+	typ, msg := apiErrorType(t, b)
+	require.Equal(t, "unavailable_error", typ)
+	require.Contains(t, msg, "store")
+
+	open := newTestServer(t, nil)
+	r, b = open.do(t, "POST", "/v1/clients", `{"name":"x"}`, nil)
+	require.Equal(t, http.StatusForbidden, r.StatusCode, string(b))
+	_, msg = apiErrorType(t, b)
+	require.Contains(t, msg, "clients in the config")
+}
+
+// TestClientKeysExpire: a runtime client's key stops at its client's
+// expires_at and at its own end (a rotation's grace), read on the clock.
+func TestClientKeysExpire(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	digest := func(k string) string {
+		d := sha256.Sum256([]byte(k))
+		return hex.EncodeToString(d[:])
+	}
+	end := now.Add(time.Hour)
+	rc := []runtimeClient{
+		{name: "graced", spec: ClientSpec{}.withDefaults(), keys: []jobstore.ClientKey{
+			{SHA256: digest("k-new")}, {SHA256: digest("k-old"), ExpiresAt: now.Add(time.Minute)}}},
+		{name: "expiring", spec: func() ClientSpec { s := ClientSpec{}.withDefaults(); s.ExpiresAt = &end; return s }(),
+			keys: []jobstore.ClientKey{{SHA256: digest("k-exp")}}},
+		{name: "web", spec: ClientSpec{}.withDefaults(), keys: []jobstore.ClientKey{{SHA256: digest("k-shadow")}}},
+	}
+	at := now
+	cs := buildClientSet(adminClients, rc, func() time.Time { return at })
+	auth := func(k string) (string, bool) {
+		cl, ok := cs.authenticate(http.Header{"X-Api-Key": {k}})
+		return cl.name, ok
+	}
+	for _, tc := range []struct {
+		at   time.Duration
+		key  string
+		name string
+		ok   bool
+	}{
+		{0, "k-new", "graced", true},
+		{0, "k-old", "graced", true},
+		{time.Minute, "k-old", "", false},
+		{time.Minute, "k-new", "graced", true},
+		{59 * time.Minute, "k-exp", "expiring", true},
+		{time.Hour, "k-exp", "", false},
+		{0, "k-shadow", "", false}, // a config name is the config's
+		{0, webKey, "web", true},
+	} {
+		at = now.Add(tc.at)
+		name, ok := auth(tc.key)
+		require.Equal(t, tc.ok, ok, "%s at +%s", tc.key, tc.at)
+		require.Equal(t, tc.name, name)
+	}
+	// An open gateway stays open: runtime clients need config clients.
+	require.True(t, buildClientSet(nil, rc, time.Now).open())
+}
+
+// TestClientsReachEveryNode: two gateways on one PostgreSQL store; a
+// client created on one is accepted by the other within its poll, and a
+// revocation on the other is refused by the first.
+func TestClientsReachEveryNode(t *testing.T) {
+	t.Parallel()
+	dsn := jobstoretest.PostgresDSN(t)
+	m := startSpendMock(t)
+	a := clientsGateway(t, m, dsn, 50*time.Millisecond, "node-a")
+	b := clientsGateway(t, m, dsn, 50*time.Millisecond, "node-b")
+
+	var created ClientInfo
+	code, body := adminCall(t, a, "POST", "/v1/clients", opsKey, `{"name":"shared"}`, &created)
+	require.Equal(t, http.StatusCreated, code, string(body))
+	require.Eventually(t, func() bool {
+		code, _ := proxied(t, b, created.Key)
+		return code == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "node b never accepted the client created on node a")
+
+	code, body = adminCall(t, b, "DELETE", "/v1/clients/shared", opsKey, "", nil)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Eventually(t, func() bool {
+		code, _ := proxied(t, a, created.Key)
+		return code == http.StatusUnauthorized
+	}, 30*time.Second, 20*time.Millisecond, "node a kept accepting a client revoked on node b")
+}
+
+// FuzzClientRequest: any body of POST or PATCH /v1/clients is decoded,
+// applied and validated without a panic, and one that passes makes a
+// spec the gateway can store and read back.
+func FuzzClientRequest(f *testing.F) {
+	for _, s := range []string{`{"name":"a","limits":{"requests_per_minute":5,"upstreams":{"claude":{"max_concurrency":2}}},"budget":{"day":1}}`,
+		`{"expires_at":null}`, `{"expires_at":"2030-01-01T00:00:00Z","role":"admin"}`, `{"budget":{"day":"x"}}`, `[]`, `{`} {
+		f.Add([]byte(s))
+	}
+	ups := map[string]bool{"claude": true}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var req ClientRequest
+		if err := decodeStrict(raw, &req); err != nil {
+			require.ErrorIs(t, err, errClientRequest)
+			return
+		}
+		sp := req.apply(ClientSpec{}).withDefaults()
+		if sp.validate("fuzz", ups) != nil {
+			return
+		}
+		b, err := json.Marshal(sp)
+		require.NoError(t, err)
+		rc, err := decodeRuntimeClient(&jobstore.StoredClient{Name: "fuzz", Spec: b})
+		require.NoError(t, err)
+		require.Equal(t, sp.Role, rc.spec.Role)
+	})
+}
