@@ -176,6 +176,8 @@ func TestSuggest(t *testing.T) {
 	known := []string{"requests_per_minute", "tokens_per_minute", "max_concurrency", "limits"}
 	require.Equal(t, "requests_per_minute", Suggest("request_per_minute", known))
 	require.Equal(t, "limits", Suggest("limit", known))
+	require.Equal(t, "requests_per_minute", Suggest("rpm", known))
+	require.Equal(t, "tokens_per_minute", Suggest("tpm", known))
 	require.Equal(t, "max_concurrency", Suggest("max_concurency", known))
 	require.Empty(t, Suggest("colour", known))
 	require.Empty(t, Suggest("x", []string{"y"}))

@@ -1,9 +1,17 @@
 package configfile
 
-// Suggest returns the known word nearest to got by edit distance when it is
+import "strings"
+
+// Suggest returns the known word got abbreviates (its words' initials:
+// rpm for requests_per_minute), else the known word nearest to got by edit distance when it is
 // close enough to be what was meant (at most a third of its length, and 2
 // edits at least), else "".
 func Suggest(got string, known []string) string {
+	for _, k := range known {
+		if len(got) > 1 && got == initials(k) {
+			return k // rpm: requests_per_minute
+		}
+	}
 	best, bestD := "", -1
 	for _, k := range known {
 		d := editDistance(got, k)
@@ -40,4 +48,15 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// initials returns the first letter of each _-separated word of s.
+func initials(s string) string {
+	var b []byte
+	for _, w := range strings.Split(s, "_") {
+		if w != "" {
+			b = append(b, w[0])
+		}
+	}
+	return string(b)
 }
