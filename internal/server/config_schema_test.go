@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -103,7 +104,7 @@ func TestExampleConfigsMatchTheSchema(t *testing.T) {
 	require.GreaterOrEqual(t, len(examples), 6)
 	for name, text := range examples {
 		require.NoError(t, s.Validate(yamlInstance(t, text)), "%s does not match docs/sluice.schema.json", name)
-		_, err := ParseConfig(text, exampleEnv)
+		_, err := ParseConfig(text, exampleEnv(text))
 		require.NoError(t, err, name)
 	}
 }
@@ -136,10 +137,21 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 	}
 }
 
-// exampleEnv gives every ${VAR} of an example a value: a URL for a *_URL.
-func exampleEnv(name string) (string, bool) {
-	if strings.HasSuffix(name, "_URL") {
-		return "https://" + strings.ToLower(name) + ".example", true
+// exampleEnv gives the ${VAR}s of an example text a value: a variable
+// written with a default is unset (the default is the example's value),
+// any other gets a placeholder (a URL for a *_URL).
+func exampleEnv(text []byte) LookupEnv {
+	withDefault := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*):-`).FindAllSubmatch(text, -1) {
+		withDefault[string(m[1])] = true
 	}
-	return "v-" + strings.ToLower(name), true
+	return func(name string) (string, bool) {
+		switch {
+		case withDefault[name]:
+			return "", false
+		case strings.HasSuffix(name, "_URL"):
+			return "https://" + strings.ToLower(name) + ".example", true
+		}
+		return "v-" + strings.ToLower(name), true
+	}
 }
