@@ -3,6 +3,7 @@ package configfile
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,11 +65,12 @@ func misIndented(data []byte) (int, string) {
 			continue
 		}
 		if top := levels[len(levels)-1]; indent < top {
+			open := slices.Clone(levels)
 			for len(levels) > 1 && levels[len(levels)-1] > indent {
 				levels = levels[:len(levels)-1]
 			}
 			if levels[len(levels)-1] != indent {
-				return i + 1, fmt.Sprintf("YAML syntax: this line is indented %d spaces, which lines up with no line above it (%s)", indent, describeLevels(levels))
+				return i + 1, fmt.Sprintf("YAML syntax: this line is indented %d spaces, which lines up with no line above it (%s)", indent, describeLevels(open))
 			}
 		} else if indent > top {
 			levels = append(levels, indent)
