@@ -4,8 +4,8 @@ import (
 	"reflect"
 	"strconv"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/configfile"
-	"github.com/sluicehq/sluice/internal/pricing"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -31,7 +31,7 @@ func ConfigEnums() configfile.Enums {
 		"clients[].default_priority":     priorities,
 		"clients[].max_priority":         priorities,
 		"clients[].role":                 {RoleClient, RoleAdmin},
-		"prices.unknown":                 {pricing.UnknownFallback, pricing.UnknownRefuse},
+		"prices.unknown":                 {admit.PricesUnknownFallback, admit.PricesUnknownRefuse},
 	}
 }
 
