@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -129,7 +130,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// hostPortRE is a base_url written without its scheme: a host or an
+// address, a port, maybe a path (127.0.0.1:23019, localhost:8080/v1).
+var hostPortRE = regexp.MustCompile(`^[A-Za-z0-9.-]+(:[0-9]+)?(/.*)?$|^\[[0-9A-Fa-f:.]+\](:[0-9]+)?(/.*)?$`)
+
 func validateBaseURL(s string) error {
+	if !strings.Contains(s, "://") && hostPortRE.MatchString(s) {
+		return fmt.Errorf("a URL needs its scheme: http://%s (or https://%s)", s, s)
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("invalid URL: %w", redactURLError(err))

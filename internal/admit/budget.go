@@ -13,6 +13,13 @@ import (
 // gateway's config names it through the layer that charges at it.
 type Prices = pricing.Config
 
+// What prices.unknown may be (pricing.Config.Unknown), for the config's
+// enums.
+const (
+	PricesUnknownFallback = pricing.UnknownFallback
+	PricesUnknownRefuse   = pricing.UnknownRefuse
+)
+
 // Budget is a client's spend budget in US dollars (priced by the price
 // table). A request whose worst-case cost does not fit is refused: 429
 // with retry-after for Day and Month, 402 for Total (docs/budgets.md).

@@ -266,6 +266,11 @@ func (c Config) validate() error {
 	}
 	if c.BurstSeconds <= 0 || c.BurstSeconds > 3600 {
 		errs = append(errs, fmt.Errorf("burst_seconds must be in (0, 3600], got %g", c.BurstSeconds))
+	} else if l := c.limits(); l.RPM > 0 && float64(l.RPM)*c.BurstSeconds/60 < 1 {
+		// A request bucket shallower than one request never admits one:
+		// every request would get 429, forever.
+		errs = append(errs, fmt.Errorf("burst_seconds %g holds %.2f requests at rpm %d, so every request would get 429: use at least %g",
+			c.BurstSeconds, float64(l.RPM)*c.BurstSeconds/60, l.RPM, math.Ceil(60/float64(l.RPM)*10)/10))
 	}
 	if c.OTPMMode != OTPMReserve && c.OTPMMode != OTPMRealtime {
 		errs = append(errs, fmt.Errorf("otpm_mode must be %q or %q, got %q", OTPMReserve, OTPMRealtime, c.OTPMMode))

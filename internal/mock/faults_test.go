@@ -208,7 +208,7 @@ func TestConfigValidationAndYAML(t *testing.T) {
 		yaml    string
 		wantErr string
 	}{
-		{"valid", "listen: 127.0.0.1:0\npreset: anthropic-tier1\nlimits: {rpm: 10}\nburst_seconds: 1\nttft: 200ms\nfaults:\n  overload_rate: 0.1\n  outages: [{start: 30s, duration: 10s}]\n", ""},
+		{"valid", "listen: 127.0.0.1:0\npreset: anthropic-tier1\nlimits: {rpm: 10}\nburst_seconds: 6\nttft: 200ms\nfaults:\n  overload_rate: 0.1\n  outages: [{start: 30s, duration: 10s}]\n", ""},
 		{"empty file", "", ""},
 		{"unknown field", "rpm: 5\n", "field rpm not found"},
 		{"bad rate", "faults: {overload_rate: 1.5}\n", "faults.overload_rate must be in [0, 1]"},
@@ -221,6 +221,7 @@ func TestConfigValidationAndYAML(t *testing.T) {
 		{"flex factor", "flex_latency_factor: 0.5\n", "flex_latency_factor must be finite and >= 1"},
 		{"flex rate", "faults: {flex_unavailable_rate: 2}\n", "faults.flex_unavailable_rate must be in [0, 1]"},
 		{"count tokens limit", "limits: {count_tokens_rpm: -1}\n", "limits.count_tokens_rpm must be >= 0"},
+		{"bucket below one request", "preset: anthropic-tier1\nburst_seconds: 1\n", "burst_seconds 1 holds 0.83 requests at rpm 50, so every request would get 429: use at least 1.2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

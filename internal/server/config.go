@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,14 +9,15 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
-	"go.yaml.in/yaml/v3"
 )
 
 // Defaults for Config fields.
@@ -220,6 +220,8 @@ func (cl ClientConfig) digests() [][sha256.Size]byte {
 type LookupEnv func(name string) (string, bool)
 
 // LoadConfig reads, expands, defaults and validates the YAML file at path.
+// A mistake in the file is a *configfile.Error: one line naming the file,
+// the line, the field's YAML path and what to change.
 func LoadConfig(path string, lookup LookupEnv) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -227,40 +229,35 @@ func LoadConfig(path string, lookup LookupEnv) (Config, error) {
 	}
 	cfg, err := ParseConfig(data, lookup)
 	if err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+		return Config{}, configfile.InFile(err, path)
 	}
 	return cfg, nil
 }
 
 // ParseConfig reads YAML config: ${VAR} and ${VAR:-default} are expanded in
 // every value (an unset VAR without a default is an error naming it),
-// unknown fields are rejected, and the result is defaulted and validated.
+// unknown fields and values of the wrong kind are rejected, and the result
+// is defaulted and validated. Every error is a *configfile.Error with the
+// line and the YAML path of the field at fault.
 func ParseConfig(data []byte, lookup LookupEnv) (Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return Config{}, fmt.Errorf("parsing YAML: %w", err)
-	}
-	if root.Kind == 0 {
-		return Config{}, errors.New("parsing YAML: the file is empty")
-	}
-	if err := expandNode(&root, lookup); err != nil {
+	root, err := configfile.Parse(data)
+	if err != nil {
 		return Config{}, err
 	}
-	// Re-encode the expanded tree so the strict decoder can reject unknown
-	// fields (yaml.Node.Decode has no such option).
-	expanded, err := yaml.Marshal(&root)
-	if err != nil {
-		return Config{}, fmt.Errorf("re-encoding expanded YAML: %w", err)
+	if err := expandNode(root, "", lookup); err != nil {
+		return Config{}, err
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(expanded))
-	dec.KnownFields(true)
+	if err := configfile.Check(root, reflect.TypeFor[Config](), ConfigEnums()); err != nil {
+		return Config{}, err
+	}
 	var cfg Config
-	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, decodeError(err, expanded, &root)
+	if err := root.Decode(&cfg); err != nil {
+		// Check takes every value the decoder takes; this is a backstop.
+		return Config{}, &configfile.Error{Msg: "decoding: " + err.Error(), Err: err}
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
-		return Config{}, err
+		return Config{}, configfile.At(root, err)
 	}
 	return cfg, nil
 }

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
 	"github.com/stretchr/testify/require"
@@ -141,8 +143,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		name, doc, want string
 	}{
 		{"empty", "", "empty"},
-		{"unknown field", "listen: 127.0.0.1:1\nlisen: x\n" + "upstreams:\n" + up0, "field lisen not found"},
-		{"unknown nested field", "upstreams:\n  - {name: a, protocol: anthropic, api_key: k, limits: {rpm: 1}}\n", "field rpm not found"},
+		{"unknown field", "listen: 127.0.0.1:1\nlisen: x\n" + "upstreams:\n" + up0, "line 2: lisen: unknown field; did you mean listen?"},
+		{"unknown nested field", "upstreams:\n  - {name: a, protocol: anthropic, api_key: k, limits: {rpm: 1}}\n", "upstreams[0].limits.rpm: unknown field"},
 		{"bad duration", "shutdown_grace: soon\nupstreams:\n" + up0, "soon"},
 		{"no upstreams", "listen: 127.0.0.1:1\n", "upstreams: at least one"},
 		{"listen", "listen: nonsense\nupstreams:\n" + up0, "listen:"},
@@ -156,7 +158,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"name", "upstreams:\n  - {name: A B, protocol: anthropic, api_key: k}\n", "upstreams[0].name:"},
 		{"reserved name", "upstreams:\n  - {name: v1, protocol: anthropic, api_key: k}\n", "upstreams[0].name: \"v1\" is reserved"},
 		{"duplicate name", "upstreams:\n" + up0 + up0, "upstreams[1].name: duplicate"},
-		{"protocol", "upstreams:\n  - {name: a, protocol: gemini, api_key: k}\n", "upstreams[0].protocol: unknown protocol"},
+		{"protocol", "upstreams:\n  - {name: a, protocol: gemini, api_key: k}\n", `upstreams[0].protocol: "gemini" is not one of anthropic, openai`},
 		{"base_url scheme", "upstreams:\n  - {name: a, protocol: openai, api_key: k, base_url: 'ftp://x'}\n", "upstreams[0].base_url:"},
 		{"base_url creds", "upstreams:\n  - {name: a, protocol: openai, api_key: k, base_url: 'https://u:p@x'}\n", "upstreams[0].base_url: must not contain credentials"},
 		{"api_key", "upstreams:\n  - {name: a, protocol: openai}\n", "upstreams[0].api_key: required"},
@@ -183,14 +185,14 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"min_concurrency", "upstreams:\n  - {name: b, protocol: openai, api_key: k, min_concurrency: -1}\n", "upstreams[0].min_concurrency: must be >= 0"},
 		{"min over max concurrency", "upstreams:\n  - {name: b, protocol: openai, api_key: k, min_concurrency: 9, limits: {max_concurrency: 4}}\n", "upstreams[0].min_concurrency: must be <= limits.max_concurrency"},
 		{"retry.budget_min", "upstreams:\n  - {name: b, protocol: openai, api_key: k, retry: {budget_min: -1}}\n", "upstreams[0].retry.budget_min:"},
-		{"profile", "upstreams:\n  - {name: b, protocol: openai, api_key: k, profile: fast}\n", "upstreams[0].profile: unknown profile \"fast\""},
-		{"class name", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {urgent: {weight: 1}}}\n", "field urgent not found"},
+		{"profile", "upstreams:\n  - {name: b, protocol: openai, api_key: k, profile: fast}\n", `upstreams[0].profile: "fast" is not one of balanced, latency, throughput`},
+		{"class name", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {urgent: {weight: 1}}}\n", "upstreams[0].classes.urgent: unknown field"},
 		{"class weight", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {low: {weight: -1}}}\n", "upstreams[0].classes.low.weight: must be > 0"},
 		{"class max_wait", "upstreams:\n  - {name: b, protocol: openai, api_key: k, classes: {low: {max_wait: -1s}}}\n", "upstreams[0].classes.low.max_wait: must be >= 0"},
 		{"client name", "upstreams:\n" + up0 + "clients: [{key: k}]\n", "clients[0].name: required"},
 		{"client key", "upstreams:\n" + up0 + "clients: [{name: a}]\n", "clients[0].key: required"},
-		{"client default_priority", "upstreams:\n" + up0 + "clients: [{name: a, key: k, default_priority: urgent}]\n", "clients[0].default_priority: unknown priority"},
-		{"client max_priority", "upstreams:\n" + up0 + "clients: [{name: a, key: k, max_priority: 7}]\n", "clients[0].max_priority: unknown priority"},
+		{"client default_priority", "upstreams:\n" + up0 + "clients: [{name: a, key: k, default_priority: urgent}]\n", `clients[0].default_priority: "urgent" is not one of critical, high, normal, low, 0, 1, 2, 3`},
+		{"client max_priority", "upstreams:\n" + up0 + "clients: [{name: a, key: k, max_priority: 7}]\n", `clients[0].max_priority: "7" is not one of critical`},
 		{"client default above max", "upstreams:\n" + up0 + "clients: [{name: a, key: k, default_priority: critical, max_priority: normal}]\n", "clients[0].default_priority: critical is more urgent"},
 		{"client duplicate name", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: a, key: j}]\n", "clients[1].name: duplicate"},
 		{"client duplicate key", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key: k}]\n", "clients[1].keys: a key is used twice"},
@@ -198,7 +200,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"client key hashed twice", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key_sha256: 8254c329a92850f6d539dd376f4816ee2764517da5e0235514af433164480d7a}]\n", "clients[1].keys: a key is used twice"},
 		{"client bad key_sha256", "upstreams:\n" + up0 + "clients: [{name: a, key_sha256: xyz}]\n", "clients[0].key_sha256: want the 64 hex"},
 		{"client no key", "upstreams:\n" + up0 + "clients: [{name: a}]\n", "clients[0].key: required"},
-		{"client bad role", "upstreams:\n" + up0 + "clients: [{name: a, key: k, role: root}]\n", "clients[0].role: \"root\" is not admin or client"},
+		{"client bad role", "upstreams:\n" + up0 + "clients: [{name: a, key: k, role: root}]\n", `clients[0].role: "root" is not one of client, admin`},
 		{"client negative limit", "upstreams:\n" + up0 + "clients: [{name: a, key: k, limits: {requests_per_minute: -1}}]\n", "clients[0].limits.requests_per_minute: must be >= 0"},
 		{"client limit unknown upstream", "upstreams:\n" + up0 + "clients: [{name: a, key: k, limits: {upstreams: {nope: {max_concurrency: 1}}}}]\n", "clients[0].limits.upstreams.nope: no upstream is named"},
 	} {
@@ -210,37 +212,57 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
-// TestDecodeErrorsNameThePathAndLine: a value of the wrong type or an
-// unknown field is reported by its YAML path and its line in the file
-// (the strict decoder reads a re-encoded copy, whose lines differ), in
-// flow and block style, in lists, and in api_keys objects; where several
-// fields on one line could be meant, the line at least is the file's.
-func TestDecodeErrorsNameThePathAndLine(t *testing.T) {
+// TestConfigErrorsAreOneLineWithPathLineAndFix: the loader's mistakes
+// (issue 27's list) are one line each: the line in the file, the field's
+// whole YAML path, what is wrong in YAML's words, and the fix. Validation
+// errors carry the line of their field too.
+func TestConfigErrorsAreOneLineWithPathLineAndFix(t *testing.T) {
 	t.Parallel()
-	const doc = "# comment\n\nlisten: 127.0.0.1:8080\n\n\n# more\n\nupstreams:\n" +
-		"  - name: a\n    protocol: openai\n\n    api_key: k\n" +
-		"    limits: {max_concurrency: lots, rpm: 2}\n" + // line 13
-		"  - name: b\n    protocol: openai\n    api_keys:\n\n" +
-		"      - {key: x, limits: {tpm: 1}}\n" + // line 18
-		"      - [y]\n" +
-		"    breaker: {window: a-very-long-value}\n" +
-		"jobs:\n  retry:\n    base_delay: fast\n" + // line 23
-		"clients: [{name: c, key: k, limits: {upstreams: {a: {rpm: 1}}}}]\n"
-	_, err := ParseConfig([]byte(doc), env(nil))
-	require.Error(t, err)
-	for _, want := range []string{
-		"upstreams[0].limits.max_concurrency: cannot unmarshal !!str `lots` into int (line 13)",
-		"upstreams[0].limits.rpm: field rpm not found in type upstream.Limits (line 13)",
-		"upstreams[1].api_keys[0].limits.tpm: field tpm not found in type upstream.Limits (line 18)",
-		"upstreams[1].api_keys[1]: cannot unmarshal !!seq into upstream.Key",
-		"upstreams[1].breaker.window: cannot unmarshal !!str `a-very-...` into time.Duration (line 20)",
-		"jobs.retry.base_delay: cannot unmarshal !!str `fast` into time.Duration (line 23)",
-		"clients[0].limits.upstreams.a.rpm: field rpm not found",
+	const up = "# comment\n\nupstreams:\n  - name: anthropic\n    protocol: anthropic\n    api_key: k\n"
+	for _, tc := range []struct{ name, doc, want string }{
+		{"typo", up + "    limits:\n      request_per_minute: 50\n",
+			"line 8: upstreams[0].limits.request_per_minute: unknown field; did you mean requests_per_minute?"},
+		{"word for a number", up + "    limits:\n      requests_per_minute: fifty\n",
+			`line 8: upstreams[0].limits.requests_per_minute: want a whole number, got "fifty"`},
+		{"duration without unit", up + "    request_timeout: 10\n",
+			"line 7: upstreams[0].request_timeout: got 10: durations need a unit: 10s"},
+		{"mis-indented key", up + "   base_url: https://x\n",
+			"line 7: YAML syntax: this line is indented 3 spaces"},
+		{"URL without scheme", up + "    base_url: 127.0.0.1:23019\n",
+			"line 7: upstreams[0].base_url: a URL needs its scheme: http://127.0.0.1:23019"},
+		{"host without scheme", up + "    base_url: localhost:23019\n",
+			"line 7: upstreams[0].base_url: a URL needs its scheme: http://localhost:23019"},
+		{"protocol", "upstreams:\n  - {name: a, protocol: antropic, api_key: k}\n",
+			`line 2: upstreams[0].protocol: "antropic" is not one of anthropic, openai; did you mean anthropic?`},
+		{"role", up + "clients: [{name: c, key: j, role: admn}]\n", "line 7: clients[0].role: \"admn\" is not one of client, admin; did you mean admin?"},
+		{"api_keys object", up + "  - name: b\n    protocol: openai\n    api_keys:\n      - {key: x, limits: {tpm: 1}}\n",
+			"line 10: upstreams[1].api_keys[0].limits.tpm: unknown field"},
+		{"key as list", up + "  - name: b\n    protocol: openai\n    api_keys: [[y]]\n",
+			"line 9: upstreams[1].api_keys[0]: want a string or a mapping"},
+		{"jobs duration", up + "jobs:\n  retry:\n    base_delay: fast\n",
+			`line 9: jobs.retry.base_delay: want a duration such as 500ms, 30s, 5m or 1h, got "fast"`},
+		{"client limits upstream", up + "clients: [{name: c, key: k, limits: {upstreams: {anthropic: {rpm: 1}}}}]\n",
+			"line 7: clients[0].limits.upstreams.anthropic.rpm: unknown field; did you mean requests_per_minute?"},
+		{"validation: its line", up + "    retry: {base_delay: 9s, max_delay: 1s}\n",
+			"line 7: upstreams[0].retry.base_delay: must be <= retry.max_delay"},
+		{"validation: duplicate", up + "  - name: anthropic\n    protocol: anthropic\n    api_key: k\n",
+			`line 7: upstreams[1].name: duplicate upstream "anthropic"`},
+		{"validation: top level", "listen: 0.0.0.0:8080\n" + up, "line 1: listen: 0.0.0.0:8080 is not a loopback address"},
+		{"validation: a default, no line of its own", "upstreams:\n  - {name: a, protocol: openai}\n", "line 2: upstreams[0].api_key: required"},
 	} {
-		require.ErrorContains(t, err, want)
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ParseConfig([]byte(tc.doc), env(nil))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			require.NotContains(t, err.Error(), "\n")
+			for _, goWord := range []string{"int64", "time.Duration", "upstream.", "!!", "cannot unmarshal"} {
+				require.NotContains(t, err.Error(), goWord)
+			}
+			_, ok := errors.AsType[*configfile.Error](err)
+			require.True(t, ok, "%T", err)
+		})
 	}
-	_, err = ParseConfig([]byte("listen: 127.0.0.1:1\n\nupstreams: [{name: a, protocol: openai, api_key: k, limits: {requests_per_minute: x, tokens_per_minute: x}}]\n"), env(nil))
-	require.ErrorContains(t, err, "line 3: cannot unmarshal !!str `x` into int64")
 }
 
 func TestParseConfigNeverEchoesSecrets(t *testing.T) {
@@ -313,8 +335,7 @@ func TestLoadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("upstreams: [{name: a, protocol: openai, api_key: k, limits: {rpm: 1}}]\n"), 0o600))
 	_, err := LoadConfig(path, env(nil))
-	require.ErrorContains(t, err, path)
-	require.ErrorContains(t, err, "rpm")
+	require.EqualError(t, err, path+":1: upstreams[0].limits.rpm: unknown field; did you mean requests_per_minute?")
 	_, err = LoadConfig(filepath.Join(t.TempDir(), "missing.yaml"), env(nil))
 	require.ErrorContains(t, err, "reading config")
 }

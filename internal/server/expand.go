@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/configfile"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -55,13 +56,13 @@ func expandEnv(s string, lookup LookupEnv) (string, error) {
 }
 
 // expandNode expands environment references in every scalar value of the
-// tree (keys are left alone).
-func expandNode(n *yaml.Node, lookup LookupEnv) error {
+// tree (keys are left alone); path is n's YAML path, for the error.
+func expandNode(n *yaml.Node, path string, lookup LookupEnv) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
 		v, err := expandEnv(n.Value, lookup)
 		if err != nil {
-			return fmt.Errorf("line %d: %w", n.Line, err)
+			return &configfile.Error{Line: n.Line, Path: path, Msg: err.Error(), Err: err}
 		}
 		if v != n.Value {
 			// Let the decoder resolve the expanded text afresh, quoted or not,
@@ -76,13 +77,23 @@ func expandNode(n *yaml.Node, lookup LookupEnv) error {
 		}
 	case yaml.MappingNode:
 		for i := 1; i < len(n.Content); i += 2 {
-			if err := expandNode(n.Content[i], lookup); err != nil {
+			p := n.Content[i-1].Value
+			if path != "" {
+				p = path + "." + p
+			}
+			if err := expandNode(n.Content[i], p, lookup); err != nil {
 				return err
 			}
 		}
-	case yaml.DocumentNode, yaml.SequenceNode:
+	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			if err := expandNode(c, lookup); err != nil {
+			if err := expandNode(c, path, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup); err != nil {
 				return err
 			}
 		}

@@ -144,7 +144,7 @@ func TestJobsConfigValidationNamesField(t *testing.T) {
 	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {webhook_secret: \"whsec_not base64!\"}\n"), nil)
 	require.ErrorContains(t, err, "jobs.webhook_secret: ")
 	_, err = ParseConfig([]byte("upstreams: [{name: a, protocol: anthropic, api_key: k}]\njobs: {retry: {base_delay: 1s, jitter: 1s}}\n"), nil)
-	require.ErrorContains(t, err, "field jitter not found")
+	require.ErrorContains(t, err, "jobs.retry.jitter: unknown field; the fields here are base_delay, max_delay")
 }
 
 // TestJobsRetryFromYAML: jobs.retry sets the requeue backoff, and a zero

@@ -383,7 +383,7 @@ prices:
 	require.Equal(t, pricing.UnknownRefuse, cfg.Prices.Unknown)
 	for doc, want := range map[string]string{
 		"clients: [{name: t, key: k1, budget: {day: -1}}]\n":           "clients[0].budget.day",
-		"clients: [{name: t, key: k1, budget: {totl: 1}}]\n":           "field totl not found",
+		"clients: [{name: t, key: k1, budget: {totl: 1}}]\n":           "clients[0].budget.totl: unknown field; did you mean total?",
 		"prices: {unknown: maybe}\n":                                   "prices.unknown",
 		"prices: {models: {m: {input: 1, output: -2}}}\n":              "prices.models.m.output",
 		"prices: {fallback: {input: .nan}}\n":                          "prices.fallback.input",
