@@ -123,6 +123,7 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 		Client:   client,
 		Deadline: deadline,
 		Cost:     cost,
+		Session:  strings.TrimSpace(in.Header.Get(HeaderSession)),
 	}
 	if req.Method == "" {
 		req.Method = http.MethodPost
