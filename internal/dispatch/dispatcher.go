@@ -34,6 +34,8 @@ type Dispatcher struct {
 	clk     clock.Clock
 	obs     Observer
 	keys    []*poolKey // the key pool; one key for api_key alone
+	// counting is each key's token-counting bucket (count_tokens.go).
+	counting *countTokensPool
 	brk     *flow.Breaker
 	aimd    *flow.AIMD
 	budget  *flow.RetryBudget
@@ -122,6 +124,9 @@ func New(c Config) (*Dispatcher, error) {
 	}
 	d.sessions = newExpiring[*poolKey](cfg.PromptCache.Prefixes)
 	if d.keys, err = newPool(cfg, now); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	if d.counting, err = newCountTokensPool(cfg, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
 	slots := 0
