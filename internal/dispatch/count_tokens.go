@@ -207,6 +207,6 @@ func (d *Dispatcher) countTokensStopped(attempts int, queued time.Duration) *Err
 // before its deadline: wait is how long until one could.
 func (d *Dispatcher) countTokensShed(attempts int, queued, wait time.Duration) *Error {
 	return &Error{Reason: ErrShed, Status: http.StatusTooManyRequests, Type: errorTypeFor(d.cfg.Protocol, http.StatusTooManyRequests),
-		Message: fmt.Sprintf("token counting is rate limited on every key for %v, past the request's deadline", wait.Round(time.Millisecond)),
+		Message:    fmt.Sprintf("token counting is rate limited on every key for %v, past the request's deadline", wait.Round(time.Millisecond)),
 		RetryAfter: clientRetryAfter(wait), Attempts: attempts, QueueWait: queued}
 }

@@ -30,18 +30,18 @@ import (
 // Create one with New, then Start it; Stop fails every queued request with
 // ErrStopped.
 type Dispatcher struct {
-	cfg     settings
-	clk     clock.Clock
-	obs     Observer
-	keys    []*poolKey // the key pool; one key for api_key alone
+	cfg  settings
+	clk  clock.Clock
+	obs  Observer
+	keys []*poolKey // the key pool; one key for api_key alone
 	// counting is each key's token-counting bucket (count_tokens.go).
 	counting *countTokensPool
-	brk     *flow.Breaker
-	aimd    *flow.AIMD
-	budget  *flow.RetryBudget
-	cal     *calibrator // learns the estimates' bias from reported usage
-	backoff flow.Backoff
-	base    string
+	brk      *flow.Breaker
+	aimd     *flow.AIMD
+	budget   *flow.RetryBudget
+	cal      *calibrator // learns the estimates' bias from reported usage
+	backoff  flow.Backoff
+	base     string
 
 	rmu sync.Mutex // guards cfg.Rand
 
