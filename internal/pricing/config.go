@@ -105,7 +105,7 @@ func NewTable(c Config) (*Table, error) {
 	} else {
 		for _, p := range entries {
 			p = p.WithDefaults()
-			fb.Input = max(fb.Input, p.Input, p.CacheWrite, p.CacheWrite1h)
+			fb.Input = max(fb.Input, p.Input, p.CacheWrite)
 			fb.Output = max(fb.Output, p.Output)
 		}
 	}

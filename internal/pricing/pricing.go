@@ -150,7 +150,7 @@ func (p Price) Cost(proto llm.Protocol, u llm.Usage) Amount {
 // the estimate is above its threshold.
 func (p Price) Worst(c provider.Cost) Amount {
 	p = p.at(nonNeg(c.InputTokens))
-	n := float64(nonNeg(c.InputTokens))*perToken(max(p.Input, p.CacheWrite, p.CacheWrite1h)) +
+	n := float64(nonNeg(c.InputTokens))*perToken(max(p.Input, p.CacheWrite)) +
 		float64(nonNeg(c.OutputTokens))*perToken(p.Output)
 	return ceilAmount(n)
 }

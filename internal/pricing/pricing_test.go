@@ -130,8 +130,7 @@ func TestLongContextPrice(t *testing.T) {
 	require.Equal(t, pricing.FromDollars(0.3+0.03+0.015), m.Price.Cost(llm.Anthropic, short))
 	long := llm.Usage{InputTokens: 100_000, CacheReadInputTokens: 100_001, OutputTokens: 1000}
 	require.Equal(t, pricing.FromDollars(0.6+100_001*0.6/1e6+0.0225), m.Price.Cost(llm.Anthropic, long))
-	require.Equal(t, pricing.FromDollars(250_000*12/1e6+1000*22.5/1e6), m.Price.Worst(provider.Cost{InputTokens: 250_000, OutputTokens: 1000}),
-		"the worst case writes the prompt to the 1-hour cache")
+	require.Equal(t, pricing.FromDollars(250_000*7.5/1e6+1000*22.5/1e6), m.Price.Worst(provider.Cost{InputTokens: 250_000, OutputTokens: 1000}))
 
 	bad := pricing.Price{Input: 1, Output: 1, LongContextAbove: 10}
 	require.ErrorContains(t, bad.Validate(), "long_context: required")
