@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"container/list"
 	"sync"
 	"time"
@@ -156,9 +157,17 @@ func (d *Dispatcher) cacheOf(req *Request) promptCache {
 	if !ok || e == provider.EndpointEmbeddings || e == provider.EndpointCountTokens {
 		return pc
 	}
+	// Cheap looks first: most bodies name no session, and an Anthropic
+	// body without cache_control (or an OpenAI one far shorter than the
+	// shortest cacheable prompt) has no prefix to read.
 	pc.session = req.Session
-	if pc.session == "" {
+	if pc.session == "" && (bytes.Contains(req.Body, []byte(`"user_id"`)) || bytes.Contains(req.Body, []byte(`"prompt_cache_key"`)) ||
+		bytes.Contains(req.Body, []byte(`"user"`))) {
 		pc.session = provider.SessionOf(d.cfg.Protocol, req.Body)
+	}
+	if d.cfg.Protocol == llm.Anthropic && !bytes.Contains(req.Body, []byte(`"cache_control"`)) ||
+		d.cfg.Protocol != llm.Anthropic && int64(len(req.Body)) < provider.OpenAICacheMinTokens*2 {
+		return pc
 	}
 	pc.prefix, ok = provider.CachePrefixOf(d.cfg.Protocol, e, req.Body, nil)
 	pc.has = ok && pc.prefix.Cacheable
