@@ -225,6 +225,10 @@ type Config struct {
 	Retry Retry `yaml:"retry"`
 	// Breaker is the circuit breaker. Defaults to Breaker's defaults.
 	Breaker Breaker `yaml:"breaker"`
+	// PromptCache is how admission counts the provider's prompt cache and
+	// keeps requests on the key that holds it. Defaults to PromptCache's
+	// defaults.
+	PromptCache PromptCache `yaml:"prompt_cache"`
 	// Classes are the priority classes' scheduling settings. Defaults to
 	// the profile's, else Class's defaults (WeightsDefault, MaxWaitDefault
 	// and HeadroomDefault).
@@ -246,7 +250,49 @@ type Limits struct {
 	// MaxConcurrency caps requests in flight upstream. Defaults to 64
 	// (MaxConcurrencyDefault).
 	MaxConcurrency int `yaml:"max_concurrency"`
+	// CountTokensPerMinute is Anthropic's token-counting requests per
+	// minute (POST /v1/messages/count_tokens), a bucket of its own that
+	// the messages quota never pays for. Defaults to 0 (learned from the
+	// route's rate-limit headers).
+	CountTokensPerMinute int64 `yaml:"count_tokens_per_minute"`
 }
+
+// PromptCache is how admission counts the provider's prompt cache
+// (docs/pools.md, "Prompt caching and key affinity").
+type PromptCache struct {
+	// Admission charges a request's input with what the provider will
+	// count: a prefix the same key sent within the cache's lifetime is
+	// read from the cache, and Anthropic's ITPM does not count cache reads
+	// (but for the models whose limits do). on or off (the whole prompt is
+	// charged, then corrected by the usage). Defaults to on
+	// (PromptCacheAdmissionDefault).
+	Admission string `yaml:"admission"`
+	// Affinity keeps requests that share a cached prefix or a session
+	// (metadata.user_id, prompt_cache_key, user, X-Sluice-Session) on the
+	// key that holds their cache, unless it cannot admit them before their
+	// deadline while another key can. on or off (the key with the most
+	// room). Defaults to on (PromptCacheAffinityDefault).
+	Affinity string `yaml:"affinity"`
+	// Prefixes bounds each key's record of the prefixes it recently sent
+	// (the least recently used are forgotten first), and the sessions the
+	// pool remembers. Defaults to 4096 (PromptCachePrefixesDefault).
+	Prefixes int `yaml:"prefixes"`
+}
+
+// Prompt cache settings.
+const (
+	PromptCacheOn  = "on"
+	PromptCacheOff = "off"
+	// PromptCacheAdmissionDefault and PromptCacheAffinityDefault are
+	// PromptCache's defaults.
+	PromptCacheAdmissionDefault = PromptCacheOn
+	PromptCacheAffinityDefault  = PromptCacheOn
+	// PromptCachePrefixesDefault bounds a key's record of prefixes.
+	PromptCachePrefixesDefault = 4096
+)
+
+// On reports whether a PromptCache switch (after WithDefaults) is on.
+func (PromptCache) On(v string) bool { return v != PromptCacheOff }
 
 // Retry shapes retries of attempts that fail with an overload or transient
 // error.
@@ -374,6 +420,9 @@ func (c Config) WithDefaults() Config {
 	c.BurstMemory = cmp.Or(c.BurstMemory, BurstMemoryDefault)
 	c.AbandonedStreamDrain = cmp.Or(c.AbandonedStreamDrain, AbandonedStreamDrainDefault)
 	c.KeyProbeInterval = cmp.Or(c.KeyProbeInterval, KeyProbeIntervalDefault)
+	c.PromptCache.Admission = cmp.Or(c.PromptCache.Admission, PromptCacheAdmissionDefault)
+	c.PromptCache.Affinity = cmp.Or(c.PromptCache.Affinity, PromptCacheAffinityDefault)
+	c.PromptCache.Prefixes = cmp.Or(c.PromptCache.Prefixes, PromptCachePrefixesDefault)
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, BaseDelayDefault)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, max(MaxDelayDefault, c.Retry.BaseDelay))
 	c.Retry.MaxAttempts = cmp.Or(c.Retry.MaxAttempts, MaxAttemptsDefault)

@@ -147,7 +147,8 @@ protocol: anthropic
 base_url: https://api.anthropic.com
 api_key: sk
 profile: latency
-limits: {requests_per_minute: 1, input_tokens_per_minute: 2, output_tokens_per_minute: 3, tokens_per_minute: 4, max_concurrency: 5}
+limits: {requests_per_minute: 1, input_tokens_per_minute: 2, output_tokens_per_minute: 3, tokens_per_minute: 4, max_concurrency: 5, count_tokens_per_minute: 18}
+prompt_cache: {admission: off, affinity: off, prefixes: 19}
 burst_seconds: 6
 safety_margin: 0.9
 max_safety_margin: 0.95

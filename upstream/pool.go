@@ -116,6 +116,7 @@ func (l Limits) or(d Limits) Limits {
 	l.OutputTokensPerMinute = cmp.Or(l.OutputTokensPerMinute, d.OutputTokensPerMinute)
 	l.TokensPerMinute = cmp.Or(l.TokensPerMinute, d.TokensPerMinute)
 	l.MaxConcurrency = cmp.Or(l.MaxConcurrency, d.MaxConcurrency)
+	l.CountTokensPerMinute = cmp.Or(l.CountTokensPerMinute, d.CountTokensPerMinute)
 	return l
 }
 
@@ -132,6 +133,7 @@ func (l Limits) validate(prefix string) error {
 		{"output_tokens_per_minute", l.OutputTokensPerMinute},
 		{"tokens_per_minute", l.TokensPerMinute},
 		{"max_concurrency", int64(l.MaxConcurrency)},
+		{"count_tokens_per_minute", l.CountTokensPerMinute},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%s.%s: must be >= 0", prefix, f.name)

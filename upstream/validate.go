@@ -53,6 +53,8 @@ func (c Config) Validate() error {
 		{"limits.output_tokens_per_minute", d.Limits.OutputTokensPerMinute},
 		{"limits.tokens_per_minute", d.Limits.TokensPerMinute},
 		{"limits.max_concurrency", int64(d.Limits.MaxConcurrency)},
+		{"limits.count_tokens_per_minute", d.Limits.CountTokensPerMinute},
+		{"prompt_cache.prefixes", int64(d.PromptCache.Prefixes)},
 		{"min_concurrency", int64(d.MinConcurrency)},
 		{"retry.max_attempts", int64(d.Retry.MaxAttempts)},
 		{"breaker.min_requests", int64(d.Breaker.MinRequests)},
@@ -114,6 +116,14 @@ func (c Config) Validate() error {
 	}
 	if d.OutputReservation == OutputReservationLearned && d.Protocol == OpenAI {
 		return errors.New("output_reservation: learned needs a provider that counts only the output produced; OpenAI reserves max_tokens against TPM")
+	}
+	for _, f := range []struct{ name, v string }{
+		{"prompt_cache.admission", d.PromptCache.Admission},
+		{"prompt_cache.affinity", d.PromptCache.Affinity},
+	} {
+		if f.v != PromptCacheOn && f.v != PromptCacheOff {
+			return fmt.Errorf("%s: must be %q or %q, got %q", f.name, PromptCacheOn, PromptCacheOff, f.v)
+		}
 	}
 	for p := range Priority(NumPriorities) {
 		cl := d.Classes.Get(p)

@@ -97,6 +97,7 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g admission,
 	// subtracts everything reserved since the oldest of them.
 	sendAt := d.clk.Now()
 	k.sending(w, sendAt)
+	w.sentAt = sendAt
 	mark := k.lim.Mark(sendAt).From(k.oldestUnanswered(w))
 	var orgMark flow.Mark
 	if k.org != nil {
@@ -343,7 +344,7 @@ func (d *Dispatcher) stream(ctx context.Context, w *waiter, g admission, resp *h
 		// tokens its stream already reported.
 		refund := tokensOnly(w.cost)
 		if u, ok := so.Usage(); ok {
-			refund = tokensOnly(w.cost.Sub(actualAmount(d.cfg.Protocol, u)))
+			refund = tokensOnly(w.cost.Sub(actualAmount(d.cfg.Protocol, w.req.Cost.Model, u)))
 		}
 		d.release(w, g, flow.Neutral, refund)
 		return exchanged{}, fmt.Errorf("reading upstream %q stream: %w", d.cfg.Name, context.Cause(ctx))

@@ -211,7 +211,7 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 	}
 	var actual flow.Amount
 	if ok {
-		actual = actualAmount(p, usage)
+		actual = actualAmount(p, w.req.Cost.Model, usage)
 		d.obs.Reconciled(w.req.Cost, usage)
 	}
 	result := flow.Healthy
@@ -249,8 +249,11 @@ func (b *trackedBody) finish(complete bool, readErr error) {
 		b.ended.Outcome = llm.Outcome{Kind: llm.Transient, Message: "the response was closed before its end"}
 	}
 	if ok && result == flow.Healthy {
-		// A complete answer: its usage calibrates the next estimates.
-		d.cal.observe(w.req.Cost, actual)
+		// A complete answer: its usage calibrates the next estimates
+		// (against the whole prompt, cached or not), and says what the
+		// provider now holds in the key's cache.
+		d.cal.observe(w.req.Cost, promptAmount(p, usage))
+		d.noteCached(b.g.key, w, usage, w.sentAt)
 	}
 	if result == flow.Healthy {
 		d.mu.Lock()

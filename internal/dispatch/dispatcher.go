@@ -37,12 +37,14 @@ type Dispatcher struct {
 	// responses remembers which key created each Response, for a pool of
 	// more than one key (response_keys.go).
 	responses responseKeys
-	brk       *flow.Breaker
-	aimd      *flow.AIMD
-	budget    *flow.RetryBudget
-	cal       *calibrator // learns the estimates' bias from reported usage
-	backoff   flow.Backoff
-	base      string
+	// counting is each key's token-counting bucket (count_tokens.go).
+	counting *countTokensPool
+	brk      *flow.Breaker
+	aimd     *flow.AIMD
+	budget   *flow.RetryBudget
+	cal      *calibrator // learns the estimates' bias from reported usage
+	backoff  flow.Backoff
+	base     string
 
 	rmu sync.Mutex // guards cfg.Rand
 
@@ -60,6 +62,7 @@ type Dispatcher struct {
 	unreachableScan time.Time
 	seen            [llm.NumPriorities]time.Time     // last arrival per class, for headroom
 	room            *flow.BurstRoom                  // the room learned for urgent bursts
+	sessions        *expiring[*poolKey]              // the key each session last went to (prompt_cache.go)
 	gap             [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
 	arrivals        [llm.NumPriorities]int           // arrivals per class (gap known from 2)
 	inflight        int
@@ -122,7 +125,11 @@ func New(c Config) (*Dispatcher, error) {
 		// room their first burst may need: the cap (flow.BurstRoom.Prime).
 		d.room.Prime(llm.Low, flow.PrimeSeconds, now)
 	}
+	d.sessions = newExpiring[*poolKey](cfg.PromptCache.Prefixes)
 	if d.keys, err = newPool(cfg, now); err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
+	}
+	if d.counting, err = newCountTokensPool(cfg, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
 	slots := 0
@@ -355,7 +362,7 @@ func (d *Dispatcher) admit() time.Duration {
 			d.sched.Hold(it, until)
 			continue
 		}
-		key, wait, err := d.pick(w.cost, d.headroom(w.req.Priority, now), w.pin, now)
+		key, wait, err := d.pick(w, d.headroom(w.req.Priority, now), now)
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
 			d.sched.Remove(it)
@@ -429,9 +436,17 @@ func (d *Dispatcher) failQueued(at time.Time, gone func(*waiter) bool) int {
 
 // waiter is one request's journey through the dispatcher.
 type waiter struct {
-	req       *Request
-	item      flow.Item
-	cost      flow.Amount
+	req  *Request
+	item flow.Item
+	// cost is what the current (or next) attempt reserves: full, less
+	// the prefix its key holds in its cache (costOn, set by pick).
+	cost flow.Amount
+	// full is the request's whole estimate; cache what its body says
+	// about the provider's prompt cache; sentAt when its latest attempt
+	// was sent (the cache's TTL runs from there).
+	full      flow.Amount
+	cache     promptCache
+	sentAt    time.Time
 	deadline  time.Time
 	admission chan admission // buffered(1); sent under d.mu
 
@@ -534,7 +549,7 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) (*flow.Item, *poo
 		if gw, err := d.gate(w, now); err != nil || gw.Waits() {
 			continue // the next admission step holds it back, or fails it
 		}
-		if k, _, err := d.pick(w.cost, d.headroom(c, now), w.pin, now); err == nil && k != nil {
+		if k, _, err := d.pick(w, d.headroom(c, now), now); err == nil && k != nil {
 			return it, k
 		}
 	}
@@ -596,6 +611,8 @@ func (d *Dispatcher) newWaiter(ctx context.Context, req *Request) *waiter {
 		ctx:       ctx,
 		pin:       d.responseKey(req.Cost.PreviousResponseID, now),
 	}
+	w.full = w.cost
+	w.cache = d.cacheOf(req)
 	class := req.Priority
 	if !class.Valid() {
 		class = llm.Normal

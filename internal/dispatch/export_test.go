@@ -1,6 +1,10 @@
 package dispatch
 
-import "github.com/sluicehq/sluice/internal/flow"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/flow"
+)
 
 // LoopIdle reports whether d's admission loop has acted on everything it
 // was told: it is waiting, with no wake-up pending and its timer (if any)
@@ -32,11 +36,12 @@ func PickAndGiveBack(d *Dispatcher, cost flow.Amount) bool {
 	now := d.clk.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k, _, _ := d.pick(cost, flow.Keep{}, nil, now)
+	w := &waiter{req: &Request{}, cost: cost, full: cost, deadline: now.Add(time.Minute)}
+	k, _, _ := d.pick(w, flow.Keep{}, now)
 	if k == nil {
 		return false
 	}
-	d.unpick(k, cost, now)
+	d.unpick(k, w.cost, now)
 	return true
 }
 

@@ -27,6 +27,9 @@ type poolKey struct {
 	lim     *flow.Limiter
 	org     *orgBucket // nil: the key is its own account
 	maxConc int
+	// prefixes are the cacheable prefixes the key recently sent, until
+	// the provider's cache lets them go (prompt_cache.go).
+	prefixes *expiring[int64]
 
 	// unanswered holds, for each admitted attempt on this key until its
 	// answer's headers (or its end) came back, when it was reserved and
@@ -86,7 +89,8 @@ func newPool(cfg settings, now time.Time) ([]*poolKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("api_keys[%d]: %w", i, err)
 		}
-		pk := &poolKey{lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1), blind: noLimitKnown(cfg.Protocol, lc.Limits)}
+		pk := &poolKey{lim: lim, maxConc: max(k.Limits.MaxConcurrency, 1), blind: noLimitKnown(cfg.Protocol, lc.Limits),
+			prefixes: newExpiring[int64](cfg.PromptCache.Prefixes)}
 		pk.cred.Store(&keyCred{secret: k.Key, fp: Fingerprint(k.Key)})
 		if k.Org != "" {
 			ob := orgs[k.Org]
@@ -284,17 +288,32 @@ func (d *Dispatcher) poolRate(now time.Time) flow.Amount {
 	return r
 }
 
-// pick chooses the key for a request of cost leaving keep: among the
-// usable keys, the one whose buckets (its own and its org's) leave the
-// most room for it now, and reserves cost there. When none fits now it
-// returns nil and how long until the earliest could (0: until woken, by
-// a completion). ErrTooLarge when no key can ever take it. d.mu held.
-func (d *Dispatcher) pick(cost flow.Amount, keep flow.Keep, pin *poolKey, now time.Time) (*poolKey, time.Duration, error) {
+// pick chooses the key for w leaving keep and reserves what it costs
+// there (costOn: its estimate, less the prefix the key holds in its
+// cache), setting w.cost to it. Among the usable keys it takes the key w
+// is affine to (its session's, or the one holding its prefix: affine)
+// when that key has room now; when it has not but another has, a
+// session's request waits for its key if the key can admit it before its
+// deadline (its buckets refilled; a key out of the pool or without a free
+// slot cannot say when); otherwise pick takes the key whose buckets (its
+// own and its org's) leave the most room. When none fits now it returns nil and how
+// long until the earliest could (0: until woken, by a completion).
+// ErrTooLarge when no key can ever take it. A request continuing a
+// Response (w.pin) considers only the key that created it. d.mu held.
+func (d *Dispatcher) pick(w *waiter, keep flow.Keep, now time.Time) (*poolKey, time.Duration, error) {
 	var best *poolKey
+	var bestCost flow.Amount
 	bestRoom := math.Inf(-1)
 	wait := time.Duration(math.MaxInt64)
 	var tooLarge error
-	// An org's room is the same for each of its keys: asked once.
+	aff, affHold := d.affine(w, now)
+	affinity := d.cfg.PromptCache.On(d.cfg.PromptCache.Affinity)
+	spread := aff == nil && w.cache.session != ""
+	affWait := time.Duration(-1) // how long until aff fits; -1: it cannot say
+	var affCost flow.Amount
+	affFits := false
+	// An org's room is the same for each of its keys when their costs
+	// agree: asked once.
 	var orgs [4]struct {
 		o   *orgBucket
 		w   time.Duration
@@ -303,7 +322,7 @@ func (d *Dispatcher) pick(cost flow.Amount, keep flow.Keep, pin *poolKey, now ti
 	}
 	nOrgs := 0
 	for _, k := range d.keys {
-		if pin != nil && k != pin {
+		if w.pin != nil && k != w.pin {
 			continue // only the key that created the response continues it
 		}
 		if !k.usable(now) {
@@ -314,46 +333,72 @@ func (d *Dispatcher) pick(cost flow.Amount, keep flow.Keep, pin *poolKey, now ti
 			}
 			continue
 		}
-		w, r, err := k.lim.Room(cost, keep, now)
+		cost := d.costOn(k, w, now)
+		wk, r, err := k.lim.Room(cost, keep, now)
 		if o := k.org; o != nil && err == nil {
-			i := 0
-			for i < nOrgs && orgs[i].o != o {
-				i++
-			}
-			if i == nOrgs {
-				if i == len(orgs) {
-					i = 0 // more orgs than the cache holds: ask again
-				} else {
-					nOrgs++
+			if cost != w.full {
+				ow, or, oerr := o.lim.Room(cost, keep, now)
+				wk, r, err = max(wk, ow), math.Min(r, or), oerr
+			} else {
+				i := 0
+				for i < nOrgs && orgs[i].o != o {
+					i++
 				}
-				orgs[i].o = o
-				orgs[i].w, orgs[i].r, orgs[i].err = o.lim.Room(cost, keep, now)
+				if i == nOrgs {
+					if i == len(orgs) {
+						i = 0 // more orgs than the cache holds: ask again
+					} else {
+						nOrgs++
+					}
+					orgs[i].o = o
+					orgs[i].w, orgs[i].r, orgs[i].err = o.lim.Room(cost, keep, now)
+				}
+				wk, r, err = max(wk, orgs[i].w), math.Min(r, orgs[i].r), orgs[i].err
 			}
-			w, r, err = max(w, orgs[i].w), math.Min(r, orgs[i].r), orgs[i].err
+		}
+		if k == aff && err == nil && !k.out {
+			affWait, affCost, affFits = wk, cost, wk == 0
+		}
+		if err == nil && wk == 0 && cost != w.full && (!affinity || spread) {
+			// Without affinity, and for a session's first request, the
+			// keys are ranked as for any request: a key's cache does not
+			// draw the request to it, so sessions spread over the pool.
+			if _, rf, ferr := k.lim.Room(w.full, keep, now); ferr == nil {
+				r = rf
+			}
 		}
 		switch {
 		case err != nil:
 			tooLarge = err
-		case w > 0:
-			wait = min(wait, w)
+		case wk > 0:
+			wait = min(wait, wk)
 		case best == nil || r > bestRoom:
-			best, bestRoom = k, r
+			best, bestRoom, bestCost = k, r, cost
 		}
 	}
-	if best != nil && best.reserve(cost, keep, now) {
+	switch {
+	case affFits:
+		best, bestCost = aff, affCost
+	case affHold && best != nil && affWait > 0 && !now.Add(affWait).After(w.deadline):
+		// Its session's key will have room before its deadline: it
+		// waits for it rather than writing its prefix again on another.
+		return nil, affWait, nil
+	}
+	if best != nil && best.reserve(bestCost, keep, now) {
 		if best.out {
 			best.probing = true
 		}
 		if best.blind && best.inflight == 0 {
 			best.blindUntil = now.Add(FirstAnswerWait)
 		}
+		w.cost = bestCost
 		return best, 0, nil
 	}
 	if best != nil {
 		return nil, time.Nanosecond, nil // moved under us (a ticket's extra): look again
 	}
 	if wait == time.Duration(math.MaxInt64) {
-		if tooLarge != nil && d.allTooLarge(cost, now) {
+		if tooLarge != nil && d.allTooLarge(w.full, now) {
 			return nil, 0, tooLarge
 		}
 		return nil, 0, nil

@@ -39,6 +39,11 @@ type Request struct {
 	// with an overload, a server error or a timeout (a probe's included)
 	// ends it with ErrUnavailable instead of a retry after backoff.
 	FailFast bool
+	// Session names the conversation the request belongs to, for cache
+	// affinity: the front door sets it from X-Sluice-Session; "" lets the
+	// dispatcher read the body's (Anthropic metadata.user_id, OpenAI
+	// prompt_cache_key or user).
+	Session string
 	// Gate is the caller's own limits on this upstream (a client's rate
 	// and concurrency), checked in the admission step; nil for none. See
 	// Gate.

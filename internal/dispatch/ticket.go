@@ -94,7 +94,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	if ok, _ := d.brk.Ready(now); !ok {
 		return nil, false
 	}
-	key, _, err := d.pick(w.cost, d.headroom(w.item.Class, now), w.pin, now)
+	key, _, err := d.pick(w, d.headroom(w.item.Class, now), now)
 	if err != nil || key == nil {
 		return nil, false
 	}
@@ -129,6 +129,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 		ticket:    true,
 		pin:       d.responseKey(p.Cost.PreviousResponseID, now),
 	}
+	w.full = w.cost
 	if w.deadline.IsZero() {
 		w.deadline = now.Add(100 * 365 * 24 * time.Hour) // no deadline: until ctx or Stop
 	}
@@ -209,11 +210,16 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	now := d.clk.Now()
 	// The same estimate keeps the reservation it was admitted with,
 	// however the calibration moved since.
-	real := w.cost
+	real := w.full
 	if req.Cost != w.req.Cost {
 		est := d.cal.adjust(req.Cost)
 		real = flow.NewAmount(est.InputTokens, est.OutputTokens)
 	}
+	// What the provider will count on the ticket's key: the prefix the key
+	// holds in its cache is not charged (prompt_cache.go).
+	req.Priority = w.item.Class
+	w.req, w.full, w.cache = req, real, d.cacheOf(req)
+	real = d.costOn(t.g.key, w, now)
 	var extra, surplus flow.Amount
 	for i, v := range real.Sub(w.cost) {
 		if v > 0 {
@@ -241,8 +247,6 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 		}
 		w.cost = w.cost.Add(extra)
 	}
-	req.Priority = w.item.Class
-	w.req = req
 	x, err := d.exchange(ctx, w, t.g)
 	if err != nil || x.resp != nil {
 		return x.resp, err

@@ -43,13 +43,21 @@ func observations(p llm.Protocol, rl provider.RateLimits) map[flow.Dim]flow.Obse
 	return obs
 }
 
-// actualAmount is what a response's usage takes from each dimension: for
-// Anthropic, input counts input + cache creation (cache reads are not
-// charged against ITPM); for OpenAI, prompt tokens as reported.
-func actualAmount(p llm.Protocol, u llm.Usage) flow.Amount {
+// actualAmount is what a response's usage takes from each dimension, as
+// the provider counts it (provider.RateLimitedInputTokens): for Anthropic,
+// input counts input + cache creation, and cache reads only for the
+// models whose ITPM counts them; for OpenAI, prompt tokens as reported.
+func actualAmount(p llm.Protocol, model string, u llm.Usage) flow.Amount {
+	return flow.NewAmount(provider.RateLimitedInputTokens(p, model, u), u.OutputTokens)
+}
+
+// promptAmount is the whole prompt a response's usage reports, cached or
+// not: what the estimate of its input is calibrated against (a cache read
+// is still the prompt's size).
+func promptAmount(p llm.Protocol, u llm.Usage) flow.Amount {
 	in := u.InputTokens
 	if p == llm.Anthropic {
-		in += u.CacheCreationInputTokens
+		in += u.CacheCreationInputTokens + u.CacheReadInputTokens
 	}
 	return flow.NewAmount(in, u.OutputTokens)
 }

@@ -16,6 +16,10 @@ const (
 	// HeaderDeadline bounds queueing and retries: a positive Go duration
 	// from now ("30s", "2m") or an RFC 3339 instant.
 	HeaderDeadline = "X-Sluice-Deadline"
+	// HeaderSession names the conversation a request belongs to: requests
+	// of one session stay on the pool's key that holds their prompt cache
+	// (docs/pools.md). Never forwarded.
+	HeaderSession = "X-Sluice-Session"
 	// HeaderClient names the caller for fairness inside a class on the
 	// in-process Transport (WithClient takes precedence). The gateway
 	// ignores what a client sends in it and uses the authenticated name.

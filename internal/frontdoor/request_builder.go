@@ -139,6 +139,7 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 		Client:   client,
 		Deadline: deadline,
 		Cost:     cost,
+		Session:  strings.TrimSpace(in.Header.Get(HeaderSession)),
 	}
 	if in.RequestID != "" {
 		req.Header.Set(HeaderRequestID, in.RequestID)
@@ -147,6 +148,44 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 		req.Body, req.UsageInjected = provider.EnsureStreamUsage(in.Protocol, req.Body)
 	}
 	return req, nil
+}
+
+// BuildCountTokens turns in, a token-counting request (Anthropic POST
+// /v1/messages/count_tokens), into the request the engine's
+// Dispatcher.CountTokens sends: its body must be a valid counting request
+// (provider.EstimateFor prices nothing from it but checks it), the
+// headers are cleaned as Build cleans them, and the deadline is read the
+// same way; the class only bounds the default deadline.
+func BuildCountTokens(in Input) (*dispatch.Request, *provider.RequestError) {
+	if _, err := provider.EstimateFor(in.Protocol, provider.EndpointCountTokens, in.Body, nil); err != nil {
+		if re, ok := errors.AsType[*provider.RequestError](err); ok {
+			return nil, re
+		}
+		return nil, badRequest("invalid request body: %v", err)
+	}
+	prio, err := priority(in.Header, in.Caller, in.Override.Priority)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	deadline := in.Override.Deadline
+	if dl, err := ParseDeadline(in.Header, in.Now); err != nil {
+		return nil, badRequest("%v", err)
+	} else if deadline.IsZero() {
+		deadline = dl
+	}
+	req := &dispatch.Request{Method: cmpOr(in.Method, http.MethodPost), Path: in.Path, Header: CleanHeader(in.Header), Body: in.Body,
+		Priority: prio, Client: cmpOr(in.Override.Client, in.Caller.Name), Deadline: deadline}
+	if in.RequestID != "" {
+		req.Header.Set(HeaderRequestID, in.RequestID)
+	}
+	return req, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 func badRequest(format string, args ...any) *provider.RequestError {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // Transport is an http.RoundTripper that sends every request through a
@@ -49,6 +50,10 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	caller := InProcess
 	caller.Name = r.Header.Get(HeaderClient)
 	reqID := NewRequestID()
+	if e, ok := provider.EndpointOf(p, r.URL.Path); ok && e == provider.EndpointCountTokens {
+		return t.countTokens(r, Input{Protocol: p, Method: r.Method, Path: path, Header: r.Header, Body: body,
+			Caller: caller, Override: overrideFrom(r.Context()), Now: t.d.Clock().Now(), RequestID: reqID})
+	}
 	req, rerr := Build(Input{
 		Protocol: p, Method: r.Method, Path: path, Header: r.Header, Body: body,
 		Caller: caller, Override: overrideFrom(r.Context()), Now: t.d.Clock().Now(), RequestID: reqID,
@@ -66,6 +71,27 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	PrepareResponse(req, resp)
+	resp.Request = r
+	return resp.Response, nil
+}
+
+// countTokens sends a token-counting request on its own bucket
+// (dispatch.Dispatcher.CountTokens): never through the messages queue.
+func (t *Transport) countTokens(r *http.Request, in Input) (*http.Response, error) {
+	req, rerr := BuildCountTokens(in)
+	if rerr != nil {
+		pr, _ := ProblemFor(rerr)
+		return ProblemResponse(r, in.Protocol, in.RequestID, pr), nil
+	}
+	resp, err := t.d.CountTokens(r.Context(), req)
+	if err != nil {
+		if _, ok := errors.AsType[*dispatch.Error](err); ok {
+			pr, _ := ProblemFor(err)
+			return ProblemResponse(r, in.Protocol, in.RequestID, pr), nil
+		}
+		return nil, err
+	}
+	SetSluiceHeaders(resp.Header, resp.QueueWait, resp.Attempts)
 	resp.Request = r
 	return resp.Response, nil
 }

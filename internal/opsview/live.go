@@ -29,6 +29,9 @@ type liveUpstream struct {
 	// Upstream attempts answered 2xx, 429 (or Slow Down) and overloaded,
 	// and requests shed.
 	success, rate429, over529, shed atomic.Uint64
+	// cached sums the input tokens answered requests read from the
+	// provider's prompt cache.
+	cached atomic.Int64
 
 	mu        sync.Mutex
 	latencies [llm.NumPriorities][]float64 // seconds, since the last take
@@ -181,9 +184,13 @@ type ClientUsage struct {
 	Succeeded uint64 `json:"succeeded"`
 	Failed    uint64 `json:"failed"`
 	// TokensIn and TokensOut are the usage the provider reported.
-	TokensIn  int64      `json:"tokens_in"`
-	TokensOut int64      `json:"tokens_out"`
-	LastSeen  *time.Time `json:"last_seen,omitempty"`
+	TokensIn  int64 `json:"tokens_in"`
+	TokensOut int64 `json:"tokens_out"`
+	// TokensCached are the input tokens the provider served from its
+	// prompt cache (Anthropic cache_read_input_tokens, OpenAI
+	// cached_tokens).
+	TokensCached int64      `json:"tokens_cached"`
+	LastSeen     *time.Time `json:"last_seen,omitempty"`
 }
 
 type clientUsage struct {
@@ -216,6 +223,7 @@ func (c *clientUsage) record(a Answer, now time.Time) {
 	}
 	r.TokensIn += a.TokensIn
 	r.TokensOut += a.TokensOut
+	r.TokensCached += a.TokensCached
 	t := now.UTC()
 	r.LastSeen = &t
 }

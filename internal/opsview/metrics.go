@@ -29,6 +29,7 @@ type metrics struct {
 	breaker     *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
 	abandoned   *prometheus.CounterVec
+	cached      *prometheus.CounterVec
 	queueWait   *prometheus.HistogramVec
 	latency     *prometheus.HistogramVec
 	live        *live // the dashboard's counts, fed by the observers
@@ -92,6 +93,11 @@ func newMetrics(reg *prometheus.Registry, v *View, jobs bool) *metrics {
 		Help: "Streams a client left before their end, by how they were settled: usage (read on to the usage the provider bills) or worst_case (cut first: charged input and max_tokens).",
 	}, []string{"upstream", "settled"})
 	reg.MustRegister(m.abandoned)
+	m.cached = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_cached_input_tokens_total",
+		Help: "Input tokens of answered scheduled requests that the provider served from its prompt cache (Anthropic cache_read_input_tokens, OpenAI cached_tokens), by upstream and client.",
+	}, []string{"upstream", "client"})
+	reg.MustRegister(m.cached)
 	reg.MustRegister(m.requests, m.passthrough, m.attempts, m.retries, m.shed, m.rateLimited, m.breaker, m.tokens, m.queueWait, m.latency,
 		&snapshotCollector{v: v},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -112,6 +118,11 @@ func newMetrics(reg *prometheus.Registry, v *View, jobs bool) *metrics {
 // "unknown" when it was refused before its class was known.
 func (m *metrics) request(upstream, endpoint, priority, outcome, client string) {
 	m.requests.WithLabelValues(upstream, endpoint, priority, outcome, client).Inc()
+}
+
+// cachedTokens counts input tokens served from the provider's cache.
+func (m *metrics) cachedTokens(upstream, client string, n int64) {
+	m.cached.WithLabelValues(upstream, client).Add(float64(n))
 }
 
 func (m *metrics) passthroughRequest(upstream string) {

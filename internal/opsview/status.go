@@ -106,6 +106,9 @@ type UpstreamStatus struct {
 	// queue is off).
 	Jobs *JobCounts  `json:"jobs,omitempty"`
 	Keys []KeyStatus `json:"keys,omitempty"` // the key pool (status_pool.go)
+	// CachedInputTokens sums the input tokens the upstream's answers
+	// read from the provider's prompt cache (scheduled proxy requests).
+	CachedInputTokens int64 `json:"cached_input_tokens"`
 }
 
 // BucketStatus is one quota bucket, in its dimension's unit (tokens or
@@ -150,6 +153,9 @@ func (v *View) Status(ctx context.Context) StatusResponse {
 			Buckets: map[string]BucketStatus{}, BreakerHistory: []BreakerEventStatus{}, Jobs: jobs[name]}
 		for _, f := range u.Fallbacks {
 			st.Fallbacks = append(st.Fallbacks, f.Upstream)
+		}
+		if lu := v.live.upstream(name); lu != nil {
+			st.CachedInputTokens = lu.cached.Load()
 		}
 		if e != nil {
 			snap := e.Snapshot()

@@ -223,8 +223,9 @@ type Answer struct {
 	Start time.Time
 	// Succeeded is set when it was answered 2xx.
 	Succeeded bool
-	// TokensIn and TokensOut are the usage the provider reported.
-	TokensIn, TokensOut int64
+	// TokensIn and TokensOut are the usage the provider reported, and
+	// TokensCached the input it served from its prompt cache.
+	TokensIn, TokensOut, TokensCached int64
 }
 
 // Answered records a scheduled request once answered: its latency per
@@ -237,6 +238,12 @@ func (v *View) Answered(a Answer) {
 		v.live.upstream(a.Upstream).latency(p, now.Sub(a.Start))
 	}
 	v.live.clients.record(a, now)
+	if a.TokensCached > 0 {
+		if u := v.live.upstream(a.Upstream); u != nil {
+			u.cached.Add(a.TokensCached)
+		}
+		v.metrics.cachedTokens(a.Upstream, v.live.clientLabel(a.Client), a.TokensCached)
+	}
 }
 
 // CountRequest counts a scheduled request's outcome in

@@ -8,9 +8,8 @@ const PricesAsOf = "2025-11-24"
 // Shipped returns the default price table's entries: list prices in USD
 // per million tokens, standard tier (OpenAI's priority and flex tiers are
 // not modelled; Claude Sonnet 4.x's price above 200K prompt tokens is),
-// Anthropic cache writes at the 5-minute TTL rate
-// (1.25x input; 1-hour writes cost 2x: override cache_write if you use
-// them). OpenAI does not charge cache writes, so its CacheWrite is Input.
+// Anthropic cache writes at the 5-minute TTL rate (1.25x input) and the
+// 1-hour rate (2x input, CacheWrite1h). OpenAI does not charge cache writes, so its CacheWrite is Input.
 // Dated snapshots ("claude-sonnet-4-5-20250929", "gpt-4o-2024-08-06") find
 // their family by prefix; a snapshot priced differently has its own entry.
 func Shipped() map[string]Price {
@@ -27,22 +26,22 @@ func Shipped() map[string]Price {
 
 // sonnetLong is Claude Sonnet 4.x's price for prompts above 200K tokens
 // (the 1M-token context window).
-var sonnetLong = &Price{Input: 6, Output: 22.50, CacheRead: 0.60, CacheWrite: 7.50}
+var sonnetLong = &Price{Input: 6, Output: 22.50, CacheRead: 0.60, CacheWrite: 7.50, CacheWrite1h: 12}
 
 var shipped = map[string]Price{
 	// Anthropic, Claude 4.x.
-	"claude-opus-4-5":   {Input: 5, Output: 25, CacheRead: 0.50, CacheWrite: 6.25},
-	"claude-opus-4-1":   {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75},
-	"claude-opus-4":     {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75},
-	"claude-sonnet-4-5": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, LongContextAbove: 200_000, LongContext: sonnetLong},
-	"claude-sonnet-4":   {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, LongContextAbove: 200_000, LongContext: sonnetLong},
-	"claude-haiku-4-5":  {Input: 1, Output: 5, CacheRead: 0.10, CacheWrite: 1.25},
+	"claude-opus-4-5":   {Input: 5, Output: 25, CacheRead: 0.50, CacheWrite: 6.25, CacheWrite1h: 10},
+	"claude-opus-4-1":   {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75, CacheWrite1h: 30},
+	"claude-opus-4":     {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75, CacheWrite1h: 30},
+	"claude-sonnet-4-5": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, CacheWrite1h: 6, LongContextAbove: 200_000, LongContext: sonnetLong},
+	"claude-sonnet-4":   {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, CacheWrite1h: 6, LongContextAbove: 200_000, LongContext: sonnetLong},
+	"claude-haiku-4-5":  {Input: 1, Output: 5, CacheRead: 0.10, CacheWrite: 1.25, CacheWrite1h: 2},
 	// Anthropic, Claude 3.x still served.
-	"claude-3-7-sonnet": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75},
-	"claude-3-5-sonnet": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75},
-	"claude-3-5-haiku":  {Input: 0.80, Output: 4, CacheRead: 0.08, CacheWrite: 1},
-	"claude-3-opus":     {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75},
-	"claude-3-haiku":    {Input: 0.25, Output: 1.25, CacheRead: 0.03, CacheWrite: 0.30},
+	"claude-3-7-sonnet": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, CacheWrite1h: 6},
+	"claude-3-5-sonnet": {Input: 3, Output: 15, CacheRead: 0.30, CacheWrite: 3.75, CacheWrite1h: 6},
+	"claude-3-5-haiku":  {Input: 0.80, Output: 4, CacheRead: 0.08, CacheWrite: 1, CacheWrite1h: 1.6},
+	"claude-3-opus":     {Input: 15, Output: 75, CacheRead: 1.50, CacheWrite: 18.75, CacheWrite1h: 30},
+	"claude-3-haiku":    {Input: 0.25, Output: 1.25, CacheRead: 0.03, CacheWrite: 0.30, CacheWrite1h: 0.5},
 
 	// OpenAI, GPT-5 family.
 	"gpt-5":       {Input: 1.25, Output: 10, CacheRead: 0.125, CacheWrite: 1.25},

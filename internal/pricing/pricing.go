@@ -47,8 +47,14 @@ type Price struct {
 	// Defaults to Input (no discount assumed).
 	CacheRead float64 `yaml:"cache_read" json:"cache_read"`
 	// CacheWrite is the price of input tokens written to the prompt cache
-	// (Anthropic's cache creation). Defaults to Input.
+	// (Anthropic's cache creation; with the default 5-minute TTL).
+	// Defaults to Input.
 	CacheWrite float64 `yaml:"cache_write" json:"cache_write"`
+	// CacheWrite1h is the price of input tokens written to the prompt
+	// cache with Anthropic's 1-hour TTL (cache_control ttl "1h"), reported
+	// apart in the usage's cache_creation.ephemeral_1h_input_tokens.
+	// Defaults to CacheWrite.
+	CacheWrite1h float64 `yaml:"cache_write_1h" json:"cache_write_1h,omitempty"`
 	// LongContextAbove, when positive, is the prompt size (input tokens,
 	// cached ones included) above which the whole request is priced at
 	// LongContext instead (Anthropic's 1M-context Sonnet surcharge).
@@ -91,6 +97,9 @@ func (p Price) WithDefaults() Price {
 	if p.CacheWrite == 0 {
 		p.CacheWrite = p.Input
 	}
+	if p.CacheWrite1h == 0 {
+		p.CacheWrite1h = p.CacheWrite
+	}
 	return p
 }
 
@@ -100,7 +109,7 @@ func (p Price) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"input", p.Input}, {"output", p.Output}, {"cache_read", p.CacheRead}, {"cache_write", p.CacheWrite}} {
+	}{{"input", p.Input}, {"output", p.Output}, {"cache_read", p.CacheRead}, {"cache_write", p.CacheWrite}, {"cache_write_1h", p.CacheWrite1h}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || f.v > MaxPrice {
 			return fmt.Errorf("%s: %v is not a price in USD per million tokens between 0 and %d", f.name, f.v, MaxPrice)
 		}
@@ -141,8 +150,12 @@ func (p Price) Cost(proto llm.Protocol, u llm.Usage) Amount {
 		in -= cached
 	}
 	p = p.at(in + cached + written)
+	// 1-hour writes at their own price when the usage splits them out;
+	// the rest of the writes at the 5-minute price.
+	written1h := min(nonNeg(u.CacheCreation1hInputTokens), written)
 	n := float64(in)*perToken(p.Input) + float64(cached)*perToken(p.CacheRead) +
-		float64(written)*perToken(p.CacheWrite) + float64(nonNeg(u.OutputTokens))*perToken(p.Output)
+		float64(written-written1h)*perToken(p.CacheWrite) + float64(written1h)*perToken(p.CacheWrite1h) +
+		float64(nonNeg(u.OutputTokens))*perToken(p.Output)
 	return ceilAmount(n)
 }
 

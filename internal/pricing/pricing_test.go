@@ -160,3 +160,27 @@ func TestTierFactors(t *testing.T) {
 		require.ErrorContains(t, err, "tiers", "%v", bad)
 	}
 }
+
+// TestCacheWritePrices: 5-minute and 1-hour cache writes are priced apart
+// when the usage splits them; an unsplit write is a 5-minute one.
+func TestCacheWritePrices(t *testing.T) {
+	t.Parallel()
+	p := pricing.Price{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75, CacheWrite1h: 6}
+	for _, tc := range []struct {
+		name string
+		u    llm.Usage
+		want float64
+	}{
+		{"5m only", llm.Usage{InputTokens: 10, CacheCreationInputTokens: 1000}, 10*3 + 1000*3.75},
+		{"split", llm.Usage{InputTokens: 10, CacheCreationInputTokens: 1000, CacheCreation5mInputTokens: 400, CacheCreation1hInputTokens: 600}, 10*3 + 400*3.75 + 600*6},
+		{"read and 1h", llm.Usage{CacheReadInputTokens: 2000, CacheCreationInputTokens: 100, CacheCreation1hInputTokens: 100}, 2000*0.3 + 100*6},
+		{"1h beyond the total is capped", llm.Usage{CacheCreationInputTokens: 100, CacheCreation1hInputTokens: 500}, 100 * 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, pricing.FromDollars(tc.want/1e6), p.Cost(llm.Anthropic, tc.u))
+		})
+	}
+	require.Equal(t, 3.75, pricing.Price{Input: 3, CacheWrite: 3.75}.WithDefaults().CacheWrite1h, "defaults to the 5-minute price")
+	require.ErrorContains(t, pricing.Price{Input: 1, Output: 1, CacheWrite1h: -1}.Validate(), "cache_write_1h")
+}

@@ -40,7 +40,30 @@ type CachePrefix struct {
 	// choice (5 to 10 minutes in memory, up to 24 hours with
 	// prompt_cache_retention "24h").
 	TTL time.Duration
+	// Blocks are the prefix's block boundaries in order (Anthropic: each
+	// tool, system block and message block; OpenAI: each message or input
+	// item): the prefix up to each, hashed as Hash is (the last one's Hash
+	// is Hash) with its estimated tokens. A provider's cache hit is the
+	// longest of them it holds, so a conversation that grows by a turn
+	// still finds the previous turn's prefix.
+	Blocks []PrefixBlock
 }
+
+// PrefixBlock is a prefix up to one block boundary.
+type PrefixBlock struct {
+	// Hash digests the prefix up to and including the block.
+	Hash string
+	// Tokens is the prefix's estimated tokens up to the block.
+	Tokens int64
+	// TTL is the block's cache_control TTL: 0 for a block without a
+	// breakpoint (Anthropic writes the cache only at breakpoints; OpenAI
+	// has none).
+	TTL time.Duration
+}
+
+// AnthropicLookbackBlocks is how many blocks before a breakpoint Anthropic
+// looks for a cache hit ("approximately 20 content blocks").
+const AnthropicLookbackBlocks = 20
 
 // RouteBytes is how much of the prompt CachePrefix.Route covers: about 256
 // tokens.
@@ -90,7 +113,7 @@ func CachePrefixOf(p llm.Protocol, e Endpoint, body []byte, tc TokenCounter) (Ca
 	if !ok || w.blocks == 0 {
 		return CachePrefix{}, false
 	}
-	c := CachePrefix{Hash: w.sum(), Route: w.route(), Tokens: w.est.tokens, TTL: w.ttl}
+	c := CachePrefix{Hash: w.sum(), Route: w.route(), Tokens: w.est.tokens, TTL: w.ttl, Blocks: w.bounds}
 	if p == llm.Anthropic {
 		c.Cacheable = c.Tokens >= MinCacheableTokens(p, model)
 	} else {
@@ -107,6 +130,12 @@ type prefixWriter struct {
 	head   []byte // model and cache key, the route's seed
 	blocks int
 	ttl    time.Duration
+	bounds []PrefixBlock
+}
+
+// bound records the prefix written so far as a block boundary.
+func (w *prefixWriter) bound(ttl time.Duration) {
+	w.bounds = append(w.bounds, PrefixBlock{Hash: w.sum(), Tokens: w.est.tokens, TTL: ttl})
 }
 
 func (w *prefixWriter) part(tag string, b []byte) {
@@ -238,7 +267,7 @@ func (w *prefixWriter) anthropic(top map[string]json.RawMessage) bool {
 		return false
 	}
 	tools := false
-	for _, b := range blocks[:last+1] {
+	for i, b := range blocks[:last+1] {
 		w.part(b.tag, canonical(b.raw))
 		switch {
 		case b.tool:
@@ -255,6 +284,11 @@ func (w *prefixWriter) anthropic(top map[string]json.RawMessage) bool {
 		if b.first {
 			w.est.tokens += MessageOverheadTokens
 		}
+		ttl := b.ttl
+		if i == last {
+			ttl = max(ttl, w.ttl) // a top-level cache_control marks the last block
+		}
+		w.bound(ttl)
 	}
 	return true
 }
@@ -325,6 +359,7 @@ func (w *prefixWriter) openAIChat(top map[string]json.RawMessage) bool {
 		if w.est.content(wm.Content, "messages."+strconv.Itoa(i)+".content") != nil {
 			return false
 		}
+		w.bound(0)
 	}
 	return true
 }
@@ -353,6 +388,33 @@ func (w *prefixWriter) responses(top map[string]json.RawMessage) bool {
 		if w.est.responseItem(it, "input["+strconv.Itoa(i)+"]") != nil {
 			return false
 		}
+		w.bound(0)
 	}
 	return true
+}
+
+// SessionOf returns the session marker a request body carries for cache
+// affinity: Anthropic's metadata.user_id; OpenAI's prompt_cache_key, else
+// its user. "" when it has none or the body cannot be read.
+func SessionOf(p llm.Protocol, body []byte) string {
+	var b struct {
+		Metadata *struct {
+			UserID string `json:"user_id"`
+		} `json:"metadata"`
+		PromptCacheKey string `json:"prompt_cache_key"`
+		User           string `json:"user"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return ""
+	}
+	if p == llm.Anthropic {
+		if b.Metadata != nil {
+			return b.Metadata.UserID
+		}
+		return ""
+	}
+	if b.PromptCacheKey != "" {
+		return b.PromptCacheKey
+	}
+	return b.User
 }

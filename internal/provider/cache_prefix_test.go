@@ -146,6 +146,7 @@ func FuzzCachePrefixOf(f *testing.F) {
 			p = llm.Anthropic
 		}
 		ep := provider.Endpoint(e % 4)
+		_ = provider.SessionOf(p, []byte(body))
 		c, ok := provider.CachePrefixOf(p, ep, []byte(body), nil)
 		again, ok2 := provider.CachePrefixOf(p, ep, []byte(body), nil)
 		require.Equal(t, ok, ok2)
@@ -158,5 +159,74 @@ func FuzzCachePrefixOf(f *testing.F) {
 		require.Len(t, c.Route, 32)
 		require.GreaterOrEqual(t, c.Tokens, int64(0))
 		require.Contains(t, []time.Duration{0, provider.CacheTTL5m, provider.CacheTTL1h}, c.TTL)
+		for i, b := range c.Blocks {
+			require.Len(t, b.Hash, 32)
+			if i > 0 {
+				require.GreaterOrEqual(t, b.Tokens, c.Blocks[i-1].Tokens, "a longer prefix has no fewer tokens")
+			}
+		}
+		if n := len(c.Blocks); n > 0 && p == llm.Anthropic {
+			require.Equal(t, c.Hash, c.Blocks[n-1].Hash)
+			require.Equal(t, c.Tokens, c.Blocks[n-1].Tokens)
+		}
 	})
+}
+
+// TestCachePrefixBlocks: each block boundary of the prefix has its own
+// hash, so a turn's prefix is found among the next turn's blocks.
+func TestCachePrefixBlocks(t *testing.T) {
+	t.Parallel()
+	eph := `{"type":"ephemeral"}`
+	msg := func(role, text, cc string) string {
+		b := `{"role":"` + role + `","content":[{"type":"text","text":"` + text + `"`
+		if cc != "" {
+			b += `,"cache_control":` + cc
+		}
+		return b + `}]}`
+	}
+	body := func(msgs ...string) string {
+		return `{"model":"claude-sonnet-4-5","max_tokens":8,"system":[` + longSystem(1100, eph) + `],"messages":[` + strings.Join(msgs, ",") + `]}`
+	}
+	turn1, ok := prefixOf(t, llm.Anthropic, provider.EndpointChat, body(msg("user", "q1", eph)))
+	require.True(t, ok)
+	require.Len(t, turn1.Blocks, 2)
+	require.Equal(t, turn1.Hash, turn1.Blocks[1].Hash)
+	require.Equal(t, turn1.Tokens, turn1.Blocks[1].Tokens)
+	require.Equal(t, int64(1100), turn1.Blocks[0].Tokens)
+	require.Equal(t, provider.CacheTTL5m, turn1.Blocks[0].TTL, "the system block is a breakpoint")
+
+	turn2, ok := prefixOf(t, llm.Anthropic, provider.EndpointChat, body(msg("user", "q1", ""), msg("assistant", "a1", ""), msg("user", "q2", eph)))
+	require.True(t, ok)
+	require.Len(t, turn2.Blocks, 4)
+	require.Equal(t, turn1.Blocks[0], turn2.Blocks[0], "the shared system prompt")
+	require.Equal(t, turn1.Hash, turn2.Blocks[1].Hash, "the previous turn's prefix, without its marker")
+	require.Zero(t, turn2.Blocks[1].TTL)
+	require.Equal(t, turn2.Hash, turn2.Blocks[3].Hash)
+
+	oa, ok := prefixOf(t, llm.OpenAI, provider.EndpointChat, `{"model":"gpt-4o","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"user","content":"last"}]}`)
+	require.True(t, ok)
+	require.Len(t, oa.Blocks, 2)
+	require.Equal(t, oa.Hash, oa.Blocks[1].Hash)
+}
+
+func TestSessionOf(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		p    llm.Protocol
+		body string
+		want string
+	}{
+		{"anthropic user_id", llm.Anthropic, `{"metadata":{"user_id":"u-1"},"user":"x"}`, "u-1"},
+		{"anthropic none", llm.Anthropic, `{"user":"x"}`, ""},
+		{"openai prompt_cache_key first", llm.OpenAI, `{"prompt_cache_key":"k","user":"x"}`, "k"},
+		{"openai user", llm.OpenAI, `{"user":"x"}`, "x"},
+		{"broken", llm.OpenAI, `{"user":`, ""},
+		{"wrong type", llm.Anthropic, `{"metadata":{"user_id":3}}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, provider.SessionOf(tc.p, []byte(tc.body)))
+		})
+	}
 }

@@ -72,6 +72,16 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.finished(rl)
 		return
 	}
+	if u.countsTokens(r.Method, rest) {
+		// Token counting: its own bucket, never the messages quota or a
+		// budget (count_tokens.go); counted as a pass-through.
+		s.view.CountPassthrough(name)
+		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
+		s.serveCountTokens(sw, r, u, cl, rl.id, rest)
+		rl.outcome = outcomeFor(sw.status)
+		s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)
+		return
+	}
 	// Pass-through bodies are held to the same limit as scheduled ones.
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusRequestEntityTooLarge,

@@ -58,7 +58,9 @@ type requestLine struct {
 	start     time.Time
 	tokensIn  int64
 	tokensOut int64
-	traceID   trace.TraceID // zero unless traced (logged as trace_id)
+	// tokensCached is the input the provider served from its cache.
+	tokensCached int64
+	traceID      trace.TraceID // zero unless traced (logged as trace_id)
 	// spent is the answer's settled cost, logged as cost_usd
 	// (admit.SpentOn); nil before an answer.
 	spent func() float64
@@ -84,7 +86,8 @@ func (s *Server) outcome(rl *requestLine, priority, outcome string) {
 // dashboard: its latency per class and its client's usage.
 func (s *Server) finished(rl *requestLine) {
 	s.view.Answered(opsview.Answer{Upstream: rl.upstream, Client: rl.client, Priority: rl.priority, Start: rl.start,
-		Succeeded: rl.outcome == outcomeSuccess, TokensIn: rl.tokensIn, TokensOut: rl.tokensOut})
+		Succeeded: rl.outcome == outcomeSuccess, TokensIn: rl.tokensIn, TokensOut: rl.tokensOut,
+		TokensCached: rl.tokensCached})
 }
 
 // fromResponse records what the engine says about a relayed answer:
@@ -93,6 +96,7 @@ func (rl *requestLine) fromResponse(resp *dispatch.Response) {
 	rl.queue, rl.attempts = resp.QueueWait, resp.Attempts
 	if end, ok := resp.End(); ok && end.HasUsage {
 		rl.tokensIn, rl.tokensOut = end.Usage.InputTokens, end.Usage.OutputTokens
+		rl.tokensCached = end.Usage.CacheReadInputTokens
 	}
 }
 
@@ -122,6 +126,7 @@ func (s *Server) logRequest(ctx context.Context, level slog.Level, rl *requestLi
 		slog.Int64("duration_ms", s.clock.Now().Sub(rl.start).Milliseconds()),
 		slog.Int64("tokens_in", rl.tokensIn),
 		slog.Int64("tokens_out", rl.tokensOut),
+		slog.Int64("tokens_cached", rl.tokensCached),
 		slog.Any("cost_usd", admit.USD(rl.cost())),
 	}
 	if len(rl.trail.Legs) > 0 {
