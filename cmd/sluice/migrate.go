@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,7 +40,20 @@ func runMigrate(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 	if *steps < 1 {
 		return fmt.Errorf("%w: --steps must be at least 1", errUsage)
 	}
-	m, err := jobstore.OpenMigrator(ctx, *store)
+	var opts []jobstore.MigratorOption
+	if action != "up" {
+		// A read, or a revert of nothing: a store not there stays so.
+		opts = append(opts, jobstore.ExistingStore())
+	}
+	m, err := jobstore.OpenMigrator(ctx, *store, opts...)
+	if errors.Is(err, jobstore.ErrNoStore) {
+		if action == "down" {
+			fmt.Fprintf(out, "nothing to revert (%v)\n", err)
+		} else {
+			fmt.Fprintln(out, err)
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,7 +20,8 @@ func TestMigrateCommand(t *testing.T) {
 		code     int
 		out, err string
 	}{
-		{[]string{"migrate", "--store", dsn, "status"}, 0, "pending  0001_jobs", ""},
+		{[]string{"migrate", "--store", dsn, "status"}, 0, "no store at " + strings.TrimPrefix(dsn, "sqlite:") + " (nothing applied yet)", ""},
+		{[]string{"migrate", "--store", dsn, "down"}, 0, "nothing to revert (no store at", ""},
 		{[]string{"migrate", "--store", dsn, "up"}, 0, "applied 0001\napplied 0002\napplied 0003\napplied 0004\napplied 0005\napplied 0006\napplied 0007", ""},
 		{[]string{"migrate", "--store", dsn, "up"}, 0, "schema is up to date", ""},
 		{[]string{"migrate", "--store", dsn, "status"}, 0, "current version: 7", ""},
@@ -41,4 +45,23 @@ func TestMigrateCommand(t *testing.T) {
 		require.Contains(t, out.String(), tc.out, tc.args)
 		require.Contains(t, errOut.String(), tc.err, tc.args)
 	}
+}
+
+// TestMigrateReadCreatesNothing: status and down on a SQLite file that is
+// not there say so, exit 0 and leave no file behind; up creates it.
+func TestMigrateReadCreatesNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "none.db")
+	for _, action := range []string{"status", "down"} {
+		var out, errOut bytes.Buffer
+		code := runMain(context.Background(), []string{"migrate", "--store", "sqlite:" + path, action}, &out, &errOut)
+		require.Equal(t, 0, code, "%s: %s", action, errOut.String())
+		require.Contains(t, out.String(), "no store at "+path+" (nothing applied yet)", action)
+		_, err := os.Stat(path)
+		require.ErrorIs(t, err, fs.ErrNotExist, "%s created the store", action)
+	}
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, runMain(context.Background(), []string{"migrate", "--store", "sqlite:" + path, "up"}, &out, &errOut), errOut.String())
+	_, err := os.Stat(path)
+	require.NoError(t, err)
 }

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
@@ -54,9 +56,16 @@ func TestRoutesBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
 			t.Parallel()
-			code, body := do(t, s.Handler(), tc.method, tc.target, tc.body)
-			require.Equal(t, tc.status, code, string(body))
-			require.Contains(t, decode[jobsapi.APIError](t, body).Error.Message, tc.want)
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, httptest.NewRequest(tc.method, tc.target, strings.NewReader(tc.body)))
+			body := rec.Body.Bytes()
+			require.Equal(t, tc.status, rec.Code, string(body))
+			e := decode[jobsapi.APIError](t, body)
+			require.Contains(t, e.Error.Message, tc.want)
+			// Every error carries its request id, as the proxy's do.
+			id := rec.Header().Get(frontdoor.HeaderRequestID)
+			require.True(t, strings.HasPrefix(id, "req_sluice_"), "X-Sluice-Request-Id %q", id)
+			require.Equal(t, id, e.RequestID)
 		})
 	}
 }

@@ -18,6 +18,9 @@ import (
 type APIError struct {
 	Type  string      `json:"type"`
 	Error ErrorDetail `json:"error"`
+	// RequestID is the answer's X-Sluice-Request-Id, as on the proxy's
+	// errors, so a report can be matched with the gateway's log.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // ErrorDetail is the inside of an APIError.
@@ -77,17 +80,32 @@ func writeAPIError(w http.ResponseWriter, status int, d ErrorDetail) {
 
 // WriteAPIError writes pr in the jobs API's envelope, with lines as the
 // invalid lines of a rejected batch (nil for none). The gateway uses it for
-// the errors it answers on the jobs routes itself.
+// the errors it answers on the jobs routes itself. The answer carries a
+// request id (RequestID) as X-Sluice-Request-Id and request_id.
 func WriteAPIError(w http.ResponseWriter, pr frontdoor.Problem, lines []LineError) {
 	if pr.Type == "" {
 		pr.Type = errorType(pr.Status)
 	}
-	b, err := json.Marshal(APIError{Type: "error", Error: ErrorDetail{Type: pr.Type, Message: pr.Message, Lines: lines}})
+	reqID := RequestID(w)
+	b, err := json.Marshal(APIError{Type: "error", Error: ErrorDetail{Type: pr.Type, Message: pr.Message, Lines: lines}, RequestID: reqID})
 	if err != nil {
 		pr = frontdoor.Problem{Status: http.StatusInternalServerError}
-		b = []byte(`{"type":"error","error":{"type":"api_error","message":"encoding the response failed"}}`)
+		b = []byte(`{"type":"error","error":{"type":"api_error","message":"encoding the response failed"},"request_id":"` + reqID + `"}`)
 	}
 	frontdoor.WriteEnvelope(w, pr, append(b, '\n'))
+}
+
+// RequestID returns the request id of the answer w is writing: the
+// X-Sluice-Request-Id already set on it (the gateway sets one before the
+// handler on some routes), else a new one (frontdoor.NewRequestID), set
+// there.
+func RequestID(w http.ResponseWriter) string {
+	if id := w.Header().Get(frontdoor.HeaderRequestID); id != "" {
+		return id
+	}
+	id := frontdoor.NewRequestID()
+	w.Header().Set(frontdoor.HeaderRequestID, id)
+	return id
 }
 
 // readBody reads at most limit bytes; a larger body is errTooLarge. A body
@@ -150,12 +168,12 @@ const StoreRetryAfter = 5 * time.Second
 func (a *API) storeError(w http.ResponseWriter, what string, err error) {
 	// ErrNotFound and friends are answered by callers that expect them.
 	if errors.Is(err, jobstore.ErrUnavailable) {
-		a.cfg.Logger.Warn("job store unavailable", "doing", what, "err", err)
+		a.cfg.Logger.Warn("job store unavailable", "doing", what, "request_id", RequestID(w), "err", err)
 		WriteAPIError(w, frontdoor.Problem{Status: http.StatusServiceUnavailable, Type: "overloaded_error",
 			Message: what + ": the job store is unavailable; retry later", RetryAfter: StoreRetryAfter, ShouldRetry: true}, nil)
 		return
 	}
-	a.cfg.Logger.Error("job store failed", "doing", what, "err", err)
+	a.cfg.Logger.Error("job store failed", "doing", what, "request_id", RequestID(w), "err", err)
 	writeError(w, http.StatusInternalServerError, "%s: the job store failed", what)
 }
 

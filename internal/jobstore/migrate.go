@@ -3,8 +3,10 @@ package jobstore
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"sort"
 	"strconv"
@@ -104,12 +106,37 @@ type Migrator struct {
 	all  []migration
 }
 
+// MigratorOption changes how OpenMigrator opens a store.
+type MigratorOption func(*migratorOptions)
+
+type migratorOptions struct {
+	existing bool
+}
+
+// ExistingStore makes OpenMigrator fail with ErrNoStore, creating nothing,
+// when the store does not exist yet (a SQLite file not there): for reads
+// (status) and reverts, which have nothing to do on a store never made.
+// A PostgreSQL database always exists once it can be connected to.
+func ExistingStore() MigratorOption {
+	return func(o *migratorOptions) { o.existing = true }
+}
+
 // OpenMigrator connects to the store named by dsn without touching its
-// schema.
-func OpenMigrator(ctx context.Context, dsn string) (*Migrator, error) {
+// schema. A SQLite file that does not exist is created, unless
+// ExistingStore is given.
+func OpenMigrator(ctx context.Context, dsn string, options ...MigratorOption) (*Migrator, error) {
+	var o migratorOptions
+	for _, opt := range options {
+		opt(&o)
+	}
 	d, addr, err := parseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("opening migrator: %w", err)
+	}
+	if d == dialectSQLite && o.existing {
+		if _, err := os.Stat(addr); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w at %s (nothing applied yet)", ErrNoStore, addr)
+		}
 	}
 	all, err := loadMigrations(d)
 	if err != nil {

@@ -3,6 +3,9 @@ package jobstore_test
 import (
 	"context"
 	"database/sql"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,4 +142,24 @@ func TestOpenRejectsBadDSN(t *testing.T) {
 		_, err := jobstore.Open(context.Background(), dsn, jobstore.Options{})
 		require.ErrorContains(t, err, "bad store address", dsn)
 	}
+}
+
+// TestOpenMigratorExistingStore: with ExistingStore a SQLite file that is
+// not there is ErrNoStore and stays absent; once created it opens.
+func TestOpenMigratorExistingStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "none.db")
+	_, err := jobstore.OpenMigrator(ctx, "sqlite:"+path, jobstore.ExistingStore())
+	require.ErrorIs(t, err, jobstore.ErrNoStore)
+	require.ErrorContains(t, err, path)
+	_, statErr := os.Stat(path)
+	require.ErrorIs(t, statErr, fs.ErrNotExist)
+
+	m, err := jobstore.OpenMigrator(ctx, "sqlite:"+path)
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
+	m, err = jobstore.OpenMigrator(ctx, "sqlite:"+path, jobstore.ExistingStore())
+	require.NoError(t, err)
+	require.NoError(t, m.Close())
 }

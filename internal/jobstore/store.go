@@ -24,6 +24,10 @@ var (
 	// ErrSchemaTooNew means the database was migrated by a newer Sluice
 	// than this one; the server refuses to start on it.
 	ErrSchemaTooNew = errors.New("database schema is newer than this sluice")
+	// ErrNoStore: the store an address names does not exist yet (a SQLite
+	// file never created). OpenMigrator returns it with ExistingStore, so
+	// that a read does not create the file.
+	ErrNoStore = errors.New("no store")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store closed")
 	// ErrUnavailable means the store cannot answer now: its server is

@@ -125,6 +125,41 @@ func ScheduledPaths(p llm.Protocol) []string {
 	return out
 }
 
+// ForeignEndpoint returns the protocol whose endpoint a POST to path (its
+// query ignored) names when that path is not one of protocol p's own: an
+// OpenAI POST /v1/chat/completions sent to an Anthropic upstream, or an
+// Anthropic POST /v1/messages sent to an OpenAI one. Such a request is a
+// client pointed at the wrong upstream; passed through, it would reach the
+// provider unscheduled and unmetered. Any other request: false.
+func ForeignEndpoint(p llm.Protocol, method, path string) (llm.Protocol, bool) {
+	if method != "POST" {
+		return "", false
+	}
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	for _, other := range []llm.Protocol{llm.Anthropic, llm.OpenAI} {
+		if other == p {
+			continue
+		}
+		for e := range Endpoint(len(endpointNames)) {
+			if own := e.Path(other); own != "" && own == path && e.Path(p) != path {
+				return other, true
+			}
+		}
+	}
+	return "", false
+}
+
+// ProtocolAPI names the API protocol p speaks, for error messages: "the
+// Anthropic Messages API", "the OpenAI API".
+func ProtocolAPI(p llm.Protocol) string {
+	if p == llm.Anthropic {
+		return "the Anthropic Messages API"
+	}
+	return "the OpenAI API (Chat Completions, Responses, Embeddings)"
+}
+
 // ResponsesPathID returns the response id a path under /v1/responses/
 // names (GET or DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
 // GET /v1/responses/{id}/input_items; the query ignored), and false for

@@ -42,6 +42,33 @@ func TestScheduledEndpoint(t *testing.T) {
 	require.Equal(t, []string{"/v1/messages"}, provider.ScheduledPaths(llm.Anthropic))
 }
 
+func TestForeignEndpoint(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		p            llm.Protocol
+		method, path string
+		want         llm.Protocol
+		ok           bool
+	}{
+		{llm.Anthropic, "POST", "/v1/chat/completions", llm.OpenAI, true},
+		{llm.Anthropic, "POST", "/v1/responses?x=1", llm.OpenAI, true},
+		{llm.Anthropic, "POST", "/v1/embeddings", llm.OpenAI, true},
+		{llm.OpenAI, "POST", "/v1/messages", llm.Anthropic, true},
+		{llm.OpenAI, "POST", "/v1/messages/count_tokens", llm.Anthropic, true},
+		{llm.Anthropic, "POST", "/v1/messages", "", false},
+		{llm.OpenAI, "POST", "/v1/chat/completions", "", false},
+		{llm.Anthropic, "GET", "/v1/chat/completions", "", false},
+		{llm.Anthropic, "POST", "/v1/models", "", false},
+		{llm.OpenAI, "POST", "/v1/messages/batches", "", false},
+		{llm.Anthropic, "POST", "/v1/responses/resp_1/cancel", "", false},
+	}
+	for _, tc := range tests {
+		got, ok := provider.ForeignEndpoint(tc.p, tc.method, tc.path)
+		require.Equal(t, tc.ok, ok, "%s %s %s", tc.p, tc.method, tc.path)
+		require.Equal(t, tc.want, got, "%s %s %s", tc.p, tc.method, tc.path)
+	}
+}
+
 func TestResponsesPathID(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -113,7 +113,8 @@ type Config struct {
 	// to 2m.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxHeaderBytes bounds the request line and headers; larger requests
-	// get 431. Defaults to 64 KiB.
+	// get a JSON 431 (Go's plain-text 431 beyond 4 × this, the
+	// http.Server's own limit). Defaults to 64 KiB.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxConnections caps the client connections open at once; a
 	// connection beyond it is answered 503 (overloaded_error,

@@ -44,6 +44,20 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rl.client = cl.name
+	if other, foreign := provider.ForeignEndpoint(u.cfg.Protocol, r.Method, rest); foreign {
+		// The other protocol's endpoint: a client pointed at the wrong
+		// upstream. Passed through it would go unscheduled and unmetered.
+		paths := provider.ScheduledPaths(u.cfg.Protocol)
+		for i, p := range paths {
+			paths[i] = "/" + name + p
+		}
+		s.outcome(rl, "", outcomeBadRequest)
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusNotFound,
+			Message: fmt.Sprintf("%s %s is %s, but upstream %s speaks %s: POST %s",
+				r.Method, rest, provider.ProtocolAPI(other), name, provider.ProtocolAPI(u.cfg.Protocol), strings.Join(paths, ", "))})
+		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
+		return
+	}
 	if q := s.jobs.Load(); q != nil && q.api.ServesProvider(name, r.Method, rest) {
 		// The provider's own batch and files APIs, answered from the job
 		// queue: every request of a batch is a job of this client.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -64,9 +65,10 @@ func TestMaxConnectionsAnswers503(t *testing.T) {
 func TestRequestLimitsOnEveryRoute(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0", MaxBodyBytes: 1024, MaxHeaderBytes: 2048,
-		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up", BaseURL: "http://127.0.0.1:1"}},
-		Jobs:      jobs.Settings{}},
-		withEngine("claude", &fakeEngine{}), WithLogger(discardLogger()))
+		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, APIKey: "sk-up", BaseURL: "http://127.0.0.1:1"},
+			{Name: "gpt", Protocol: llm.OpenAI, APIKey: "sk-up", BaseURL: "http://127.0.0.1:1"}},
+		Jobs: jobs.Settings{}},
+		withEngine("claude", &fakeEngine{}), withEngine("gpt", &fakeEngine{}), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
@@ -76,13 +78,48 @@ func TestRequestLimitsOnEveryRoute(t *testing.T) {
 	require.Equal(t, IdleTimeoutDefault, g.http.IdleTimeout)
 	base := "http://" + g.Addr()
 
+	// Headers over max_header_bytes get a JSON 431 in the route's error
+	// shape (the Anthropic envelope off the upstream routes), with a
+	// request id; far beyond it Go's server still answers 431 itself.
+	for _, tc := range []struct {
+		path string
+		size int
+		p    llm.Protocol
+	}{
+		{"/v1/status", 2048, llm.Anthropic},
+		{"/v1/jobs", 4 << 10, llm.Anthropic},
+		{"/claude/v1/messages", 6 << 10, llm.Anthropic},
+		{"/gpt/v1/chat/completions", 3 << 10, llm.OpenAI},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", base+tc.path, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("X-Big", strings.Repeat("a", tc.size))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode, "%s: %s", tc.path, body)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), tc.path)
+		require.NotEmpty(t, resp.Header.Get(frontdoor.HeaderRequestID), tc.path)
+		msg := requireProviderError(t, tc.p, body, "invalid_request_error")
+		require.Contains(t, msg, "max_header_bytes", tc.path)
+	}
 	req, err := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/status", nil)
 	require.NoError(t, err)
-	req.Header.Set("X-Big", strings.Repeat("a", 8<<10))
+	req.Header.Set("X-Big", strings.Repeat("a", 64<<10))
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	// Under the limit is served.
+	req, err = http.NewRequestWithContext(t.Context(), "GET", base+"/healthz", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Big", strings.Repeat("a", 1500))
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	big := `{"pad":"` + strings.Repeat("a", 2048) + `"}`
 	for _, path := range []string{"/claude/v1/models", "/claude/v1/messages"} {

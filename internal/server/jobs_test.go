@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -124,9 +125,16 @@ func TestJobsDisabledWithStoreNone(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
-	code, body := call(t, "POST", "http://"+g.Addr()+"/v1/jobs", "k", `{}`)
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.JSONEq(t, `{"type":"error","error":{"type":"unavailable_error","message":"the job queue is disabled (store: none)"}}`, string(body))
+	resp, err := http.Post("http://"+g.Addr()+"/v1/jobs", "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	// The jobs API's errors carry a request id, header and body, as the proxy's do.
+	id := resp.Header.Get(frontdoor.HeaderRequestID)
+	require.True(t, strings.HasPrefix(id, "req_sluice_"), "X-Sluice-Request-Id %q", id)
+	require.JSONEq(t, `{"type":"error","error":{"type":"unavailable_error","message":"the job queue is disabled (store: none)"},"request_id":"`+id+`"}`, string(body))
 }
 
 func TestJobsConfigValidationNamesField(t *testing.T) {

@@ -281,7 +281,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	layer.Bind(engines)
 	s.view.Bind(opsview.Sources{Engines: read, Admission: layer, Cluster: layer})
-	s.handler = s.routes()
+	s.handler = s.limitHeaders(s.cfg.MaxHeaderBytes, s.routes())
 	return s, nil
 }
 
@@ -416,7 +416,7 @@ func (s *Server) start(ctx context.Context) error {
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.WriteTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		MaxHeaderBytes:    headerCeiling(s.cfg.MaxHeaderBytes), // limitHeaders holds max_header_bytes, in JSON
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}

@@ -306,7 +306,7 @@ func TestRouting(t *testing.T) {
 		{"anthropic messages", "POST", "/a/v1/messages", anthropicBody, 200, "a", ""},
 		{"openai chat", "POST", "/o/v1/chat/completions", openAIBody, 200, "o", ""},
 		{"anthropic count_tokens passes through", "POST", "/a/v1/messages/count_tokens", anthropicBody, 200, "", "/v1/messages/count_tokens"},
-		{"chat path on anthropic upstream passes through", "POST", "/a/v1/chat/completions", openAIBody, 200, "", "/v1/chat/completions"},
+		{"chat path on anthropic upstream is refused", "POST", "/a/v1/chat/completions", openAIBody, 404, "", ""},
 		{"GET messages passes through", "GET", "/a/v1/messages", "", 200, "", "/v1/messages"},
 		{"openai models", "GET", "/o/v1/models", "", 200, "", "/base/v1/models"},
 		{"unknown upstream", "POST", "/zzz/v1/messages", anthropicBody, 404, "", ""},
@@ -335,6 +335,36 @@ func TestRouting(t *testing.T) {
 				require.Equal(t, "1500", resp.Header.Get(frontdoor.HeaderQueueMS))
 				require.Equal(t, "2", resp.Header.Get(frontdoor.HeaderAttempts))
 			}
+		})
+	}
+}
+
+// TestForeignEndpointRefused: the other protocol's endpoint on an upstream
+// (a client pointed at the wrong one) is answered 404 in the upstream's own
+// error shape naming the right path, and never reaches the provider.
+func TestForeignEndpointRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		path, body string
+		p          llm.Protocol
+		want       string
+	}{
+		{"/a/v1/chat/completions", openAIBody, llm.Anthropic, "upstream a speaks the Anthropic Messages API: POST /a/v1/messages"},
+		{"/a/v1/responses", `{"model":"m","input":"hi"}`, llm.Anthropic, "POST /a/v1/messages"},
+		{"/o/v1/messages", anthropicBody, llm.OpenAI, "upstream o speaks the OpenAI API (Chat Completions, Responses, Embeddings): POST /o/v1/chat/completions, /o/v1/responses, /o/v1/embeddings"},
+		{"/o/v1/messages?beta=true", anthropicBody, llm.OpenAI, "POST /o/v1/chat/completions"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			t.Parallel()
+			ts := newTestServer(t, nil)
+			resp, body := ts.do(t, "POST", tc.path, tc.body, nil)
+			require.Equal(t, http.StatusNotFound, resp.StatusCode, "body: %s", body)
+			msg := requireProviderError(t, tc.p, body, provider.ErrorTypeFor(tc.p, http.StatusNotFound))
+			require.Contains(t, msg, tc.want)
+			require.NotEmpty(t, resp.Header.Get(frontdoor.HeaderRequestID))
+			got, _ := ts.upstream.last()
+			require.Empty(t, got, "the request reached the provider")
+			require.Empty(t, append(ts.a.calls(), ts.o.calls()...), "the request reached an engine")
 		})
 	}
 }
