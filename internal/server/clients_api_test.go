@@ -337,7 +337,14 @@ func TestClientsReachEveryNode(t *testing.T) {
 	b := clientsGateway(t, m, dsn, 50*time.Millisecond, "node-b")
 
 	var created ClientInfo
-	code, body := adminCall(t, a, "POST", "/v1/clients", opsKey, `{"name":"shared"}`, &created)
+	var code int
+	var body []byte
+	// The PostgreSQL store connects in the background: until it has, the
+	// admin API answers 503 with Retry-After, and the caller tries again.
+	require.Eventually(t, func() bool {
+		code, body = adminCall(t, a, "POST", "/v1/clients", opsKey, `{"name":"shared"}`, &created)
+		return code != http.StatusServiceUnavailable
+	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, http.StatusCreated, code, string(body))
 	require.Eventually(t, func() bool {
 		code, _ := proxied(t, b, created.Key)
