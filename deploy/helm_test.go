@@ -314,7 +314,9 @@ func checkRendered(t *testing.T, hc helmCase, bin string, flags map[string]bool,
 		require.Equal(t, http.StatusUnauthorized, gatewayStatus(t, bin, sm.Spec.Endpoints[0].Path), "/metrics without a key")
 		require.Equal(t, http.StatusOK, gatewayStatus(t, bin, sm.Spec.Endpoints[0].Path, testScrapeKey), "/metrics with the scrape key")
 		require.Equal(t, "Bearer", sm.Spec.Endpoints[0].Authorization.Type)
-		require.Equal(t, "sluice", sm.Spec.Endpoints[0].Authorization.Credentials.Name, "the chart's Secret")
+		require.NotEmpty(t, ctr.EnvFrom, "the gateway reads its keys from a Secret")
+		require.Equal(t, ctr.EnvFrom[0].SecretRef.Name, sm.Spec.Endpoints[0].Authorization.Credentials.Name,
+			"the ServiceMonitor reads the scrape key from the Secret the gateway reads (the chart's, or existingSecret)")
 		require.Equal(t, "SLUICE_SCRAPE_KEY", sm.Spec.Endpoints[0].Authorization.Credentials.Key)
 		require.Contains(t, cfgText, "${SLUICE_SCRAPE_KEY", "the gateway reads the key the ServiceMonitor sends")
 		require.Equal(t, svc.Labels, withKeys(svc.Labels, sm.Spec.Selector.MatchLabels), "the ServiceMonitor selects the Service")
