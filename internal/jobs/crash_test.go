@@ -214,7 +214,14 @@ func TestTwoGatewaysOnPostgresRunEachJobOnce(t *testing.T) {
 	g1 := startGateway(t, config)
 	g2 := startGateway(t, config)
 	start := time.Now()
-	code, body := httpDo(t, "POST", g1.addr+"/v1/batches?upstream=mock", batchFile(jobs))
+	// The PostgreSQL store connects in the background: the jobs API answers
+	// 503 with Retry-After until it has.
+	var code int
+	var body []byte
+	require.Eventually(t, func() bool {
+		code, body = httpDo(t, "POST", g1.addr+"/v1/batches?upstream=mock", batchFile(jobs))
+		return code != 503
+	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, 200, code, string(body))
 	batch := decode[jobsapi.BatchView](t, body)
 	v := waitBatchEnded(t, g2.addr, batch.ID, 30*time.Second)

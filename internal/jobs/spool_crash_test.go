@@ -62,7 +62,14 @@ jobs:
 
 	const metOutage = "recording job result; retrying while the lease holds"
 	g := startProcessMarking(t, "sluice serve", "sluice listening on ", metOutage, "serve", "--config", config)
-	code, body := httpDo(t, "POST", g.addr+"/v1/batches?upstream=mock", batchFile(jobs))
+	// The PostgreSQL store connects in the background: the jobs API answers
+	// 503 with Retry-After until it has.
+	var code int
+	var body []byte
+	require.Eventually(t, func() bool {
+		code, body = httpDo(t, "POST", g.addr+"/v1/batches?upstream=mock", batchFile(jobs))
+		return code != 503
+	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, 200, code, string(body))
 	// The first job goes alone (the gateway learns the provider's limits
 	// from its answer), then the others at once: cut when they are in
