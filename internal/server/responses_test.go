@@ -118,11 +118,13 @@ func TestResponsesReachTheKeyThatCreatedThem(t *testing.T) {
 	f := startGateway(t, mock.Limits{RPM: 6000, TPM: 1_000_000}, 60, mock.Faults{}, func(u *upcfg.Config) {
 		u.APIKey = ""
 		u.APIKeys = []upcfg.Key{{Key: "sk-project-a"}, {Key: "sk-project-b"}}
+		u.Limits.MaxConcurrency = 1 // a key busy with one create sends the next to the other
 	})
 	ctx := t.Context()
 	c := f.openai()
-	// Created at once, so the pool places them on both keys (each key's
-	// reservations in flight leave the other more room).
+	// Created at once, so the pool places them on both keys (a key with a
+	// create in flight has no free slot; one whose create has ended has
+	// less room left than the other).
 	keys := map[string]bool{}
 	ids := make([]string, 8)
 	var mu sync.Mutex
