@@ -3,8 +3,6 @@ package admit
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 )
 
 // ClientBurstSecondsDefault is how many seconds of a client's rate its
@@ -93,7 +91,7 @@ func (v LimitValues) validate() error {
 // Validate checks the values and that every override names one of
 // upstreams; its errors name the field (limits.upstreams.NAME.FIELD).
 func (l ClientLimits) Validate(upstreams map[string]bool) error {
-	if err := l.LimitValues.validate(); err != nil {
+	if err := l.validate(); err != nil {
 		return err
 	}
 	for name, v := range l.Upstreams {
@@ -105,20 +103,4 @@ func (l ClientLimits) Validate(upstreams map[string]bool) error {
 		}
 	}
 	return nil
-}
-
-// describe names v's limits for messages: "requests_per_minute 30,
-// max_concurrency 2".
-func (v LimitValues) describe() string {
-	var parts []string
-	if v.RequestsPerMinute > 0 {
-		parts = append(parts, "requests_per_minute "+strconv.FormatFloat(v.RequestsPerMinute, 'f', -1, 64))
-	}
-	if v.TokensPerMinute > 0 {
-		parts = append(parts, "tokens_per_minute "+strconv.FormatFloat(v.TokensPerMinute, 'f', -1, 64))
-	}
-	if v.MaxConcurrency > 0 {
-		parts = append(parts, "max_concurrency "+strconv.Itoa(v.MaxConcurrency))
-	}
-	return strings.Join(parts, ", ")
 }

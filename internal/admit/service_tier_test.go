@@ -50,8 +50,8 @@ func TestServiceTierAllowList(t *testing.T) {
 			s.Settle(dispatch.End{}, false)
 			continue
 		}
-		rf, isRefusal := err.(*Refusal)
-		require.True(t, isRefusal, "%+v: %v", tt, err)
+		var rf *Refusal
+		require.ErrorAs(t, err, &rf, "%+v", tt)
 		require.Equal(t, http.StatusForbidden, rf.Problem.Status)
 		require.Equal(t, "permission_error", rf.Problem.Type)
 		require.Contains(t, rf.Problem.Message, "flex, auto")

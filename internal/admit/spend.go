@@ -357,11 +357,3 @@ func (b *spendBody) settle() {
 	end, ok := b.resp.End()
 	b.hold.settle(end, ok)
 }
-
-// holdOf returns the hold of a response sent through send, or nil.
-func holdOf(resp *dispatch.Response) *spendHold {
-	if b, ok := resp.Body.(*spendBody); ok {
-		return b.hold
-	}
-	return nil
-}

@@ -33,7 +33,7 @@ func TestRedisClientLogIsStructured(t *testing.T) {
 // printed as plain text.
 //
 // Not parallel: the Redis client's logger is global to the process.
-func TestRedisPoolMessagesReachTheLog(t *testing.T) { //nolint:tparallel // sets a process-wide logger
+func TestRedisPoolMessagesReachTheLog(t *testing.T) {
 	var b syncBuffer
 	SetRedisLogger(slog.New(slog.NewJSONHandler(&b, nil)))
 	t.Cleanup(func() { SetRedisLogger(slog.New(slog.DiscardHandler)) })

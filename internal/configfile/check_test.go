@@ -116,8 +116,8 @@ func TestCheckNamesFieldLineAndFix(t *testing.T) {
 			require.NotContains(t, err.Error(), "\n")
 			require.NotContains(t, err.Error(), "int64")
 			require.NotContains(t, err.Error(), "time.Duration")
-			_, ok := err.(*Error)
-			require.True(t, ok, "%T", err)
+			var ce *Error
+			require.ErrorAs(t, err, &ce)
 		})
 	}
 }
@@ -156,20 +156,20 @@ func TestAtFindsTheLine(t *testing.T) {
 		{"listen: 0.0.0.0:80 is public", 1, "listen"},
 		{"store: bad", 0, "store"},
 	} {
-		err := At(root, errString(tc.msg))
-		ce, ok := err.(*Error)
-		require.True(t, ok)
+		err := At(root, textError(tc.msg))
+		var ce *Error
+		require.ErrorAs(t, err, &ce)
 		require.Equal(t, tc.line, ce.Line, tc.msg)
 		require.Equal(t, tc.path, ce.Path, tc.msg)
 	}
-	err = At(root, errString("something without a path"))
+	err = At(root, textError("something without a path"))
 	require.Equal(t, "something without a path", err.Error())
 	require.Equal(t, "f.yaml:3: a: b", InFile(&Error{Line: 3, Path: "a", Msg: "b"}, "f.yaml").Error())
 }
 
-type errString string
+type textError string
 
-func (e errString) Error() string { return string(e) }
+func (e textError) Error() string { return string(e) }
 
 func TestSuggest(t *testing.T) {
 	t.Parallel()
@@ -199,6 +199,6 @@ func FuzzCheck(f *testing.F) {
 			var cfg testConfig
 			_ = root.Decode(&cfg) // an alias cycle may still fail; it must not panic
 		}
-		_ = At(root, errString("upstreams[0].limits.x: y"))
+		_ = At(root, textError("upstreams[0].limits.x: y"))
 	})
 }

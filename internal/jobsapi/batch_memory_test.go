@@ -75,7 +75,7 @@ func (b *batchLines) Read(p []byte) (int, error) {
 // 268435456 and 6, with 1 GiB uploads).
 //
 // Not parallel: it reads the process's heap, which other tests would share.
-func TestRejectedBatchUploadsHoldLessThanTheCap(t *testing.T) { //nolint:tparallel // measures the process's heap
+func TestRejectedBatchUploadsHoldLessThanTheCap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("uploads several times the batch cap")
 	}

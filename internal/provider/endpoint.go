@@ -71,6 +71,8 @@ func (e Endpoint) Scheduled() bool {
 	switch e {
 	case EndpointChat, EndpointResponses, EndpointEmbeddings:
 		return true
+	case EndpointCountTokens:
+		return false // its own per-key bucket, never the messages queue
 	}
 	return false
 }

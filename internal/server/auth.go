@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 )
@@ -50,7 +51,9 @@ type clientEntry struct {
 }
 
 // newClientSet holds the config's clients only.
-func newClientSet(cfgs []ClientConfig) *clientSet { return buildClientSet(cfgs, nil, time.Now) }
+func newClientSet(cfgs []ClientConfig) *clientSet {
+	return buildClientSet(cfgs, nil, clock.Real().Now)
+}
 
 // buildClientSet holds the config's clients and the runtime clients (the
 // admin API's, runtime_clients.go) whose names the config does not use:
@@ -95,16 +98,6 @@ func buildClientSet(cfgs []ClientConfig, runtime []runtimeClient, now func() tim
 
 // open reports whether any key is accepted (no clients configured).
 func (cs *clientSet) open() bool { return len(cs.entries) == 0 }
-
-// byName finds a configured client by its name (a job's owner).
-func (cs *clientSet) byName(name string) (client, bool) {
-	for _, e := range cs.entries {
-		if e.client.name == name {
-			return e.client, true
-		}
-	}
-	return client{}, false
-}
 
 // authenticate identifies the caller from x-api-key or Authorization:
 // Bearer. With no clients configured every request is accepted, as an

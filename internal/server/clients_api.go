@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -575,12 +574,4 @@ func runtimeInfo(rc runtimeClient) ClientInfo {
 		info.Keys = append(info.Keys, ki)
 	}
 	return info
-}
-
-// refreshClients is for tests: apply the store's clients now.
-func (s *Server) refreshClients(ctx context.Context) error {
-	if p := s.poller.Load(); p != nil {
-		return p.load(ctx)
-	}
-	return nil
 }

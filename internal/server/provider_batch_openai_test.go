@@ -256,7 +256,10 @@ func TestProviderBatchesOpenAISDK(t *testing.T) {
 	var oe *openai.Error
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, http.StatusNotFound, oe.StatusCode)
-	_, err = bob.Files.Content(ctx, b.OutputFileID)
+	other, err := bob.Files.Content(ctx, b.OutputFileID)
+	if other != nil {
+		require.NoError(t, other.Body.Close())
+	}
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, http.StatusNotFound, oe.StatusCode)
 
