@@ -2,6 +2,7 @@ package admit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -137,7 +138,16 @@ func (l *Layer) Start(ctx context.Context, st SpendStore) error {
 	if err := l.spend.start(ctx, st); err != nil {
 		return err
 	}
-	return l.life.Start(ctx, func(context.Context) error { return nil })
+	if err := l.life.Start(ctx, func(context.Context) error { return nil }); err != nil {
+		// Stopped before this start (a store that connected in the
+		// background after the gateway's Stop): the spender started
+		// above must not outlive the layer.
+		if errors.Is(err, lifecycle.ErrStopped) {
+			return errors.Join(err, l.spend.close(ctx))
+		}
+		return err
+	}
+	return nil
 }
 
 // Stop writes the pending spend to the store. It is idempotent and safe

@@ -95,8 +95,8 @@ func TestSDKResponsesAndEmbeddingsThroughGateway(t *testing.T) {
 	before := f.mock.Stats().Overall.ByStatus["400"]
 	_, err = c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-4.1", MaxOutputTokens: openai.Int(3),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}})
-	apiErr, ok := err.(*openai.Error)
-	require.True(t, ok, "got %v", err)
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
 	require.Contains(t, apiErr.Message, "max_output_tokens")
 	require.Equal(t, before, f.mock.Stats().Overall.ByStatus["400"])
@@ -182,8 +182,8 @@ func TestResponsesReachTheKeyThatCreatedThem(t *testing.T) {
 			// key gets 404).
 			_, err := c.Responses.Cancel(ctx, id)
 			if err != nil {
-				apiErr, ok := err.(*openai.Error)
-				require.True(t, ok, "got %v", err)
+				var apiErr *openai.Error
+				require.ErrorAs(t, err, &apiErr)
 				require.Equal(t, http.StatusBadRequest, apiErr.StatusCode, "cancel %s: %v", id, err)
 			}
 		}
