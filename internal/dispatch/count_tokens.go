@@ -30,14 +30,39 @@ var countTokensCost = flow.Amount{flow.Requests: 1}
 
 // countTokensPool is the counting buckets of the pool's keys, in the
 // pool's order.
+//
+// A bucket whose limit is neither configured nor yet reported is learned
+// from one probe: while its first request is on its way no other request
+// goes to that key, so a flood that arrives before any answer sends one
+// request per key, not the whole flood, and the probe's rate-limit
+// headers size the bucket for the rest. A key whose probe came back with
+// no report stays unlimited.
 type countTokensPool struct {
-	mu   sync.Mutex // serializes picking a key and reserving on it
-	lims []*flow.Limiter
+	mu     sync.Mutex // serializes picking a key and reserving on it
+	lims   []*flow.Limiter
+	probed []probeState
+	// unanswered is, per key, when each request on its way was
+	// reserved: a report may not count those reserved before the one it
+	// answers (they may reach the provider after it), so its Mark looks
+	// back to the oldest of them.
+	unanswered [][]time.Time
+	// answered is closed (and replaced) whenever a probe completes, to
+	// wake the requests waiting on it.
+	answered chan struct{}
 }
+
+// probeState is where a key's counting bucket is in being learned.
+type probeState uint8
+
+const (
+	probeNone    probeState = iota // no request sent yet
+	probeSending                   // its first request is on its way
+	probeDone                      // answered (a limit is known, or none was reported)
+)
 
 // newCountTokensPool builds a counting bucket for each key of cfg.
 func newCountTokensPool(cfg settings, now time.Time) (*countTokensPool, error) {
-	p := &countTokensPool{}
+	p := &countTokensPool{answered: make(chan struct{})}
 	for i, k := range cfg.Keys() {
 		lc := cfg.limiterConfig()
 		lc.Limits = [flow.NumDims]float64{flow.Requests: float64(k.Limits.CountTokensPerMinute)}
@@ -46,14 +71,67 @@ func newCountTokensPool(cfg settings, now time.Time) (*countTokensPool, error) {
 			return nil, fmt.Errorf("api_keys[%d].limits.count_tokens_per_minute: %w", i, err)
 		}
 		p.lims = append(p.lims, lim)
+		st := probeNone
+		if k.Limits.CountTokensPerMinute > 0 {
+			st = probeDone
+		}
+		p.probed = append(p.probed, st)
 	}
+	p.unanswered = make([][]time.Time, len(p.lims))
 	return p, nil
 }
 
-// take reserves one counting request on the key (of those in the pool)
-// whose bucket has room now, or returns how long until the earliest has.
-// d.mu must not be held.
-func (d *Dispatcher) countTokensTake(now time.Time) (int, time.Duration) {
+// reserved records a request reserved on key i at now and returns the
+// Mark its report is compared with. p.mu must be held, and the Mark is
+// taken under it with the reservation, so it counts exactly the debits
+// before this one.
+func (p *countTokensPool) reserved(i int, now time.Time) flow.Mark {
+	var oldest time.Time
+	for _, t := range p.unanswered[i] {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	p.unanswered[i] = append(p.unanswered[i], now)
+	return p.lims[i].Mark(now).From(oldest)
+}
+
+// forget forgets one request reserved on key i at at.
+func (p *countTokensPool) forget(i int, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.unanswered[i]
+	for j, t := range u {
+		if t.Equal(at) {
+			p.unanswered[i] = append(u[:j], u[j+1:]...)
+			return
+		}
+	}
+}
+
+// probeAnswered records that key i's probe came back (answered) or
+// failed on its way (the next request probes again), and wakes the
+// requests waiting on it.
+func (p *countTokensPool) probeAnswered(i int, answered bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.probed[i] != probeSending {
+		return
+	}
+	p.probed[i] = probeNone
+	if answered {
+		p.probed[i] = probeDone
+	}
+	close(p.answered)
+	p.answered = make(chan struct{})
+}
+
+// countTokensTake reserves one counting request on the key (of those in
+// the pool) whose bucket has room now and says whether it is that key's
+// probe; or it returns how long until the earliest has room, and, when
+// only probes on their way stand in the way, a channel closed when one
+// comes back. d.mu must not be held.
+func (d *Dispatcher) countTokensTake(now time.Time) (key int, mark flow.Mark, probe bool, wait time.Duration, answered <-chan struct{}) {
 	d.mu.Lock()
 	in := make([]bool, len(d.keys))
 	anyIn := false
@@ -65,9 +143,20 @@ func (d *Dispatcher) countTokensTake(now time.Time) (int, time.Duration) {
 	p := d.counting
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	wait := time.Duration(-1)
+	wait = -1
 	for i, lim := range p.lims {
 		if anyIn && !in[i] {
+			continue
+		}
+		if p.probed[i] == probeSending {
+			answered = p.answered
+			continue
+		}
+		if p.probed[i] == probeNone && lim.State(now)[flow.Requests].Capacity == 0 {
+			if _, err := lim.Reserve(countTokensCost, now); err == nil {
+				p.probed[i] = probeSending
+				return i, p.reserved(i, now), true, 0, nil
+			}
 			continue
 		}
 		w, err := lim.TimeUntil(countTokensCost, now)
@@ -76,7 +165,7 @@ func (d *Dispatcher) countTokensTake(now time.Time) (int, time.Duration) {
 		}
 		if w == 0 {
 			if rw, err := lim.Reserve(countTokensCost, now); err == nil && rw == 0 {
-				return i, 0
+				return i, p.reserved(i, now), false, 0, nil
 			}
 			w = time.Millisecond
 		}
@@ -85,9 +174,27 @@ func (d *Dispatcher) countTokensTake(now time.Time) (int, time.Duration) {
 		}
 	}
 	if wait < 0 {
+		if answered != nil {
+			return -1, flow.Mark{}, false, 0, answered
+		}
 		wait = time.Minute // nothing can say: try again in a minute
 	}
-	return -1, wait
+	return -1, flow.Mark{}, false, wait, answered
+}
+
+// countTokensAwait waits until a probe comes back, ctx ends or the
+// dispatcher stops.
+func (d *Dispatcher) countTokensAwait(ctx context.Context, answered <-chan struct{}) error {
+	select {
+	case <-answered:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-d.stopping:
+		return ErrStopped
+	case <-d.drained:
+		return ErrStopped
+	}
 }
 
 // CountTokens sends a token-counting request on its own per-key bucket
@@ -118,8 +225,20 @@ func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, 
 			return nil, err
 		}
 		now = d.clk.Now()
-		i, wait := d.countTokensTake(now)
+		i, mark, probe, wait, answered := d.countTokensTake(now)
 		if i < 0 {
+			if wait == 0 {
+				// Only probes on their way stand in the way: their answers
+				// size the buckets.
+				if err := d.countTokensAwait(ctx, answered); err != nil {
+					if errors.Is(err, ErrStopped) {
+						return nil, d.countTokensStopped(attempts, queued)
+					}
+					return nil, fmt.Errorf("waiting to count tokens on upstream %q: %w", d.cfg.Name, err)
+				}
+				queued += d.clk.Now().Sub(now)
+				continue
+			}
 			if now.Add(wait).After(deadline) {
 				return nil, d.countTokensShed(attempts, queued, wait)
 			}
@@ -133,7 +252,11 @@ func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, 
 			continue
 		}
 		attempts++
-		resp, retryAt, err := d.countTokensCall(ctx, req, i)
+		resp, retryAt, err := d.countTokensCall(ctx, req, i, mark)
+		d.counting.forget(i, now)
+		if probe {
+			d.counting.probeAnswered(i, err == nil)
+		}
 		if err != nil || retryAt.IsZero() {
 			if resp != nil {
 				resp.Attempts, resp.QueueWait = attempts, queued
@@ -148,10 +271,10 @@ func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, 
 	}
 }
 
-// countTokensCall sends req on key i. A 429 pauses the key's counting
+// countTokensCall sends req on key i, reserved at mark. A 429 pauses the key's counting
 // bucket and returns the instant it may be tried again (non-zero), with
 // no response; every other answer is returned as it is.
-func (d *Dispatcher) countTokensCall(ctx context.Context, req *Request, i int) (*Response, time.Time, error) {
+func (d *Dispatcher) countTokensCall(ctx context.Context, req *Request, i int, mark flow.Mark) (*Response, time.Time, error) {
 	k := d.keys[i]
 	lim := d.counting.lims[i]
 	hreq, err := d.newUpstreamRequest(ctx, req, k)
@@ -159,7 +282,6 @@ func (d *Dispatcher) countTokensCall(ctx context.Context, req *Request, i int) (
 		lim.Unreserve(countTokensCost, d.clk.Now())
 		return nil, time.Time{}, fmt.Errorf("building request for upstream %q: %w", d.cfg.Name, err)
 	}
-	mark := lim.Mark(d.clk.Now())
 	resp, err := d.cfg.HTTPClient.Do(hreq)
 	now := d.clk.Now()
 	if err != nil {

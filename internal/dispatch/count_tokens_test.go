@@ -26,7 +26,8 @@ func countTokensRequest(deadline time.Time) *dispatch.Request {
 // requests far beyond their own limit (60 a minute on each of two keys,
 // 600 sent at once) while 150 messages drain on their limits: the
 // messages see no provider 429 and drain in the same (fake) time as
-// without the flood; every counting request gets the provider's count or,
+// without the flood; each key's counting bucket is learned from one probe,
+// so the provider answers no 429 at all; every counting request gets the provider's count or,
 // when no key's counting bucket has room before its deadline, a 429 of
 // Sluice's own with retry-after, never the provider's 429.
 func TestCountTokensFloodLeavesMessagesAlone(t *testing.T) {
@@ -83,11 +84,13 @@ func TestCountTokensFloodLeavesMessagesAlone(t *testing.T) {
 	took, st, counted, shed := run(true)
 	t.Logf("messages drained in %v alone, %v beside the flood; counting: %d counted, %d answered 429 by Sluice; provider: %v",
 		quiet, took, counted, shed, st.Overall.ByStatus)
-	require.Equal(t, quiet, took, "the flood does not delay the messages")
+	// Each key sends a message a second: a flood that took one slot would
+	// cost a second. Less than that is the drain's own event order.
+	require.LessOrEqual(t, took, quiet+500*time.Millisecond, "the flood does not delay the messages")
 	require.Equal(t, flood, counted+shed, "every counting request has its count or Sluice's 429")
 	require.Positive(t, counted)
 	require.Positive(t, shed)
 	require.EqualValues(t, n, st.Overall.ByEndpoint[mock.EndpointMessages])
 	require.EqualValues(t, counted, st.Overall.ByEndpoint[mock.EndpointCountTokens])
-	require.LessOrEqual(t, st.Overall.ByStatus["429"], int64(2), "the counting bucket is learned from its first answers' headers at most")
+	require.Zero(t, st.Overall.ByStatus["429"], "each key's counting bucket is learned from one probe before the flood goes out")
 }
