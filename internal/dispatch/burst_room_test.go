@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -133,4 +134,42 @@ func TestUrgentBurstFindsRoomAfterALongBatch(t *testing.T) {
 	// waited at most about the room's 5 s of refill longer.
 	t.Logf("the batch's longest wait: %v with the room, %v without", batchWait, waits(res[0]))
 	require.LessOrEqual(t, batchWait, waits(res[0])+6*time.Second)
+}
+
+// TestSaturatingClassLeavesTheBatchItsShare: normal traffic saturates the
+// upstream (far more queued than the quota serves) beside a batch. The
+// batch keeps the room primed for urgent bursts, which normal, leaving
+// less, would take the bucket below for as long as it saturates: the
+// batch got nothing until normal's queue emptied. Once normal has been
+// backlogged for SaturatedAfter the batch keeps only what normal keeps,
+// and the weights (normal 2, low 1) share the refill: over the first two
+// minutes low gets its third, less what normal had alone at first. (It
+// got a sixth before.)
+func TestSaturatingClassLeavesTheBatchItsShare(t *testing.T) {
+	t.Parallel()
+	const normal, low = 400, 200
+	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: 10},
+		upcfg.Config{Limits: upcfg.Limits{RequestsPerMinute: 60}, BurstSeconds: 10})
+	res := p.replay(t, []arrivalGroup{{0, llm.Normal, normal}, {0, llm.Low, low}}, nil)
+	require.Zero(t, status429(p.mock.Stats()), "no provider 429")
+	const window = 2 * time.Minute
+	served := func(rs []result) (n int) {
+		for _, r := range rs {
+			require.NoError(t, r.err)
+			require.Equal(t, 200, r.resp.StatusCode)
+			if r.resp.QueueWait <= window {
+				n++
+			}
+		}
+		return n
+	}
+	n, l := served(res[0]), served(res[1])
+	t.Logf("served in the first %v: normal %d, low %d", window, n, l)
+	share := float64(l) / float64(n+l)
+	// Before normal counts as saturating (SaturatedAfter) it has the
+	// full bucket and the refill to itself: about 15 of the 130 served.
+	first := 10 + dispatch.SaturatedAfter.Seconds()
+	require.Greater(t, share, (1.0/3)*(1-first/(window.Seconds()+10)),
+		"low gets its weighted share (1/3) while normal saturates, less what normal had alone at first")
+	require.Less(t, share, 0.4, "and no more than its share")
 }

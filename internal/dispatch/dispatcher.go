@@ -61,6 +61,7 @@ type Dispatcher struct {
 	// queue was last scanned for requests it leaves no time for.
 	unreachableScan time.Time
 	seen            [llm.NumPriorities]time.Time     // last arrival per class, for headroom
+	backlogFrom     [llm.NumPriorities]time.Time     // when each class's queue last became non-empty (saturation.go)
 	room            *flow.BurstRoom                  // the room learned for urgent bursts
 	sessions        *expiring[*poolKey]              // the key each session last went to (prompt_cache.go)
 	gap             [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
@@ -481,6 +482,9 @@ type waiter struct {
 // urgent class has sent a request within HeadroomWindow; traffic of one
 // class alone uses the whole bucket. d.mu must be held.
 func (d *Dispatcher) headroom(c llm.Priority, now time.Time) flow.Keep {
+	if u, ok := d.saturating(c, now); ok {
+		return d.headroom(u, now) // its room is no use against u (saturation.go)
+	}
 	k := flow.Keep{Seconds: d.room.Seconds(c, now), Cap: d.cfg.RoomCap}
 	if c == llm.High {
 		// An interactive class: it leaves critical a smaller room.
@@ -516,6 +520,7 @@ func (d *Dispatcher) gapKnown(u llm.Priority) bool { return d.arrivals[u] >= 2 }
 // headroom's activity window and the room learned for bursts (in seconds
 // of the pool's refill). d.mu held.
 func (d *Dispatcher) arrived(c llm.Priority, cost flow.Amount, now time.Time) {
+	d.queued(c, now)
 	if c < llm.NumPriorities-1 && d.cfg.RoomCap > 0 {
 		d.room.Arrive(c, cost, d.poolRate(now), now)
 	}
@@ -894,6 +899,7 @@ func (d *Dispatcher) putBack(w *waiter) error {
 		return ErrStopped
 	}
 	d.sched.PutBack(&w.item)
+	d.queued(w.item.Class, d.clk.Now())
 	d.kick()
 	return nil
 }
