@@ -59,7 +59,7 @@ type Ticket struct {
 // (ErrTooLarge, ErrDeadline, ErrStopped) or ctx's cause.
 func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, error) {
 	now := d.clk.Now()
-	w := d.ticketWaiter(p, now)
+	w := d.ticketWaiter(ctx, p, now)
 	if err := d.tooLarge(w.cost, now); err != nil {
 		return nil, d.giveUp(w, ErrTooLarge, err.Error())
 	}
@@ -85,7 +85,7 @@ func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, err
 // allows a call, a slot is free and the cost fits now. It never waits.
 func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	now := d.clk.Now()
-	w := d.ticketWaiter(p, now)
+	w := d.ticketWaiter(context.Background(), p, now)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.state != running || d.sched.Len() > 0 || d.inflight >= d.aimd.Limit() {
@@ -114,7 +114,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 
 // ticketWaiter is the waiter of a ticket: a placeholder request of the
 // ticket's class until Call brings the real one.
-func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
+func (d *Dispatcher) ticketWaiter(ctx context.Context, p AcquireParams, now time.Time) *waiter {
 	class := p.Priority
 	if !class.Valid() {
 		class = llm.Normal
@@ -127,7 +127,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 		deadline:  p.Deadline,
 		waitFrom:  now,
 		ticket:    true,
-		pin:       d.responseKey(p.Cost.PreviousResponseID, now),
+		pin:       d.responseKey(ctx, p.Cost.PreviousResponseID, now),
 	}
 	w.full = w.cost
 	if w.deadline.IsZero() {
@@ -219,7 +219,7 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	// holds in its cache is not charged (prompt_cache.go).
 	req.Priority = w.item.Class
 	w.req, w.full, w.cache = req, real, d.cacheOf(req)
-	w.pin = d.responseKey(req.Cost.PreviousResponseID, now)
+	w.pin = d.responseKey(ctx, req.Cost.PreviousResponseID, now)
 	// The ticket was admitted before its request was known: the key its
 	// request belongs on (its session's, its prefix's, its response's) is
 	// chosen now, by the rule live requests are placed by (reseat).
