@@ -140,7 +140,7 @@ type Server struct {
 	// Response, kept in the job store while the queue runs
 	// (response_store.go); nil without a store.
 	responses *responseStore
-	draining atomic.Bool // set when Stop begins: /readyz answers 503
+	draining  atomic.Bool // set when Stop begins: /readyz answers 503
 
 	clusterGiven admit.ClusterBackend // WithClusterBackend
 }
