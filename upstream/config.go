@@ -229,6 +229,13 @@ type Config struct {
 	// keeps requests on the key that holds it. Defaults to PromptCache's
 	// defaults.
 	PromptCache PromptCache `yaml:"prompt_cache"`
+	// ResponseRetention is how long the provider keeps a stored OpenAI
+	// Response, and so how long the gateway remembers which key of the
+	// pool created it (GET, DELETE, cancel, input_items and
+	// previous_response_id reach that key; with a job store, across
+	// restarts and the nodes of a cluster). Defaults to 720h, OpenAI's 30
+	// days (ResponseRetentionDefault).
+	ResponseRetention time.Duration `yaml:"response_retention"`
 	// Classes are the priority classes' scheduling settings. Defaults to
 	// the profile's, else Class's defaults (WeightsDefault, MaxWaitDefault
 	// and HeadroomDefault).
@@ -289,6 +296,9 @@ const (
 	PromptCacheAffinityDefault  = PromptCacheOn
 	// PromptCachePrefixesDefault bounds a key's record of prefixes.
 	PromptCachePrefixesDefault = 4096
+	// ResponseRetentionDefault is how long OpenAI keeps a stored Response
+	// (its "30 days by default"): Config.ResponseRetention's default.
+	ResponseRetentionDefault = 30 * 24 * time.Hour
 )
 
 // On reports whether a PromptCache switch (after WithDefaults) is on.
@@ -423,6 +433,7 @@ func (c Config) WithDefaults() Config {
 	c.PromptCache.Admission = cmp.Or(c.PromptCache.Admission, PromptCacheAdmissionDefault)
 	c.PromptCache.Affinity = cmp.Or(c.PromptCache.Affinity, PromptCacheAffinityDefault)
 	c.PromptCache.Prefixes = cmp.Or(c.PromptCache.Prefixes, PromptCachePrefixesDefault)
+	c.ResponseRetention = cmp.Or(c.ResponseRetention, ResponseRetentionDefault)
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, BaseDelayDefault)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, max(MaxDelayDefault, c.Retry.BaseDelay))
 	c.Retry.MaxAttempts = cmp.Or(c.Retry.MaxAttempts, MaxAttemptsDefault)

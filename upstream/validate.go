@@ -70,6 +70,7 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"request_timeout", d.RequestTimeout},
+		{"response_retention", d.ResponseRetention},
 		{"headroom_window", d.HeadroomWindow},
 		{"burst_memory", d.BurstMemory},
 		{"retry.base_delay", d.Retry.BaseDelay},

@@ -76,6 +76,10 @@ type Config struct {
 	// Rand jitters backoff and breaker periods; it is used under a lock.
 	// Defaults to a randomly seeded source.
 	Rand *rand.Rand
+	// Responses keeps which key of the pool created each stored Response
+	// beyond the process (response_keys.go), behind the dispatcher's
+	// memory. Defaults to nil: the memory alone.
+	Responses ResponseStore
 }
 
 // settings is a Dispatcher's resolved configuration: the defaulted Config

@@ -127,6 +127,7 @@ func New(c Config) (*Dispatcher, error) {
 		d.room.Prime(llm.Low, flow.PrimeSeconds, now)
 	}
 	d.sessions = newExpiring[*poolKey](cfg.PromptCache.Prefixes)
+	d.responses.ttl = cfg.ResponseRetention
 	if d.keys, err = newPool(cfg, now); err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", cfg.Name, err)
 	}
@@ -614,7 +615,7 @@ func (d *Dispatcher) newWaiter(ctx context.Context, req *Request) *waiter {
 		cost:      flow.NewAmount(est.InputTokens, est.OutputTokens),
 		admission: make(chan admission, 1),
 		ctx:       ctx,
-		pin:       d.responseKey(req.Cost.PreviousResponseID, now),
+		pin:       d.responseKey(ctx, req.Cost.PreviousResponseID, now),
 	}
 	w.full = w.cost
 	w.cache = d.cacheOf(req)

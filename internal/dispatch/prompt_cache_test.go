@@ -165,6 +165,14 @@ func runShared(t testing.TB, p *poolRig, n int) cacheRun {
 // done (each either done, or queued in the dispatcher while it rests).
 func (p *poolRig) driveUntil(t testing.TB, n int, done *atomic.Int32, ds ...*dispatch.Dispatcher) {
 	t.Helper()
+	p.driveResting(t, n, done, func() int { return 0 }, ds...)
+}
+
+// driveResting is driveUntil with callers that may rest on the fake
+// clock between their calls: resting counts those whose wake-up is still
+// ahead of the clock.
+func (p *poolRig) driveResting(t testing.TB, n int, done *atomic.Int32, resting func() int, ds ...*dispatch.Dispatcher) {
+	t.Helper()
 	if len(ds) == 0 {
 		ds = []*dispatch.Dispatcher{p.d}
 	}
@@ -176,7 +184,7 @@ func (p *poolRig) driveUntil(t testing.TB, n int, done *atomic.Int32, ds ...*dis
 				s := d.Snapshot()
 				q, inflight, idle = q+queued(s), inflight+s.InFlight, idle && dispatch.LoopIdle(d)
 			}
-			return int(done.Load())+q == n && inflight == 0 && idle || int(done.Load()) == n
+			return int(done.Load())+resting()+q == n && inflight == 0 && idle || int(done.Load()) == n
 		})
 		if int(done.Load()) >= n {
 			return
@@ -203,6 +211,14 @@ func cacheRig(t testing.TB, admission, affinity string) *poolRig {
 func roundRobin(t testing.TB, sessions, turns int) cacheRun {
 	t.Helper()
 	p := cacheRig(t, upcfg.PromptCacheOn, upcfg.PromptCacheOn)
+	return runSessionsOn(t, p, oneKeyDispatchers(t, p), sessions, turns)
+}
+
+// oneKeyDispatchers are two one-key dispatchers on the two keys of p's
+// mock: a round robin over the pool when requests are dealt to them in
+// turn.
+func oneKeyDispatchers(t testing.TB, p *poolRig) []*dispatch.Dispatcher {
+	t.Helper()
 	var ds []*dispatch.Dispatcher
 	for _, k := range keys(2) {
 		d, err := dispatch.New(dispatch.Config{Config: upcfg.Config{Name: "rr", Protocol: upcfg.Anthropic, BaseURL: "http://mock.invalid", APIKey: k.Key,
@@ -213,7 +229,7 @@ func roundRobin(t testing.TB, sessions, turns int) cacheRun {
 		t.Cleanup(func() { require.NoError(t, d.Stop(context.Background())) })
 		ds = append(ds, d)
 	}
-	return runSessionsOn(t, p, ds, sessions, turns)
+	return ds
 }
 
 // TestPromptCacheAffinity: 12 conversations of 6 turns sharing a
@@ -262,7 +278,8 @@ func TestPromptCacheAdmission(t *testing.T) {
 // requests a second a shared-prefix chat workload reaches with cache-aware
 // admission and with whole prompts charged, and the cached share of the
 // prefix tokens of a conversation workload with and without affinity
-// (BENCHMARKS.md, "Prompt caching"):
+// (BENCHMARKS.md, "Prompt caching"), and the same conversation workload
+// sent as jobs through the ticket door (TestPromptCacheAffinityJobs):
 //
 //	go test ./internal/dispatch/ -run '^$' -bench BenchmarkPromptCache -benchtime 1x
 func BenchmarkPromptCache(b *testing.B) {
@@ -272,9 +289,19 @@ func BenchmarkPromptCache(b *testing.B) {
 		on := runSessions(b, cacheRig(b, upcfg.PromptCacheOn, upcfg.PromptCacheOn), 12, 6)
 		off := runSessions(b, cacheRig(b, upcfg.PromptCacheOn, upcfg.PromptCacheOff), 12, 6)
 		rr := roundRobin(b, 12, 6)
-		if aware.provider+whole.provider+on.provider+off.provider+rr.provider != 0 {
-			b.Fatalf("provider 429s: %d %d %d %d %d", aware.provider, whole.provider, on.provider, off.provider, rr.provider)
+		jobsOn, _ := runJobSessionsOn(b, cacheRig(b, upcfg.PromptCacheOn, upcfg.PromptCacheOn), nil, 12, 6)
+		jobsOff, _ := runJobSessionsOn(b, cacheRig(b, upcfg.PromptCacheOn, upcfg.PromptCacheOff), nil, 12, 6)
+		jobsRR := jobRoundRobin(b, 12, 6)
+		if aware.provider+whole.provider+on.provider+off.provider+rr.provider+jobsOn.provider+jobsOff.provider+jobsRR.provider != 0 {
+			b.Fatalf("provider 429s: %d %d %d %d %d %d %d %d", aware.provider, whole.provider, on.provider, off.provider, rr.provider,
+				jobsOn.provider, jobsOff.provider, jobsRR.provider)
 		}
+		b.ReportMetric(100*jobsOn.readShare(), "jobs_affinity_cached_%")
+		b.ReportMetric(100*jobsOff.readShare(), "jobs_ticket_key_cached_%")
+		b.ReportMetric(100*jobsRR.readShare(), "jobs_round_robin_cached_%")
+		b.ReportMetric(jobsOn.perSecond(), "jobs_affinity_req/s")
+		b.ReportMetric(jobsOff.perSecond(), "jobs_ticket_key_req/s")
+		b.ReportMetric(jobsRR.perSecond(), "jobs_round_robin_req/s")
 		b.ReportMetric(100*rr.readShare(), "round_robin_cached_%")
 		b.ReportMetric(rr.perSecond(), "round_robin_req/s")
 		b.ReportMetric(aware.perSecond(), "aware_req/s")

@@ -52,6 +52,7 @@ type simCall struct {
 	read     float64 // the prefix tokens read from the cache at its arrival
 	written  float64 // and written to it
 	latency  time.Duration
+	embed    bool // an embeddings request (OpenAI)
 	status   int
 	header   http.Header
 	resp     chan *http.Response // buffered(1)
@@ -70,6 +71,11 @@ type simCall struct {
 // rounded up).
 type simProvider struct {
 	clk *clock.Fake
+	// openai makes it an OpenAI-like provider: the same buckets (it
+	// limits requests and tokens, input and max_tokens together), its
+	// x-ratelimit-* headers (reset: the time until the bucket is full)
+	// and its answers (chat completions, embeddings).
+	openai bool
 
 	mu      sync.Mutex
 	limit   [simDims]float64 // per minute; 0 = not limited
@@ -133,7 +139,7 @@ func (p *simProvider) RoundTrip(r *http.Request) (*http.Response, error) {
 	c := &simCall{
 		in: float64(simInt(r, "X-Sim-In")), out: float64(simInt(r, "X-Sim-Out")), maxOut: float64(simInt(r, "X-Sim-Max")),
 		prefix: r.Header.Get("X-Sim-Prefix"), pTokens: float64(simInt(r, "X-Sim-Prefix-Tokens")),
-		latency: time.Duration(simInt(r, "X-Sim-Latency")),
+		latency: time.Duration(simInt(r, "X-Sim-Latency")), embed: r.URL.Path == "/v1/embeddings",
 		resp:    make(chan *http.Response, 1),
 		hangsUp: r.Context().Done(),
 	}
@@ -266,6 +272,13 @@ func (p *simProvider) arrive(c *simCall, at time.Time) {
 		if l == 0 {
 			continue
 		}
+		if p.openai {
+			full := time.Duration((p.depth[d] - p.level[d]) / (l / 60) * float64(time.Second))
+			c.header.Set("x-ratelimit-limit-"+simHeader[d], strconv.FormatFloat(l, 'f', 0, 64))
+			c.header.Set("x-ratelimit-remaining-"+simHeader[d], strconv.FormatFloat(math.Floor(math.Max(p.level[d], 0)), 'f', 0, 64))
+			c.header.Set("x-ratelimit-reset-"+simHeader[d], full.String())
+			continue
+		}
 		pre := "anthropic-ratelimit-" + simHeader[d]
 		c.header.Set(pre+"-limit", strconv.FormatFloat(l, 'f', 0, 64))
 		c.header.Set(pre+"-remaining", strconv.FormatFloat(math.Floor(math.Max(p.level[d], 0)), 'f', 0, 64))
@@ -280,8 +293,17 @@ func (p *simProvider) arrive(c *simCall, at time.Time) {
 func (p *simProvider) answer(c *simCall) *http.Response {
 	body := fmt.Sprintf(`{"id":"msg_%d","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"x"}],"stop_reason":"end_turn","usage":{"input_tokens":%d,"output_tokens":%d,"cache_read_input_tokens":%d,"cache_creation_input_tokens":%d}}`,
 		c.seq, int64(c.in-c.read-c.written), int64(c.out), int64(c.read), int64(c.written))
-	if c.status != http.StatusOK {
+	switch {
+	case p.openai && c.status != http.StatusOK:
+		body = `{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}`
+	case c.status != http.StatusOK:
 		body = `{"type":"error","error":{"type":"rate_limit_error","message":"rate limited"}}`
+	case p.openai && c.embed:
+		body = fmt.Sprintf(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"model":"m","usage":{"prompt_tokens":%d,"total_tokens":%d}}`,
+			int64(c.in), int64(c.in))
+	case p.openai:
+		body = fmt.Sprintf(`{"id":"chatcmpl-%d","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+			c.seq, int64(c.in), int64(c.out), int64(c.in+c.out))
 	}
 	return &http.Response{StatusCode: c.status, Status: http.StatusText(c.status), Header: c.header,
 		Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), ProtoMajor: 1, ProtoMinor: 1}
@@ -297,6 +319,7 @@ type simRequest struct {
 	in, out  int64
 	maxOut   int64
 	prefix   int // its cacheable prefix (0: none; else 1-3), part of estimate and in
+	inputs   int // an embeddings request's inputs (0: a chat request), estimated whole
 	delay    time.Duration
 	latency  time.Duration
 }
@@ -320,6 +343,9 @@ type simWorkload struct {
 	// prefixes (simPrefixTokens), read from the provider's cache once
 	// written.
 	cached bool
+	// openai workloads run on an OpenAI upstream, a third of their
+	// requests embeddings (withEmbeddings).
+	openai bool
 }
 
 // simPrefixTokens is prefix i's size, in real and estimated tokens.
@@ -345,6 +371,40 @@ func (w simWorkload) withPrefixes() simWorkload {
 	// which the provider does not count, are what lets more through.
 	for _, d := range []int{simIn, simTok} {
 		w.limit[d] = math.Round(w.limit[d] * after / max(before, 1))
+	}
+	return w
+}
+
+// withEmbeddings returns w on an OpenAI upstream (requests and tokens
+// limited: the input and output limits drawn for w fold into the tokens
+// one) with a third of its requests embeddings: an array of 1 to 16
+// inputs estimated whole (the estimate and the real input are the array's
+// sum), no output.
+func (w simWorkload) withEmbeddings() simWorkload {
+	w.openai = true
+	rnd := rand.New(rand.NewPCG(w.seed, 0xe3bd))
+	w.reqs = slices.Clone(w.reqs)
+	// A binding token limit stays binding: the requests a second it
+	// allowed, in tokens (input and max_tokens); loose input and output
+	// limits fold into a loose tokens limit (none when either was none).
+	var mean [simDims]float64
+	for _, r := range w.reqs {
+		mean[simIn] += float64(r.estimate) / float64(len(w.reqs))
+		mean[simOut] += float64(r.maxOut) / float64(len(w.reqs))
+	}
+	mean[simReq], mean[simTok] = 1, mean[simIn]+mean[simOut]
+	if w.binding != simReq {
+		w.limit[simTok] = math.Round(w.limit[w.binding] / mean[w.binding] * mean[simTok])
+		w.binding = simTok
+	} else if w.limit[simTok] == 0 && w.limit[simIn] > 0 && w.limit[simOut] > 0 {
+		w.limit[simTok] = w.limit[simIn] + w.limit[simOut]
+	}
+	w.limit[simIn], w.limit[simOut] = 0, 0
+	for i := range w.reqs {
+		if r := &w.reqs[i]; rnd.IntN(3) == 0 {
+			r.inputs = 1 + rnd.IntN(16)
+			r.maxOut, r.out = 0, 0
+		}
 	}
 	return w
 }
@@ -433,9 +493,14 @@ func (w simWorkload) run(t *testing.T) simResult {
 	t.Helper()
 	fc := clock.NewFake(t0)
 	p := newSimProvider(fc, w.limit, w.burstSeconds)
+	p.openai = w.openai
+	protocol := llm.Anthropic
+	if w.openai {
+		protocol = llm.OpenAI
+	}
 	d, err := dispatch.New(dispatch.Config{
 		Config: upcfg.Config{
-			Name: "sim", Protocol: llm.Anthropic, BaseURL: "http://sim.invalid", APIKey: "k",
+			Name: "sim", Protocol: protocol, BaseURL: "http://sim.invalid", APIKey: "k",
 			Limits: upcfg.Limits{RequestsPerMinute: int64(w.limit[simReq]), InputTokensPerMinute: int64(w.limit[simIn]),
 				OutputTokensPerMinute: int64(w.limit[simOut]), TokensPerMinute: int64(w.limit[simTok])},
 			BurstSeconds: w.burstSeconds, SafetyMargin: w.margin, JitterAllowance: w.allowance,
@@ -563,9 +628,24 @@ func (w simWorkload) call(d *dispatch.Dispatcher, id int, r simRequest) error {
 		body = fmt.Sprintf(`{"model":"m","max_tokens":%d,"system":[{"type":"text","text":%q,"cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"x"}]}`,
 			r.maxOut, text)
 	}
+	path, endpoint := "/v1/messages", provider.EndpointChat
+	switch {
+	case w.openai && r.inputs > 0:
+		// The inputs share the estimate; the array is priced whole.
+		in := make([]string, r.inputs)
+		for i := range in {
+			in[i] = strconv.Quote(strings.Repeat("e", int(max(r.estimate/int64(r.inputs), 1))*4))
+		}
+		path, endpoint = "/v1/embeddings", provider.EndpointEmbeddings
+		body = fmt.Sprintf(`{"model":"m","input":[%s]}`, strings.Join(in, ","))
+	case w.openai:
+		path = "/v1/chat/completions"
+		body = fmt.Sprintf(`{"model":"m","max_tokens":%d,"messages":[{"role":"user","content":"x"}]}`, r.maxOut)
+	}
 	req := &dispatch.Request{
 		Method:   http.MethodPost,
-		Path:     "/v1/messages",
+		Path:     path,
+		Endpoint: endpoint,
 		Body:     []byte(body),
 		Cost:     provider.Cost{Model: "m", InputTokens: r.estimate, OutputTokens: r.maxOut},
 		Priority: r.class,
@@ -780,6 +860,60 @@ func TestDispatcherNeverExceedsProviderQuotaWithPromptCache(t *testing.T) {
 	t.Logf("%d workloads with cached prefixes, 0 provider 429s; %.1f%% of the input read from the cache; utilisation of the binding dimension over the %d saturated ones: min %.4f (seed %d), mean %.4f",
 		workloads, 100*reads/input, saturated, low, lowSeed, sum/float64(max(saturated, 1)))
 	require.Positive(t, reads, "the cache was read")
+}
+
+// TestDispatcherNeverExceedsProviderQuotaWithEmbeddings is the quota
+// proof on an OpenAI upstream whose workload mixes chat completions with
+// embeddings (withEmbeddings: a third of the requests, each an array of 1
+// to 16 inputs estimated whole, no output), through Do and tickets alike,
+// against simProvider as an OpenAI-like provider (requests and tokens
+// limited, x-ratelimit-* headers): no request is answered 429, every one
+// is served once, and the utilisation of the binding dimension and the
+// omniscient client's drain over ours meet the floors of
+// TestDispatcherNeverExceedsProviderQuota.
+func TestDispatcherNeverExceedsProviderQuotaWithEmbeddings(t *testing.T) {
+	t.Parallel()
+	workloads := 200
+	if raceEnabled || testing.Short() {
+		workloads /= 8
+	}
+	var sum, low float64 = 0, 2
+	var lowSeed uint64
+	saturated, embeddings := 0, 0
+	var idealSum, idealLow float64 = 0, 2
+	var idealLowSeed uint64
+	for seed := range uint64(workloads) {
+		w := newSimWorkload(seed, upcfg.SafetyMarginDefault).withEmbeddings()
+		w.burstRoom = -1
+		res := w.run(t)
+		require.Zero(t, res.rejected, "seed %d (embeddings): the provider answered 429: %v\nworkload: limits %v burst %v %s mixed %v, %d requests",
+			seed, res.rejects, w.limit, w.burstSeconds, w.pattern, w.mixed, len(w.reqs))
+		for _, r := range w.reqs {
+			if r.inputs > 0 {
+				embeddings++
+			}
+		}
+		ratio := w.idealLastCharge(res.order).Seconds() / res.elapsed.Seconds()
+		idealSum += ratio
+		if ratio < idealLow {
+			idealLow, idealLowSeed = ratio, seed
+		}
+		if w.pattern != "burst" {
+			continue
+		}
+		saturated++
+		sum += res.utilisation
+		if res.utilisation < low {
+			low, lowSeed = res.utilisation, seed
+		}
+	}
+	t.Logf("%d workloads with embeddings (%d embeddings requests), 0 provider 429s; utilisation of the binding dimension over the %d saturated ones: min %.4f (seed %d), mean %.4f; omniscient client's drain over ours, every workload: min %.4f (seed %d), mean %.4f",
+		workloads, embeddings, saturated, low, lowSeed, sum/float64(max(saturated, 1)), idealLow, idealLowSeed, idealSum/float64(workloads))
+	require.Positive(t, embeddings)
+	require.GreaterOrEqual(t, low, simMinUtilisation, "seed %d", lowSeed)
+	require.GreaterOrEqual(t, idealLow, simMinIdealRatio, "seed %d", idealLowSeed)
+	require.GreaterOrEqual(t, idealSum/float64(workloads), simMinMeanRatio, "mean against the omniscient client")
+	require.GreaterOrEqual(t, sum/float64(max(saturated, 1)), simMinMeanRatio, "mean utilisation of the binding dimension")
 }
 
 // The utilisation floors the engine meets today (see the test's comment),

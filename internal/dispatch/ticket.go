@@ -59,7 +59,7 @@ type Ticket struct {
 // (ErrTooLarge, ErrDeadline, ErrStopped) or ctx's cause.
 func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, error) {
 	now := d.clk.Now()
-	w := d.ticketWaiter(p, now)
+	w := d.ticketWaiter(ctx, p, now)
 	if err := d.tooLarge(w.cost, now); err != nil {
 		return nil, d.giveUp(w, ErrTooLarge, err.Error())
 	}
@@ -85,7 +85,7 @@ func (d *Dispatcher) Acquire(ctx context.Context, p AcquireParams) (*Ticket, err
 // allows a call, a slot is free and the cost fits now. It never waits.
 func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	now := d.clk.Now()
-	w := d.ticketWaiter(p, now)
+	w := d.ticketWaiter(context.Background(), p, now)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.state != running || d.sched.Len() > 0 || d.inflight >= d.aimd.Limit() {
@@ -114,7 +114,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 
 // ticketWaiter is the waiter of a ticket: a placeholder request of the
 // ticket's class until Call brings the real one.
-func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
+func (d *Dispatcher) ticketWaiter(ctx context.Context, p AcquireParams, now time.Time) *waiter {
 	class := p.Priority
 	if !class.Valid() {
 		class = llm.Normal
@@ -127,7 +127,7 @@ func (d *Dispatcher) ticketWaiter(p AcquireParams, now time.Time) *waiter {
 		deadline:  p.Deadline,
 		waitFrom:  now,
 		ticket:    true,
-		pin:       d.responseKey(p.Cost.PreviousResponseID, now),
+		pin:       d.responseKey(ctx, p.Cost.PreviousResponseID, now),
 	}
 	w.full = w.cost
 	if w.deadline.IsZero() {
@@ -219,6 +219,16 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 	// holds in its cache is not charged (prompt_cache.go).
 	req.Priority = w.item.Class
 	w.req, w.full, w.cache = req, real, d.cacheOf(req)
+	w.pin = d.responseKey(ctx, req.Cost.PreviousResponseID, now)
+	// The ticket was admitted before its request was known: the key its
+	// request belongs on (its session's, its prefix's, its response's) is
+	// chosen now, by the rule live requests are placed by (reseat).
+	if moved, err := d.reseat(w, &t.g, now); err != nil || moved {
+		if err != nil {
+			return nil, err
+		}
+		return t.exchange(ctx)
+	}
 	real = d.costOn(t.g.key, w, now)
 	var extra, surplus flow.Amount
 	for i, v := range real.Sub(w.cost) {
@@ -247,6 +257,13 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 		}
 		w.cost = w.cost.Add(extra)
 	}
+	return t.exchange(ctx)
+}
+
+// exchange is the end of Call: the one attempt, with the ticket's key and
+// w.cost reserved on it.
+func (t *Ticket) exchange(ctx context.Context) (*Response, error) {
+	d, w := t.d, t.w
 	x, err := d.exchange(ctx, w, t.g)
 	if err != nil || x.resp != nil {
 		return x.resp, err
@@ -294,4 +311,70 @@ func (d *Dispatcher) Unavailable() bool {
 	defer d.mu.Unlock()
 	out, _ := d.keysOut()
 	return out
+}
+
+// reseat moves a ticket's admission g to the key its request w belongs
+// on, now that the request is known: a ticket is admitted on the key with
+// the most room before its job is claimed, so its session's key, the key
+// holding its prefix or the key that created the Response it continues
+// (w.pin) is chosen at its call, by the rule live requests are placed by
+// (pick) with the ticket's own reservation given back first. It reports
+// whether w now holds a reservation of its real cost (w.cost) on g.key,
+// moved or not; false with no error leaves the ticket as it was (its key
+// is the one the request belongs on, or it is a key's probe). When no key
+// takes the request now (its session's key has room only later, before
+// the call's deadline: the earlier of the request's and its class's
+// max_wait; or its real cost fits nowhere now) the ticket is given back
+// and the error is ErrNotAdmitted with the wait, so a job waits queued in
+// the store, never under its lease.
+func (d *Dispatcher) reseat(w *waiter, g *admission, now time.Time) (bool, error) {
+	if len(d.keys) < 2 || g.key == nil || g.keyProbe {
+		return false, nil
+	}
+	d.mu.Lock()
+	want := w.pin
+	if want == nil {
+		want, _ = d.affine(w, now)
+	}
+	if want == nil || want == g.key {
+		d.mu.Unlock()
+		return false, nil
+	}
+	// The ticket's reservation and slot on its key are given back, so
+	// that key competes on equal terms.
+	old := g.key
+	old.answered(w)
+	d.unpick(old, w.cost, now)
+	old.inflight--
+	class := w.item.Class
+	deadline := w.deadline
+	w.deadline = now.Add(d.cfg.MaxWait[class])
+	if dl := w.req.Deadline; !dl.IsZero() && dl.Before(w.deadline) {
+		w.deadline = dl
+	}
+	w.cost = w.full
+	k, wait, err := d.pick(w, d.headroom(class, now), now)
+	w.deadline = deadline
+	if k != nil {
+		k.inflight++
+		k.noteReserved(w, now)
+		g.key = k
+		d.mu.Unlock()
+		return true, nil
+	}
+	// Nothing reserved: the ticket goes back whole (its slot, the
+	// breaker's permission; release frees the old key's slot again).
+	old.inflight++
+	w.cost = flow.Amount{}
+	d.mu.Unlock()
+	d.release(w, *g, flow.Neutral, flow.Amount{})
+	if err != nil {
+		return false, &Error{Reason: ErrTooLarge, Status: statusForNotSent(ErrTooLarge), Type: errorTypeFor(d.cfg.Protocol, statusForNotSent(ErrTooLarge)),
+			Message: err.Error()}
+	}
+	if wait <= 0 {
+		wait = time.Second // until a completion: look again soon
+	}
+	return false, &Error{Reason: ErrNotAdmitted, Status: statusForNotSent(ErrNotAdmitted), Type: errorTypeFor(d.cfg.Protocol, 429),
+		Message: fmt.Sprintf("the request's key (its session's, its prefix's or its response's) has room in %v", wait.Round(time.Millisecond)), RetryAfter: wait}
 }

@@ -217,3 +217,17 @@ func (e edgeStore) ClientsVersion(ctx context.Context) (int64, error) {
 	r, err := e.Store.ClientsVersion(ctx)
 	return r, unavailable(ctx, err)
 }
+
+func (e edgeStore) PutResponseKey(ctx context.Context, p PutResponseKeyParams) error {
+	return unavailable(ctx, e.Store.PutResponseKey(ctx, p))
+}
+
+func (e edgeStore) GetResponseKey(ctx context.Context, p GetResponseKeyParams) (ResponseKey, error) {
+	r, err := e.Store.GetResponseKey(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) DeleteResponseKeys(ctx context.Context, p DeleteResponseKeysParams) (int, error) {
+	r, err := e.Store.DeleteResponseKeys(ctx, p)
+	return r, unavailable(ctx, err)
+}

@@ -68,7 +68,7 @@ func (c JobCleanerConfig) validate() error {
 }
 
 // JobCleaner periodically deletes finished jobs older than their state's
-// retention.
+// retention, and the records of stored Responses' keys past their expiry.
 type JobCleaner struct {
 	store Store
 	cfg   JobCleanerConfig
@@ -109,7 +109,8 @@ func (c *JobCleaner) Stop(ctx context.Context) error {
 	return nil
 }
 
-// RunOnce deletes every expired finished job now and returns how many.
+// RunOnce deletes every expired finished job now and returns how many
+// (the expired response keys it deletes too are not counted).
 func (c *JobCleaner) RunOnce(ctx context.Context) (int, error) {
 	now := c.cfg.Clock.Now()
 	total := 0
@@ -131,6 +132,18 @@ func (c *JobCleaner) RunOnce(ctx context.Context) (int, error) {
 			if n < c.cfg.Limit {
 				break
 			}
+		}
+	}
+	// The records of which key created each stored Response, once the
+	// provider has forgotten the Response (not jobs: not counted).
+	for {
+		n, err := c.store.DeleteResponseKeys(ctx, DeleteResponseKeysParams{Now: now, Limit: c.cfg.Limit})
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		if n < c.cfg.Limit {
+			break
 		}
 	}
 	err := errors.Join(errs...)

@@ -58,6 +58,8 @@ func TestJobRescuerOnFakeClock(t *testing.T) {
 	require.NoError(t, r.Stop(ctx), "Stop is idempotent")
 }
 
+// TestJobCleanerOnFakeClock: passes on the fake clock delete the finished
+// jobs past their state's retention and the expired response keys.
 func TestJobCleanerOnFakeClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -71,6 +73,12 @@ func TestJobCleanerOnFakeClock(t *testing.T) {
 	canceled := seedJob(t, s, fc.Now())
 	_, err = s.Cancel(ctx, jobstore.CancelParams{ID: canceled.ID, Now: fc.Now()})
 	require.NoError(t, err)
+	// Two stored Responses' keys: one the provider forgets after 90m, one
+	// it keeps for a day.
+	for id, ttl := range map[string]time.Duration{"resp_short": 90 * time.Minute, "resp_long": 24 * time.Hour} {
+		require.NoError(t, s.PutResponseKey(ctx, jobstore.PutResponseKeyParams{ResponseKey: jobstore.ResponseKey{
+			Upstream: "gpt", ID: id, Key: "aaaa1111", CreatedAt: fc.Now(), ExpiresAt: fc.Now().Add(ttl)}}))
+	}
 
 	passes := make(chan int, 4)
 	cl, err := jobstore.NewJobCleaner(s, jobstore.JobCleanerConfig{Interval: time.Hour, SucceededRetention: 90 * time.Minute,
@@ -89,6 +97,10 @@ func TestJobCleanerOnFakeClock(t *testing.T) {
 	require.ErrorIs(t, err, jobstore.ErrNotFound)
 	_, err = s.Get(ctx, canceled.ID)
 	require.NoError(t, err)
+	_, err = s.GetResponseKey(ctx, jobstore.GetResponseKeyParams{Upstream: "gpt", ID: "resp_short", Now: jobstoretest.T0})
+	require.ErrorIs(t, err, jobstore.ErrNotFound, "the cleaner swept the expired response key")
+	_, err = s.GetResponseKey(ctx, jobstore.GetResponseKeyParams{Upstream: "gpt", ID: "resp_long", Now: fc.Now()})
+	require.NoError(t, err, "not the other")
 }
 
 func TestJobCleanerRunsOnlyWhileLeading(t *testing.T) {

@@ -205,6 +205,16 @@ type Store interface {
 	// a gateway polls it and reads ListClients again when it changes.
 	ClientsVersion(ctx context.Context) (int64, error)
 
+	// PutResponseKey records which key created a stored Response
+	// (response_key.go), replacing an earlier record of its id.
+	PutResponseKey(ctx context.Context, p PutResponseKeyParams) error
+	// GetResponseKey returns the record of a Response that has not
+	// expired at Now, or ErrNotFound.
+	GetResponseKey(ctx context.Context, p GetResponseKeyParams) (ResponseKey, error)
+	// DeleteResponseKeys deletes up to Limit records expired at Now, and
+	// returns how many.
+	DeleteResponseKeys(ctx context.Context, p DeleteResponseKeysParams) (int, error)
+
 	// Close releases the store's connections and goroutines.
 	Close() error
 }

@@ -12,8 +12,9 @@ import (
 // run --store, which runs a Server in-process): the upstream config goes
 // to the dispatcher whole, with the server's transport (bounded by the
 // upstream's request_timeout, its idle pool sized from max_concurrency),
-// clock and metrics.
-func newEngine(uc upcfg.Config, o options, obs dispatch.Observer) (*dispatch.Dispatcher, error) {
+// clock and metrics, and the record of stored Responses' keys kept in the
+// job store (nil: none).
+func newEngine(uc upcfg.Config, o options, obs dispatch.Observer, responses dispatch.ResponseStore) (*dispatch.Dispatcher, error) {
 	return dispatch.New(dispatch.Config{
 		Config:     uc,
 		HTTPClient: &http.Client{Transport: dispatch.UpstreamTransport(o.transport, uc)},
@@ -21,5 +22,6 @@ func newEngine(uc upcfg.Config, o options, obs dispatch.Observer) (*dispatch.Dis
 		Observer:   obs,
 		States:     stateLog{log: o.logger, upstream: uc.Name},
 		Tracer:     o.tracerOrNoop(),
+		Responses:  responses,
 	})
 }

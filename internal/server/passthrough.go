@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/provider"
 )
@@ -31,7 +33,7 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 			pr.Out.URL.RawPath = ""
 			pr.SetURL(u.target)
 			pr.Out.Header = frontdoor.CleanHeader(pr.Out.Header)
-			provider.SetUpstreamHeaders(pr.Out.Header, u.cfg.Protocol, u.passKeyFor(pr.Out.URL.Path), false)
+			provider.SetUpstreamHeaders(pr.Out.Header, u.cfg.Protocol, u.passKeyFor(pr.In.Context(), pr.Out.URL.Path), false)
 			// The request's span (or the client's traceparent) goes on.
 			if trace.SpanContextFromContext(pr.In.Context()).IsValid() {
 				propagation.TraceContext{}.Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
@@ -77,20 +79,27 @@ func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request, u *ups
 
 // passKeyFor is the key a pass-through request to path is sent with: for
 // a stored response (GET or DELETE /v1/responses/{id}, its cancel and
-// input_items), the key that created it when the engine remembers it
-// (only that key can reach it); else passKey.
-func (u *upstream) passKeyFor(path string) string {
+// input_items), the key that created it when the engine knows it (in
+// memory, or from the job store: only that key can reach it); else
+// passKey.
+func (u *upstream) passKeyFor(ctx context.Context, path string) string {
 	if id, ok := provider.ResponsesPathID(path); ok {
-		if e, ok := u.engine.(interface {
-			ResponseKey(id string) (string, bool)
-		}); ok {
-			if key, ok := e.ResponseKey(id); ok {
+		if e, ok := u.engine.(responseKeyer); ok {
+			if key, ok := e.ResponseKey(ctx, id); ok {
 				return key
 			}
 		}
 	}
 	return u.passKey()
 }
+
+// responseKeyer is an engine that knows which key created each stored
+// Response (*dispatch.Dispatcher).
+type responseKeyer interface {
+	ResponseKey(ctx context.Context, id string) (string, bool)
+}
+
+var _ responseKeyer = (*dispatch.Dispatcher)(nil)
 
 // passKey is the key a pass-through request is sent with: a key of the
 // pool that is in (the engine knows), else the first configured.

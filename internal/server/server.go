@@ -136,7 +136,11 @@ type Server struct {
 	ownStore jobstore.Store
 	jobs     atomic.Pointer[jobQueue] // read by handlers without s.mu
 	cleaner  *jobstore.JobCleaner
-	draining atomic.Bool // set when Stop begins: /readyz answers 503
+	// responses is the engines' record of which key created each stored
+	// Response, kept in the job store while the queue runs
+	// (response_store.go); nil without a store.
+	responses *responseStore
+	draining  atomic.Bool // set when Stop begins: /readyz answers 503
 
 	clusterGiven admit.ClusterBackend // WithClusterBackend
 }
@@ -252,6 +256,11 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("validating config: %w", err)
 	}
 	s.admit = layer
+	var responses dispatch.ResponseStore // nil: the engines' memory alone
+	if cfg.Store != StoreNone || s.store != nil {
+		s.responses = &responseStore{log: s.log, clock: s.clock}
+		responses = s.responses
+	}
 	for _, uc := range cfg.Upstreams {
 		target, err := url.Parse(uc.BaseURL)
 		if err != nil { // validated above; kept for safety
@@ -261,7 +270,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		if e, ok := o.engines[uc.Name]; ok {
 			u.engine = e
 		} else {
-			e, err := newEngine(uc, o, s.view.Observer(uc.Name))
+			e, err := newEngine(uc, o, s.view.Observer(uc.Name), responses)
 			if err != nil {
 				return nil, fmt.Errorf("building dispatcher for upstream %s: %w", uc.Name, err)
 			}

@@ -68,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"BatchKeep", testBatchKeep},
 		{"Files", testFiles},
 		{"Clients", testClients},
+		{"ResponseKeys", testResponseKeys},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

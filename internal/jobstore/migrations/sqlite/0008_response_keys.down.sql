@@ -1,0 +1,1 @@
+DROP TABLE sluice_response_keys;
