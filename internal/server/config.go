@@ -137,7 +137,7 @@ type Config struct {
 }
 
 // LookupEnv reads an environment variable; os.LookupEnv in production.
-type LookupEnv func(name string) (string, bool)
+type LookupEnv = configfile.Lookup
 
 // LoadConfig reads, expands, defaults and validates the YAML file at path.
 // A mistake in the file is a *configfile.Error: one line naming the file,
@@ -164,7 +164,7 @@ func ParseConfig(data []byte, lookup LookupEnv) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	if err := expandNode(root, "", lookup); err != nil {
+	if err := configfile.Expand(root, lookup); err != nil {
 		return Config{}, err
 	}
 	if err := configfile.Check(root, reflect.TypeFor[Config](), ConfigEnums()); err != nil {
