@@ -17,7 +17,7 @@ import (
 var allowedImports = map[string][]string{
 	".":                              {"internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/llm", "internal/provider", "internal/webhook", "upstream"},
 	"upstream":                       {},
-	"cmd/sluice":                     {"internal/admit", "internal/clock", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/mock", "internal/opsview", "internal/scenario", "internal/server"},
+	"cmd/sluice":                     {"internal/admit", "internal/clientsapi", "internal/clock", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/mock", "internal/opsview", "internal/scenario", "internal/server"},
 	"internal/clock":                 {},
 	"internal/lifecycle":             {},
 	"internal/storelink":             {"internal/clock", "internal/lifecycle"},
@@ -33,7 +33,7 @@ var allowedImports = map[string][]string{
 	"internal/webhook":               {},
 	"internal/configfile":            {},
 	"internal/configfile/schemagen":  {"internal/server"},
-	"internal/server":                {"internal/admit", "internal/clock", "internal/configfile", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/opsview", "internal/provider", "internal/storelink", "internal/webhook", "upstream"},
+	"internal/server":                {"internal/admit", "internal/clients", "internal/clientsapi", "internal/clock", "internal/configfile", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/opsview", "internal/provider", "internal/storelink", "internal/webhook", "upstream"},
 	"internal/opsview":               {"internal/admit", "internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/jobs", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/provider", "internal/quota", "upstream"},
 	"internal/pricing":               {"internal/llm", "internal/provider"},
 	"internal/quota":                 {"internal/pricing"},
@@ -41,6 +41,8 @@ var allowedImports = map[string][]string{
 	"internal/cluster":               {"internal/clock", "internal/flow", "internal/lifecycle", "internal/llm", "internal/storelink"},
 	"internal/cluster/clustertest":   {"internal/cluster", "internal/flow"},
 	"internal/admit":                 {"internal/clock", "internal/cluster", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/pricing", "internal/provider", "internal/quota", "internal/storelink", "upstream"},
+	"internal/clients":               {"internal/admit", "internal/clock", "internal/frontdoor", "internal/jobstore", "internal/lifecycle", "internal/llm"},
+	"internal/clientsapi":            {"internal/admit", "internal/clients", "internal/clock", "internal/frontdoor", "internal/jobsapi", "internal/jobstore"},
 	"internal/scenario":              {"internal/clock", "internal/frontdoor", "internal/llm", "internal/mock", "internal/opsview", "internal/server", "upstream"},
 	"deploy":                         {},
 }
@@ -49,7 +51,8 @@ var allowedImports = map[string][]string{
 // packages against allowedImports: the store and the engine stay apart,
 // the job API stays off the engine and the runtime (no dispatch, no jobs),
 // the mock stays independent of the code it checks, nothing but the CLI
-// and the scenarios imports the server, and the server reaches the price
+// and the scenarios imports the server (the clients API neither: the
+// server mounts it), and the server reaches the price
 // table, the spend ledger and the cluster only through the admission
 // layer and the operator view.
 func TestArchitecture(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clientsapi"
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/server"
 )
 
 func init() {
@@ -68,8 +68,8 @@ func (f *clientFlags) set(name string) bool {
 // request builds the body from the flags given over cur (the client's
 // current settings on update, zero on create), so that the limits and
 // budget keep what the flags do not name.
-func (f *clientFlags) request(cur server.ClientInfo, now time.Time) (server.ClientRequest, error) {
-	var req server.ClientRequest
+func (f *clientFlags) request(cur clientsapi.ClientInfo, now time.Time) (clientsapi.ClientRequest, error) {
+	var req clientsapi.ClientRequest
 	str := func(name string, v *string, dst **string) {
 		if f.set(name) {
 			*dst = v
@@ -118,15 +118,15 @@ func (f *clientFlags) request(cur server.ClientInfo, now time.Time) (server.Clie
 		if err != nil {
 			return req, fmt.Errorf("%w: --expires: want an RFC 3339 time such as 2027-01-01T00:00:00Z, got %q", errUsage, *f.expires)
 		}
-		req.ExpiresAt = server.OptionalTime{Set: true, Time: &t}
+		req.ExpiresAt = clientsapi.OptionalTime{Set: true, Time: &t}
 	case f.set("expires-in"):
 		if *f.expiresIn <= 0 {
 			return req, fmt.Errorf("%w: --expires-in must be positive, got %v", errUsage, *f.expiresIn)
 		}
 		t := now.Add(*f.expiresIn).UTC()
-		req.ExpiresAt = server.OptionalTime{Set: true, Time: &t}
+		req.ExpiresAt = clientsapi.OptionalTime{Set: true, Time: &t}
 	case f.set("no-expiry"):
-		req.ExpiresAt = server.OptionalTime{Set: true}
+		req.ExpiresAt = clientsapi.OptionalTime{Set: true}
 	}
 	return req, nil
 }
@@ -188,10 +188,10 @@ func runClients(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 		return err
 	}
 	path := "/v1/clients/" + url.PathEscape(name)
-	var info server.ClientInfo
+	var info clientsapi.ClientInfo
 	switch sub {
 	case "ls":
-		var list server.ClientList
+		var list clientsapi.ClientList
 		if _, err := c.call(ctx, "GET", "/v1/clients", nil, nil, &list); err != nil {
 			return err
 		}
@@ -205,7 +205,7 @@ func runClients(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 		}
 		return writeJSON(out, info)
 	case "create":
-		req, err := cf.request(server.ClientInfo{}, clock.Real().Now())
+		req, err := cf.request(clientsapi.ClientInfo{}, clock.Real().Now())
 		if err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func runClients(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 		if !cf.anySet() {
 			return fmt.Errorf("%w: update needs at least one setting (--role, --rpm, --budget-day, ...)", errUsage)
 		}
-		var cur server.ClientInfo
+		var cur clientsapi.ClientInfo
 		if _, err := c.call(ctx, "GET", path, nil, nil, &cur); err != nil {
 			return err
 		}
@@ -231,12 +231,12 @@ func runClients(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 			return err
 		}
 	case "rotate":
-		body, _ := json.Marshal(server.RotateRequest{GraceSeconds: grace.Seconds()})
+		body, _ := json.Marshal(clientsapi.RotateRequest{GraceSeconds: grace.Seconds()})
 		if _, err := c.call(ctx, "POST", path+"/rotate", body, nil, &info); err != nil {
 			return err
 		}
 	case "revoke":
-		var rev server.ClientRevoked
+		var rev clientsapi.ClientRevoked
 		if _, err := c.call(ctx, "DELETE", path, nil, nil, &rev); err != nil {
 			return err
 		}
@@ -271,12 +271,12 @@ func writeJSON(out io.Writer, v any) error {
 	return nil
 }
 
-func printClients(out io.Writer, list server.ClientList) error {
+func printClients(out io.Writer, list clientsapi.ClientList) error {
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSOURCE\tROLE\tLIMITS\tKEYS\tEXPIRES")
 	for _, c := range list.Data {
 		keys := "-"
-		if c.Source == server.ClientSourceAPI {
+		if c.Source == clientsapi.ClientSourceAPI {
 			var ps []string
 			for _, k := range c.Keys {
 				ps = append(ps, k.Prefix+"…")

@@ -8,7 +8,8 @@
 // same Go types and their doc comments, for editors and CI.
 //
 // The model: the YAML document is parsed to a yaml.Node tree, which keeps
-// every value's line; Check walks that tree beside the Go type it will be
+// every value's line; Expand replaces its environment references
+// (${NAME}, ${NAME:-default}); Check walks that tree beside the Go type it will be
 // decoded into and reports the first node the type cannot take; the caller
 // then decodes the tree and validates the result, and At turns a
 // validation error that starts with a YAML path into an Error at that

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/pricing"
@@ -66,7 +67,7 @@ func TestAbandonedStreamsAreChargedWhatTheProviderBills(t *testing.T) {
 	// claude-x: $10 and $100 per million tokens: a stream is about $0.08.
 	const budget = 3.5
 	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: spendPrices,
-		Clients: []ClientConfig{{Name: "chat", Key: "ck-chat", Budget: admit.Budget{Total: budget}}},
+		Clients: []clients.Config{{Name: "chat", Key: "ck-chat", Budget: admit.Budget{Total: budget}}},
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up",
 			Limits: upcfg.Limits{OutputTokensPerMinute: 120_000, MaxConcurrency: 8}, BurstSeconds: 10,
 			OutputReservation: upcfg.OutputReservationLearned}}},
@@ -138,7 +139,7 @@ func TestAbandonedStreamLogLine(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
 	log, logs := capturedLogger(slog.LevelInfo)
 	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: spendPrices,
-		Clients:   []ClientConfig{{Name: "chat", Key: "ck-chat"}},
+		Clients:   []clients.Config{{Name: "chat", Key: "ck-chat"}},
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}}},
 		WithLogger(log))
 	require.NoError(t, err)

@@ -56,8 +56,8 @@ func (s *Server) serveBreaker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := "unknown"
-	if cl, ok := s.clientSet().authenticate(r.Header); ok {
-		by = cl.name
+	if cl, ok := s.authenticate(r.Header); ok {
+		by = cl.Name
 	}
 	from, to, err := f.ForceBreaker(req.Action, by)
 	if err != nil {

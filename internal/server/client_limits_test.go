@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -37,7 +38,7 @@ type mockRig struct {
 	mocks map[string]*mock.Server // by upstream
 }
 
-func newMockRig(t *testing.T, mc mock.Config, clients []ClientConfig, mutate ...func(*Config)) *mockRig {
+func newMockRig(t *testing.T, mc mock.Config, clients []clients.Config, mutate ...func(*Config)) *mockRig {
 	t.Helper()
 	return newRig(t, rigSpec{mocks: []rigMock{{"a", mc}}, clients: clients, mutate: mutate})
 }
@@ -46,7 +47,7 @@ func newMockRig(t *testing.T, mc mock.Config, clients []ClientConfig, mutate ...
 // mock, at http://NAME.invalid), clients, config edits and logger.
 type rigSpec struct {
 	mocks   []rigMock
-	clients []ClientConfig
+	clients []clients.Config
 	mutate  []func(*Config)
 	log     *slog.Logger
 }
@@ -184,8 +185,8 @@ func (r *mockRig) queued() int {
 func TestClientLimitWaitsInTheQueue(t *testing.T) {
 	t.Parallel()
 	perSecond := admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}
-	r := newMockRig(t, mock.Config{}, []ClientConfig{{Name: "a", Key: "ck-a", Limits: perSecond},
-		{Name: "b", Key: "ck-b", Limits: perSecond}, {Name: "ops", Key: "ck-ops", Role: RoleAdmin}})
+	r := newMockRig(t, mock.Config{}, []clients.Config{{Name: "a", Key: "ck-a", Limits: perSecond},
+		{Name: "b", Key: "ck-b", Limits: perSecond}, {Name: "ops", Key: "ck-ops", Role: clients.RoleAdmin}})
 	res := <-r.send(t, "ck-a", nil)
 	require.Equal(t, http.StatusOK, res.status, string(res.body))
 
@@ -231,7 +232,7 @@ func TestBudgetRefusedWithoutWaitingForTheClientLimit(t *testing.T) {
 	m, err := tab.Lookup(cost.Model)
 	require.NoError(t, err)
 	worst := m.Price.Worst(cost)
-	r := newMockRig(t, mock.Config{OutputTokens: mock.OutputRange{Min: 16, Max: 16}}, []ClientConfig{{Name: "a", Key: "ck-a",
+	r := newMockRig(t, mock.Config{OutputTokens: mock.OutputRange{Min: 16, Max: 16}}, []clients.Config{{Name: "a", Key: "ck-a",
 		Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 1, BurstSeconds: 1}},
 		Budget: admit.Budget{Total: worst.Dollars() * 1.01}}})
 	res := <-r.send(t, "ck-a", nil)
@@ -250,7 +251,7 @@ func TestBudgetRefusedWithoutWaitingForTheClientLimit(t *testing.T) {
 func TestClientMaxConcurrency(t *testing.T) {
 	t.Parallel()
 	one := admit.ClientLimits{LimitValues: admit.LimitValues{MaxConcurrency: 1}}
-	r := newMockRig(t, mock.Config{TTFT: 10 * time.Second}, []ClientConfig{{Name: "a", Key: "ck-a", Limits: one}, {Name: "b", Key: "ck-b", Limits: one}})
+	r := newMockRig(t, mock.Config{TTFT: 10 * time.Second}, []clients.Config{{Name: "a", Key: "ck-a", Limits: one}, {Name: "b", Key: "ck-b", Limits: one}})
 	first := r.send(t, "ck-a", nil)
 	require.Eventually(t, func() bool { return r.mock.Stats().Overall.InFlight == 1 }, 5*time.Second, time.Millisecond)
 	other := r.send(t, "ck-b", nil)
@@ -290,7 +291,7 @@ func TestClientLimitsHoldJobs(t *testing.T) {
 	perSecond := admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}
 	one := admit.ClientLimits{LimitValues: admit.LimitValues{MaxConcurrency: 1}}
 	tiny := admit.ClientLimits{LimitValues: admit.LimitValues{TokensPerMinute: 10}}
-	ts := newTestServer(t, []ClientConfig{{Name: "a", Key: "ck-a", Limits: perSecond}, {Name: "b", Key: "ck-b", Limits: perSecond},
+	ts := newTestServer(t, []clients.Config{{Name: "a", Key: "ck-a", Limits: perSecond}, {Name: "b", Key: "ck-b", Limits: perSecond},
 		{Name: "c", Key: "ck-c", Limits: one}, {Name: "d", Key: "ck-d", Limits: tiny}, {Name: "free", Key: "ck-free"}})
 	layer := ts.srv.admit
 	target, _, ok := layer.Route("a", llm.Low, "", provider.Cost{}, time.Time{})

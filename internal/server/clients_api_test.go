@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -14,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
+	"github.com/sluicehq/sluice/internal/clientsapi"
 	"github.com/sluicehq/sluice/internal/jobsapi"
-	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/jobstore/jobstoretest"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -28,8 +27,8 @@ const (
 	webKey = "ck-web-client-key"
 )
 
-var adminClients = []ClientConfig{
-	{Name: "ops", Key: opsKey, Role: RoleAdmin},
+var adminClients = []clients.Config{
+	{Name: "ops", Key: opsKey, Role: clients.RoleAdmin},
 	{Name: "web", Key: webKey},
 }
 
@@ -89,24 +88,24 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 	var logs syncBuffer
 	g := clientsGateway(t, m, testStore(t), time.Hour, "", &logs)
 
-	var created ClientInfo
+	var created clientsapi.ClientInfo
 	code, b := adminCall(t, g, "POST", "/v1/clients", opsKey,
 		`{"name":"team-a","limits":{"requests_per_minute":600},"budget":{"day":5}}`, &created)
 	require.Equal(t, http.StatusCreated, code, string(b))
-	require.True(t, strings.HasPrefix(created.Key, ClientKeyPrefix), created.Key)
-	require.Equal(t, ClientSourceAPI, created.Source)
-	require.Equal(t, RoleClient, created.Role)
+	require.True(t, strings.HasPrefix(created.Key, clients.KeyPrefix), created.Key)
+	require.Equal(t, clientsapi.ClientSourceAPI, created.Source)
+	require.Equal(t, clients.RoleClient, created.Role)
 	require.Equal(t, "normal", created.DefaultPriority)
 	require.InDelta(t, 5.0, created.Budget.Day, 0)
 	require.Len(t, created.Keys, 1)
-	require.Equal(t, created.Key[:len(ClientKeyPrefix)+4], created.Keys[0].Prefix)
+	require.Equal(t, created.Key[:len(clients.KeyPrefix)+4], created.Keys[0].Prefix)
 	key1 := created.Key
 
 	code, b = proxied(t, g, key1)
 	require.Equal(t, http.StatusOK, code, string(b))
 
 	// Listed with the config's clients, never with a key.
-	var list ClientList
+	var list clientsapi.ClientList
 	code, b = adminCall(t, g, "GET", "/v1/clients", opsKey, "", &list)
 	require.Equal(t, http.StatusOK, code, string(b))
 	require.NotContains(t, string(b), key1)
@@ -118,7 +117,7 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 	}
 	require.Equal(t, []string{"ops", "web", "team-a"}, names)
 	require.Equal(t, []string{"config", "config", "api"}, sources)
-	var got ClientInfo
+	var got clientsapi.ClientInfo
 	code, b = adminCall(t, g, "GET", "/v1/clients/team-a", opsKey, "", &got)
 	require.Equal(t, http.StatusOK, code, string(b))
 	require.Empty(t, got.Key)
@@ -148,7 +147,7 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 	require.Equal(t, "team-a", own.Spend.Clients[0].Client)
 
 	// Rotate with a grace period: both keys work.
-	var rot ClientInfo
+	var rot clientsapi.ClientInfo
 	code, b = adminCall(t, g, "POST", "/v1/clients/team-a/rotate", opsKey, `{"grace_seconds":3600}`, &rot)
 	require.Equal(t, http.StatusOK, code, string(b))
 	key2 := rot.Key
@@ -173,7 +172,7 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, string(b))
 
 	// Revoked: refused with a 401 in the provider's shape.
-	var rev ClientRevoked
+	var rev clientsapi.ClientRevoked
 	code, b = adminCall(t, g, "DELETE", "/v1/clients/team-a", opsKey, "", &rev)
 	require.Equal(t, http.StatusOK, code, string(b))
 	require.True(t, rev.Revoked)
@@ -191,73 +190,6 @@ func TestClientsAPIEndToEnd(t *testing.T) {
 	_, metrics := call(t, "GET", "http://"+g.Addr()+"/metrics", opsKey, "")
 	require.Contains(t, string(metrics), `sluice_client_admin_actions_total{action="rotate",result="ok"} 2`)
 	require.Contains(t, string(metrics), `sluice_client_admin_actions_total{action="create",result="ok"} 1`)
-}
-
-// TestClientsAPIRefusals: who may call the API, and what it refuses,
-// each with the status, the jobs API's error shape and a message that
-// names the field.
-func TestClientsAPIRefusals(t *testing.T) {
-	t.Parallel()
-	m := startSpendMock(t)
-	g := clientsGateway(t, m, testStore(t), time.Hour, "")
-	code, b := adminCall(t, g, "POST", "/v1/clients", opsKey, `{"name":"taken"}`, nil)
-	require.Equal(t, http.StatusCreated, code, string(b))
-
-	for _, tc := range []struct {
-		name, method, path, key, body string
-		status                        int
-		errType, msg                  string
-	}{
-		{"no key", "GET", "/v1/clients", "", "", 401, "authentication_error", "invalid or missing"},
-		{"wrong key", "GET", "/v1/clients", "nope", "", 401, "authentication_error", "invalid or missing"},
-		{"not an admin", "POST", "/v1/clients", webKey, `{"name":"x"}`, 403, "permission_error", "web is not an admin"},
-		{"not an admin reads", "GET", "/v1/clients/taken", webKey, "", 403, "permission_error", "admin"},
-		{"no name", "POST", "/v1/clients", opsKey, `{}`, 400, "invalid_request_error", "name:"},
-		{"bad name", "POST", "/v1/clients", opsKey, `{"name":"a b"}`, 400, "invalid_request_error", "name:"},
-		{"reserved name", "POST", "/v1/clients", opsKey, `{"name":"other"}`, 400, "invalid_request_error", "name:"},
-		{"bad role", "POST", "/v1/clients", opsKey, `{"name":"x","role":"root"}`, 400, "invalid_request_error", "role:"},
-		{"bad priority", "POST", "/v1/clients", opsKey, `{"name":"x","max_priority":"urgent"}`, 400, "invalid_request_error", "max_priority:"},
-		{"negative limit", "POST", "/v1/clients", opsKey, `{"name":"x","limits":{"requests_per_minute":-1}}`, 400, "invalid_request_error", "limits.requests_per_minute:"},
-		{"unknown upstream", "POST", "/v1/clients", opsKey, `{"name":"x","limits":{"upstreams":{"nope":{"max_concurrency":1}}}}`, 400, "invalid_request_error", "limits.upstreams.nope:"},
-		{"bad budget", "POST", "/v1/clients", opsKey, `{"name":"x","budget":{"day":-5}}`, 400, "invalid_request_error", "budget.day:"},
-		{"wrong type", "POST", "/v1/clients", opsKey, `{"name":"x","budget":{"day":"lots"}}`, 400, "invalid_request_error", "budget.day:"},
-		{"unknown field", "POST", "/v1/clients", opsKey, `{"name":"x","colour":"red"}`, 400, "invalid_request_error", `"colour"`},
-		{"past expiry", "POST", "/v1/clients", opsKey, `{"name":"x","expires_at":"2001-01-01T00:00:00Z"}`, 400, "invalid_request_error", "expires_at:"},
-		{"bad expiry", "POST", "/v1/clients", opsKey, `{"name":"x","expires_at":"tomorrow"}`, 400, "invalid_request_error", "RFC 3339"},
-		{"not JSON", "POST", "/v1/clients", opsKey, `{`, 400, "invalid_request_error", "not a valid request"},
-		{"exists", "POST", "/v1/clients", opsKey, `{"name":"taken"}`, 409, "conflict_error", "exists"},
-		{"config name created", "POST", "/v1/clients", opsKey, `{"name":"web"}`, 409, ErrorTypeConfigManaged, "config file"},
-		{"config name changed", "PATCH", "/v1/clients/web", opsKey, `{"role":"admin"}`, 409, ErrorTypeConfigManaged, "config file"},
-		{"config name rotated", "POST", "/v1/clients/ops/rotate", opsKey, ``, 409, ErrorTypeConfigManaged, "config file"},
-		{"config name revoked", "DELETE", "/v1/clients/web", opsKey, ``, 409, ErrorTypeConfigManaged, "config file"},
-		{"rename", "PATCH", "/v1/clients/taken", opsKey, `{"name":"other-name"}`, 400, "invalid_request_error", "name:"},
-		{"bad patch", "PATCH", "/v1/clients/taken", opsKey, `{"role":"root"}`, 400, "invalid_request_error", "role:"},
-		{"bad grace", "POST", "/v1/clients/taken/rotate", opsKey, `{"grace_seconds":-1}`, 400, "invalid_request_error", "grace_seconds:"},
-		{"unknown client", "GET", "/v1/clients/nobody", opsKey, "", 404, "not_found_error", "nobody"},
-		{"unknown patched", "PATCH", "/v1/clients/nobody", opsKey, `{"role":"admin"}`, 404, "not_found_error", "nobody"},
-		{"unknown rotated", "POST", "/v1/clients/nobody/rotate", opsKey, "", 404, "not_found_error", "nobody"},
-		{"unknown revoked", "DELETE", "/v1/clients/nobody", opsKey, "", 404, "not_found_error", "nobody"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			req, err := http.NewRequestWithContext(t.Context(), tc.method, "http://"+g.Addr()+tc.path, strings.NewReader(tc.body))
-			require.NoError(t, err)
-			if tc.key != "" {
-				req.Header.Set("Authorization", "Bearer "+tc.key)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			var e jobsapi.APIError
-			require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
-			require.Equal(t, tc.status, resp.StatusCode, "%+v", e)
-			require.Equal(t, tc.errType, e.Error.Type, e.Error.Message)
-			require.Contains(t, e.Error.Message, tc.msg)
-			if tc.status != 401 && tc.status != 403 {
-				require.NotEmpty(t, resp.Header.Get("X-Sluice-Request-Id"))
-			}
-		})
-	}
 }
 
 // TestClientsAPIWithoutStoreOrConfigClients: the API needs the job store
@@ -279,53 +211,6 @@ func TestClientsAPIWithoutStoreOrConfigClients(t *testing.T) {
 	require.Contains(t, msg, "clients in the config")
 }
 
-// TestClientKeysExpire: a runtime client's key stops at its client's
-// expires_at and at its own end (a rotation's grace), read on the clock.
-func TestClientKeysExpire(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	digest := func(k string) string {
-		d := sha256.Sum256([]byte(k))
-		return hex.EncodeToString(d[:])
-	}
-	end := now.Add(time.Hour)
-	rc := []runtimeClient{
-		{name: "graced", spec: ClientSpec{}.withDefaults(), keys: []jobstore.ClientKey{
-			{SHA256: digest("k-new")}, {SHA256: digest("k-old"), ExpiresAt: now.Add(time.Minute)}}},
-		{name: "expiring", spec: func() ClientSpec { s := ClientSpec{}.withDefaults(); s.ExpiresAt = &end; return s }(),
-			keys: []jobstore.ClientKey{{SHA256: digest("k-exp")}}},
-		{name: "web", spec: ClientSpec{}.withDefaults(), keys: []jobstore.ClientKey{{SHA256: digest("k-shadow")}}},
-	}
-	at := now
-	cs := buildClientSet(adminClients, rc, func() time.Time { return at })
-	auth := func(k string) (string, bool) {
-		cl, ok := cs.authenticate(http.Header{"X-Api-Key": {k}})
-		return cl.name, ok
-	}
-	for _, tc := range []struct {
-		at   time.Duration
-		key  string
-		name string
-		ok   bool
-	}{
-		{0, "k-new", "graced", true},
-		{0, "k-old", "graced", true},
-		{time.Minute, "k-old", "", false},
-		{time.Minute, "k-new", "graced", true},
-		{59 * time.Minute, "k-exp", "expiring", true},
-		{time.Hour, "k-exp", "", false},
-		{0, "k-shadow", "", false}, // a config name is the config's
-		{0, webKey, "web", true},
-	} {
-		at = now.Add(tc.at)
-		name, ok := auth(tc.key)
-		require.Equal(t, tc.ok, ok, "%s at +%s", tc.key, tc.at)
-		require.Equal(t, tc.name, name)
-	}
-	// An open gateway stays open: runtime clients need config clients.
-	require.True(t, buildClientSet(nil, rc, time.Now).open())
-}
-
 // TestClientsReachEveryNode: two gateways on one PostgreSQL store; a
 // client created on one is accepted by the other within its poll, and a
 // revocation on the other is refused by the first.
@@ -336,7 +221,7 @@ func TestClientsReachEveryNode(t *testing.T) {
 	a := clientsGateway(t, m, dsn, 50*time.Millisecond, "node-a")
 	b := clientsGateway(t, m, dsn, 50*time.Millisecond, "node-b")
 
-	var created ClientInfo
+	var created clientsapi.ClientInfo
 	var code int
 	var body []byte
 	// The PostgreSQL store connects in the background: until it has, the
@@ -357,31 +242,4 @@ func TestClientsReachEveryNode(t *testing.T) {
 		code, _ := proxied(t, a, created.Key)
 		return code == http.StatusUnauthorized
 	}, 30*time.Second, 20*time.Millisecond, "node a kept accepting a client revoked on node b")
-}
-
-// FuzzClientRequest: any body of POST or PATCH /v1/clients is decoded,
-// applied and validated without a panic, and one that passes makes a
-// spec the gateway can store and read back.
-func FuzzClientRequest(f *testing.F) {
-	for _, s := range []string{`{"name":"a","limits":{"requests_per_minute":5,"upstreams":{"claude":{"max_concurrency":2}}},"budget":{"day":1}}`,
-		`{"expires_at":null}`, `{"expires_at":"2030-01-01T00:00:00Z","role":"admin"}`, `{"budget":{"day":"x"}}`, `[]`, `{`} {
-		f.Add([]byte(s))
-	}
-	ups := map[string]bool{"claude": true}
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		var req ClientRequest
-		if err := decodeStrict(raw, &req); err != nil {
-			require.ErrorIs(t, err, errClientRequest)
-			return
-		}
-		sp := req.apply(ClientSpec{}).withDefaults()
-		if sp.validate("fuzz", ups) != nil {
-			return
-		}
-		b, err := json.Marshal(sp)
-		require.NoError(t, err)
-		rc, err := decodeRuntimeClient(&jobstore.StoredClient{Name: "fuzz", Spec: b})
-		require.NoError(t, err)
-		require.Equal(t, sp.Role, rc.spec.Role)
-	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -25,7 +26,7 @@ func TestClusterStatusShowsARenamedNode(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	mem := cluster.NewMemory(clk)
-	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60}}}}
+	clients := []clients.Config{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60}}}}
 	nodes := []*clusterNode{newClusterNode(t, clk, mem, "gw", clients, nil), newClusterNode(t, clk, mem, "gw", clients, nil)}
 	for _, n := range nodes {
 		h, err := n.admitJob("a", 10, 10) // joins the client's key (held back or not)

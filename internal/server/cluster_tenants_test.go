@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -33,7 +34,7 @@ func (n *clusterNode) admitJob(client string, in, out int) (admit.Settler, error
 	return n.srv.admit.AdmitNow(target, tenantReq(client, in, out))
 }
 
-func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id string, clients []ClientConfig, st jobstore.Store) *clusterNode {
+func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id string, clients []clients.Config, st jobstore.Store) *clusterNode {
 	t.Helper()
 	cfg := Config{
 		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: upstreamKey}},
@@ -134,7 +135,7 @@ func maxInWindow(at []time.Time, w time.Duration) int {
 // cluster.Memory.
 func TestClusterClientLimitIsClusterWide(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}}}
+	clients := []clients.Config{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}}}
 	const limit, depth = 60, 1
 	for _, tc := range []struct {
 		name    string
@@ -175,7 +176,7 @@ func TestClusterClientLimitIsClusterWide(t *testing.T) {
 // than 4 in flight across both.
 func TestClusterClientConcurrencyIsClusterWide(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{MaxConcurrency: 4}}}}
+	clients := []clients.Config{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{MaxConcurrency: 4}}}}
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	mem := cluster.NewMemory(clk)
 	nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}
@@ -250,7 +251,7 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 			if shared {
 				mem = cluster.NewMemory(clk)
 			}
-			clients := []ClientConfig{{Name: "b", Key: "ck-b", Budget: admit.Budget{Total: 1}}}
+			clients := []clients.Config{{Name: "b", Key: "ck-b", Budget: admit.Budget{Total: 1}}}
 			nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, st), newClusterNode(t, clk, mem, "n2", clients, st)}
 			type held struct {
 				h     admit.Settler
@@ -316,7 +317,7 @@ func TestClusterBudgetNeverOvercommitted(t *testing.T) {
 // join again and share its limit as before.
 func TestClusterIdleClientLeavesAndComesBack(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}}}
+	clients := []clients.Config{{Name: "a", Key: "ck-a", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60, BurstSeconds: 1}}}}
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	mem := cluster.NewMemory(clk)
 	nodes := []*clusterNode{newClusterNode(t, clk, mem, "n1", clients, nil), newClusterNode(t, clk, mem, "n2", clients, nil)}

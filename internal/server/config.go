@@ -2,8 +2,6 @@ package server
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -48,9 +47,6 @@ const (
 	MaxHeaderBytesDefault = 64 << 10
 	// MaxConnectionsDefault caps the open client connections.
 	MaxConnectionsDefault = 4096
-	// DefaultPriorityDefault and MaxPriorityDefault bound a client's classes.
-	DefaultPriorityDefault = llm.Normal
-	MaxPriorityDefault     = llm.Critical
 	// ClientsPollDefault is how often a gateway reads the runtime
 	// clients' version from the store: a client created, changed or
 	// revoked on another node is in force here within it.
@@ -126,7 +122,7 @@ type Config struct {
 	Upstreams []upcfg.Config `yaml:"upstreams"`
 	// Clients are the callers allowed in, each with its own key. With none,
 	// any key is accepted. Defaults to none.
-	Clients []ClientConfig `yaml:"clients"`
+	Clients []clients.Config `yaml:"clients"`
 	// ClientsPoll is how often the gateway reads the store for clients
 	// created, changed or revoked through the admin API on any node
 	// (/v1/clients). Defaults to 2s.
@@ -140,85 +136,8 @@ type Config struct {
 	Prices admit.Prices `yaml:"prices"`
 }
 
-// ClientConfig is one caller allowed through the gateway.
-type ClientConfig struct {
-	// Name identifies the client for fairness and logs. Required.
-	// Defaults to none.
-	Name string `yaml:"name"`
-	// Key is the client's secret, sent as x-api-key or Authorization:
-	// Bearer. Unique; one of Key, Keys or KeySHA256 is required. Defaults
-	// to none.
-	Key string `yaml:"key"`
-	// DefaultPriority is the class used without X-Priority. Defaults to
-	// normal.
-	DefaultPriority string `yaml:"default_priority"`
-	// MaxPriority is the most urgent class the client may ask for; more
-	// urgent requests are lowered to it. Defaults to critical.
-	MaxPriority string `yaml:"max_priority"`
-	// Keys are more keys of the same client, valid together with Key: to
-	// rotate, add the new key, move the callers to it, then remove the old
-	// one (a reload, SIGHUP, is enough). Each unique. Defaults to none.
-	Keys []string `yaml:"keys"`
-	// Role is client (its own jobs and batches only) or admin (every
-	// client's jobs and batches, pausing upstreams, requeueing across
-	// clients, per-client status). Defaults to client.
-	Role string `yaml:"role"`
-	// Limits caps what the client may send to each upstream, checked in
-	// each upstream's admission step (internal/admit). Defaults to no
-	// limit.
-	Limits admit.ClientLimits `yaml:"limits"`
-	// KeySHA256 is one more key given as the hex SHA-256 of the key, so
-	// the config file holds nothing a caller could send (generate with
-	// `printf %s "$KEY" | sha256sum`). Defaults to none.
-	KeySHA256 string `yaml:"key_sha256"`
-	// Budget caps the client's spend in US dollars, reserved before each
-	// request is sent (docs/budgets.md). Defaults to none (no cap).
-	Budget admit.Budget `yaml:"budget"`
-	// ServiceTiers lists the service tiers the client's requests may ask
-	// for (service_tier: OpenAI auto, default, flex, scale, priority;
-	// Anthropic auto, standard_only; a request without one asks for
-	// auto); another is refused with 403 permission_error. Defaults to
-	// none (any tier).
-	ServiceTiers admit.ServiceTiers `yaml:"service_tiers"`
-}
-
-// Client roles.
-const (
-	// RoleClient sees and manages only its own jobs and batches.
-	RoleClient = "client"
-	// RoleAdmin sees and manages everything, and may call the admin
-	// routes. With no clients configured every caller is an admin.
-	RoleAdmin = "admin"
-	// RoleDefault is the role of a client that names none.
-	RoleDefault = RoleClient
-)
-
-// allKeys returns the client's plain keys (Key and Keys).
-func (cl ClientConfig) allKeys() []string {
-	var out []string
-	if cl.Key != "" {
-		out = append(out, cl.Key)
-	}
-	return append(out, cl.Keys...)
-}
-
-// digests returns the SHA-256 of every key of the client, KeySHA256
-// included (validated as 64 hex digits).
-func (cl ClientConfig) digests() [][sha256.Size]byte {
-	var out [][sha256.Size]byte
-	for _, k := range cl.allKeys() {
-		out = append(out, sha256.Sum256([]byte(k)))
-	}
-	if cl.KeySHA256 != "" {
-		var d [sha256.Size]byte
-		_, _ = hex.Decode(d[:], []byte(strings.ToLower(cl.KeySHA256)))
-		out = append(out, d)
-	}
-	return out
-}
-
 // LookupEnv reads an environment variable; os.LookupEnv in production.
-type LookupEnv func(name string) (string, bool)
+type LookupEnv = configfile.Lookup
 
 // LoadConfig reads, expands, defaults and validates the YAML file at path.
 // A mistake in the file is a *configfile.Error: one line naming the file,
@@ -245,7 +164,7 @@ func ParseConfig(data []byte, lookup LookupEnv) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	if err := expandNode(root, "", lookup); err != nil {
+	if err := configfile.Expand(root, lookup); err != nil {
 		return Config{}, err
 	}
 	if err := configfile.Check(root, reflect.TypeFor[Config](), ConfigEnums()); err != nil {
@@ -308,12 +227,9 @@ func (c Config) WithDefaults() Config {
 		c.Upstreams[i] = u.WithDefaults()
 	}
 	c.Prices = c.Prices.WithDefaults()
-	c.Clients = append([]ClientConfig(nil), c.Clients...)
+	c.Clients = append([]clients.Config(nil), c.Clients...)
 	for i, cl := range c.Clients {
-		cl.DefaultPriority = cmp.Or(cl.DefaultPriority, DefaultPriorityDefault.String())
-		cl.MaxPriority = cmp.Or(cl.MaxPriority, MaxPriorityDefault.String())
-		cl.Role = cmp.Or(cl.Role, RoleDefault)
-		c.Clients[i] = cl
+		c.Clients[i] = cl.WithDefaults()
 	}
 	return c
 }
@@ -388,24 +304,8 @@ func (c Config) validate() error {
 			}
 		}
 	}
-	clientNames, keys := map[string]bool{}, map[[sha256.Size]byte]bool{}
-	for i, cl := range c.Clients {
-		if err := cl.validate(); err != nil {
-			return fmt.Errorf("clients[%d].%w", i, err)
-		}
-		if err := cl.Limits.Validate(names); err != nil {
-			return fmt.Errorf("clients[%d].limits.%w", i, err)
-		}
-		if clientNames[cl.Name] {
-			return fmt.Errorf("clients[%d].name: duplicate client %q", i, cl.Name)
-		}
-		for _, d := range cl.digests() {
-			if keys[d] {
-				return fmt.Errorf("clients[%d].keys: a key is used twice (by this client or another)", i)
-			}
-			keys[d] = true
-		}
-		clientNames[cl.Name] = true
+	if err := clients.Validate(c.Clients, names); err != nil {
+		return fmt.Errorf("clients%w", err)
 	}
 	if err := c.Prices.Validate(); err != nil {
 		return fmt.Errorf("prices.%w", err)
@@ -429,46 +329,6 @@ func validateUpstream(u upcfg.Config) error {
 	}
 	if !u.HasKey() {
 		return errors.New("api_key: required (e.g. api_key: ${ANTHROPIC_API_KEY}, or api_keys: [...])")
-	}
-	return nil
-}
-
-func (cl ClientConfig) validate() error {
-	if strings.TrimSpace(cl.Name) == "" {
-		return errors.New("name: required")
-	}
-	if cl.Key == "" && len(cl.Keys) == 0 && cl.KeySHA256 == "" {
-		return errors.New("key: required (e.g. key: ${SLUICE_KEY_WEB}, or keys: [...], or key_sha256: HEX)")
-	}
-	for j, k := range cl.Keys {
-		if k == "" {
-			return fmt.Errorf("keys[%d]: empty key", j)
-		}
-	}
-	if cl.KeySHA256 != "" {
-		if d, err := hex.DecodeString(cl.KeySHA256); err != nil || len(d) != sha256.Size {
-			return errors.New("key_sha256: want the 64 hex digits of the key's SHA-256")
-		}
-	}
-	if cl.Role != RoleClient && cl.Role != RoleAdmin {
-		return fmt.Errorf("role: %q is not admin or client", cl.Role)
-	}
-	def, err := llm.ParsePriority(cl.DefaultPriority)
-	if err != nil {
-		return fmt.Errorf("default_priority: %w", err)
-	}
-	maxP, err := llm.ParsePriority(cl.MaxPriority)
-	if err != nil {
-		return fmt.Errorf("max_priority: %w", err)
-	}
-	if def < maxP {
-		return fmt.Errorf("default_priority: %s is more urgent than max_priority %s", def, maxP)
-	}
-	if err := cl.Budget.Validate(); err != nil {
-		return fmt.Errorf("budget.%w", err)
-	}
-	if err := cl.ServiceTiers.Validate(); err != nil {
-		return fmt.Errorf("service_tiers%w", err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/configfile"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -30,7 +31,7 @@ func ConfigEnums() configfile.Enums {
 		"upstreams[].fallback_classes[]": priorities,
 		"clients[].default_priority":     priorities,
 		"clients[].max_priority":         priorities,
-		"clients[].role":                 {RoleClient, RoleAdmin},
+		"clients[].role":                 {clients.RoleClient, clients.RoleAdmin},
 		"prices.unknown":                 {admit.PricesUnknownFallback, admit.PricesUnknownRefuse},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -78,9 +79,9 @@ func TestParseConfigFull(t *testing.T) {
 	o := cfg.Upstreams[1]
 	require.Equal(t, "sk-local", o.APIKey)
 	require.Equal(t, "http://127.0.0.1:1234", o.BaseURL)
-	require.Equal(t, []ClientConfig{
-		{Name: "web", Key: "web-key", DefaultPriority: "high", MaxPriority: "critical", Role: RoleClient},
-		{Name: "batch", Key: "k2", DefaultPriority: "low", MaxPriority: "2", Role: RoleClient},
+	require.Equal(t, []clients.Config{
+		{Name: "web", Key: "web-key", DefaultPriority: "high", MaxPriority: "critical", Role: clients.RoleClient},
+		{Name: "batch", Key: "k2", DefaultPriority: "low", MaxPriority: "2", Role: clients.RoleClient},
 	}, cfg.Clients)
 }
 

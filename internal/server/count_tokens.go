@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -35,7 +36,7 @@ func (u *upstream) countsTokens(method, rest string) bool {
 // own counting bucket: never the messages queue, quota or budgets. The
 // client sees the provider's answer, or a 429 in Anthropic's shape with
 // retry-after when no key's counting bucket has room before its deadline.
-func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request, u *upstream, cl client, reqID, rest string) {
+func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request, u *upstream, cl clients.Client, reqID, rest string) {
 	p := u.cfg.Protocol
 	body, err := readRequestBody(w, r, r.Body, s.cfg.MaxBodyBytes)
 	if err != nil {
@@ -52,7 +53,7 @@ func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request, u *ups
 		path += "?" + r.URL.RawQuery
 	}
 	req, rerr := frontdoor.BuildCountTokens(frontdoor.Input{Protocol: p, Method: r.Method, Path: path, Header: r.Header, Body: body,
-		Caller: cl.caller(), Now: s.clock.Now(), RequestID: reqID})
+		Caller: cl.Caller(), Now: s.clock.Now(), RequestID: reqID})
 	if rerr != nil {
 		pr, _ := frontdoor.ProblemFor(rerr)
 		frontdoor.WriteProblem(w, p, reqID, pr)

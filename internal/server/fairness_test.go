@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -55,7 +56,7 @@ func TestClientLimitFairness(t *testing.T) {
 	g, err := New(Config{Store: StoreNone,
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://mock.invalid", APIKey: "sk-up",
 			Limits: upcfg.Limits{RequestsPerMinute: fairUpstreamRPM}}},
-		Clients: []ClientConfig{{Name: "quiet", Key: "ck-quiet", Limits: admit.ClientLimits{LimitValues: share}},
+		Clients: []clients.Config{{Name: "quiet", Key: "ck-quiet", Limits: admit.ClientLimits{LimitValues: share}},
 			{Name: "greedy", Key: "ck-greedy", Limits: admit.ClientLimits{LimitValues: share}}}},
 		WithLogger(discardLogger()), WithClock(fc), WithTransport(inProcess{m.Handler()}), WithoutListener())
 	require.NoError(t, err)

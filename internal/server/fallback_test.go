@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobs"
@@ -294,7 +295,7 @@ func TestJobsPacedByTheirClientLimit(t *testing.T) {
 	const n, rpm = 8, 120 // two a second, a burst of two
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
-		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: rpm, BurstSeconds: 1}}}}},
+		Clients:   []clients.Config{{Name: "batch", Key: "ck-batch", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: rpm, BurstSeconds: 1}}}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/provider"
 )
@@ -35,7 +36,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(ctx)
 	rl.traceID = span.SpanContext().TraceID()
 	defer func() { s.endRequestSpan(span, rl, sw.status) }()
-	cl, ok := s.clientSet().authenticate(r.Header)
+	cl, ok := s.authenticate(r.Header)
 	if !ok {
 		s.outcome(rl, "", outcomeUnauthorized)
 		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusUnauthorized,
@@ -43,7 +44,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}
-	rl.client = cl.name
+	rl.client = cl.Name
 	if other, foreign := provider.ForeignEndpoint(u.cfg.Protocol, r.Method, rest); foreign {
 		// The other protocol's endpoint: a client pointed at the wrong
 		// upstream. Passed through it would go unscheduled and unmetered.
@@ -104,13 +105,13 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
-	if s.admit.Unmetered(cl.name, r.Method, rest) {
+	if s.admit.Unmetered(cl.Name, r.Method, rest) {
 		// A budget is only as good as its meter: a client with a budget
 		// may not reach the provider's billable routes unscheduled.
 		s.outcome(rl, "", outcomeBudget)
 		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
 			Message: fmt.Sprintf("client %s has a spend budget, so only POST %s is served on this upstream (metered); %s %s is not passed through",
-				cl.name, strings.Join(provider.ScheduledPaths(u.cfg.Protocol), ", "), r.Method, rest)})
+				cl.Name, strings.Join(provider.ScheduledPaths(u.cfg.Protocol), ", "), r.Method, rest)})
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
 	}
@@ -123,6 +124,6 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 // askedPriority is the class r will be queued in, for the open requests'
 // list (the body is not read yet; a priority set by the body's metadata is
 // not seen).
-func askedPriority(r *http.Request, cl client) string {
-	return frontdoor.RequestedPriority(r.Header, cl.caller()).String()
+func askedPriority(r *http.Request, cl clients.Client) string {
+	return frontdoor.RequestedPriority(r.Header, cl.Caller()).String()
 }

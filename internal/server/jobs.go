@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clients"
+	"github.com/sluicehq/sluice/internal/clientsapi"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobsapi"
@@ -57,7 +59,7 @@ var jobRoutes = []string{"/v1/jobs", "/v1/jobs/", "/v1/batches", "/v1/batches/",
 // API. The client's name (never its key) is passed on for fairness and
 // listing.
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
-	cl, ok := s.clientSet().authenticate(r.Header)
+	cl, ok := s.authenticate(r.Header)
 	if !ok {
 		writeJobsError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
 		return
@@ -74,7 +76,7 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		jobsapi.WriteAPIError(w, pr, nil)
 		return
 	}
-	r.Header.Set(headerClient, cl.name)
+	r.Header.Set(headerClient, cl.Name)
 	if strings.HasSuffix(r.URL.Path, "/results") {
 		// A large batch's results may take longer than WriteTimeout.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
@@ -98,8 +100,8 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 // serveProviderBatch hands a route of the provider's batch or files API
 // under upstream name (rest: the path after its prefix) to the job API,
 // as the authenticated client cl.
-func (s *Server) serveProviderBatch(w http.ResponseWriter, r *http.Request, q *jobQueue, cl client, name, rest string) {
-	r.Header.Set(headerClient, cl.name)
+func (s *Server) serveProviderBatch(w http.ResponseWriter, r *http.Request, q *jobQueue, cl clients.Client, name, rest string) {
+	r.Header.Set(headerClient, cl.Name)
 	if r.Method == http.MethodPost {
 		// A create holds its body until it is stored (as on /v1/batches).
 		res, err := s.bodyBytes.reserve(r)
@@ -225,11 +227,11 @@ func (s *Server) runJobs(ctx context.Context) error {
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
-			return ok && cl.admin
+			return ok && cl.Admin
 		},
 		PriorityOf: func(r *http.Request, p llm.Priority) llm.Priority {
 			if cl, ok := callerOf(r); ok {
-				return cl.caller().Cap(p) // capped at the client's max_priority, as on the proxy routes
+				return cl.Caller().Cap(p) // capped at the client's max_priority, as on the proxy routes
 			}
 			return p
 		},
@@ -248,8 +250,8 @@ func (s *Server) runJobs(ctx context.Context) error {
 		return errors.Join(err, s.closeStore())
 	}
 	// The runtime clients, before the first request is authenticated.
-	poller := &clientsPoller{st: st, interval: s.cfg.ClientsPoll, clock: s.clock, log: s.log,
-		apply: func(rc []runtimeClient) { s.applyClients(nil, rc) }}
+	poller := clients.NewPoller(clients.PollerConfig{Store: st, Interval: s.cfg.ClientsPoll, Apply: s.clients.SetRuntime,
+		Clock: s.clock, Logger: s.log})
 	if err := poller.Start(ctx); err != nil {
 		return errors.Join(fmt.Errorf("starting the runtime clients: %w", err), s.admit.Stop(ctx), s.closeStore())
 	}
@@ -298,6 +300,16 @@ func (s *Server) stopJobs(ctx context.Context) error {
 	errs = append(errs, s.admit.Stop(ctx))
 	errs = append(errs, s.closeStore())
 	return errors.Join(errs...)
+}
+
+// runningClients returns the store the runtime clients are kept in and
+// their poller while the job queue runs (the clients API), else nil, nil.
+func (s *Server) runningClients() (clientsapi.Store, *clients.Poller) {
+	q, p := s.jobs.Load(), s.poller.Load()
+	if q == nil || p == nil {
+		return nil, nil
+	}
+	return q.Store(), p
 }
 
 func (s *Server) closeStore() error {

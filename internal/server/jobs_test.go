@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -52,7 +53,7 @@ func TestJobsThroughGateway(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-up"}},
-		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch"}},
+		Clients:   []clients.Config{{Name: "batch", Key: "ck-batch"}},
 		Jobs:      jobs.Settings{MaxAttempts: 10}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
@@ -173,8 +174,8 @@ func TestJobsPriorityCappedByClient(t *testing.T) {
 	t.Parallel()
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: "http://127.0.0.1:1", APIKey: "sk-up"}},
-		Clients: []ClientConfig{{Name: "batch", Key: "ck-batch", MaxPriority: "normal"},
-			{Name: "web", Key: "ck-web", MaxPriority: "critical", Role: RoleAdmin}}},
+		Clients: []clients.Config{{Name: "batch", Key: "ck-batch", MaxPriority: "normal"},
+			{Name: "web", Key: "ck-web", MaxPriority: "critical", Role: clients.RoleAdmin}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

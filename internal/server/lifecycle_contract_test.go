@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/cluster"
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -69,6 +70,9 @@ func TestLifecycleContract(t *testing.T) {
 		}},
 		{"admission layer (spend flusher)", func(t *testing.T) lifecycle.Service {
 			return admissionLayer{l: newServer(t).admit, st: openStore(t)}
+		}},
+		{"runtime clients poller", func(t *testing.T) lifecycle.Service {
+			return clients.NewPoller(clients.PollerConfig{Store: openStore(t), Interval: time.Hour, Apply: func([]clients.Runtime) {}})
 		}},
 		{"dispatcher", func(t *testing.T) lifecycle.Service { return newDispatcher(t) }},
 		{"transport", func(t *testing.T) lifecycle.Service {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/lifecycle"
@@ -130,7 +131,7 @@ func TestEndToEndThroughDispatcher(t *testing.T) {
 	srv, err := New(Config{Store: testStore(t),
 		Listen:    "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: up.URL, APIKey: upstreamKey}},
-		Clients:   []ClientConfig{{Name: "web", Key: "ck", Role: RoleAdmin}}, // admin: reads /metrics
+		Clients:   []clients.Config{{Name: "web", Key: "ck", Role: clients.RoleAdmin}}, // admin: reads /metrics
 	}, WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))

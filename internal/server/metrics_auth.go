@@ -42,8 +42,8 @@ func (m MetricsConfig) validate() error {
 func (s *Server) serveMetrics(next http.Handler) http.HandlerFunc {
 	scrape := sha256Sum(s.cfg.Metrics.ScrapeKey)
 	return func(w http.ResponseWriter, r *http.Request) {
-		cs := s.clientSet()
-		if s.cfg.Metrics.Public || cs.open() {
+		cs := s.clients.Set()
+		if s.cfg.Metrics.Public || cs.Open() {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -54,15 +54,15 @@ func (s *Server) serveMetrics(next http.Handler) http.HandlerFunc {
 				return
 			}
 		}
-		cl, ok := cs.authenticate(r.Header)
+		cl, ok := cs.Authenticate(clientKey(r.Header))
 		if !ok {
 			writeJobsError(w, http.StatusUnauthorized, "authentication_error",
 				"/metrics needs an admin client key or the scrape key (metrics.scrape_key); see docs/security.md")
 			return
 		}
-		if !cl.admin {
+		if !cl.Admin {
 			writeJobsError(w, http.StatusForbidden, "permission_error",
-				"/metrics needs an admin client key (role: admin) or the scrape key; client "+cl.name+" is not an admin")
+				"/metrics needs an admin client key (role: admin) or the scrape key; client "+cl.Name+" is not an admin")
 			return
 		}
 		next.ServeHTTP(w, r)

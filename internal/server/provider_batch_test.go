@@ -21,6 +21,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -104,7 +105,7 @@ func (f *batchFixture) start(t *testing.T) {
 			Limits: upcfg.Limits{RequestsPerMinute: f.rpm, MaxConcurrency: 4}}
 	}
 	g, err := New(Config{Store: f.store, Listen: "127.0.0.1:0",
-		Clients:   []ClientConfig{{Name: "alice", Key: "ck-alice"}, {Name: "bob", Key: "ck-bob"}},
+		Clients:   []clients.Config{{Name: "alice", Key: "ck-alice"}, {Name: "bob", Key: "ck-bob"}},
 		Upstreams: []upcfg.Config{up("anthropic", llm.Anthropic), up("openai", llm.OpenAI)}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)

@@ -113,7 +113,7 @@ func (s *Server) reload(next Config) error {
 			return fmt.Errorf("rotating upstream keys: %w", err)
 		}
 	}
-	s.applyClients(append([]ClientConfig{}, next.Clients...), nil)
+	s.clients.SetConfig(next.Clients)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -33,12 +34,12 @@ func TestReloadUnderLoad(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":1}}`)
 	}))
 	t.Cleanup(up.Close)
-	cfgWith := func(upKey string, clients ...ClientConfig) Config {
+	cfgWith := func(upKey string, clients ...clients.Config) Config {
 		return Config{Store: StoreNone, Listen: "127.0.0.1:0",
 			Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: up.URL, APIKey: upKey}},
 			Clients:   clients}
 	}
-	g, err := New(cfgWith("sk-old", ClientConfig{Name: "web", Key: "ck-old"}, ClientConfig{Name: "ops", Key: "ck-ops", Role: RoleAdmin}),
+	g, err := New(cfgWith("sk-old", clients.Config{Name: "web", Key: "ck-old"}, clients.Config{Name: "ops", Key: "ck-ops", Role: clients.RoleAdmin}),
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
@@ -73,19 +74,19 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	waitSent(20)
 	// Step 1: the new client key beside the old one, and a new upstream key.
-	require.NoError(t, g.Reload(cfgWith("sk-new", ClientConfig{Name: "web", Key: "ck-old", Keys: []string{"ck-new"}},
-		ClientConfig{Name: "ops", Key: "ck-ops", Role: RoleAdmin})))
+	require.NoError(t, g.Reload(cfgWith("sk-new", clients.Config{Name: "web", Key: "ck-old", Keys: []string{"ck-new"}},
+		clients.Config{Name: "ops", Key: "ck-ops", Role: clients.RoleAdmin})))
 	waitSent(20)
 	key.Store("ck-new") // the callers move to the new key
 	waitSent(20)
 	// Step 2: the old client key goes.
-	require.NoError(t, g.Reload(cfgWith("sk-new", ClientConfig{Name: "web", Key: "ck-new"}, ClientConfig{Name: "ops", Key: "ck-ops", Role: RoleAdmin})))
+	require.NoError(t, g.Reload(cfgWith("sk-new", clients.Config{Name: "web", Key: "ck-new"}, clients.Config{Name: "ops", Key: "ck-ops", Role: clients.RoleAdmin})))
 	waitSent(20)
 
 	// Refused: invalid, and a change that needs a restart; nothing changes.
-	err = g.Reload(cfgWith("sk-newer", ClientConfig{Name: "web", Key: "ck-new", Role: "root"}))
+	err = g.Reload(cfgWith("sk-newer", clients.Config{Name: "web", Key: "ck-new", Role: "root"}))
 	require.ErrorContains(t, err, `clients[0].role: "root" is not admin or client`)
-	bad := cfgWith("sk-newer", ClientConfig{Name: "web", Key: "ck-new"})
+	bad := cfgWith("sk-newer", clients.Config{Name: "web", Key: "ck-new"})
 	bad.MaxBodyBytes = 1
 	require.ErrorIs(t, g.Reload(bad), ErrRestartNeeded)
 	require.ErrorContains(t, g.Reload(bad), "max_body_bytes")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -72,7 +73,7 @@ func capturedLogger(level slog.Level) (*slog.Logger, *logBuffer) {
 
 func TestRequestLog(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{{Name: "web", Key: "client-key-web-SECRET-42", DefaultPriority: "high", MaxPriority: "high"}}
+	clients := []clients.Config{{Name: "web", Key: "client-key-web-SECRET-42", DefaultPriority: "high", MaxPriority: "high"}}
 	const key = "client-key-web-SECRET-42"
 	for _, tc := range []struct {
 		name   string
@@ -175,7 +176,7 @@ func TestLogsThroughRealEngine(t *testing.T) {
 	log, buf := capturedLogger(slog.LevelInfo)
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: upstreamKey}},
-		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch-SECRET"}}},
+		Clients:   []clients.Config{{Name: "batch", Key: "ck-batch-SECRET"}}},
 		WithLogger(log))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -201,7 +202,7 @@ func TestBudgetChargesResponsesEmbeddingsAndTiers(t *testing.T) {
 	prices := pricing.Config{Models: map[string]pricing.Price{"gpt-x": {Input: 10, Output: 100}, "embed-x": {Input: 1, Output: 1}}}
 	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: prices,
 		Clients: append(budgetClient(admit.Budget{Day: 10}),
-			ClientConfig{Name: "flexonly", Key: "ck-flex", ServiceTiers: admit.ServiceTiers{"flex"}}),
+			clients.Config{Name: "flexonly", Key: "ck-flex", ServiceTiers: admit.ServiceTiers{"flex"}}),
 		Upstreams: []upcfg.Config{{Name: "gpt", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: "sk-up"}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
@@ -289,7 +290,7 @@ func TestResponsesAndEmbeddingsAsJobs(t *testing.T) {
 	m := startSpendMock(t)
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "gpt", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: "sk-up"}},
-		Clients:   []ClientConfig{{Name: "batch", Key: "ck-batch"}}},
+		Clients:   []clients.Config{{Name: "batch", Key: "ck-batch"}}},
 		WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

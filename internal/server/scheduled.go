@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -19,7 +20,7 @@ const HeaderFallback = "X-Sluice-Fallback"
 // serveScheduled handles POST /{upstream}/v1/messages or
 // /v1/chat/completions: it reads and prices the body, works out class and
 // deadline, hands the request to the engine and relays the answer.
-func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstream, cl client, rl *requestLine, rest string) {
+func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstream, cl clients.Client, rl *requestLine, rest string) {
 	p := u.cfg.Protocol
 	reqID := rl.id
 	// Reserve the body's bytes before reading it; they are given back
@@ -54,7 +55,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	}
 	req, rerr := frontdoor.Build(frontdoor.Input{
 		Protocol: p, Method: r.Method, Path: path, Header: r.Header, Body: body,
-		Caller: cl.caller(), Now: s.clock.Now(), RequestID: reqID,
+		Caller: cl.Caller(), Now: s.clock.Now(), RequestID: reqID,
 	})
 	if rerr != nil {
 		s.outcome(rl, "", outcomeBadRequest)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -53,9 +54,9 @@ func TestNoSecretAnywhere(t *testing.T) {
 	cfg := Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(),
 			APIKeys: []upcfg.Key{{Key: secrets[3]}, {Key: secrets[4]}}}},
-		Clients: []ClientConfig{{Name: "alice", Key: secrets[0], Keys: []string{secrets[1]},
+		Clients: []clients.Config{{Name: "alice", Key: secrets[0], Keys: []string{secrets[1]},
 			Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 60}}},
-			{Name: "root", Key: secrets[2], Role: RoleAdmin}},
+			{Name: "root", Key: secrets[2], Role: clients.RoleAdmin}},
 		Jobs: jobs.Settings{WebhookSecret: secrets[5]}}
 	g, err := New(cfg, WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	require.NoError(t, err)
@@ -94,7 +95,7 @@ func TestNoSecretAnywhere(t *testing.T) {
 	do("GET", "/metrics", "", "") // refused: no key
 	do("GET", "/metrics", root, "")
 	bad := cfg
-	bad.Clients = []ClientConfig{{Name: "alice", Key: secrets[0], Role: "root"}, {Name: "bob", Key: secrets[0]}}
+	bad.Clients = []clients.Config{{Name: "alice", Key: secrets[0], Role: "root"}, {Name: "bob", Key: secrets[0]}}
 	if err := g.Reload(bad); err != nil {
 		seen.WriteString(err.Error())
 	}

@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
+	"github.com/sluicehq/sluice/internal/clientsapi"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -98,23 +100,20 @@ type Server struct {
 	log       *slog.Logger
 	tracer    trace.Tracer
 	upstreams map[string]*upstream
-	order     []string                  // upstream names in config order
-	clients   atomic.Pointer[clientSet] // swapped by applyClients (runtime_clients.go)
-	clientsMu sync.Mutex                // guards cfgClients and runtime
-	// cfgClients are the config's clients in force (Reload changes
-	// them), runtime the admin API's (the poller changes them).
-	cfgClients  []ClientConfig
-	runtime     []runtimeClient
-	poller      atomic.Pointer[clientsPoller] // runtime clients; nil without a store
-	reloadMu    sync.Mutex                    // serializes Reload (reload.go)
-	registry    *prometheus.Registry
-	view        *opsview.View       // status, history, metrics (internal/opsview)
-	bodyBytes   *bodyBytes          // request bytes in flight (body_bytes.go)
-	reloads     *reloadMetrics      // reload.go
-	clientAdmin *clientAdminMetrics // clients_api.go
-	admit       *admit.Layer        // client limits, budgets, fallbacks, cluster (internal/admit)
-	handler     http.Handler
-	noListen    bool
+	order     []string // upstream names in config order
+	// clients are the clients in force: the config's (Reload changes
+	// them) and the admin API's (the poller changes them).
+	clients    *clients.Registry
+	poller     atomic.Pointer[clients.Poller] // runtime clients; nil without a store
+	clientsAPI *clientsapi.API                // /v1/clients (internal/clientsapi)
+	reloadMu   sync.Mutex                     // serializes Reload (reload.go)
+	registry   *prometheus.Registry
+	view       *opsview.View  // status, history, metrics (internal/opsview)
+	bodyBytes  *bodyBytes     // request bytes in flight (body_bytes.go)
+	reloads    *reloadMetrics // reload.go
+	admit      *admit.Layer   // client limits, budgets, fallbacks, cluster (internal/admit)
+	handler    http.Handler
+	noListen   bool
 
 	life lifecycle.Base // Start and Stop; runs the listener's Serve
 
@@ -239,18 +238,22 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		noListen:       o.noListen,
 		clusterGiven:   o.clusterBackend,
 	}
-	s.cfgClients = append([]ClientConfig{}, cfg.Clients...)
-	s.clients.Store(buildClientSet(s.cfgClients, nil, s.clock.Now))
+	// Every later change of the clients (a reload, a poll) reaches the
+	// admission layer (new limits and budgets; the spend already made is
+	// kept) and the metrics' client label.
+	s.clients = clients.NewRegistry(cfg.Clients, s.clock.Now, func(admitted []admit.Client, names []string) {
+		s.admit.SetClients(admitted)
+		s.view.SetClients(names)
+	})
 	clientNames := make([]string, 0, len(cfg.Clients))
 	for _, c := range cfg.Clients {
 		clientNames = append(clientNames, c.Name)
 	}
-	s.view = opsview.New(opsview.Config{Upstreams: cfg.Upstreams, Clients: clientNames, AnonymousClient: AnonymousClient,
+	s.view = opsview.New(opsview.Config{Upstreams: cfg.Upstreams, Clients: clientNames, AnonymousClient: clients.Anonymous,
 		Registry: s.registry, Jobs: cfg.Store != StoreNone || s.store != nil, Clock: s.clock, Logger: s.log})
 	s.bodyBytes = newBodyBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
-	s.clientAdmin = newClientAdminMetrics(s.registry)
-	layer, err := admit.New(admit.Config{Clients: admitClients(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
+	layer, err := admit.New(admit.Config{Clients: clients.Admitted(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
 		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})
 	if err != nil {
 		return nil, fmt.Errorf("validating config: %w", err)
@@ -290,17 +293,14 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	layer.Bind(engines)
 	s.view.Bind(opsview.Sources{Engines: read, Admission: layer, Cluster: layer})
+	s.clientsAPI, err = clientsapi.New(clientsapi.Config{Registry: s.clients, Upstreams: s.order, Clock: s.clock, Logger: s.log,
+		Registerer: s.registry, Authenticate: func(r *http.Request) (clients.Client, bool) { return s.authenticate(r.Header) },
+		Running: s.runningClients})
+	if err != nil {
+		return nil, err
+	}
 	s.handler = s.limitHeaders(s.cfg.MaxHeaderBytes, s.routes())
 	return s, nil
-}
-
-// admitClients is the admission layer's view of the configured clients.
-func admitClients(cfgs []ClientConfig) []admit.Client {
-	out := make([]admit.Client, len(cfgs))
-	for i, c := range cfgs {
-		out[i] = admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget, ServiceTiers: c.ServiceTiers}
-	}
-	return out
 }
 
 // admitEngine is an upstream's engine as the admission layer sends to it:
@@ -345,7 +345,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/status", s.serveStatus)
 	mux.HandleFunc("GET /v1/status/history", s.serveHistory)
 	mux.HandleFunc("POST /v1/upstreams/{name}/breaker", s.requireAdmin(s.serveBreaker))
-	s.clientsRoutes(mux)
+	s.clientsAPI.Register(mux)
 	mux.HandleFunc("GET /ui", s.serveUI)
 	mux.Handle("GET /ui/", s.uiAssets())
 	for _, p := range jobRoutes {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/flow"
@@ -120,13 +121,13 @@ func newRecordingUpstream(t *testing.T) *recordingUpstream {
 	return u
 }
 
-func newTestServer(t *testing.T, clients []ClientConfig, mutate ...func(*Config)) *testServer {
+func newTestServer(t *testing.T, clients []clients.Config, mutate ...func(*Config)) *testServer {
 	t.Helper()
 	return newLoggedTestServer(t, clients, discardLogger(), mutate...)
 }
 
 // newLoggedTestServer is newTestServer writing its logs to log.
-func newLoggedTestServer(t *testing.T, clients []ClientConfig, log *slog.Logger, mutate ...func(*Config)) *testServer {
+func newLoggedTestServer(t *testing.T, clients []clients.Config, log *slog.Logger, mutate ...func(*Config)) *testServer {
 	t.Helper()
 	ts := &testServer{a: &fakeEngine{}, o: &fakeEngine{}, upstream: newRecordingUpstream(t),
 		clock: clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
@@ -195,7 +196,7 @@ func requireProviderError(t *testing.T, p llm.Protocol, body []byte, errType str
 	return v.Error.Message
 }
 
-var webClient = []ClientConfig{{Name: "web", Key: "client-key-web", DefaultPriority: "high", MaxPriority: "high"}}
+var webClient = []clients.Config{{Name: "web", Key: "client-key-web", DefaultPriority: "high", MaxPriority: "high"}}
 
 func TestAuth(t *testing.T) {
 	t.Parallel()
@@ -248,7 +249,7 @@ func TestOpenModeClientNames(t *testing.T) {
 	require.Regexp(t, `^key-[0-9a-f]{8}$`, calls[0].Client)
 	require.Regexp(t, `^key-[0-9a-f]{8}$`, calls[1].Client)
 	require.NotEqual(t, calls[0].Client, calls[1].Client)
-	require.Equal(t, AnonymousClient, calls[2].Client)
+	require.Equal(t, clients.Anonymous, calls[2].Client)
 	require.Equal(t, llm.Normal, calls[0].Priority)
 }
 
@@ -371,7 +372,7 @@ func TestForeignEndpointRefused(t *testing.T) {
 
 func TestScheduledRequestFields(t *testing.T) {
 	t.Parallel()
-	clients := []ClientConfig{
+	clients := []clients.Config{
 		{Name: "web", Key: "kw", DefaultPriority: "high", MaxPriority: "high"},
 		{Name: "ops", Key: "ko", DefaultPriority: "normal", MaxPriority: "critical"},
 	}

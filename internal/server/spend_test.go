@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/opsview"
 	"log/slog"
 	"net/http"
@@ -39,9 +40,9 @@ func worstOf(t *testing.T, p llm.Protocol, body string) pricing.Amount {
 	return pricing.FromDollars((float64(c.InputTokens)*10 + float64(c.OutputTokens)*100) / 1e6)
 }
 
-func budgetClient(b admit.Budget) []ClientConfig {
-	return []ClientConfig{{Name: "team", Key: "ck-team", Budget: b}, {Name: "free", Key: "ck-free"},
-		{Name: "ops", Key: "ck-admin", Role: RoleAdmin}}
+func budgetClient(b admit.Budget) []clients.Config {
+	return []clients.Config{{Name: "team", Key: "ck-team", Budget: b}, {Name: "free", Key: "ck-free"},
+		{Name: "ops", Key: "ck-admin", Role: clients.RoleAdmin}}
 }
 
 // readStatus reads /v1/status as an admin (every client's spend); key
@@ -204,7 +205,7 @@ func TestBudgetRefundedOnFailure(t *testing.T) {
 
 // spendGateway starts a mock and a gateway in front of it with the spend
 // prices, the given clients and store.
-func spendGateway(t *testing.T, m *mock.Server, store string, clients []ClientConfig, log ...*slog.Logger) *Server {
+func spendGateway(t *testing.T, m *mock.Server, store string, clients []clients.Config, log ...*slog.Logger) *Server {
 	t.Helper()
 	lg := discardLogger()
 	if len(log) > 0 {

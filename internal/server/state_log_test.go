@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
@@ -48,7 +49,7 @@ func TestStateChangesLoggedOnce(t *testing.T) {
 			{Name: "claude", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: upstreamKey},
 			{Name: "limited", Protocol: llm.Anthropic, BaseURL: rate.URL, APIKey: "sk-ant-OTHER-SECRET"},
 		},
-		Clients: []ClientConfig{{Name: "web", Key: clientKey}, {Name: "batch", Key: secondKey}}},
+		Clients: []clients.Config{{Name: "web", Key: clientKey}, {Name: "batch", Key: secondKey}}},
 		WithLogger(log))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))

@@ -13,7 +13,7 @@ import (
 // serveStatus answers GET /v1/status. It reveals queue and quota state but
 // no keys; with clients configured it needs a client key.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	cl, ok := s.clientSet().authenticate(r.Header)
+	cl, ok := s.authenticate(r.Header)
 	if !ok {
 		writeStatusUnauthorized(w)
 		return
@@ -22,13 +22,13 @@ func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	st := s.view.Status(r.Context())
-	st.ForCaller(cl.name, cl.admin)
+	st.ForCaller(cl.Name, cl.Admin)
 	_ = enc.Encode(st)
 }
 
 // serveHistory answers GET /v1/status/history (same access as /v1/status).
 func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.clientSet().authenticate(r.Header); !ok {
+	if _, ok := s.authenticate(r.Header); !ok {
 		writeStatusUnauthorized(w)
 		return
 	}

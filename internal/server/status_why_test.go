@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/opsview"
@@ -29,7 +30,7 @@ type statusRig struct {
 	m    *mock.Server
 }
 
-func newStatusRig(t *testing.T, rpm int64, clients []ClientConfig) *statusRig {
+func newStatusRig(t *testing.T, rpm int64, clients []clients.Config) *statusRig {
 	t.Helper()
 	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", OutputTokens: mock.OutputRange{Min: 3, Max: 3}, Seed: 7})
 	require.NoError(t, err)
@@ -80,7 +81,7 @@ func (r *statusRig) status(t *testing.T, key string) opsview.StatusResponse {
 
 func TestStatusSaysWhyRequestsWait(t *testing.T) {
 	t.Parallel()
-	r := newStatusRig(t, 6, []ClientConfig{{Name: "web", Key: "ck-web"}, {Name: "ops", Key: "ck-ops", Role: "admin"}})
+	r := newStatusRig(t, 6, []clients.Config{{Name: "web", Key: "ck-web"}, {Name: "ops", Key: "ck-ops", Role: "admin"}})
 	stop := r.send(t, 6, "ck-web", "low")
 	defer stop()
 	var st opsview.StatusResponse
@@ -119,7 +120,7 @@ func TestStatusSaysWhyRequestsWait(t *testing.T) {
 
 func TestBreakerControl(t *testing.T) {
 	t.Parallel()
-	r := newStatusRig(t, 0, []ClientConfig{{Name: "ops", Key: "ck-ops", Role: "admin"}, {Name: "web", Key: "ck-web"}})
+	r := newStatusRig(t, 0, []clients.Config{{Name: "ops", Key: "ck-ops", Role: "admin"}, {Name: "web", Key: "ck-web"}})
 	tests := []struct {
 		key, body string
 		code      int
@@ -183,7 +184,7 @@ func TestStatusHistoryRoute(t *testing.T) {
 // no series yet is checked too.
 func TestMetricNamesFollowConventions(t *testing.T) {
 	t.Parallel()
-	r := newStatusRig(t, 0, []ClientConfig{{Name: "web", Key: "ck-web"}})
+	r := newStatusRig(t, 0, []clients.Config{{Name: "web", Key: "ck-web"}})
 	code, body := call(t, "POST", r.base+"/claude/v1/messages", "ck-web", `{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusOK, code, string(body))
 	mfs, err := r.g.registry.Gather()

@@ -1,13 +1,23 @@
-package server
+package configfile
 
 import (
 	"fmt"
 	"regexp"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/configfile"
 	"go.yaml.in/yaml/v3"
 )
+
+// Lookup reads an environment variable; os.LookupEnv in production.
+type Lookup func(name string) (string, bool)
+
+// Expand replaces ${NAME} and ${NAME:-default} in every scalar value of
+// the tree root (keys are left alone), reading the environment through
+// lookup; a reference it cannot expand is an *Error at the value's line
+// and path. An expanded value is resolved afresh by the decoder, so
+// "${CONC:-8}" fills an int field; text that would read as null stays a
+// string.
+func Expand(root *yaml.Node, lookup Lookup) error { return expandNode(root, "", lookup) }
 
 // envNameRE is what may appear between ${ and } (before an optional :-).
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -16,7 +26,7 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // unset has no value: without a default that is an error naming it. With
 // :- the default is also used when NAME is set but empty, as in the shell.
 // "$${" stands for a literal "${".
-func expandEnv(s string, lookup LookupEnv) (string, error) {
+func expandEnv(s string, lookup Lookup) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
 	}
@@ -57,12 +67,12 @@ func expandEnv(s string, lookup LookupEnv) (string, error) {
 
 // expandNode expands environment references in every scalar value of the
 // tree (keys are left alone); path is n's YAML path, for the error.
-func expandNode(n *yaml.Node, path string, lookup LookupEnv) error {
+func expandNode(n *yaml.Node, path string, lookup Lookup) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
 		v, err := expandEnv(n.Value, lookup)
 		if err != nil {
-			return &configfile.Error{Line: n.Line, Path: path, Msg: err.Error(), Err: err}
+			return &Error{Line: n.Line, Path: path, Msg: err.Error(), Err: err}
 		}
 		if v != n.Value {
 			// Let the decoder resolve the expanded text afresh, quoted or not,

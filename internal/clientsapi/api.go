@@ -1,11 +1,14 @@
-package server
+package clientsapi
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
@@ -14,16 +17,72 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clients"
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobsapi"
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
-// The admin API's clients routes (docs/http-api.md, /v1/clients): create,
-// list, read, change, rotate and revoke runtime clients
-// (runtime_clients.go). Admin keys only; errors in the jobs API's shape,
-// each answer with its X-Sluice-Request-Id; every action is logged with
-// the admin's name and counted in sluice_client_admin_actions_total.
+// Store is what the API needs of the job store, where runtime clients are
+// kept (jobstore.Store implements it).
+type Store interface {
+	CreateClient(ctx context.Context, p jobstore.CreateClientParams) (*jobstore.StoredClient, error)
+	GetClient(ctx context.Context, name string) (*jobstore.StoredClient, error)
+	ListClients(ctx context.Context) ([]*jobstore.StoredClient, error)
+	UpdateClient(ctx context.Context, p jobstore.UpdateClientParams) (*jobstore.StoredClient, error)
+	DeleteClient(ctx context.Context, p jobstore.DeleteClientParams) error
+}
+
+// Config configures an API.
+type Config struct {
+	// Registry is the clients in force on this gateway: the config's are
+	// listed and protected from change, the caller is authenticated
+	// against them. Required.
+	Registry *clients.Registry
+	// Authenticate identifies the client that sent r (the server reads
+	// its key from the headers). Required.
+	Authenticate func(r *http.Request) (clients.Client, bool)
+	// Running returns the job store the runtime clients are kept in and
+	// the poller that applies them on this node, or nil, nil while the
+	// store is not running (the API then answers 503). Required.
+	Running func() (Store, *clients.Poller)
+	// Upstreams are the upstreams a client's limits may name. Defaults to
+	// none.
+	Upstreams []string
+	// Clock is the time source. Defaults to the wall clock.
+	Clock clock.Clock
+	// Logger logs every action with the admin's name. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// Registerer takes sluice_client_admin_actions_total. Defaults to
+	// none (the counter is kept but not exported).
+	Registerer prometheus.Registerer
+}
+
+// API is the admin API's clients routes.
+type API struct {
+	reg       *clients.Registry
+	auth      func(r *http.Request) (clients.Client, bool)
+	running   func() (Store, *clients.Poller)
+	upstreams map[string]bool
+	clock     clock.Clock
+	log       *slog.Logger
+	metrics   *adminMetrics
+}
+
+// New returns the API of cfg.
+func New(cfg Config) (*API, error) {
+	if cfg.Registry == nil || cfg.Authenticate == nil || cfg.Running == nil {
+		return nil, errors.New("configuring the clients API: Registry, Authenticate and Running are required")
+	}
+	a := &API{reg: cfg.Registry, auth: cfg.Authenticate, running: cfg.Running, upstreams: map[string]bool{},
+		clock: clock.Or(cfg.Clock), log: cmp.Or(cfg.Logger, slog.Default()), metrics: newAdminMetrics(cfg.Registerer)}
+	for _, n := range cfg.Upstreams {
+		a.upstreams[n] = true
+	}
+	return a, nil
+}
 
 // ClientRequest is the body of POST /v1/clients (Name required) and of
 // PATCH /v1/clients/{name} (every field optional: the ones given replace
@@ -135,18 +194,18 @@ const clientBodyMax = 64 << 10
 var clientNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // clientNamesReserved are metric label values of their own.
-var clientNamesReserved = []string{clientLabelOther, clientLabelUnknown, AnonymousClient}
+var clientNamesReserved = []string{clientLabelOther, clientLabelUnknown, clients.Anonymous}
 
 const (
 	clientLabelOther   = "other"
 	clientLabelUnknown = "unknown"
 )
 
-// clientAdminMetrics counts the admin API's actions.
-type clientAdminMetrics struct{ total *prometheus.CounterVec }
+// adminMetrics counts the admin API's actions.
+type adminMetrics struct{ total *prometheus.CounterVec }
 
-func newClientAdminMetrics(reg prometheus.Registerer) *clientAdminMetrics {
-	m := &clientAdminMetrics{total: prometheus.NewCounterVec(prometheus.CounterOpts{
+func newAdminMetrics(reg prometheus.Registerer) *adminMetrics {
+	m := &adminMetrics{total: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_client_admin_actions_total",
 		Help: "Admin API actions on clients (/v1/clients) by action (create, update, rotate, revoke) and result (ok, refused: invalid or conflicting, failed: the store).",
 	}, []string{"action", "result"})}
@@ -155,59 +214,60 @@ func newClientAdminMetrics(reg prometheus.Registerer) *clientAdminMetrics {
 			m.total.WithLabelValues(a, r)
 		}
 	}
-	reg.MustRegister(m.total)
+	if reg != nil {
+		reg.MustRegister(m.total)
+	}
 	return m
 }
 
-// clientsRoutes registers the admin API's clients routes.
-func (s *Server) clientsRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/clients", s.clientsAdmin("", s.listClients))
-	mux.HandleFunc("POST /v1/clients", s.clientsAdmin("create", s.createClient))
-	mux.HandleFunc("GET /v1/clients/{name}", s.clientsAdmin("", s.getClient))
-	mux.HandleFunc("PATCH /v1/clients/{name}", s.clientsAdmin("update", s.updateClient))
-	mux.HandleFunc("POST /v1/clients/{name}/rotate", s.clientsAdmin("rotate", s.rotateClient))
-	mux.HandleFunc("DELETE /v1/clients/{name}", s.clientsAdmin("revoke", s.revokeClient))
+// Register registers the API's routes on mux.
+func (a *API) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/clients", a.admin("", a.listClients))
+	mux.HandleFunc("POST /v1/clients", a.admin("create", a.createClient))
+	mux.HandleFunc("GET /v1/clients/{name}", a.admin("", a.getClient))
+	mux.HandleFunc("PATCH /v1/clients/{name}", a.admin("update", a.updateClient))
+	mux.HandleFunc("POST /v1/clients/{name}/rotate", a.admin("rotate", a.rotateClient))
+	mux.HandleFunc("DELETE /v1/clients/{name}", a.admin("revoke", a.revokeClient))
 }
 
 // clientsCall is one admin API request being served.
 type clientsCall struct {
-	w      http.ResponseWriter
-	r      *http.Request
-	admin  string
-	reqID  string
-	store  jobstore.Store
-	poller *clientsPoller
+	w     http.ResponseWriter
+	r     *http.Request
+	admin string
+	reqID string
+	store Store
 }
 
-// clientsAdmin authenticates an admin, answers the route's outcome and,
-// for a change (action not ""), logs and counts it.
-func (s *Server) clientsAdmin(action string, fn func(c *clientsCall) (int, any, error)) http.HandlerFunc {
+// admin authenticates an admin, answers the route's outcome and, for a
+// change (action not ""), logs and counts it.
+func (a *API) admin(action string, fn func(c *clientsCall) (int, any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		reqID := frontdoor.NewRequestID()
 		w.Header().Set(frontdoor.HeaderRequestID, reqID)
-		cs := s.clientSet()
-		cl, ok := cs.authenticate(r.Header)
+		open := a.reg.Set().Open()
+		cl, ok := a.auth(r)
 		if !ok {
-			writeJobsError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
+			writeError(w, http.StatusUnauthorized, "authentication_error", "invalid or missing Sluice client key")
 			return
 		}
-		if !cl.admin {
-			writeJobsError(w, http.StatusForbidden, "permission_error",
-				"/v1/clients needs an admin client key (role: admin); client "+cl.name+" is not an admin")
+		if !cl.Admin {
+			writeError(w, http.StatusForbidden, "permission_error",
+				"/v1/clients needs an admin client key (role: admin); client "+cl.Name+" is not an admin")
 			return
 		}
-		if cs.open() {
-			writeJobsError(w, http.StatusForbidden, "permission_error",
+		if open {
+			writeError(w, http.StatusForbidden, "permission_error",
 				"/v1/clients needs clients in the config (at least one with role: admin): a gateway without them is open to every caller")
 			return
 		}
-		q, p := s.jobs.Load(), s.poller.Load()
-		if q == nil || p == nil {
-			writeJobsError(w, http.StatusServiceUnavailable, "unavailable_error",
+		st, p := a.running()
+		if st == nil || p == nil {
+			writeError(w, http.StatusServiceUnavailable, "unavailable_error",
 				"/v1/clients keeps clients in the job store, which is not running (store: none, or shutting down)")
 			return
 		}
-		status, body, err := fn(&clientsCall{w: w, r: r, admin: cl.name, reqID: reqID, store: q.Store(), poller: p})
+		status, body, err := fn(&clientsCall{w: w, r: r, admin: cl.Name, reqID: reqID, store: st})
 		result := "ok"
 		if err != nil {
 			pr := clientsProblem(err)
@@ -216,9 +276,9 @@ func (s *Server) clientsAdmin(action string, fn func(c *clientsCall) (int, any, 
 				result = "failed"
 			}
 			if action != "" {
-				s.log.Warn("client admin action refused", "admin", cl.name, "action", action, "client", r.PathValue("name"),
+				a.log.Warn("client admin action refused", "admin", cl.Name, "action", action, "client", r.PathValue("name"),
 					"request_id", reqID, "status", pr.Status, "err", err)
-				s.clientAdmin.total.WithLabelValues(action, result).Inc()
+				a.metrics.total.WithLabelValues(action, result).Inc()
 			}
 			jobsapi.WriteAPIError(w, pr, nil)
 			return
@@ -228,12 +288,12 @@ func (s *Server) clientsAdmin(action string, fn func(c *clientsCall) (int, any, 
 			if ci, ok := body.(ClientInfo); ok {
 				name = ci.Name
 			}
-			s.log.Info("client admin action", "admin", cl.name, "action", action, "client", name, "request_id", reqID)
-			s.clientAdmin.total.WithLabelValues(action, result).Inc()
+			a.log.Info("client admin action", "admin", cl.Name, "action", action, "client", name, "request_id", reqID)
+			a.metrics.total.WithLabelValues(action, result).Inc()
 			// This node serves the change at once; the others within
 			// clients_poll.
-			if err := p.load(r.Context()); err != nil {
-				s.log.Warn("reading the runtime clients after a change", "err", err)
+			if err := p.Load(r.Context()); err != nil {
+				a.log.Warn("reading the runtime clients after a change", "err", err)
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -242,6 +302,10 @@ func (s *Server) clientsAdmin(action string, fn func(c *clientsCall) (int, any, 
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(body)
 	}
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	jobsapi.WriteAPIError(w, frontdoor.Problem{Status: status, Type: typ, Message: msg}, nil)
 }
 
 // errClientRequest is a request the API refuses (400); the message names
@@ -304,27 +368,8 @@ func decodeStrict(raw []byte, v any) error {
 	return nil
 }
 
-// configClient returns the config's client named name, if any.
-func (s *Server) configClient(name string) (ClientConfig, bool) {
-	cfgs, _ := s.runtimeClients()
-	for _, c := range cfgs {
-		if c.Name == name {
-			return c, true
-		}
-	}
-	return ClientConfig{}, false
-}
-
-func (s *Server) upstreamSet() map[string]bool {
-	out := make(map[string]bool, len(s.order))
-	for _, n := range s.order {
-		out[n] = true
-	}
-	return out
-}
-
 // apply sets the fields req gives on sp.
-func (req ClientRequest) apply(sp ClientSpec) ClientSpec {
+func (req ClientRequest) apply(sp clients.Spec) clients.Spec {
 	if req.Role != nil {
 		sp.Role = *req.Role
 	}
@@ -350,7 +395,7 @@ func (req ClientRequest) apply(sp ClientSpec) ClientSpec {
 	return sp
 }
 
-func (s *Server) createClient(c *clientsCall) (int, any, error) {
+func (a *API) createClient(c *clientsCall) (int, any, error) {
 	var req ClientRequest
 	if err := decodeClientBody(c, &req, false); err != nil {
 		return 0, nil, err
@@ -361,18 +406,18 @@ func (s *Server) createClient(c *clientsCall) (int, any, error) {
 	if slices.Contains(clientNamesReserved, req.Name) {
 		return 0, nil, refused("name: %q is reserved (a metric label of its own)", req.Name)
 	}
-	if _, ok := s.configClient(req.Name); ok {
+	if _, ok := a.reg.ConfigClient(req.Name); ok {
 		return 0, nil, fmt.Errorf("%w: client %q is defined in the config file; change it there", errConfigManaged, req.Name)
 	}
-	now := s.clock.Now()
-	sp := req.apply(ClientSpec{}).withDefaults()
-	if err := sp.validate(req.Name, s.upstreamSet()); err != nil {
+	now := a.clock.Now()
+	sp := req.apply(clients.Spec{}).WithDefaults()
+	if err := sp.Validate(req.Name, a.upstreams); err != nil {
 		return 0, nil, refused("%v", err)
 	}
 	if sp.ExpiresAt != nil && !sp.ExpiresAt.After(now) {
 		return 0, nil, refused("expires_at: %s is not in the future", sp.ExpiresAt.Format(time.RFC3339))
 	}
-	key, stored, err := newClientKey(now)
+	key, stored, err := clients.NewKey(now)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -385,7 +430,7 @@ func (s *Server) createClient(c *clientsCall) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	rc, err := decodeRuntimeClient(sc)
+	rc, err := clients.Decode(sc)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -394,14 +439,14 @@ func (s *Server) createClient(c *clientsCall) (int, any, error) {
 	return http.StatusCreated, info, nil
 }
 
-func (s *Server) listClients(c *clientsCall) (int, any, error) {
+func (a *API) listClients(c *clientsCall) (int, any, error) {
 	// The store's, not this node's copy: a client created elsewhere a
 	// moment ago is listed.
 	stored, err := c.store.ListClients(c.r.Context())
 	if err != nil {
 		return 0, nil, err
 	}
-	cfgs, _ := s.runtimeClients()
+	cfgs := a.reg.Config()
 	out := ClientList{Data: make([]ClientInfo, 0, len(cfgs)+len(stored))}
 	taken := map[string]bool{}
 	for _, cc := range cfgs {
@@ -412,7 +457,7 @@ func (s *Server) listClients(c *clientsCall) (int, any, error) {
 		if taken[sc.Name] {
 			continue // shadowed by the config's
 		}
-		rc, err := decodeRuntimeClient(sc)
+		rc, err := clients.Decode(sc)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -421,16 +466,16 @@ func (s *Server) listClients(c *clientsCall) (int, any, error) {
 	return http.StatusOK, out, nil
 }
 
-func (s *Server) getClient(c *clientsCall) (int, any, error) {
+func (a *API) getClient(c *clientsCall) (int, any, error) {
 	name := c.r.PathValue("name")
-	if cc, ok := s.configClient(name); ok {
+	if cc, ok := a.reg.ConfigClient(name); ok {
 		return http.StatusOK, configInfo(cc), nil
 	}
 	sc, err := c.store.GetClient(c.r.Context(), name)
 	if err != nil {
 		return 0, nil, err
 	}
-	rc, err := decodeRuntimeClient(sc)
+	rc, err := clients.Decode(sc)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -443,43 +488,43 @@ const clientWriteTries = 3
 
 // modify reads the API client name, lets change compute its new spec and
 // keys, and writes them if nobody wrote it meanwhile (else reads again).
-func (s *Server) modify(c *clientsCall, change func(rc runtimeClient) (ClientSpec, []jobstore.ClientKey, error)) (runtimeClient, error) {
+func (a *API) modify(c *clientsCall, change func(rc clients.Runtime) (clients.Spec, []jobstore.ClientKey, error)) (clients.Runtime, error) {
 	name := c.r.PathValue("name")
-	if _, ok := s.configClient(name); ok {
-		return runtimeClient{}, fmt.Errorf("%w: client %q is defined in the config file; change it there", errConfigManaged, name)
+	if _, ok := a.reg.ConfigClient(name); ok {
+		return clients.Runtime{}, fmt.Errorf("%w: client %q is defined in the config file; change it there", errConfigManaged, name)
 	}
 	var err error
 	for range clientWriteTries {
 		var sc *jobstore.StoredClient
 		sc, err = c.store.GetClient(c.r.Context(), name)
 		if err != nil {
-			return runtimeClient{}, err
+			return clients.Runtime{}, err
 		}
-		rc, derr := decodeRuntimeClient(sc)
+		rc, derr := clients.Decode(sc)
 		if derr != nil {
-			return runtimeClient{}, derr
+			return clients.Runtime{}, derr
 		}
 		sp, keys, cerr := change(rc)
 		if cerr != nil {
-			return runtimeClient{}, cerr
+			return clients.Runtime{}, cerr
 		}
 		spec, merr := json.Marshal(sp)
 		if merr != nil {
-			return runtimeClient{}, fmt.Errorf("encoding the client: %w", merr)
+			return clients.Runtime{}, fmt.Errorf("encoding the client: %w", merr)
 		}
 		sc, err = c.store.UpdateClient(c.r.Context(), jobstore.UpdateClientParams{Name: name, Spec: spec, Keys: keys,
-			IfVersion: sc.Version, Now: s.clock.Now()})
+			IfVersion: sc.Version, Now: a.clock.Now()})
 		if err == nil {
-			return decodeRuntimeClient(sc)
+			return clients.Decode(sc)
 		}
 		if !errors.Is(err, jobstore.ErrConflict) {
-			return runtimeClient{}, err
+			return clients.Runtime{}, err
 		}
 	}
-	return runtimeClient{}, err
+	return clients.Runtime{}, err
 }
 
-func (s *Server) updateClient(c *clientsCall) (int, any, error) {
+func (a *API) updateClient(c *clientsCall) (int, any, error) {
 	var req ClientRequest
 	if err := decodeClientBody(c, &req, false); err != nil {
 		return 0, nil, err
@@ -487,16 +532,16 @@ func (s *Server) updateClient(c *clientsCall) (int, any, error) {
 	if req.Name != "" && req.Name != c.r.PathValue("name") {
 		return 0, nil, refused("name: a client cannot be renamed (create another and revoke this one)")
 	}
-	now := s.clock.Now()
-	rc, err := s.modify(c, func(rc runtimeClient) (ClientSpec, []jobstore.ClientKey, error) {
-		sp := req.apply(rc.spec).withDefaults()
-		if err := sp.validate(rc.name, s.upstreamSet()); err != nil {
-			return ClientSpec{}, nil, refused("%v", err)
+	now := a.clock.Now()
+	rc, err := a.modify(c, func(rc clients.Runtime) (clients.Spec, []jobstore.ClientKey, error) {
+		sp := req.apply(rc.Spec).WithDefaults()
+		if err := sp.Validate(rc.Name, a.upstreams); err != nil {
+			return clients.Spec{}, nil, refused("%v", err)
 		}
 		if req.ExpiresAt.Time != nil && !sp.ExpiresAt.After(now) {
-			return ClientSpec{}, nil, refused("expires_at: %s is not in the future", sp.ExpiresAt.Format(time.RFC3339))
+			return clients.Spec{}, nil, refused("expires_at: %s is not in the future", sp.ExpiresAt.Format(time.RFC3339))
 		}
-		return sp, rc.keys, nil
+		return sp, rc.Keys, nil
 	})
 	if err != nil {
 		return 0, nil, err
@@ -504,7 +549,7 @@ func (s *Server) updateClient(c *clientsCall) (int, any, error) {
 	return http.StatusOK, runtimeInfo(rc), nil
 }
 
-func (s *Server) rotateClient(c *clientsCall) (int, any, error) {
+func (a *API) rotateClient(c *clientsCall) (int, any, error) {
 	var req RotateRequest
 	if err := decodeClientBody(c, &req, true); err != nil {
 		return 0, nil, err
@@ -514,17 +559,17 @@ func (s *Server) rotateClient(c *clientsCall) (int, any, error) {
 		return 0, nil, refused("grace_seconds: %v is not between 0 and %d (30 days)", req.GraceSeconds, int(RotateGraceMax.Seconds()))
 	}
 	var key string
-	rc, err := s.modify(c, func(rc runtimeClient) (ClientSpec, []jobstore.ClientKey, error) {
-		now := s.clock.Now()
-		k, stored, err := newClientKey(now)
+	rc, err := a.modify(c, func(rc clients.Runtime) (clients.Spec, []jobstore.ClientKey, error) {
+		now := a.clock.Now()
+		k, stored, err := clients.NewKey(now)
 		if err != nil {
-			return ClientSpec{}, nil, err
+			return clients.Spec{}, nil, err
 		}
 		key = k
 		keys := []jobstore.ClientKey{stored}
 		if grace > 0 {
 			until := now.Add(grace)
-			for _, old := range rc.keys {
+			for _, old := range rc.Keys {
 				if !old.ExpiresAt.IsZero() && !old.ExpiresAt.After(now) {
 					continue // already expired
 				}
@@ -534,7 +579,7 @@ func (s *Server) rotateClient(c *clientsCall) (int, any, error) {
 				keys = append(keys, old)
 			}
 		}
-		return rc.spec, keys, nil
+		return rc.Spec, keys, nil
 	})
 	if err != nil {
 		return 0, nil, err
@@ -544,28 +589,28 @@ func (s *Server) rotateClient(c *clientsCall) (int, any, error) {
 	return http.StatusOK, info, nil
 }
 
-func (s *Server) revokeClient(c *clientsCall) (int, any, error) {
+func (a *API) revokeClient(c *clientsCall) (int, any, error) {
 	name := c.r.PathValue("name")
-	if _, ok := s.configClient(name); ok {
+	if _, ok := a.reg.ConfigClient(name); ok {
 		return 0, nil, fmt.Errorf("%w: client %q is defined in the config file; remove it there", errConfigManaged, name)
 	}
-	if err := c.store.DeleteClient(c.r.Context(), jobstore.DeleteClientParams{Name: name, Now: s.clock.Now()}); err != nil {
+	if err := c.store.DeleteClient(c.r.Context(), jobstore.DeleteClientParams{Name: name, Now: a.clock.Now()}); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, ClientRevoked{Name: name, Revoked: true}, nil
 }
 
-func configInfo(cc ClientConfig) ClientInfo {
+func configInfo(cc clients.Config) ClientInfo {
 	return ClientInfo{Name: cc.Name, Source: ClientSourceConfig, Role: cc.Role, DefaultPriority: cc.DefaultPriority,
 		MaxPriority: cc.MaxPriority, Limits: cc.Limits, Budget: cc.Budget}
 }
 
-func runtimeInfo(rc runtimeClient) ClientInfo {
-	created, updated := rc.created, rc.updated
-	info := ClientInfo{Name: rc.name, Source: ClientSourceAPI, Role: rc.spec.Role, DefaultPriority: rc.spec.DefaultPriority,
-		MaxPriority: rc.spec.MaxPriority, Limits: rc.spec.Limits, Budget: rc.spec.Budget, ExpiresAt: rc.spec.ExpiresAt,
-		Version: rc.version, CreatedAt: &created, UpdatedAt: &updated, Keys: make([]ClientKeyInfo, 0, len(rc.keys))}
-	for _, k := range rc.keys {
+func runtimeInfo(rc clients.Runtime) ClientInfo {
+	created, updated := rc.Created, rc.Updated
+	info := ClientInfo{Name: rc.Name, Source: ClientSourceAPI, Role: rc.Spec.Role, DefaultPriority: rc.Spec.DefaultPriority,
+		MaxPriority: rc.Spec.MaxPriority, Limits: rc.Spec.Limits, Budget: rc.Spec.Budget, ExpiresAt: rc.Spec.ExpiresAt,
+		Version: rc.Version, CreatedAt: &created, UpdatedAt: &updated, Keys: make([]ClientKeyInfo, 0, len(rc.Keys))}
+	for _, k := range rc.Keys {
 		ki := ClientKeyInfo{Prefix: k.Prefix, CreatedAt: k.CreatedAt}
 		if !k.ExpiresAt.IsZero() {
 			e := k.ExpiresAt
