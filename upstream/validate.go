@@ -34,6 +34,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("batch_priority: %w", err)
 		}
 	}
+	if c.Flex.Enabled && c.Protocol != OpenAI {
+		return fmt.Errorf("flex.enabled: only openai upstreams have a flex tier (this one is %s)", c.Protocol)
+	}
 	d := c.WithDefaults()
 	if err := d.validatePool(); err != nil {
 		return err
@@ -70,6 +73,7 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"request_timeout", d.RequestTimeout},
+		{"flex.min_slack", d.Flex.MinSlack},
 		{"headroom_window", d.HeadroomWindow},
 		{"burst_memory", d.BurstMemory},
 		{"retry.base_delay", d.Retry.BaseDelay},
