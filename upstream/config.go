@@ -240,6 +240,28 @@ type Config struct {
 	// the profile's, else Class's defaults (WeightsDefault, MaxWaitDefault
 	// and HeadroomDefault).
 	Classes Classes `yaml:"classes"`
+	// Flex sends an OpenAI upstream's jobs in the flex service tier (batch
+	// prices, slower answers) when their deadline leaves room. Defaults to
+	// off.
+	Flex Flex `yaml:"flex"`
+}
+
+// FlexMinSlackDefault is how much time a job's deadline must leave for it
+// to be sent in the flex tier.
+const FlexMinSlackDefault = 10 * time.Minute
+
+// Flex is an OpenAI upstream's use of the flex service tier for jobs (never
+// for live requests, which keep the tier their client asks for).
+type Flex struct {
+	// Enabled sends a job in the flex tier when its body names no
+	// service_tier, it calls /v1/chat/completions or /v1/responses, and
+	// its deadline (if any) is at least MinSlack away; a job the provider
+	// refused for want of flex capacity (429 resource_unavailable) is
+	// retried in the standard tier. Defaults to false.
+	Enabled bool `yaml:"enabled"`
+	// MinSlack is how far a job's deadline must be for the flex tier.
+	// Defaults to FlexMinSlackDefault.
+	MinSlack time.Duration `yaml:"min_slack"`
 }
 
 // Limits are an upstream's per-minute quotas and concurrency cap; a zero
@@ -430,6 +452,7 @@ func (c Config) WithDefaults() Config {
 	c.BurstMemory = cmp.Or(c.BurstMemory, BurstMemoryDefault)
 	c.AbandonedStreamDrain = cmp.Or(c.AbandonedStreamDrain, AbandonedStreamDrainDefault)
 	c.KeyProbeInterval = cmp.Or(c.KeyProbeInterval, KeyProbeIntervalDefault)
+	c.Flex.MinSlack = cmp.Or(c.Flex.MinSlack, FlexMinSlackDefault)
 	c.PromptCache.Admission = cmp.Or(c.PromptCache.Admission, PromptCacheAdmissionDefault)
 	c.PromptCache.Affinity = cmp.Or(c.PromptCache.Affinity, PromptCacheAffinityDefault)
 	c.PromptCache.Prefixes = cmp.Or(c.PromptCache.Prefixes, PromptCachePrefixesDefault)

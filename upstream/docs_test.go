@@ -114,6 +114,8 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"abandoned_stream_drain":          {d.AbandonedStreamDrain},
 		"key_probe_interval":              {d.KeyProbeInterval},
 		"response_retention":              {d.ResponseRetention},
+		"flex.enabled":                    nil, // a bool: the text says false
+		"flex.min_slack":                  {d.Flex.MinSlack},
 		"retry.base_delay":                {d.Retry.BaseDelay},
 		"retry.max_delay":                 {d.Retry.MaxDelay},
 		"retry.max_attempts":              {d.Retry.MaxAttempts},

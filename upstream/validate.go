@@ -34,6 +34,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("batch_priority: %w", err)
 		}
 	}
+	if c.Flex.Enabled && c.Protocol != OpenAI {
+		return fmt.Errorf("flex.enabled: only openai upstreams have a flex tier (this one is %s)", c.Protocol)
+	}
 	d := c.WithDefaults()
 	if err := d.validatePool(); err != nil {
 		return err
@@ -71,6 +74,7 @@ func (c Config) Validate() error {
 	}{
 		{"request_timeout", d.RequestTimeout},
 		{"response_retention", d.ResponseRetention},
+		{"flex.min_slack", d.Flex.MinSlack},
 		{"headroom_window", d.HeadroomWindow},
 		{"burst_memory", d.BurstMemory},
 		{"retry.base_delay", d.Retry.BaseDelay},

@@ -68,3 +68,10 @@ func (l *Layer) checkTier(p llm.Protocol, client, tier string) error {
 	}
 	return tierRefusal(p, client, allowed, tier)
 }
+
+// TierAllowed reports whether client's allow-list lets its requests use
+// tier: what the job runtime asks before it chooses a tier for a job (the
+// flex tier) that the job's body does not name.
+func (l *Layer) TierAllowed(client, tier string) bool {
+	return l.client(client).ServiceTiers.allows(tier)
+}

@@ -81,6 +81,10 @@ type Config struct {
 	// Dispatchers are the engines by upstream name; a job may only name an
 	// upstream listed here. Required: at least one.
 	Dispatchers map[string]Dispatcher
+	// FlexMinSlack names the OpenAI upstreams whose jobs go in the flex
+	// service tier (upstream.Flex.Enabled), each with the slack a job's
+	// deadline must leave for it (flex.go). Defaults to none.
+	FlexMinSlack map[string]time.Duration
 	// Protocols are the upstreams' wire protocols, one per dispatcher.
 	// Required.
 	Protocols map[string]llm.Protocol

@@ -274,6 +274,11 @@ func (w *worker) call(ctx context.Context, j *jobstore.Job, a admission) verdict
 		return w.fated(j, dispatch.Fate{Kind: dispatch.Terminal}, llm.Outcome{Kind: llm.ClientError, Status: http.StatusBadRequest,
 			Message: "invalid request body: " + rerr.Message}, nil)
 	}
+	if a.via.upstream == "" {
+		if fr := w.flexRequest(j, req, w.s.cfg.Clock.Now()); fr != nil {
+			req = fr
+		}
+	}
 	w.costs.remember(j.Priority, req.Cost)
 	if a.via.upstream != "" {
 		// A fallback serves the call: the job's model as it maps it.

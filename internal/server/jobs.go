@@ -199,6 +199,7 @@ func (s *Server) runJobs(ctx context.Context) error {
 	}
 	dispatchers := map[string]jobs.Dispatcher{}
 	protocols := map[string]llm.Protocol{}
+	flex := map[string]time.Duration{}
 	for _, name := range s.order {
 		d, ok := s.upstreams[name].engine.(jobs.Dispatcher)
 		if !ok {
@@ -206,6 +207,9 @@ func (s *Server) runJobs(ctx context.Context) error {
 		}
 		dispatchers[name] = d
 		protocols[name] = s.upstreams[name].cfg.Protocol
+		if f := s.upstreams[name].cfg.WithDefaults().Flex; f.Enabled {
+			flex[name] = f.MinSlack
+		}
 	}
 	jc := s.cfg.Jobs
 	if s.ownStore != nil || jc.SpoolDir == StoreNone {
@@ -216,7 +220,7 @@ func (s *Server) runJobs(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
 	svc, err := jobs.New(jobs.Config{Settings: jc, WebhookClient: &http.Client{Transport: guard.Transport()},
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, FlexMinSlack: flex, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
 		Owner: s.admit.ClusterNodeID()}) // the cluster's node id, when sharing
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
