@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -34,7 +35,7 @@ func TestJobsUseFlexWhenTheirDeadlineAllows(t *testing.T) {
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{{Name: "gpt", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: "sk-up",
 			Flex: upcfg.Flex{Enabled: true, MinSlack: 10 * time.Minute}}},
-		Clients: []ClientConfig{{Name: "batch", Key: "ck-batch"}},
+		Clients: []clients.Config{{Name: "batch", Key: "ck-batch"}},
 		Jobs:    jobs.Settings{MaxAttempts: 5}},
 		WithClock(clk), WithLogger(discardLogger()))
 	require.NoError(t, err)

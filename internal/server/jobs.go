@@ -269,7 +269,7 @@ func (s *Server) runJobs(ctx context.Context) error {
 	s.jobs.Store(&jobQueue{Service: svc, api: api})
 	s.cleaner = cleaner
 	s.view.SetJobStore(st)
-	s.responses.set(st) // the engines record and find stored Responses' keys there
+	s.responses.Set(st) // the engines record and find stored Responses' keys there
 	return nil
 }
 
@@ -287,7 +287,7 @@ func (s *Server) stopJobs(ctx context.Context) error {
 	defer s.jobsMu.Unlock()
 	s.view.SetJobStore(nil) // scrapes and status stop reading before the store closes
 	if s.responses != nil {
-		s.responses.set(nil) // the engines keep to their memory
+		s.responses.Set(nil) // the engines keep to their memory
 	}
 	if q := s.jobs.Swap(nil); q != nil {
 		errs = append(errs, q.Stop(ctx))

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clientsapi"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -137,8 +138,8 @@ type Server struct {
 	cleaner  *jobstore.JobCleaner
 	// responses is the engines' record of which key created each stored
 	// Response, kept in the job store while the queue runs
-	// (response_store.go); nil without a store.
-	responses *responseStore
+	// (jobs.ResponseKeys); nil without a store.
+	responses *jobs.ResponseKeys
 	draining  atomic.Bool // set when Stop begins: /readyz answers 503
 
 	clusterGiven admit.ClusterBackend // WithClusterBackend
@@ -261,7 +262,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.admit = layer
 	var responses dispatch.ResponseStore // nil: the engines' memory alone
 	if cfg.Store != StoreNone || s.store != nil {
-		s.responses = &responseStore{log: s.log, clock: s.clock}
+		s.responses = jobs.NewResponseKeys(s.log, s.clock)
 		responses = s.responses
 	}
 	for _, uc := range cfg.Upstreams {

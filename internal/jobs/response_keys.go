@@ -1,4 +1,4 @@
-package server
+package jobs
 
 import (
 	"context"
@@ -12,30 +12,35 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
-// responseStoreLogEvery spaces the warnings of a response store that
+// ResponseKeysLogEvery spaces the warnings of a response store that
 // fails: one per interval, not one per response.
-const responseStoreLogEvery = time.Minute
+const ResponseKeysLogEvery = time.Minute
 
-// errNoResponseStore is the answer while the job store is not connected
+// ErrNoResponseKeys is the answer while the job store is not connected
 // (a PostgreSQL store still connecting, or the queue stopped).
-var errNoResponseStore = errors.New("the job store is not connected")
+var ErrNoResponseKeys = errors.New("the job store is not connected")
 
-// responseStore is every upstream engine's dispatch.ResponseStore: the job
+// ResponseKeys is every upstream engine's dispatch.ResponseStore: the job
 // store the gateway runs its queue on (docs/http-api.md, "Stored
-// responses"), set once the queue runs (jobs.go) and unset before the
-// store closes. Until then, and whenever the store fails, the engines keep
-// to their memory. Safe for concurrent use.
-type responseStore struct {
+// responses"), Set once the queue runs and unset before the store
+// closes. Until then, and whenever the store fails, the engines keep to
+// their memory. Make one with NewResponseKeys. Safe for concurrent use.
+type ResponseKeys struct {
 	st     atomic.Pointer[jobstore.Store]
 	log    *slog.Logger
 	clock  clock.Clock
 	logged atomic.Int64 // unix nanoseconds of the last warning
 }
 
-var _ dispatch.ResponseStore = (*responseStore)(nil)
+var _ dispatch.ResponseStore = (*ResponseKeys)(nil)
 
-// set makes st (nil: none) the store the records go to.
-func (r *responseStore) set(st jobstore.Store) {
+// NewResponseKeys returns ResponseKeys with no store yet, warning on log.
+func NewResponseKeys(log *slog.Logger, clk clock.Clock) *ResponseKeys {
+	return &ResponseKeys{log: log, clock: clk}
+}
+
+// Set makes st (nil: none) the store the records go to.
+func (r *ResponseKeys) Set(st jobstore.Store) {
 	if r == nil {
 		return
 	}
@@ -46,15 +51,15 @@ func (r *responseStore) set(st jobstore.Store) {
 	r.st.Store(&st)
 }
 
-func (r *responseStore) store() (jobstore.Store, error) {
+func (r *ResponseKeys) store() (jobstore.Store, error) {
 	p := r.st.Load()
 	if p == nil {
-		return nil, errNoResponseStore
+		return nil, ErrNoResponseKeys
 	}
 	return *p, nil
 }
 
-func (r *responseStore) PutResponseKey(ctx context.Context, k dispatch.StoredResponseKey) error {
+func (r *ResponseKeys) PutResponseKey(ctx context.Context, k dispatch.StoredResponseKey) error {
 	st, err := r.store()
 	if err == nil {
 		err = st.PutResponseKey(ctx, jobstore.PutResponseKeyParams{ResponseKey: jobstore.ResponseKey(k)})
@@ -66,7 +71,7 @@ func (r *responseStore) PutResponseKey(ctx context.Context, k dispatch.StoredRes
 	return err
 }
 
-func (r *responseStore) GetResponseKey(ctx context.Context, upstream, id string, now time.Time) (dispatch.StoredResponseKey, bool, error) {
+func (r *ResponseKeys) GetResponseKey(ctx context.Context, upstream, id string, now time.Time) (dispatch.StoredResponseKey, bool, error) {
 	st, err := r.store()
 	if err != nil {
 		return dispatch.StoredResponseKey{}, false, err
@@ -83,11 +88,11 @@ func (r *responseStore) GetResponseKey(ctx context.Context, upstream, id string,
 }
 
 // warn logs msg unless a warning went out less than
-// responseStoreLogEvery ago.
-func (r *responseStore) warn(msg string, args ...any) {
+// ResponseKeysLogEvery ago.
+func (r *ResponseKeys) warn(msg string, args ...any) {
 	now := r.clock.Now().UnixNano()
 	last := r.logged.Load()
-	if last != 0 && now-last < int64(responseStoreLogEvery) || !r.logged.CompareAndSwap(last, now) {
+	if last != 0 && now-last < int64(ResponseKeysLogEvery) || !r.logged.CompareAndSwap(last, now) {
 		return
 	}
 	r.log.Warn(msg, args...)
