@@ -54,7 +54,7 @@ func tierRefusal(p llm.Protocol, client string, allowed ServiceTiers, tier strin
 	if tier == "" {
 		asked = "no service_tier (" + ServiceTierUnset + ")"
 	}
-	return &Refusal{Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
+	return &Refusal{Reason: RefusedServiceTier, Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
 		Message: fmt.Sprintf("client %s may use the service tiers %s only (service_tiers in its config); this request asks for %s",
 			client, strings.Join(allowed, ", "), asked)}}
 }

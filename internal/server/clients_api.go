@@ -35,6 +35,10 @@ type ClientRequest struct {
 	MaxPriority     *string             `json:"max_priority,omitempty"`
 	Limits          *admit.ClientLimits `json:"limits,omitempty"`
 	Budget          *admit.Budget       `json:"budget,omitempty"`
+	// AllowedUpstreams and AllowedModels replace the client's lists ([]
+	// allows every one).
+	AllowedUpstreams *[]string `json:"allowed_upstreams,omitempty"`
+	AllowedModels    *[]string `json:"allowed_models,omitempty"`
 	// ExpiresAt ends every key of the client; null clears it.
 	ExpiresAt OptionalTime `json:"expires_at,omitzero"`
 }
@@ -87,7 +91,8 @@ type ClientInfo struct {
 	MaxPriority     string             `json:"max_priority"`
 	Limits          admit.ClientLimits `json:"limits"`
 	Budget          admit.Budget       `json:"budget"`
-	ExpiresAt       *time.Time         `json:"expires_at,omitempty"`
+	admit.Access
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Keys lists an API client's keys by their first characters; a
 	// config client's keys are never shown.
 	Keys      []ClientKeyInfo `json:"keys,omitempty"`
@@ -340,6 +345,12 @@ func (req ClientRequest) apply(sp ClientSpec) ClientSpec {
 	if req.Budget != nil {
 		sp.Budget = *req.Budget
 	}
+	if req.AllowedUpstreams != nil {
+		sp.Upstreams = *req.AllowedUpstreams
+	}
+	if req.AllowedModels != nil {
+		sp.Models = *req.AllowedModels
+	}
 	if req.ExpiresAt.Set {
 		sp.ExpiresAt = nil
 		if req.ExpiresAt.Time != nil {
@@ -557,13 +568,13 @@ func (s *Server) revokeClient(c *clientsCall) (int, any, error) {
 
 func configInfo(cc ClientConfig) ClientInfo {
 	return ClientInfo{Name: cc.Name, Source: ClientSourceConfig, Role: cc.Role, DefaultPriority: cc.DefaultPriority,
-		MaxPriority: cc.MaxPriority, Limits: cc.Limits, Budget: cc.Budget}
+		MaxPriority: cc.MaxPriority, Limits: cc.Limits, Budget: cc.Budget, Access: cc.Access}
 }
 
 func runtimeInfo(rc runtimeClient) ClientInfo {
 	created, updated := rc.created, rc.updated
 	info := ClientInfo{Name: rc.name, Source: ClientSourceAPI, Role: rc.spec.Role, DefaultPriority: rc.spec.DefaultPriority,
-		MaxPriority: rc.spec.MaxPriority, Limits: rc.spec.Limits, Budget: rc.spec.Budget, ExpiresAt: rc.spec.ExpiresAt,
+		MaxPriority: rc.spec.MaxPriority, Limits: rc.spec.Limits, Budget: rc.spec.Budget, Access: rc.spec.Access, ExpiresAt: rc.spec.ExpiresAt,
 		Version: rc.version, CreatedAt: &created, UpdatedAt: &updated, Keys: make([]ClientKeyInfo, 0, len(rc.keys))}
 	for _, k := range rc.keys {
 		ki := ClientKeyInfo{Prefix: k.Prefix, CreatedAt: k.CreatedAt}

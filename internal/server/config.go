@@ -180,6 +180,11 @@ type ClientConfig struct {
 	// auto); another is refused with 403 permission_error. Defaults to
 	// none (any tier).
 	ServiceTiers admit.ServiceTiers `yaml:"service_tiers"`
+	// Access lists the upstreams (allowed_upstreams) and the model
+	// patterns (allowed_models, '*' matching any run of characters) the
+	// client may use; another is refused with 403 permission_error
+	// (internal/admit). Defaults to none (any upstream, any model).
+	admit.Access `yaml:",inline"`
 }
 
 // Client roles.
@@ -395,6 +400,9 @@ func (c Config) validate() error {
 		}
 		if err := cl.Limits.Validate(names); err != nil {
 			return fmt.Errorf("clients[%d].limits.%w", i, err)
+		}
+		if err := cl.Access.Validate(names); err != nil {
+			return fmt.Errorf("clients[%d].%w", i, err)
 		}
 		if clientNames[cl.Name] {
 			return fmt.Errorf("clients[%d].name: duplicate client %q", i, cl.Name)

@@ -50,6 +50,8 @@ type ClientSpec struct {
 	Budget admit.Budget       `json:"budget"`
 	// ExpiresAt ends every key of the client; nil means never.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Access is what it may use: allowed_upstreams, allowed_models.
+	admit.Access
 }
 
 // withDefaults fills the spec's unset fields as the config's clients'.
@@ -71,7 +73,7 @@ func (sp ClientSpec) validate(name string, upstreams map[string]bool) error {
 	if err := sp.Limits.Validate(upstreams); err != nil {
 		return fmt.Errorf("limits.%w", err)
 	}
-	return nil
+	return sp.Access.Validate(upstreams)
 }
 
 // runtimeClient is a runtime client as the gateway applies it.
@@ -219,7 +221,7 @@ func (s *Server) applyClients(cfgs []ClientConfig, runtime []runtimeClient) {
 	if len(s.cfgClients) > 0 {
 		for _, rc := range s.runtime {
 			if !taken[rc.name] {
-				all = append(all, admit.Client{Name: rc.name, Limits: rc.spec.Limits, Budget: rc.spec.Budget})
+				all = append(all, admit.Client{Name: rc.name, Limits: rc.spec.Limits, Budget: rc.spec.Budget, Access: rc.spec.Access})
 				names = append(names, rc.name)
 			}
 		}

@@ -289,7 +289,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 func admitClients(cfgs []ClientConfig) []admit.Client {
 	out := make([]admit.Client, len(cfgs))
 	for i, c := range cfgs {
-		out[i] = admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget, ServiceTiers: c.ServiceTiers}
+		out[i] = admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget, ServiceTiers: c.ServiceTiers, Access: c.Access}
 	}
 	return out
 }
