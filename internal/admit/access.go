@@ -157,5 +157,19 @@ func (l *Layer) Permit(client, upstream, model string) error {
 	if l.allows(client, upstream, model) {
 		return nil
 	}
-	return accessRefusal(client, upstream, model, l.client(client).Access)
+	return l.refused(client, upstream, accessRefusal(client, upstream, model, l.client(client).Access))
+}
+
+// refused tells the observer of rf, a refusal of client's request to
+// upstream, and returns it.
+func (l *Layer) refused(client, upstream string, rf *Refusal) *Refusal {
+	l.obs.Refused(client, upstream, rf.Reason, rf.Problem.Message)
+	return rf
+}
+
+// held tells the observer of h, a job's call of client held back on
+// upstream for reason, and returns it.
+func (l *Layer) held(client, upstream, reason string, h *Held) *Held {
+	l.obs.Held(client, upstream, reason, h.Limit)
+	return h
 }

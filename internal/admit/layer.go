@@ -218,12 +218,12 @@ func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Reque
 // reservation is settled when the body ends, or refunded when the engine
 // gives up.
 func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dispatch.Response, error) {
-	if err := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); err != nil {
-		return nil, err
+	if rf := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); rf != nil {
+		return nil, l.refused(req.Client, t.Upstream, rf)
 	}
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
-		return nil, l.refusal(t, err)
+		return nil, l.refused(req.Client, t.Upstream, l.refusal(t, err))
 	}
 	g, err := l.gate(req.Client, t.Upstream)
 	if err != nil {
@@ -281,17 +281,17 @@ type Admission struct {
 func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 	if !l.allows(req.Client, t.Upstream, req.Cost.Model) {
 		if t.fallback {
-			return nil, &Held{RetryAt: l.clock.Now().Add(AccessHeldFor),
-				Limit: fmt.Sprintf("client %s's allowed upstreams and models (the fallback %s)", req.Client, t.Upstream)}
+			return nil, l.held(req.Client, t.Upstream, HeldFallbackAccess, &Held{RetryAt: l.clock.Now().Add(AccessHeldFor),
+				Limit: fmt.Sprintf("client %s's allowed upstreams and models (the fallback %s)", req.Client, t.Upstream)})
 		}
-		return nil, accessRefusal(req.Client, t.Upstream, req.Cost.Model, l.client(req.Client).Access)
+		return nil, l.refused(req.Client, t.Upstream, accessRefusal(req.Client, t.Upstream, req.Cost.Model, l.client(req.Client).Access))
 	}
-	if err := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); err != nil {
-		return nil, err
+	if rf := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); rf != nil {
+		return nil, l.refused(req.Client, t.Upstream, rf)
 	}
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
-		return nil, l.refusal(t, err)
+		return nil, l.refused(req.Client, t.Upstream, l.refusal(t, err))
 	}
 	g, err := l.gate(req.Client, t.Upstream)
 	if err != nil {
@@ -307,7 +307,7 @@ func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 		}
 		if gw.Waits() {
 			h.refund()
-			return nil, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit}
+			return nil, l.held(req.Client, t.Upstream, HeldClientLimit, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit})
 		}
 	}
 	// Bounded by the hold timeout; never fails without a context to end.

@@ -60,8 +60,8 @@ func tierRefusal(p llm.Protocol, client string, allowed ServiceTiers, tier strin
 }
 
 // checkTier refuses req when its client's allow-list does not hold the
-// tier it asks for.
-func (l *Layer) checkTier(p llm.Protocol, client, tier string) error {
+// tier it asks for (nil: it does).
+func (l *Layer) checkTier(p llm.Protocol, client, tier string) *Refusal {
 	allowed := l.client(client).ServiceTiers
 	if allowed.allows(tier) {
 		return nil
