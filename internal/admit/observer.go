@@ -50,11 +50,11 @@ const (
 // NopObserver ignores every event.
 type NopObserver struct{}
 
-func (NopObserver) Spent(string, string, string, float64) {}
-func (NopObserver) BudgetRefused(string, string, string)  {}
-func (NopObserver) FallbackTaken(string, string, string)  {}
-func (NopObserver) SpendOrphaned(string, float64)         {}
-func (NopObserver) SpendUndurable(string)                 {}
+func (NopObserver) Spent(string, string, string, float64)  {}
+func (NopObserver) BudgetRefused(string, string, string)   {}
+func (NopObserver) FallbackTaken(string, string, string)   {}
+func (NopObserver) SpendOrphaned(string, float64)          {}
+func (NopObserver) SpendUndurable(string)                  {}
 func (NopObserver) Refused(string, string, string, string) {}
 func (NopObserver) Held(string, string, string, string)    {}
 
