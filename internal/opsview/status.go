@@ -131,7 +131,9 @@ type BucketStatus struct {
 	LimitPerMinute float64 `json:"limit_per_minute"`
 	// Depth is how much the bucket holds when full.
 	Depth float64 `json:"depth"`
-	// Level is the room available now (the headroom); negative after an
+	// Level is the room available now (the dashboard's and `sluice
+	// status`'s "available"; headroom is the share kept for more urgent
+	// classes, UrgentRoom); negative after an
 	// overrun. Used is Depth minus Level: taken and not yet refilled,
 	// in-flight reservations included.
 	Level float64 `json:"level"`
