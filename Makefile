@@ -3,7 +3,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 export SLUICE_TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 
-.PHONY: help test test-race lint fuzz bench demo build release image generate ci
+.PHONY: help test test-race lint fuzz bench demo build release image generate ci ui-vendor
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,14 @@ image: ## Build the Docker image sluice:VERSION (needs a Docker engine; docs/dep
 
 generate: ## Regenerate the generated code (the job store's edge, from its Store interface).
 	go generate ./...
+
+UPLOT_VERSION := 1.6.32
+UI_VENDOR := internal/server/ui/vendor/uplot
+
+ui-vendor: ## Refresh the dashboard's vendored uPlot (UPLOT_VERSION) from npm; commit the result.
+	tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent uplot@$(UPLOT_VERSION) >/dev/null && tar xzf uplot-$(UPLOT_VERSION).tgz) && \
+	cp $$tmp/package/dist/uPlot.iife.min.js $$tmp/package/dist/uPlot.min.css $$tmp/package/LICENSE $(UI_VENDOR)/ && \
+	echo "uPlot $(UPLOT_VERSION) from npm (make ui-vendor)" > $(UI_VENDOR)/VERSION && rm -rf $$tmp
 
 test: ## Run all tests (the README's test command).
 	go test ./...

@@ -204,21 +204,47 @@ func TestBatchAndJobsCommandErrors(t *testing.T) {
 func TestJobsCommands(t *testing.T) {
 	t.Parallel()
 	srv := jobsGateway(t, &countingUpstream{calls: map[string]int{}}, false) // not started: jobs stay queued
-	req, err := http.NewRequestWithContext(boundedContext(t), "POST", srv.URL+"/v1/jobs",
-		strings.NewReader(`{"upstream":"anthropic","request":{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}}`))
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, 202, resp.StatusCode)
+	for range 3 {
+		req, err := http.NewRequestWithContext(boundedContext(t), "POST", srv.URL+"/v1/jobs",
+			strings.NewReader(`{"upstream":"anthropic","request":{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}}`))
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, 202, resp.StatusCode)
+	}
 	run := func(args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
 		code := runMain(boundedContext(t), append(append([]string{"jobs"}, args...), "--server", srv.URL), &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
+	// ls lists the newest first, --limit pages on with --cursor in that
+	// order; --oldest-first the other way.
+	idsOf := func(out string) []string {
+		var ids []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if f := strings.Fields(l); len(f) > 0 && f[0] != "more:" {
+				ids = append(ids, f[0])
+			}
+		}
+		return ids
+	}
 	code, out, errOut := run("ls", "--state", "queued")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "queued")
+	require.Equal(t, []string{"3", "2", "1"}, idsOf(out))
+	code, out, errOut = run("ls", "--limit", "2")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []string{"3", "2"}, idsOf(out))
+	require.Contains(t, out, "more: --cursor 2\n")
+	code, out, errOut = run("ls", "--limit", "2", "--cursor", "2")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []string{"1"}, idsOf(out))
+	require.NotContains(t, out, "more:")
+	code, out, errOut = run("ls", "--limit", "2", "--oldest-first")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, []string{"1", "2"}, idsOf(out))
+	require.Contains(t, out, "more: --cursor 2 --oldest-first\n")
 	code, out, _ = run("get", "1")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `"state": "queued"`)

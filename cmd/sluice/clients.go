@@ -39,6 +39,7 @@ type clientFlags struct {
 	expires                             *string
 	expiresIn                           *time.Duration
 	noExpiry                            *bool
+	allowedUpstreams, allowedModels     *string
 }
 
 func addClientFlags(fs *flag.FlagSet) *clientFlags {
@@ -55,6 +56,10 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 		expires:         fs.String("expires", "", "create, update: RFC 3339 time the client's keys stop working"),
 		expiresIn:       fs.Duration("expires-in", 0, "create, update: the keys stop working this long from now"),
 		noExpiry:        fs.Bool("no-expiry", false, "update: the keys no longer expire"),
+		allowedUpstreams: fs.String("allowed-upstreams", "",
+			"create, update: comma-separated upstreams the client may use (\"\": every one)"),
+		allowedModels: fs.String("allowed-models", "",
+			"create, update: comma-separated model patterns the client may use, '*' matching any run of characters, e.g. 'claude-*,gpt-4o*' (\"\": every one)"),
 	}
 }
 
@@ -104,6 +109,19 @@ func (f *clientFlags) request(cur clientsapi.ClientInfo, now time.Time) (clients
 		}
 		req.Budget = &b
 	}
+	list := func(name string, v *string, dst **[]string) {
+		if f.set(name) {
+			items := []string{}
+			for it := range strings.SplitSeq(*v, ",") {
+				if it = strings.TrimSpace(it); it != "" {
+					items = append(items, it)
+				}
+			}
+			*dst = &items
+		}
+	}
+	list("allowed-upstreams", f.allowedUpstreams, &req.AllowedUpstreams)
+	list("allowed-models", f.allowedModels, &req.AllowedModels)
 	n := 0
 	for _, name := range []string{"expires", "expires-in", "no-expiry"} {
 		if f.set(name) {
@@ -250,7 +268,7 @@ func runClients(ctx context.Context, fs *flag.FlagSet, args []string, out io.Wri
 		return writeJSON(out, info)
 	}
 	verb := map[string]string{"create": "created", "update": "updated", "rotate": "rotated the key of"}[sub]
-	fmt.Fprintf(out, "%s client %s (role %s, %s)\n", verb, info.Name, info.Role, describeClientLimits(info.Limits, info.Budget))
+	fmt.Fprintf(out, "%s client %s (role %s, %s)\n", verb, info.Name, info.Role, describeClientLimits(info.Limits, info.Budget, info.Access))
 	if info.Key != "" {
 		fmt.Fprintf(out, "key: %s\n(shown once: store it now; the gateway keeps only its hash)\n", info.Key)
 	}
@@ -287,7 +305,7 @@ func printClients(out io.Writer, list clientsapi.ClientList) error {
 		if c.ExpiresAt != nil {
 			exp = c.ExpiresAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Source, c.Role, describeClientLimits(c.Limits, c.Budget), keys, exp)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Source, c.Role, describeClientLimits(c.Limits, c.Budget, c.Access), keys, exp)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing the list: %w", err)
@@ -295,8 +313,9 @@ func printClients(out io.Writer, list clientsapi.ClientList) error {
 	return nil
 }
 
-// describeLimits is a client's limits and budget in a few words.
-func describeClientLimits(l admit.ClientLimits, b admit.Budget) string {
+// describeClientLimits is a client's limits, budget and allow-lists in a
+// few words.
+func describeClientLimits(l admit.ClientLimits, b admit.Budget, a admit.Access) string {
 	var parts []string
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	if l.RequestsPerMinute > 0 {
@@ -315,6 +334,12 @@ func describeClientLimits(l admit.ClientLimits, b admit.Budget) string {
 		if w.v > 0 {
 			parts = append(parts, "$"+num(w.v)+"/"+w.name)
 		}
+	}
+	if len(a.Upstreams) > 0 {
+		parts = append(parts, "upstreams "+strings.Join(a.Upstreams, "|"))
+	}
+	if len(a.Models) > 0 {
+		parts = append(parts, "models "+strings.Join(a.Models, "|"))
 	}
 	if len(parts) == 0 {
 		return "no limit"

@@ -74,6 +74,17 @@ func TestClientsCLI(t *testing.T) {
 	require.Contains(t, out, `"max_priority": "high"`)
 	require.NotContains(t, out, `"key"`)
 
+	// Allowed upstreams and models: a model outside the patterns is
+	// refused (403), an empty list allows every one again.
+	c, out, errOut = clients("ck-root", "update", "team-a", "--allowed-upstreams", "anthropic", "--allowed-models", "claude-haiku-*, claude-opus-*")
+	require.Equal(t, 0, c, errOut)
+	require.Contains(t, out, "upstreams anthropic, models claude-haiku-*|claude-opus-*)")
+	require.Equal(t, http.StatusForbidden, proxied(key1), "claude-sonnet-4-5 is not one of its models")
+	c, out, errOut = clients("ck-root", "update", "team-a", "--allowed-models", "")
+	require.Equal(t, 0, c, errOut)
+	require.NotContains(t, out, "models")
+	require.Equal(t, http.StatusOK, proxied(key1))
+
 	c, out, errOut = clients("ck-root", "rotate", "team-a")
 	require.Equal(t, 0, c, errOut)
 	key2 := keyLine.FindStringSubmatch(out)[1]
@@ -101,6 +112,7 @@ func TestClientsCLI(t *testing.T) {
 		{"ck-root", []string{"revoke", "x", "--rpm", "3"}, 2, "only create and update"},
 		{"ck-root", []string{"update", "x"}, 2, "at least one setting"},
 		{"ck-root", []string{"create", "x", "--expires", "soon"}, 2, "--expires"},
+		{"ck-root", []string{"create", "x", "--allowed-upstreams", "openai"}, 1, `allowed_upstreams[0]: no upstream is named "openai"`},
 	} {
 		c, _, errOut := clients(tc.key, tc.args...)
 		require.Equal(t, tc.code, c, "%v: %s", tc.args, errOut)

@@ -30,7 +30,7 @@ func init() {
 	register(command{
 		name:    "jobs",
 		summary: "list, inspect, cancel and retry durable jobs on a running gateway",
-		usage:   "ls [--state S] [--upstream U] [--limit N] [--cursor C] | get ID [--wait 30s] | cancel ID | retry ID|--all [--server URL] [--key KEY]",
+		usage:   "ls [--state S] [--upstream U] [--limit N] [--cursor C] [--oldest-first] | get ID [--wait 30s] | cancel ID | retry ID|--all [--server URL] [--key KEY]",
 		run:     runJobs,
 		subs:    []string{"ls", "list", "get", "cancel", "retry"},
 	})
@@ -98,6 +98,7 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	upstream := fs.String("upstream", "", "ls: only jobs of this upstream; retry --all: only this upstream")
 	limit := fs.Int("limit", 50, "ls: page size (1-1000)")
 	cursor := fs.String("cursor", "", "ls: next_cursor of the previous page")
+	oldest := fs.Bool("oldest-first", false, "ls: list the oldest jobs first (default: the newest first)")
 	wait := fs.Duration("wait", 0, "get: wait up to this long for the job to finish")
 	all := fs.Bool("all", false, "retry: requeue every dead job (or every dead job of --upstream)")
 	if err := parseFlags(fs, args); err != nil {
@@ -120,7 +121,11 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	switch pos[0] {
 	case "ls", "list":
 		q := url.Values{}
-		for k, v := range map[string]string{"state": *state, "upstream": *upstream, "cursor": *cursor, "limit": fmt.Sprint(*limit)} {
+		order := jobsapi.ListOrderNewest
+		if *oldest {
+			order = jobsapi.ListOrderOldest
+		}
+		for k, v := range map[string]string{"state": *state, "upstream": *upstream, "cursor": *cursor, "limit": fmt.Sprint(*limit), "order": order} {
 			if v != "" {
 				q.Set(k, v)
 			}
@@ -138,7 +143,11 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 			return fmt.Errorf("writing the list: %w", err)
 		}
 		if page.HasMore {
-			fmt.Fprintf(out, "more: --cursor %s\n", page.NextCursor)
+			more := ""
+			if *oldest {
+				more = " --oldest-first"
+			}
+			fmt.Fprintf(out, "more: --cursor %s%s\n", page.NextCursor, more)
 		}
 		return nil
 	case "get":

@@ -129,7 +129,7 @@ func printStatus(w io.Writer, base string, st opsview.StatusResponse) {
 		slices.Sort(dims)
 		for _, d := range dims {
 			b := u.Buckets[d]
-			line := fmt.Sprintf("  %s\tused %s of %s, headroom %s, limit %s/min", d, amount(b.Used), amount(b.Depth), amount(b.Level), amount(b.LimitPerMinute))
+			line := fmt.Sprintf("  %s\tused %s of %s, available %s, limit %s/min", d, amount(b.Used), amount(b.Depth), amount(b.Level), amount(b.LimitPerMinute))
 			if b.Reserved > 0 {
 				line += ", in flight " + amount(b.Reserved)
 			}

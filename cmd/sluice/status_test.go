@@ -54,7 +54,7 @@ func TestStatusAndBreakerCommands(t *testing.T) {
 	require.Contains(t, out, "claude (anthropic)  breaker closed  nothing waits")
 	require.Regexp(t, `queued\s+critical 0, high 0, normal 0, low 0`, out)
 	// 600 RPM × the adaptive margin (0.995 while no 429 is seen).
-	require.Regexp(t, `requests\s+used [0-9.]+ of [0-9.]+, headroom [0-9.]+, limit 597/min, provider: [0-9]+ left of 600`, out)
+	require.Regexp(t, `requests\s+used [0-9.]+ of [0-9.]+, available [0-9.]+, limit 597/min, provider: [0-9]+ left of 600`, out)
 	require.Contains(t, out, "default")
 
 	code, out, errOut = run("upstream", "breaker", "open", "claude", "--server", base)

@@ -56,7 +56,7 @@ func (b Budget) Validate() error {
 }
 
 // Client is what the admission layer knows of a client: its name, its
-// own limits on each upstream and its spend budget.
+// own limits on each upstream, its spend budget and what it may use.
 type Client struct {
 	Name   string
 	Limits ClientLimits
@@ -64,4 +64,6 @@ type Client struct {
 	// ServiceTiers are the service tiers its requests may ask for (empty:
 	// any).
 	ServiceTiers ServiceTiers
+	// Access are the upstreams and models it may use (empty: any).
+	Access Access
 }

@@ -195,8 +195,8 @@ func (l *Layer) gate(client, upstream string) (*Gate, error) {
 	return l.gates.get(client, upstream, l.client(client).Limits.For(upstream))
 }
 
-// Do sends a live request: its client's budget is checked at
-// once (a *Refusal otherwise), its client's own limit on each upstream
+// Do sends a live request: its client's allowed upstreams and models
+// (Access) and its budget are checked at once (a *Refusal otherwise), its client's own limit on each upstream
 // is waited for in that upstream's queue (the Gate), and the router sends
 // it to its upstream or, when that is unavailable or cannot make the
 // deadline, to a fallback (Target.Models rewrites the model). The answer
@@ -204,7 +204,11 @@ func (l *Layer) gate(client, upstream string) (*Gate, error) {
 // every upstream tried and its attempts. The spend is settled when the
 // response's body ends or is closed. noFallback keeps it on upstream.
 func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Request, noFallback bool, trail *Trail) (*dispatch.Response, error) {
-	return l.router.do(ctx, upstreamName, req, noFallback, trail, l.send)
+	if err := l.Permit(req.Client, upstreamName, req.Cost.Model); err != nil {
+		return nil, err
+	}
+	allowed := func(t Target) bool { return l.allows(req.Client, t.Upstream, t.model(req.Cost.Model)) }
+	return l.router.do(ctx, upstreamName, req, noFallback, trail, allowed, l.send)
 }
 
 // send admits req on target t and hands it to t's engine: the client's
@@ -214,12 +218,12 @@ func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Reque
 // reservation is settled when the body ends, or refunded when the engine
 // gives up.
 func (l *Layer) send(ctx context.Context, t Target, req *dispatch.Request) (*dispatch.Response, error) {
-	if err := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); err != nil {
-		return nil, err
+	if rf := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); rf != nil {
+		return nil, l.refused(req.Client, t.Upstream, rf)
 	}
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
-		return nil, l.refusal(t, err)
+		return nil, l.refused(req.Client, t.Upstream, l.refusal(t, err))
 	}
 	g, err := l.gate(req.Client, t.Upstream)
 	if err != nil {
@@ -264,7 +268,10 @@ type Admission struct {
 	clock clock.Clock
 }
 
-// AdmitNow admits a job's call to target t at once: its client's service
+// AdmitNow admits a job's call to target t at once (req as t takes it:
+// Target.Rewrite): its client's allowed upstreams and models (a *Refusal,
+// for good; a *Held for a fallback it may not use, which it waits out for
+// its own upstream), its client's service
 // tier allow-list (a *Refusal, for good), its client's budget (a *Refusal when it cannot hold the call) and its
 // client's own limit on t (a *Held, saying when to come back, when the
 // client is over it: the job waits in the store without burning an
@@ -272,12 +279,19 @@ type Admission struct {
 // for its budget's reservation to be written to the store (at most
 // Config.HoldTimeout).
 func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
-	if err := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); err != nil {
-		return nil, err
+	if !l.allows(req.Client, t.Upstream, req.Cost.Model) {
+		if t.fallback {
+			return nil, l.held(req.Client, t.Upstream, HeldFallbackAccess, &Held{RetryAt: l.clock.Now().Add(AccessHeldFor),
+				Limit: fmt.Sprintf("client %s's allowed upstreams and models (the fallback %s)", req.Client, t.Upstream)})
+		}
+		return nil, l.refused(req.Client, t.Upstream, accessRefusal(req.Client, t.Upstream, req.Cost.Model, l.client(req.Client).Access))
+	}
+	if rf := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); rf != nil {
+		return nil, l.refused(req.Client, t.Upstream, rf)
 	}
 	h, err := l.spend.reserve(req.Client, t.Upstream, t.Protocol, req)
 	if err != nil {
-		return nil, l.refusal(t, err)
+		return nil, l.refused(req.Client, t.Upstream, l.refusal(t, err))
 	}
 	g, err := l.gate(req.Client, t.Upstream)
 	if err != nil {
@@ -293,7 +307,7 @@ func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 		}
 		if gw.Waits() {
 			h.refund()
-			return nil, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit}
+			return nil, l.held(req.Client, t.Upstream, HeldClientLimit, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit})
 		}
 	}
 	// Bounded by the hold timeout; never fails without a context to end.

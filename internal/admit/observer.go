@@ -28,16 +28,35 @@ type Observer interface {
 	// did not answer in time: a crash before it settles and its spend is
 	// flushed loses it.
 	SpendUndurable(client string)
+	// Refused is called for each request the layer refused before
+	// anything was sent, on any door (a live request, a job's submit or
+	// call, a batch): reason is the Refusal's (RefusedBudget,
+	// RefusedServiceTier, RefusedAccess), message what the caller was
+	// told.
+	Refused(client, upstream, reason, message string)
+	// Held is called for each job's call the layer held back (a *Held):
+	// reason is HeldClientLimit or HeldFallbackAccess, limit names it.
+	Held(client, upstream, reason, limit string)
 }
+
+// Hold reasons (Observer.Held).
+const (
+	// HeldClientLimit: the client's own limit on the upstream.
+	HeldClientLimit = "client_limit"
+	// HeldFallbackAccess: routed to a fallback the client may not use.
+	HeldFallbackAccess = "fallback_access"
+)
 
 // NopObserver ignores every event.
 type NopObserver struct{}
 
-func (NopObserver) Spent(string, string, string, float64) {}
-func (NopObserver) BudgetRefused(string, string, string)  {}
-func (NopObserver) FallbackTaken(string, string, string)  {}
-func (NopObserver) SpendOrphaned(string, float64)         {}
-func (NopObserver) SpendUndurable(string)                 {}
+func (NopObserver) Spent(string, string, string, float64)  {}
+func (NopObserver) BudgetRefused(string, string, string)   {}
+func (NopObserver) FallbackTaken(string, string, string)   {}
+func (NopObserver) SpendOrphaned(string, float64)          {}
+func (NopObserver) SpendUndurable(string)                  {}
+func (NopObserver) Refused(string, string, string, string) {}
+func (NopObserver) Held(string, string, string, string)    {}
 
 // refused tells the observer of a budget refusal.
 func (sp *spender) refused(client string, err error) {

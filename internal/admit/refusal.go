@@ -20,7 +20,10 @@ import (
 type Refusal struct {
 	Problem frontdoor.Problem
 	RetryAt time.Time
-	err     error
+	// Reason is what refused it: RefusedBudget, RefusedServiceTier or
+	// RefusedAccess.
+	Reason string
+	err    error
 }
 
 func (r *Refusal) Error() string { return r.Problem.Message }
@@ -30,7 +33,7 @@ func (r *Refusal) Unwrap() error { return r.err }
 // table) refused with err.
 func (l *Layer) refusal(t Target, err error) *Refusal {
 	now := l.clock.Now()
-	r := &Refusal{Problem: spendProblem(t.Protocol, err, now), err: err}
+	r := &Refusal{Reason: RefusedBudget, Problem: spendProblem(t.Protocol, err, now), err: err}
 	if r.Problem.RetryAfter > 0 {
 		r.RetryAt = now.Add(r.Problem.RetryAfter)
 	}

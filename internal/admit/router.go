@@ -37,11 +37,25 @@ type Target struct {
 	// Models rewrites the request's model ({from: to}) on a fallback;
 	// empty for the request's own upstream.
 	Models map[string]string
-	engine Engine
+	// fallback is set on a fallback of the request's upstream.
+	fallback bool
+	engine   Engine
 }
 
 // Engine returns t's engine.
 func (t Target) Engine() Engine { return t.engine }
+
+// Fallback reports whether t is a fallback of the request's upstream
+// rather than the upstream itself.
+func (t Target) Fallback() bool { return t.fallback }
+
+// model is the model a request for model is sent to t as.
+func (t Target) model(model string) string {
+	if to, ok := t.Models[model]; ok {
+		return to
+	}
+	return model
+}
 
 // Rewrite returns req as t takes it: the model rewritten by t's models
 // map, and priced as the model it is sent as.
@@ -97,8 +111,9 @@ func (r *router) target(name string, models map[string]string) (Target, bool) {
 
 // candidates are where a request of class on name may go, in order: name
 // itself, then its fallbacks when the class may fall back and the caller
-// did not opt out.
-func (r *router) candidates(name string, class llm.Priority, noFallback bool) []Target {
+// did not opt out, each one that allowed (nil: any) lets the request use
+// (its upstream, and its model as that fallback rewrites it).
+func (r *router) candidates(name string, class llm.Priority, noFallback bool, allowed func(Target) bool) []Target {
 	own, ok := r.target(name, nil)
 	if !ok {
 		return nil
@@ -109,7 +124,8 @@ func (r *router) candidates(name string, class llm.Priority, noFallback bool) []
 		return out
 	}
 	for _, f := range u.Fallbacks {
-		if t, ok := r.target(f.Upstream, f.Models); ok {
+		if t, ok := r.target(f.Upstream, f.Models); ok && (allowed == nil || allowed(t)) {
+			t.fallback = true
 			out = append(out, t)
 		}
 	}
@@ -145,7 +161,7 @@ func (r *router) choose(cands []Target, class llm.Priority, client string, cost 
 // reason ("" when it stays on its own upstream). ok is false when the
 // upstream has no engine.
 func (l *Layer) Route(upstreamName string, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (t Target, reason string, ok bool) {
-	cands := l.router.candidates(upstreamName, class, false)
+	cands := l.router.candidates(upstreamName, class, false, nil)
 	if len(cands) == 0 {
 		return Target{}, "", false
 	}
@@ -163,8 +179,8 @@ func (l *Layer) Route(upstreamName string, class llm.Priority, client string, co
 // only ever taken from one upstream: Do returns before any byte reaches
 // the client, so a stream never switches once it has started.
 func (r *router) do(ctx context.Context, name string, req *dispatch.Request, noFallback bool, trail *Trail,
-	send func(context.Context, Target, *dispatch.Request) (*dispatch.Response, error)) (*dispatch.Response, error) {
-	cands := r.candidates(name, req.Priority, noFallback)
+	allowed func(Target) bool, send func(context.Context, Target, *dispatch.Request) (*dispatch.Response, error)) (*dispatch.Response, error) {
+	cands := r.candidates(name, req.Priority, noFallback, allowed)
 	if len(cands) == 0 {
 		return nil, &dispatch.Error{Reason: dispatch.ErrStopped, Message: "no engine for upstream " + strconv.Quote(name)}
 	}

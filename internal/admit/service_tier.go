@@ -54,14 +54,14 @@ func tierRefusal(p llm.Protocol, client string, allowed ServiceTiers, tier strin
 	if tier == "" {
 		asked = "no service_tier (" + ServiceTierUnset + ")"
 	}
-	return &Refusal{Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
+	return &Refusal{Reason: RefusedServiceTier, Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
 		Message: fmt.Sprintf("client %s may use the service tiers %s only (service_tiers in its config); this request asks for %s",
 			client, strings.Join(allowed, ", "), asked)}}
 }
 
 // checkTier refuses req when its client's allow-list does not hold the
-// tier it asks for.
-func (l *Layer) checkTier(p llm.Protocol, client, tier string) error {
+// tier it asks for (nil: it does).
+func (l *Layer) checkTier(p llm.Protocol, client, tier string) *Refusal {
 	allowed := l.client(client).ServiceTiers
 	if allowed.allows(tier) {
 		return nil

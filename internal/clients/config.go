@@ -60,6 +60,11 @@ type Config struct {
 	// auto); another is refused with 403 permission_error. Defaults to
 	// none (any tier).
 	ServiceTiers admit.ServiceTiers `yaml:"service_tiers"`
+	// Access lists the upstreams (allowed_upstreams) and the model
+	// patterns (allowed_models, '*' matching any run of characters) the
+	// client may use; another is refused with 403 permission_error
+	// (internal/admit). Defaults to none (any upstream, any model).
+	admit.Access `yaml:",inline"`
 }
 
 // Client roles.
@@ -83,7 +88,7 @@ func (c Config) WithDefaults() Config {
 
 // Admitted is the admission layer's view of the client.
 func (c Config) Admitted() admit.Client {
-	return admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget, ServiceTiers: c.ServiceTiers}
+	return admit.Client{Name: c.Name, Limits: c.Limits, Budget: c.Budget, ServiceTiers: c.ServiceTiers, Access: c.Access}
 }
 
 // Admitted is the admission layer's view of the clients cfgs.
@@ -131,6 +136,9 @@ func Validate(cfgs []Config, upstreams map[string]bool) error {
 		}
 		if err := cl.Limits.Validate(upstreams); err != nil {
 			return fmt.Errorf("[%d].limits.%w", i, err)
+		}
+		if err := cl.Access.Validate(upstreams); err != nil {
+			return fmt.Errorf("[%d].%w", i, err)
 		}
 		if names[cl.Name] {
 			return fmt.Errorf("[%d].name: duplicate client %q", i, cl.Name)

@@ -90,7 +90,7 @@ func (r *Registry) change(cfgs []Config, runtime []Runtime) {
 	if len(r.config) > 0 {
 		for _, rc := range r.runtime {
 			if !taken[rc.Name] {
-				all = append(all, admit.Client{Name: rc.Name, Limits: rc.Spec.Limits, Budget: rc.Spec.Budget})
+				all = append(all, admit.Client{Name: rc.Name, Limits: rc.Spec.Limits, Budget: rc.Spec.Budget, Access: rc.Spec.Access})
 				names = append(names, rc.Name)
 			}
 		}

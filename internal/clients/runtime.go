@@ -41,6 +41,8 @@ type Spec struct {
 	Budget admit.Budget       `json:"budget"`
 	// ExpiresAt ends every key of the client; nil means never.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Access is what it may use: allowed_upstreams, allowed_models.
+	admit.Access
 }
 
 // WithDefaults fills the spec's unset fields as the config's clients'.
@@ -62,7 +64,7 @@ func (sp Spec) Validate(name string, upstreams map[string]bool) error {
 	if err := sp.Limits.Validate(upstreams); err != nil {
 		return fmt.Errorf("limits.%w", err)
 	}
-	return nil
+	return sp.Access.Validate(upstreams)
 }
 
 // Runtime is a runtime client as the gateway applies it: a client created

@@ -94,6 +94,10 @@ type ClientRequest struct {
 	MaxPriority     *string             `json:"max_priority,omitempty"`
 	Limits          *admit.ClientLimits `json:"limits,omitempty"`
 	Budget          *admit.Budget       `json:"budget,omitempty"`
+	// AllowedUpstreams and AllowedModels replace the client's lists ([]
+	// allows every one).
+	AllowedUpstreams *[]string `json:"allowed_upstreams,omitempty"`
+	AllowedModels    *[]string `json:"allowed_models,omitempty"`
 	// ExpiresAt ends every key of the client; null clears it.
 	ExpiresAt OptionalTime `json:"expires_at,omitzero"`
 }
@@ -146,7 +150,8 @@ type ClientInfo struct {
 	MaxPriority     string             `json:"max_priority"`
 	Limits          admit.ClientLimits `json:"limits"`
 	Budget          admit.Budget       `json:"budget"`
-	ExpiresAt       *time.Time         `json:"expires_at,omitempty"`
+	admit.Access
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Keys lists an API client's keys by their first characters; a
 	// config client's keys are never shown.
 	Keys      []ClientKeyInfo `json:"keys,omitempty"`
@@ -385,6 +390,12 @@ func (req ClientRequest) apply(sp clients.Spec) clients.Spec {
 	if req.Budget != nil {
 		sp.Budget = *req.Budget
 	}
+	if req.AllowedUpstreams != nil {
+		sp.Upstreams = *req.AllowedUpstreams
+	}
+	if req.AllowedModels != nil {
+		sp.Models = *req.AllowedModels
+	}
 	if req.ExpiresAt.Set {
 		sp.ExpiresAt = nil
 		if req.ExpiresAt.Time != nil {
@@ -602,13 +613,13 @@ func (a *API) revokeClient(c *clientsCall) (int, any, error) {
 
 func configInfo(cc clients.Config) ClientInfo {
 	return ClientInfo{Name: cc.Name, Source: ClientSourceConfig, Role: cc.Role, DefaultPriority: cc.DefaultPriority,
-		MaxPriority: cc.MaxPriority, Limits: cc.Limits, Budget: cc.Budget}
+		MaxPriority: cc.MaxPriority, Limits: cc.Limits, Budget: cc.Budget, Access: cc.Access}
 }
 
 func runtimeInfo(rc clients.Runtime) ClientInfo {
 	created, updated := rc.Created, rc.Updated
 	info := ClientInfo{Name: rc.Name, Source: ClientSourceAPI, Role: rc.Spec.Role, DefaultPriority: rc.Spec.DefaultPriority,
-		MaxPriority: rc.Spec.MaxPriority, Limits: rc.Spec.Limits, Budget: rc.Spec.Budget, ExpiresAt: rc.Spec.ExpiresAt,
+		MaxPriority: rc.Spec.MaxPriority, Limits: rc.Spec.Limits, Budget: rc.Spec.Budget, Access: rc.Spec.Access, ExpiresAt: rc.Spec.ExpiresAt,
 		Version: rc.Version, CreatedAt: &created, UpdatedAt: &updated, Keys: make([]ClientKeyInfo, 0, len(rc.Keys))}
 	for _, k := range rc.Keys {
 		ki := ClientKeyInfo{Prefix: k.Prefix, CreatedAt: k.CreatedAt}

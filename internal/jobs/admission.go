@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
 
@@ -53,7 +54,7 @@ func (w *worker) notAdmitted(err error) verdict {
 		e := jobstore.AttemptError{Status: http.StatusInternalServerError, Kind: budgetKind, Message: "admitting the call: " + err.Error()}
 		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: e}, outcome: AttemptDead}
 	}
-	e := jobstore.AttemptError{Status: r.Problem.Status, Kind: budgetKind, Message: r.Problem.Message}
+	e := jobstore.AttemptError{Status: r.Problem.Status, Kind: cmp.Or(r.Reason, budgetKind), Message: r.Problem.Message}
 	if r.RetryAt.IsZero() {
 		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: e}, outcome: AttemptDead}
 	}

@@ -71,7 +71,11 @@ func (a *API) serveBatchCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "the file has the %s batch shape but upstream %q speaks %s", f.Format, q.upstream, q.proto)
 		return
 	}
-	params, invalid := a.batchJobs(r, q, f)
+	params, invalid, models := a.batchJobs(r, q, f)
+	if err := a.permitLines(r, q.upstream, "line %d", models); err != nil {
+		writePermissionError(w, err)
+		return
+	}
 	if len(invalid) > 0 && !q.skip {
 		writeAPIError(w, http.StatusBadRequest, ErrorDetail{
 			Message: fmt.Sprintf("%d invalid line(s), first on line %d: %s; nothing was queued (add ?skip_invalid=true to queue the valid lines)", len(invalid), invalid[0].Line, invalid[0].Message),
@@ -127,6 +131,10 @@ func (a *API) parseBatchQuery(w http.ResponseWriter, r *http.Request) (batchQuer
 		return b, false
 	}
 	b.proto = proto
+	if err := a.permit(r, b.upstream, ""); err != nil {
+		writePermissionError(w, err)
+		return b, false
+	}
 	if v := q.Get("skip_invalid"); v != "" {
 		skip, err := strconv.ParseBool(v)
 		if err != nil {
@@ -155,24 +163,28 @@ func (a *API) parseBatchQuery(w http.ResponseWriter, r *http.Request) (batchQuer
 
 // batchJobs turns f's valid lines into the jobs to queue for q, checking
 // each body as a submit's (checkBody), and returns them with the invalid
-// lines (the file's and those the check refused) in line order.
-func (a *API) batchJobs(r *http.Request, q batchQuery, f *BatchFile) (jobstore.CreateBatchParams, []LineError) {
+// lines (the file's and those the check refused) in line order, and the
+// model each valid line asks for.
+func (a *API) batchJobs(r *http.Request, q batchQuery, f *BatchFile) (jobstore.CreateBatchParams, []LineError, []lineModel) {
 	now := a.cfg.Clock.Now()
 	params := jobstore.CreateBatchParams{Format: q.proto, Client: a.cfg.ClientOf(r), Now: now}
 	invalid := f.Invalid
+	models := make([]lineModel, 0, len(f.Lines))
 	for _, l := range f.Lines {
 		path := cmp.Or(l.Path, pathFor(q.proto))
-		if err := checkBody(q.proto, path, l.Body, now); err != nil {
+		model, err := checkBody(q.proto, path, l.Body, now)
+		if err != nil {
 			invalid = append(invalid, LineError{Line: l.Line, CustomID: l.CustomID, Message: err.Error()})
 			continue
 		}
+		models = append(models, lineModel{line: l.Line, model: model})
 		params.Jobs = append(params.Jobs, jobstore.InsertParams{
 			Upstream: q.upstream, Priority: q.prio, Client: a.cfg.ClientOf(r), Path: path,
 			Body: l.Body, Deadline: q.deadline, MaxAttempts: q.attempts, CustomID: l.CustomID, Now: now,
 		})
 	}
 	sortLineErrors(invalid)
-	return params, invalid
+	return params, invalid, models
 }
 
 func sortLineErrors(es []LineError) {

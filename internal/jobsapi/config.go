@@ -91,6 +91,12 @@ type Config struct {
 	// for requested (e.g. capped at the client's max_priority). Defaults to
 	// the requested class.
 	PriorityOf func(r *http.Request, requested llm.Priority) llm.Priority
+	// Permit asks the admission layer whether client may send to upstream
+	// a request for model ("": the upstream alone): admit.Layer.Permit,
+	// whose error (the client's allowed upstreams and models) is
+	// answered 403 permission_error at submit, before anything is
+	// queued. Defaults to permitting every request.
+	Permit func(client, upstream, model string) error
 	// Logger logs the store failures the API answers as 5xx and an
 	// upstream's job queue paused or resumed. Defaults to
 	// slog.Default().

@@ -197,7 +197,15 @@ func (a *API) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
 }
 
-// ListResponse is the body of GET /v1/jobs.
+// The orders GET /v1/jobs lists in (?order=): the newest job first (the
+// default, as `sluice jobs ls` shows them), or the oldest first.
+const (
+	ListOrderNewest = "newest"
+	ListOrderOldest = "oldest"
+)
+
+// ListResponse is the body of GET /v1/jobs: a page in the order asked for;
+// next_cursor continues it in that order.
 type ListResponse struct {
 	Object     string    `json:"object"`
 	Data       []JobView `json:"data"`
@@ -207,7 +215,15 @@ type ListResponse struct {
 
 func (a *API) serveList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id")}
+	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id"), NewestFirst: true}
+	switch v := q.Get("order"); v {
+	case "", ListOrderNewest:
+	case ListOrderOldest:
+		p.NewestFirst = false
+	default:
+		writeError(w, http.StatusBadRequest, "order: %q is not %s or %s", v, ListOrderNewest, ListOrderOldest)
+		return
+	}
 	if !a.admin(r) {
 		if own := a.cfg.ClientOf(r); p.Client == "" || p.Client == own {
 			p.Client = own

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -113,22 +114,34 @@ func TestListPaginationPauseAndRetry(t *testing.T) {
 	for range 5 {
 		ids = append(ids, submit(t, s, "").ID)
 	}
-	var seen []int64
-	cursor := ""
-	for pages := 0; ; pages++ {
-		require.Less(t, pages, 5)
-		code, body := do(t, h, "GET", "/v1/jobs?upstream=claude&state=queued&limit=2&cursor="+cursor, "")
-		require.Equal(t, 200, code, string(body))
-		page := decode[jobsapi.ListResponse](t, body)
-		for _, v := range page.Data {
-			seen = append(seen, v.ID)
+	// Newest first by default, oldest first with order=oldest; the cursor
+	// pages on in the order asked for.
+	list := func(order string) []int64 {
+		var seen []int64
+		cursor := ""
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 3, "three pages of two")
+			code, body := do(t, h, "GET", "/v1/jobs?upstream=claude&state=queued&limit=2&cursor="+cursor+order, "")
+			require.Equal(t, 200, code, string(body))
+			page := decode[jobsapi.ListResponse](t, body)
+			for _, v := range page.Data {
+				seen = append(seen, v.ID)
+			}
+			if !page.HasMore {
+				break
+			}
+			cursor = page.NextCursor
 		}
-		if !page.HasMore {
-			break
-		}
-		cursor = page.NextCursor
+		return seen
 	}
-	require.Equal(t, ids, seen)
+	require.Equal(t, ids, list("&order=oldest"))
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	require.Equal(t, newest, list(""))
+	require.Equal(t, newest, list("&order=newest"))
+	code, body = do(t, h, "GET", "/v1/jobs?order=latest", "")
+	require.Equal(t, 400, code)
+	require.Contains(t, string(body), `order: \"latest\" is not newest or oldest`)
 	require.NoError(t, s.Start(context.Background()))
 	code, _ = do(t, h, "POST", "/v1/upstreams/claude/resume", "")
 	require.Equal(t, 200, code)

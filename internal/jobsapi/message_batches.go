@@ -103,17 +103,24 @@ func (a *API) serveMessageBatchCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lines, err := a.parseMessageBatch(body)
+	models := make([]lineModel, 0, len(lines))
 	if err == nil {
 		now := a.cfg.Clock.Now()
 		for _, l := range lines {
-			if cerr := checkBody(p.proto, pathFor(p.proto), l.Body, now); cerr != nil {
+			model, cerr := checkBody(p.proto, pathFor(p.proto), l.Body, now)
+			if cerr != nil {
 				err = fmt.Errorf("requests.%d.params: %w", l.Line, cerr)
 				break
 			}
+			models = append(models, lineModel{line: l.Line, model: model})
 		}
 	}
 	if err != nil {
 		p.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if err := a.permitLines(r, p.upstream, "requests.%d", models); err != nil {
+		p.fail(w, http.StatusForbidden, "%v", err)
 		return
 	}
 	b, ok := a.createProviderBatch(w, r, p, providerBatchID(r, p, MessageBatchIDPrefix), nil, lines)

@@ -103,7 +103,11 @@ func (a *API) serveOpenAIBatchCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	attrs := openAIBatchAttrs{Endpoint: req.Endpoint, InputFileID: req.InputFileID, CompletionWindow: req.CompletionWindow, Metadata: req.Metadata}
-	lines, errs := a.parseOpenAIInput(f.Content, req.Endpoint)
+	lines, errs, models := a.parseOpenAIInput(f.Content, req.Endpoint)
+	if err := a.permitLines(r, p.upstream, "line %d", models); err != nil {
+		p.fail(w, http.StatusForbidden, "%v", err)
+		return
+	}
 	if len(errs) > 0 {
 		// As OpenAI: the batch is created, and fails its validation.
 		attrs.Errors, lines = errs, nil
@@ -122,8 +126,9 @@ func (a *API) serveOpenAIBatchCreate(w http.ResponseWriter, r *http.Request) {
 
 // parseOpenAIInput reads a batch input file: every line must be a request
 // to endpoint with a unique custom_id and a body the front door accepts.
-// The errors name their 1-based line.
-func (a *API) parseOpenAIInput(content []byte, endpoint string) ([]BatchLine, []OpenAIBatchError) {
+// The errors name their 1-based line; models are the models the valid
+// lines ask for.
+func (a *API) parseOpenAIInput(content []byte, endpoint string) ([]BatchLine, []OpenAIBatchError, []lineModel) {
 	lineErr := func(code string, line int, msg string) OpenAIBatchError {
 		l := line
 		return OpenAIBatchError{Code: code, Message: msg, Line: &l}
@@ -137,9 +142,10 @@ func (a *API) parseOpenAIInput(content []byte, endpoint string) ([]BatchLine, []
 		case strings.Contains(err.Error(), "more than"):
 			code = "too_many_tasks"
 		}
-		return nil, []OpenAIBatchError{{Code: code, Message: err.Error()}}
+		return nil, []OpenAIBatchError{{Code: code, Message: err.Error()}}, nil
 	}
 	var errs []OpenAIBatchError
+	models := make([]lineModel, 0, len(f.Lines))
 	for _, e := range f.Invalid {
 		errs = append(errs, lineErr("invalid_request", e.Line, e.Message))
 	}
@@ -153,12 +159,15 @@ func (a *API) parseOpenAIInput(content []byte, endpoint string) ([]BatchLine, []
 				fmt.Sprintf("the url %q does not match the batch's endpoint %q", l.Path, endpoint)))
 			continue
 		}
-		if err := checkBody(llm.OpenAI, l.Path, l.Body, now); err != nil {
+		model, err := checkBody(llm.OpenAI, l.Path, l.Body, now)
+		if err != nil {
 			errs = append(errs, lineErr("invalid_request", l.Line, "body: "+err.Error()))
+			continue
 		}
+		models = append(models, lineModel{line: l.Line, model: model})
 	}
 	sortOpenAIErrors(errs)
-	return f.Lines, errs
+	return f.Lines, errs, models
 }
 
 func sortOpenAIErrors(es []OpenAIBatchError) {

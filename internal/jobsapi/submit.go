@@ -65,20 +65,21 @@ func checkPath(p llm.Protocol, path string) (string, error) {
 }
 
 // checkRequest validates a provider request body for upstream, sent to
-// path.
-func (a *API) checkRequest(upstream, path string, body []byte) error {
+// path, and returns the model it asks for.
+func (a *API) checkRequest(upstream, path string, body []byte) (string, error) {
 	p, ok := a.cfg.Protocols[upstream]
 	if !ok {
-		return fmt.Errorf("%w %q (have %s)", ErrUnknownUpstream, upstream, strings.Join(a.upstreams, ", "))
+		return "", fmt.Errorf("%w %q (have %s)", ErrUnknownUpstream, upstream, strings.Join(a.upstreams, ", "))
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
-		return errors.New("request must be a JSON object (the provider request body)")
+		return "", errors.New("request must be a JSON object (the provider request body)")
 	}
-	if err := checkBody(p, path, trimmed, a.cfg.Clock.Now()); err != nil {
-		return fmt.Errorf("request: %w", err)
+	model, err := checkBody(p, path, trimmed, a.cfg.Clock.Now())
+	if err != nil {
+		return "", fmt.Errorf("request: %w", err)
 	}
-	return nil
+	return model, nil
 }
 
 // parseJobOptions validates the shared optional fields.
@@ -144,8 +145,13 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := a.checkRequest(req.Upstream, path, req.Request); err != nil {
+	model, err := a.checkRequest(req.Upstream, path, req.Request)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if err := a.permit(r, req.Upstream, model); err != nil {
+		writePermissionError(w, err)
 		return
 	}
 	key := req.IdempotencyKey
@@ -206,12 +212,14 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkBody reports whether body would build into an engine request for
-// protocol p, with the front door's own error when it would not, so a job
+// protocol p, with the front door's own error when it would not, and the
+// model it asks for (for the client's allowed models), so a job
 // is accepted exactly when its worker can send it (the worker builds its
 // call with the same frontdoor.Build).
-func checkBody(p llm.Protocol, path string, body []byte, now time.Time) error {
-	if _, rerr := frontdoor.Build(frontdoor.Input{Protocol: p, Path: path, Body: body, Caller: frontdoor.InProcess, Now: now}); rerr != nil {
-		return rerr
+func checkBody(p llm.Protocol, path string, body []byte, now time.Time) (model string, err error) {
+	req, rerr := frontdoor.Build(frontdoor.Input{Protocol: p, Path: path, Body: body, Caller: frontdoor.InProcess, Now: now})
+	if rerr != nil {
+		return "", rerr
 	}
-	return nil
+	return req.Cost.Model, nil
 }

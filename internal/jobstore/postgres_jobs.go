@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -58,7 +59,17 @@ func (w *pgWhere) String() string { return strings.Join(w.conds, " AND ") }
 
 func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error) {
 	var w pgWhere
-	w.add("id > $?", p.After)
+	order := "id"
+	switch {
+	case !p.NewestFirst:
+		w.add("id > $?", p.After)
+	case p.After > 0:
+		w.add("id < $?", p.After)
+		order = "id DESC"
+	default:
+		w.add("id < $?", int64(math.MaxInt64))
+		order = "id DESC"
+	}
 	w.addIf("state", string(p.State))
 	w.addIf("upstream", p.Upstream)
 	w.addIf("client", p.Client)
@@ -70,7 +81,7 @@ func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error)
 	// Planned for these values (see newPgPool): which filters are set, and
 	// how selective, varies from call to call.
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE `+w.String()+
-		` ORDER BY id LIMIT $`+strconv.Itoa(len(w.args)), append([]any{pgx.QueryExecModeSimpleProtocol}, w.args...)...)
+		` ORDER BY `+order+` LIMIT $`+strconv.Itoa(len(w.args)), append([]any{pgx.QueryExecModeSimpleProtocol}, w.args...)...)
 	if err != nil {
 		return JobPage{}, fmt.Errorf("listing jobs: %w", err)
 	}

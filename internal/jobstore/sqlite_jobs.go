@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -87,7 +88,13 @@ func (s *sqliteStore) Get(ctx context.Context, id int64) (*Job, error) {
 }
 
 func (s *sqliteStore) List(ctx context.Context, p ListParams) (JobPage, error) {
-	where, args := []string{"id > ?"}, []any{p.After}
+	where, args, order := []string{"id > ?"}, []any{p.After}, "id"
+	if p.NewestFirst {
+		where, order = []string{"id < ?"}, "id DESC"
+		if p.After == 0 {
+			args = []any{int64(math.MaxInt64)}
+		}
+	}
 	for _, f := range []struct{ col, val string }{{"state", string(p.State)}, {"upstream", p.Upstream}, {"client", p.Client}, {"batch_id", p.BatchID}} {
 		if f.val != "" {
 			where = append(where, f.col+" = ?")
@@ -96,7 +103,7 @@ func (s *sqliteStore) List(ctx context.Context, p ListParams) (JobPage, error) {
 	}
 	limit := pageLimit(p.Limit)
 	args = append(args, limit+1)
-	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT ?`, args...)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM sluice_jobs WHERE `+strings.Join(where, " AND ")+` ORDER BY `+order+` LIMIT ?`, args...)
 	if err != nil {
 		return JobPage{}, fmt.Errorf("listing jobs: %w", err)
 	}

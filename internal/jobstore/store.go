@@ -261,9 +261,13 @@ type ListParams struct {
 	Upstream string
 	Client   string
 	BatchID  string
-	// After is the cursor: only jobs with a larger id. Zero starts at the
-	// beginning.
+	// After is the cursor (a JobPage.Next): only jobs after it in the
+	// page order, a larger id (a smaller one with NewestFirst). Zero
+	// starts at the beginning.
 	After int64
+	// NewestFirst lists the newest jobs (the largest ids) first. Defaults
+	// to false: the oldest first.
+	NewestFirst bool
 	// Limit is the page size; zero means ListLimitDefault, and it is capped
 	// at ListLimitMax.
 	Limit int

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // The history sampler keeps the last few minutes of each upstream's queue
-// depth per class, outcomes per second and latency quantiles per class in
-// a ring, for GET /v1/status/history and the dashboard's charts.
+// depth per class, requests admitted and outcomes per second, latency
+// quantiles per class and quota buckets (available, and the provider's
+// view) in a ring, for GET /v1/status/history and the dashboard's charts.
 
 const (
 	// HistoryIntervalDefault is the time between two samples.
@@ -38,14 +40,34 @@ type HistorySample struct {
 	// gateway of the requests finished since the previous sample (absent
 	// for a class with none).
 	Latency map[string]Quantiles `json:"latency"`
+	// Buckets are the quota buckets with a known limit, by dimension:
+	// what is available now against the depth, and the provider's own
+	// view.
+	Buckets map[string]BucketSample `json:"buckets,omitempty"`
 }
 
-// OutcomeRates are outcomes per second.
+// BucketSample is one quota bucket at one instant, in its dimension's
+// unit (tokens or requests), rounded as in /v1/status.
+type BucketSample struct {
+	// Available is the room now (the bucket's level; negative after an
+	// overrun), Depth what it holds when full.
+	Available float64 `json:"available"`
+	Depth     float64 `json:"depth"`
+	// ProviderRemaining is what the provider's rate-limit headers last
+	// said was left (absent until it reports), ProviderLimit its limit.
+	ProviderRemaining *float64 `json:"provider_remaining,omitempty"`
+	ProviderLimit     *float64 `json:"provider_limit,omitempty"`
+}
+
+// OutcomeRates are events per second: requests admitted (sent after
+// their wait in the queue), upstream attempts answered success, 429 and
+// 529 (overloaded), and requests shed (Sluice gave up or refused).
 type OutcomeRates struct {
-	Success float64 `json:"success"`
-	R429    float64 `json:"429"`
-	R529    float64 `json:"529"`
-	Shed    float64 `json:"shed"`
+	Admitted float64 `json:"admitted"`
+	Success  float64 `json:"success"`
+	R429     float64 `json:"429"`
+	R529     float64 `json:"529"`
+	Shed     float64 `json:"shed"`
 }
 
 // Quantiles are latencies in seconds.
@@ -75,13 +97,13 @@ type HistorySampler struct {
 
 	mu     sync.Mutex
 	rings  map[string][]HistorySample
-	prev   map[string][4]uint64
+	prev   map[string][5]uint64
 	prevAt time.Time
 }
 
 func newHistorySampler(v *View, clk clock.Clock, interval time.Duration, size int) *HistorySampler {
 	return &HistorySampler{v: v, clock: clk, interval: interval, size: size,
-		rings: map[string][]HistorySample{}, prev: map[string][4]uint64{}}
+		rings: map[string][]HistorySample{}, prev: map[string][5]uint64{}}
 }
 
 // Start samples once now, then every interval until Stop.
@@ -137,12 +159,22 @@ func (h *HistorySampler) sampleLocked(now time.Time) {
 				sm.Queued[llm.Priority(c).String()] = n
 			}
 			sm.InFlight = snap.InFlight
+			for d, b := range snap.Buckets {
+				if b.Capacity > 0 {
+					bs := bucketStatus(flow.Dim(d), b)
+					if sm.Buckets == nil {
+						sm.Buckets = map[string]BucketSample{}
+					}
+					sm.Buckets[flow.Dim(d).String()] = BucketSample{Available: bs.Level, Depth: bs.Depth,
+						ProviderRemaining: bs.ProviderRemaining, ProviderLimit: bs.ProviderLimit}
+				}
+			}
 		}
 		if lu := h.v.live.upstream(name); lu != nil {
-			cur := [4]uint64{lu.success.Load(), lu.rate429.Load(), lu.over529.Load(), lu.shed.Load()}
+			cur := [5]uint64{lu.success.Load(), lu.rate429.Load(), lu.over529.Load(), lu.shed.Load(), lu.admitted.Load()}
 			if p, ok := h.prev[name]; ok && !first && dt > 0 {
 				rate := func(i int) float64 { return math.Round(float64(cur[i]-p[i])/dt*100) / 100 }
-				sm.Rates = OutcomeRates{Success: rate(0), R429: rate(1), R529: rate(2), Shed: rate(3)}
+				sm.Rates = OutcomeRates{Success: rate(0), R429: rate(1), R529: rate(2), Shed: rate(3), Admitted: rate(4)}
 			}
 			h.prev[name] = cur
 			for c, ls := range lu.takeLatencies() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/flow"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/upstream"
@@ -22,6 +23,8 @@ func TestHistorySampler(t *testing.T) {
 	v := New(Config{Upstreams: []upstream.Config{claude}, Clock: fc})
 	e := &fakeEngine{snap: dispatch.Snapshot{InFlight: 2}}
 	e.snap.Queued[llm.Low] = 3
+	e.snap.Buckets[flow.Requests] = flow.BucketState{Capacity: 50, Depth: 50, Level: 12.34,
+		Reported: flow.Observation{Limit: 60, Remaining: 7}, ReportedAt: t0}
 	v.Bind(Sources{Engines: map[string]Engine{"claude": e}})
 	// Traffic before the first sample is not in the rates that follow.
 	obs := v.Observer("claude")
@@ -34,6 +37,7 @@ func TestHistorySampler(t *testing.T) {
 	lu := v.live.upstream("claude")
 	lu.success.Add(4)
 	lu.rate429.Add(2)
+	lu.admitted.Add(6)
 	lu.latency(llm.High, time.Second)
 	lu.latency(llm.High, 3*time.Second)
 	for i := range 3 {
@@ -42,7 +46,10 @@ func TestHistorySampler(t *testing.T) {
 	got := h.history()
 	require.Len(t, got.Upstreams["claude"], 3, "the ring keeps the last 3")
 	first := got.Upstreams["claude"][0]
-	require.Equal(t, OutcomeRates{Success: 2, R429: 1}, first.Rates, "per second over the 2 s interval")
+	require.Equal(t, OutcomeRates{Admitted: 3, Success: 2, R429: 1}, first.Rates, "per second over the 2 s interval")
+	seven, sixty := 7.0, 60.0
+	require.Equal(t, map[string]BucketSample{"requests": {Available: 12.3, Depth: 50, ProviderRemaining: &seven, ProviderLimit: &sixty}},
+		first.Buckets, "available against the depth, and the provider's view, rounded as in /v1/status")
 	require.Equal(t, Quantiles{P50: 1, P95: 3, P99: 3, Count: 2}, first.Latency["high"])
 	require.Equal(t, OutcomeRates{}, got.Upstreams["claude"][2].Rates)
 	require.Equal(t, 3, first.Queued["low"], "the engine's queue per class")

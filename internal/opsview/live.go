@@ -27,8 +27,9 @@ const latencyReservoirMax = 512
 
 type liveUpstream struct {
 	// Upstream attempts answered 2xx, 429 (or Slow Down) and overloaded,
-	// and requests shed.
-	success, rate429, over529, shed atomic.Uint64
+	// requests shed, and requests admitted (sent, after their wait in the
+	// queue).
+	success, rate429, over529, shed, admitted atomic.Uint64
 	// cached sums the input tokens answered requests read from the
 	// provider's prompt cache.
 	cached atomic.Int64

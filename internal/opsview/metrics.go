@@ -162,6 +162,9 @@ var _ dispatch.Observer = (*upstreamObserver)(nil)
 func (o *upstreamObserver) Enqueued(llm.Priority) {}
 
 func (o *upstreamObserver) Admitted(class llm.Priority, queueWait time.Duration) {
+	if o.live != nil {
+		o.live.admitted.Add(1)
+	}
 	if !class.Valid() {
 		o.m.queueWait.WithLabelValues(o.upstream, class.String()).Observe(queueWait.Seconds())
 		return

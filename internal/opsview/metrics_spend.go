@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
@@ -18,6 +19,9 @@ type admitMetrics struct {
 	orphanedUSD *prometheus.CounterVec
 	undurable   *prometheus.CounterVec
 	pool        *poolMetrics // the fallbacks' counter
+	// log keeps every wait and refusal with its reason (admission_log.go).
+	log   *admissionLog
+	clock clock.Clock
 }
 
 var _ admit.Observer = (*admitMetrics)(nil)
@@ -27,7 +31,7 @@ var _ admit.Observer = (*admitMetrics)(nil)
 func (v *View) AdmitObserver() admit.Observer { return v.metrics.admit }
 
 func newAdmitMetrics(reg *prometheus.Registry, v *View, pool *poolMetrics) *admitMetrics {
-	m := &admitMetrics{pool: pool,
+	m := &admitMetrics{pool: pool, log: newAdmissionLog(), clock: v.clock,
 		spentUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_spend_usd_total",
 			Help: "US dollars spent (settled at the price table) since the gateway started, by client, upstream and price-table model.",

@@ -23,6 +23,11 @@ type StatusResponse struct {
 	// Spend is each client's spend and budget windows (internal/admit):
 	// every client's for an admin, a client's own for any other caller.
 	Spend *admit.SpendStatus `json:"spend,omitempty"`
+	// Admission lists every kind of wait and refusal of the admission
+	// layer since the gateway started, with its reason, count and last
+	// message, the most recent first (admission_log.go): every client's
+	// for an admin, a client's own for any other caller.
+	Admission []AdmissionEvent `json:"admission"`
 }
 
 // ForCaller drops the per-client sections a caller that is not an admin
@@ -50,6 +55,13 @@ func (st *StatusResponse) ForCaller(name string, admin bool) {
 			st.Spend = own
 		}
 		st.Clients = nil
+		own := []AdmissionEvent{}
+		for _, e := range st.Admission {
+			if e.Client == name {
+				own = append(own, e)
+			}
+		}
+		st.Admission = own
 		for i := range st.Upstreams {
 			for j := range st.Upstreams[i].Oldest {
 				st.Upstreams[i].Oldest[j].Client = ""
@@ -119,7 +131,9 @@ type BucketStatus struct {
 	LimitPerMinute float64 `json:"limit_per_minute"`
 	// Depth is how much the bucket holds when full.
 	Depth float64 `json:"depth"`
-	// Level is the room available now (the headroom); negative after an
+	// Level is the room available now (the dashboard's and `sluice
+	// status`'s "available"; headroom is the share kept for more urgent
+	// classes, UrgentRoom); negative after an
 	// overrun. Used is Depth minus Level: taken and not yet refilled,
 	// in-flight reservations included.
 	Level float64 `json:"level"`
@@ -144,7 +158,8 @@ type BucketStatus struct {
 // another caller may not see); ctx bounds the job store's read.
 func (v *View) Status(ctx context.Context) StatusResponse {
 	now := v.clock.Now()
-	out := StatusResponse{Time: now.UTC(), Upstreams: []UpstreamStatus{}, Clients: v.live.clients.list()}
+	out := StatusResponse{Time: now.UTC(), Upstreams: []UpstreamStatus{}, Clients: v.live.clients.list(),
+		Admission: v.metrics.admit.log.list()}
 	jobs := v.jobCountsFor(ctx)
 	for _, u := range v.upstreams {
 		name := u.Name

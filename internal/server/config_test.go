@@ -200,6 +200,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"client key reused in keys", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key: j, keys: [k]}]\n", "clients[1].keys: a key is used twice"},
 		{"client key hashed twice", "upstreams:\n" + up0 + "clients: [{name: a, key: k}, {name: b, key_sha256: 8254c329a92850f6d539dd376f4816ee2764517da5e0235514af433164480d7a}]\n", "clients[1].keys: a key is used twice"},
 		{"client bad key_sha256", "upstreams:\n" + up0 + "clients: [{name: a, key_sha256: xyz}]\n", "clients[0].key_sha256: want the 64 hex"},
+		{"client allowed upstream unknown", "upstreams:\n" + up0 + "clients: [{name: a, key: k, allowed_upstreams: [nope]}]\n", `clients[0].allowed_upstreams[0]: no upstream is named "nope"`},
+		{"client allowed model empty", "upstreams:\n" + up0 + "clients: [{name: a, key: k, allowed_models: [claude-*, '']}]\n", "clients[0].allowed_models[1]: empty pattern"},
 		{"client no key", "upstreams:\n" + up0 + "clients: [{name: a}]\n", "clients[0].key: required"},
 		{"client bad role", "upstreams:\n" + up0 + "clients: [{name: a, key: k, role: root}]\n", `clients[0].role: "root" is not one of client, admin`},
 		{"client negative limit", "upstreams:\n" + up0 + "clients: [{name: a, key: k, limits: {requests_per_minute: -1}}]\n", "clients[0].limits.requests_per_minute: must be >= 0"},

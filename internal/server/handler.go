@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/provider"
@@ -45,6 +47,14 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rl.client = cl.Name
+	if rf, denied := errors.AsType[*admit.Refusal](s.admit.Permit(cl.Name, name, "")); denied {
+		// Not an upstream of this client's (allowed_upstreams): none of
+		// its routes, scheduled, batch or pass-through.
+		s.outcome(rl, "", outcomeForbidden)
+		frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, rf.Problem)
+		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
+		return
+	}
 	if other, foreign := provider.ForeignEndpoint(u.cfg.Protocol, r.Method, rest); foreign {
 		// The other protocol's endpoint: a client pointed at the wrong
 		// upstream. Passed through it would go unscheduled and unmetered.

@@ -229,6 +229,7 @@ func (s *Server) runJobs(ctx context.Context) error {
 		MaxAttempts: jc.WithDefaults().MaxAttempts, WebhookCheck: guard.CheckURL,
 		BatchRetention: jc.WithDefaults().Retention.ProviderBatches, BatchPriority: batchClasses(s.cfg.Upstreams),
 		ClientOf: func(r *http.Request) string { return r.Header.Get(headerClient) },
+		Permit:   s.admit.Permit, // the client's allowed upstreams and models, at submit
 		AdminOf: func(r *http.Request) bool {
 			cl, ok := callerOf(r)
 			return ok && cl.Admin

@@ -25,6 +25,7 @@ const (
 	outcomeCanceled      = "canceled"       // client went away
 	outcomeError         = "error"          // unexpected engine failure
 	outcomeBudget        = "budget"         // refused by the client's spend budget (internal/admit)
+	outcomeForbidden     = "forbidden"      // refused by the client's allowed upstreams, models or service tiers (internal/admit)
 	outcomeAbandoned     = "abandoned"      // the client left a stream before its end
 )
 

@@ -105,7 +105,7 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	reqID := rl.id
 	prio := req.Priority.String()
 	if rf, ok := errors.AsType[*admit.Refusal](err); ok {
-		s.outcome(rl, prio, outcomeBudget)
+		s.outcome(rl, prio, refusalOutcome(rf))
 		frontdoor.WriteProblem(w, p, reqID, rf.Problem)
 		return
 	}
@@ -134,6 +134,14 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	s.log.Error("upstream request failed", "upstream", u.cfg.Name, "request_id", reqID, "err", err)
 	frontdoor.WriteProblem(w, p, reqID, frontdoor.Problem{Status: http.StatusBadGateway,
 		Message: "the gateway could not complete the upstream request (request id " + reqID + ")"})
+}
+
+// refusalOutcome is the outcome of a request the admission layer refused.
+func refusalOutcome(rf *admit.Refusal) string {
+	if rf.Reason == admit.RefusedBudget {
+		return outcomeBudget
+	}
+	return outcomeForbidden
 }
 
 // refuseForMemory answers a request the request-bytes limit had no room for (or

@@ -9,9 +9,10 @@ import (
 
 // The dashboard: plain HTML, CSS and JavaScript embedded in the binary (no
 // build step, no CDN: it works offline). It polls /v1/status and
-// /v1/status/history and draws its charts itself (inline SVG). Reading
-// needs what /v1/status needs; actions (requeue, cancel, breaker) send the
-// admin key the page asks for.
+// /v1/status/history (internal/opsview's read model) and draws its charts
+// with uPlot, vendored under ui/vendor/uplot (`make ui-vendor` refreshes
+// it from npm). Reading needs what /v1/status needs; actions (requeue,
+// cancel, breaker) send the admin key the page asks for.
 
 //go:embed ui
 var uiFiles embed.FS

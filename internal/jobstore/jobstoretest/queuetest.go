@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -587,6 +588,22 @@ func testPagination(t *testing.T, s jobstore.Store) {
 		}
 		after = page.Next
 	}
+	require.Equal(t, want, got)
+	require.Equal(t, 3, pages)
+
+	// Newest first: the same jobs, the largest id first, paged alike.
+	got, after, pages = nil, 0, 0
+	for {
+		page, err := s.List(ctx, jobstore.ListParams{Upstream: "a", State: jobstore.StateQueued, After: after, Limit: 7, NewestFirst: true})
+		require.NoError(t, err)
+		got = append(got, ids(page.Jobs)...)
+		pages++
+		if page.Next == 0 {
+			break
+		}
+		after = page.Next
+	}
+	slices.Reverse(want)
 	require.Equal(t, want, got)
 	require.Equal(t, 3, pages)
 }

@@ -1,11 +1,9 @@
 // Sluice dashboard: polls /v1/status, /v1/status/history, /metrics and the
-// jobs API, and draws everything itself (no library, works offline).
+// jobs API. The charts are uPlot's (charts.js, vendored: works offline).
 "use strict";
 
 const POLL_MS = 2000;
 const CLASSES = ["critical", "high", "normal", "low"];
-const COLORS = { critical: "#d64545", high: "#d69e2e", normal: "#3b6fd8", low: "#8a94a6",
-  success: "#1f9d55", "429": "#d69e2e", "529": "#d64545", shed: "#6b3fa0" };
 const UNITS = { requests: "req", input_tokens: "tok", output_tokens: "tok", tokens: "tok" };
 
 let key = localStorage.getItem("sluice-key") || "";
@@ -61,35 +59,13 @@ function parseMetrics(text) {
   return out;
 }
 
-// lineChart draws series ([{name, color, values}]) as an inline SVG.
-function lineChart(series, opts) {
-  const W = 600, H = 120, P = 4;
-  let max = opts.min || 1;
-  let n = 0;
-  for (const s of series) for (const v of s.values) { if (v !== null && v > max) max = v; n = Math.max(n, s.values.length); }
-  const x = (i) => P + (n <= 1 ? 0 : (i * (W - 2 * P)) / (n - 1));
-  const y = (v) => H - P - (v / max) * (H - 2 * P);
-  let paths = "";
-  for (const s of series) {
-    let d = "", pen = false, lastX = null, lastY = null;
-    s.values.forEach((v, i) => {
-      if (v === null) { pen = false; return; }
-      d += (pen ? "L" : "M") + x(i).toFixed(1) + " " + y(v).toFixed(1);
-      pen = true;
-      lastX = x(i); lastY = y(v);
-    });
-    // The latest point as a dot, so that a lone sample shows too.
-    if (lastX !== null) paths += `<circle cx="${lastX.toFixed(1)}" cy="${lastY.toFixed(1)}" r="3" fill="${s.color}"/>`;
-    if (d) paths += `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2" vector-effect="non-scaling-stroke"/>`;
-  }
-  const grid = `<line x1="0" x2="${W}" y1="${y(max / 2)}" y2="${y(max / 2)}" stroke="#e3e7ee"/>`;
-  const label = `<text x="${W - 4}" y="12" text-anchor="end" font-size="11" fill="#6b7385">${esc(num(max))}${esc(opts.unit || "")}</text>`;
-  const legend = series.map((s) => `<span><i style="background:${s.color}"></i>${esc(s.name)}${s.last !== undefined ? " " + esc(s.last) : ""}</span>`).join("");
-  return `<div class="chart"><h3>${esc(opts.title)}</h3><svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" role="img" aria-label="${esc(opts.title)}">${grid}${paths}${label}</svg><div class="legend">${legend}</div></div>`;
-}
-
+// gauge is one quota bucket: used (taken and not yet refilled, striped
+// where requests in flight hold it) against the depth; available is the
+// room now; the black tick is what the provider's headers last said was
+// used (its limit minus its remaining).
 function gauge(dim, b) {
   const depth = Math.max(b.depth, 1);
+  const unit = UNITS[dim] || "";
   const used = Math.min(Math.max(b.used / depth, 0), 1) * 100;
   const reserved = Math.min(Math.max((b.reserved || 0) / depth, 0), 1) * 100;
   let prov = "";
@@ -97,11 +73,15 @@ function gauge(dim, b) {
   if (b.provider_remaining !== undefined && b.provider_remaining !== null) {
     const pl = b.provider_limit || b.limit_per_minute;
     const p = Math.min(Math.max(1 - b.provider_remaining / Math.max(pl, 1), 0), 1) * 100;
-    prov = `<div class="prov" style="left:${p.toFixed(1)}%" title="provider-reported used"></div>`;
-    provText = `, provider: ${num(b.provider_remaining)} of ${num(pl)} left`;
+    prov = `<div class="prov" style="left:${p.toFixed(1)}%" title="the provider's last reported used"></div>`;
+    provText = `; provider reports <span data-k="provider-${esc(dim)}">${num(b.provider_remaining)}</span> of ${num(pl)} ${unit} left`;
   }
-  return `<div class="gauge" data-k="gauge-${esc(dim)}"><div class="t"><b>${esc(dim)}</b>: used ${num(b.used)} (reserved ${num(b.reserved || 0)}) of ${num(b.depth)} ${UNITS[dim] || ""}, headroom <span data-k="level-${esc(dim)}">${num(b.level)}</span>, limit <span data-k="limit-${esc(dim)}">${num(b.limit_per_minute)}</span>/min${provText}</div><div class="bar"><div class="used" style="width:${used.toFixed(1)}%"></div><div class="reserved" style="width:${Math.min(reserved, used).toFixed(1)}%"></div>${prov}</div></div>`;
+  const urgent = Object.entries(b.urgent_room || {}).map(([c, r]) => `${c} ${num(r)}`).join(", ");
+  const urgentText = urgent ? `; kept for more urgent classes (headroom): ${esc(urgent)} ${unit}` : "";
+  return `<div class="gauge" data-k="gauge-${esc(dim)}"><div class="t"><b>${esc(dim)}</b>: used ${num(b.used)} ${unit} (reserved ${num(b.reserved || 0)}) of ${num(b.depth)} ${unit}, available <span data-k="available-${esc(dim)}">${num(b.level)}</span> ${unit}, limit <span data-k="limit-${esc(dim)}">${num(b.limit_per_minute)}</span> ${unit}/min${provText}${urgentText}</div><div class="bar"><div class="used" style="width:${used.toFixed(1)}%"></div><div class="reserved" style="width:${Math.min(reserved, used).toFixed(1)}%"></div>${prov}</div></div>`;
 }
+
+const GAUGE_KEY = `<div class="gauge-key" data-k="gauge-key"><span><i class="used"></i>used (taken, not yet refilled)</span><span><i class="reserved"></i>reserved by requests in flight</span><span><i class="prov"></i>provider's last reported used (its limit − its remaining)</span></div>`;
 
 function waitingText(w, now) {
   if (!w) return `<span class="waiting none" data-k="waiting">nothing waits</span>`;
@@ -124,17 +104,13 @@ function stat(k, v, l) {
   return `<div class="stat"><div class="v" data-k="${esc(k)}">${esc(v)}</div><div class="l">${esc(l)}</div></div>`;
 }
 
-function renderUpstream(u, hist, counts, now) {
-  const samples = hist || [];
-  const queueSeries = CLASSES.map((c) => ({ name: c, color: COLORS[c], values: samples.map((s) => s.queued[c] || 0), last: u.queued[c] || 0 }));
-  const rateSeries = ["success", "429", "529", "shed"].map((o) => ({ name: o, color: COLORS[o], values: samples.map((s) => s.rates[o] || 0) }));
-  for (const s of rateSeries) s.last = s.values.length ? num(s.values[s.values.length - 1]) + "/s" : "";
-  const latSeries = CLASSES.map((c) => ({ name: c + " p95", color: COLORS[c], values: samples.map((s) => (s.latency[c] ? s.latency[c].p95 : null)) }));
-  for (const c of CLASSES) {
+// upstreamInfo is an upstream card's text part (its charts are kept
+// apart, charts.js).
+function upstreamInfo(u, samples, counts, now) {
+  const lat = CLASSES.map((c) => {
     const last = [...samples].reverse().find((s) => s.latency[c]);
-    const ls = latSeries.find((s) => s.name === c + " p95");
-    if (last) ls.last = `p50 ${secs(last.latency[c].p50)} p95 ${secs(last.latency[c].p95)} p99 ${secs(last.latency[c].p99)}`;
-  }
+    return last ? `${c}: p50 ${secs(last.latency[c].p50)}, p95 ${secs(last.latency[c].p95)}, p99 ${secs(last.latency[c].p99)}` : "";
+  }).filter(Boolean).join(" · ");
   const queued = CLASSES.map((c) => stat(`queued-${c}`, String(u.queued[c] || 0), `queued ${c}` + (u.oldest_wait_seconds[c] ? ` (oldest ${secs(u.oldest_wait_seconds[c])})` : ""))).join("");
   const jobs = u.jobs ? stat("jobs-queued", String(u.jobs.queued), `jobs queued (${u.jobs.delayed} delayed)`) + stat("jobs-running", String(u.jobs.running), "jobs running") + stat("jobs-dead", String(u.jobs.dead) + (u.jobs.dead_capped ? "+" : ""), "jobs dead") : "";
   const m = counts || { total: 0, success: 0 };
@@ -144,8 +120,7 @@ function renderUpstream(u, hist, counts, now) {
     u.keys.map((k) => `<tr><td>${esc(k.key)}</td><td class="num">${k.in_flight}/${k.max_concurrency}</td><td class="num">${k.requests}</td><td class="num">${k.rate_limited}</td><td>${k.out ? "out: " + esc(k.out_reason) : k.paused_until ? "paused until " + esc(clock(k.paused_until)) : "in"}</td></tr>`).join("") + `</tbody></table>` : "";
   const open = (u.oldest_open_requests || []).length ? `<h3 style="font-size:13px;margin:10px 0 4px">Open requests: the oldest of ${u.open_requests}</h3><table class="open"><thead><tr><th>request</th><th>client</th><th>class</th><th>age</th></tr></thead><tbody>` +
     u.oldest_open_requests.slice(0, 5).map((o) => `<tr><td>${esc(o.id)}</td><td>${esc(o.client)}</td><td>${esc(o.priority)}</td><td class="num">${esc(secs(o.age_seconds))}</td></tr>`).join("") + `</tbody></table>` : "";
-  return `<div class="card" data-upstream="${esc(u.name)}">
-  <h2>${esc(u.name)} <span class="muted">${esc(u.protocol)}</span>
+  return `<h2>${esc(u.name)} <span class="muted">${esc(u.protocol)}</span>
     <span class="badge ${esc(u.breaker)}" data-k="breaker">${esc(u.breaker)}${u.breaker_held ? " (held)" : ""}</span>
     ${waitingText(u.waiting_on, now)}
     <span style="margin-left:auto"></span>
@@ -161,15 +136,71 @@ function renderUpstream(u, hist, counts, now) {
     ${stat("requests-success", num(m.success), "succeeded (metrics)")}
   </div>
   <div class="grid">
-    <div><h3 style="font-size:13px;margin:4px 0">Quota</h3>${gauges}
+    <div><h3 style="font-size:13px;margin:4px 0">Quota</h3>${gauges}${GAUGE_KEY}
       ${throttleText("last 429", u.last_429, now)}${throttleText("last 529", u.last_529, now)}
       <h3 style="font-size:13px;margin:8px 0 4px">Breaker history</h3><ul class="history">${history}</ul>${keys}</div>
-    ${lineChart(queueSeries, { title: "Queue depth per class", min: 1 })}
-    ${lineChart(rateSeries, { title: "Outcomes per second", min: 1, unit: "/s" })}
-    ${lineChart(latSeries, { title: "Latency per class (p95)", min: 0.1, unit: " s" })}
-  </div>
-  ${open}
-</div>`;
+    <div>${open}<div class="muted" style="font-size:12px;margin-top:6px" data-k="latency-last">${esc(lat ? "last interval: " + lat : "no request finished in the last interval")}</div></div>
+  </div>`;
+}
+
+// renderUpstreams keeps one card per upstream: its text redrawn each
+// refresh, its charts fed new data.
+function renderUpstreams(status, history, counts, now) {
+  const root = $("#upstreams");
+  const names = status.upstreams.map((u) => u.name).join("\n");
+  if (root.dataset.names !== names) {
+    root.innerHTML = status.upstreams.map((u) => `<div class="card" data-upstream="${esc(u.name)}"><div class="info"></div><div class="charts"></div></div>`).join("");
+    root.dataset.names = names;
+  }
+  for (const u of status.upstreams) {
+    const card = root.querySelector(`[data-upstream="${CSS.escape(u.name)}"]`);
+    const samples = history.upstreams[u.name] || [];
+    card.querySelector(".info").innerHTML = upstreamInfo(u, samples, counts[u.name], now);
+    drawCharts(u.name, card.querySelector(".charts"), samples);
+  }
+}
+
+function usd(v) {
+  if (v === null || v === undefined) return "–";
+  return "$" + (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(2) : v.toFixed(4));
+}
+
+// spendCell is one budget window: spent against the limit with what
+// remains, or the spend alone when the window has no limit.
+function spendCell(w, k) {
+  if (w.limit_usd === undefined || w.limit_usd === null) {
+    return `<td class="num" data-k="${k}"><span data-v="spent">${usd(w.spent_usd)}</span> <span class="muted">(no limit)</span></td>`;
+  }
+  const frac = w.limit_usd > 0 ? w.spent_usd / w.limit_usd : 1;
+  const resets = w.resets_at ? `, resets ${clock(w.resets_at)}` : "";
+  return `<td class="num" data-k="${k}"><span class="budget"><span class="${frac >= 1 ? "over" : ""}" style="width:${(Math.min(frac, 1) * 100).toFixed(0)}%"></span></span>` +
+    `<span data-v="spent">${usd(w.spent_usd)}</span> of <span data-v="limit">${usd(w.limit_usd)}</span>, <span data-v="remaining">${usd(w.remaining_usd)}</span> left${esc(resets)}</td>`;
+}
+
+function renderSpend(spend) {
+  const rows = ((spend && spend.clients) || []).map((c) => `<tr data-client="${esc(c.client)}"><td>${esc(c.client)}</td>${spendCell(c.day, "day")}${spendCell(c.month, "month")}${spendCell(c.total, "total")}<td class="num" data-k="reserved">${usd(c.reserved_usd)}</td></tr>`);
+  renderTable("#spend", rows, "no client has a budget or has spent anything yet", 5);
+}
+
+// renderWaits lists what holds requests back now (each upstream's queue
+// head, the clients held by their own limits) and every refusal and hold
+// of the admission layer since start, with its reason.
+function renderWaits(status, now) {
+  const rows = [];
+  for (const u of status.upstreams) {
+    if (u.waiting_on) {
+      const w = u.waiting_on;
+      let msg = "the head of the queue waits" + (w.dimension ? " for " + w.dimension : "") + (w.until ? " until " + clock(w.until) : "") + (w.key ? " (key " + w.key + ")" : "");
+      rows.push(`<tr data-kind="waiting"><td>now</td><td>waiting</td><td class="reason">${esc(w.reason)}</td><td class="muted">all</td><td>${esc(u.name)}</td><td class="num">${Object.values(u.queued).reduce((a, b) => a + b, 0)}</td><td>${esc(msg)}</td></tr>`);
+    }
+    for (const h of u.held_by_client_limit || []) {
+      rows.push(`<tr data-kind="waiting"><td>now</td><td>waiting</td><td class="reason">client_limit</td><td>${esc(h.client)}</td><td>${esc(u.name)}</td><td class="num">${h.queued}</td><td>${esc(h.priority + ": " + h.limit + (h.until ? " until " + clock(h.until) : ""))}</td></tr>`);
+    }
+  }
+  for (const e of status.admission || []) {
+    rows.push(`<tr data-kind="${esc(e.kind)}" data-reason="${esc(e.reason)}" data-client="${esc(e.client)}"><td>${esc(ago(e.last_at, now))}</td><td>${esc(e.kind)}</td><td class="reason">${esc(e.reason)}</td><td>${esc(e.client)}</td><td>${esc(e.upstream)}</td><td class="num">${e.count}</td><td class="err">${esc(e.last_message)}</td></tr>`);
+  }
+  renderTable("#waits", rows, "nothing waits and nothing was refused", 7);
 }
 
 function renderTable(sel, rows, empty, cols) {
@@ -233,11 +264,13 @@ async function refresh() {
     const [status, history, metricsText] = await Promise.all([
       api("GET", "/v1/status"),
       api("GET", "/v1/status/history"),
-      fetch("/metrics").then((r) => (r.ok ? r.text() : "")),
+      fetch("/metrics", { headers: key ? { "x-api-key": key } : {} }).then((r) => (r.ok ? r.text() : "")),
     ]);
     const counts = parseMetrics(metricsText);
     renderCluster(status.cluster, now);
-    $("#upstreams").innerHTML = status.upstreams.map((u) => renderUpstream(u, history.upstreams[u.name], counts[u.name], now)).join("");
+    renderUpstreams(status, history, counts, now);
+    renderSpend(status.spend);
+    renderWaits(status, now);
     renderTable("#clients", (status.clients || []).map((c) => `<tr data-client="${esc(c.client)}"><td>${esc(c.client)}</td><td class="num">${c.requests}</td><td class="num">${c.succeeded}</td><td class="num">${c.failed}</td><td class="num">${num(c.tokens_in)}</td><td class="num">${num(c.tokens_out)}</td><td>${esc(ago(c.last_seen, now))}</td></tr>`), "no client yet", 7);
     $("#updated").textContent = "updated " + now.toLocaleTimeString();
     $("#error").hidden = true;
