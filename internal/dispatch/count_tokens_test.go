@@ -35,8 +35,13 @@ func TestCountTokensFloodLeavesMessagesAlone(t *testing.T) {
 	const n, flood = 150, 600
 	lim := mock.Limits{RPM: 60, CountTokensRPM: 60}
 	run := func(withFlood bool) (time.Duration, mock.Stats, int, int) {
+		// The drain steps the fake clock while counting requests are on
+		// their way, up to a second at a time: a report read after a step
+		// is as of an instant up to a step after the send, which only a
+		// jitter allowance that long keeps Observe from crediting twice
+		// (in production the clock does not jump; the default is 100 ms).
 		p := newPoolRig(t, mock.Config{Limits: lim, BurstSeconds: 5},
-			upcfg.Config{APIKeys: keys(2), Limits: upcfg.Limits{RequestsPerMinute: 60}})
+			upcfg.Config{APIKeys: keys(2), Limits: upcfg.Limits{RequestsPerMinute: 60}, JitterAllowance: 2 * time.Second})
 		var counted, shed atomic.Int32
 		var floodDone atomic.Int32
 		if withFlood {
