@@ -137,7 +137,7 @@ func Validate(cfgs []Config, upstreams map[string]bool) error {
 		if err := cl.Limits.Validate(upstreams); err != nil {
 			return fmt.Errorf("[%d].limits.%w", i, err)
 		}
-		if err := cl.Access.Validate(upstreams); err != nil {
+		if err := cl.Access.Validate(upstreams); err != nil { //nolint:staticcheck // named: a Config validates more than its access
 			return fmt.Errorf("[%d].%w", i, err)
 		}
 		if names[cl.Name] {

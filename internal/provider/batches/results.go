@@ -61,6 +61,8 @@ type Result struct {
 // or a 5xx).
 func (r Result) Retryable() bool {
 	switch r.Type {
+	case Succeeded:
+		return false
 	case Canceled, Expired:
 		return true
 	case Errored:
