@@ -205,6 +205,27 @@ type Store interface {
 	// a gateway polls it and reads ListClients again when it changes.
 	ClientsVersion(ctx context.Context) (int64, error)
 
+	// CreateGroup chooses queued jobs for a provider batch and leases them
+	// to a new group in one transaction, when enough of them wait or the
+	// oldest waited long enough (provider_group.go); no group otherwise.
+	CreateGroup(ctx context.Context, p CreateGroupParams) (CreateGroupResult, error)
+	// LeaseGroups renews the leases of the open groups of an upstream that
+	// the owner holds and takes those whose lease expired (token+1), in
+	// creation order. On PostgreSQL concurrent leasers skip each other's
+	// rows: a group is held by one router at a time.
+	LeaseGroups(ctx context.Context, p LeaseGroupsParams) ([]*Group, error)
+	// UpdateGroup moves a group on (state, provider id, submit time),
+	// fenced by its lease token: ErrLeaseLost when stale, ErrNotFound when
+	// there is no such group.
+	UpdateGroup(ctx context.Context, p UpdateGroupParams) (*Group, error)
+	// GroupMembers returns a group's jobs in id order.
+	GroupMembers(ctx context.Context, id string) ([]GroupMember, error)
+	// FinishGroupLines writes lines of a group back to their jobs, fenced
+	// by the group's token, each once: the job's new state (if the group
+	// still holds it) and the line's spend, in one transaction; a line
+	// written before is skipped. The group ends with its last line.
+	FinishGroupLines(ctx context.Context, p FinishGroupLinesParams) (FinishGroupLinesResult, error)
+
 	// Close releases the store's connections and goroutines.
 	Close() error
 }

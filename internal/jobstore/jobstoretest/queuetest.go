@@ -68,6 +68,8 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"BatchKeep", testBatchKeep},
 		{"Files", testFiles},
 		{"Clients", testClients},
+		{"ProviderGroups", testProviderGroups},
+		{"ProviderGroupsConcurrent", testProviderGroupsConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
