@@ -34,6 +34,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("batch_priority: %w", err)
 		}
 	}
+	if err := c.Batch.validate(); err != nil {
+		return err
+	}
 	d := c.WithDefaults()
 	if err := d.validatePool(); err != nil {
 		return err

@@ -279,7 +279,7 @@ func (s *postgresStore) finishGroupLines(ctx context.Context, p FinishGroupLines
 			p.GroupID, l.JobID); err != nil {
 			return res, "", err
 		}
-		res.Written++
+		res.Written = append(res.Written, l.JobID)
 	}
 	if len(res.Finished[StateQueued]) > 0 {
 		if err := s.notifyTx(ctx, tx, []string{upstream}); err != nil {

@@ -280,10 +280,10 @@ type FinishGroupLinesParams struct {
 
 // FinishGroupLinesResult says what the write did.
 type FinishGroupLinesResult struct {
-	// Written counts the lines newly written back; a line written back
-	// before (by this router or an earlier one) is skipped, spend
-	// included.
-	Written int
+	// Written lists the jobs whose lines this write wrote back (their
+	// spend included); a line written back before (by this router or an
+	// earlier one) is skipped, spend included.
+	Written []int64
 	// Finished lists, per state, the jobs this write finished (succeeded
 	// or dead) or requeued (queued); a job canceled meanwhile is in none
 	// (its line's spend is still added).

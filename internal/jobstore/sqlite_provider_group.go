@@ -245,7 +245,7 @@ func (s *sqliteStore) FinishGroupLines(ctx context.Context, p FinishGroupLinesPa
 				p.GroupID, l.JobID); err != nil {
 				return err
 			}
-			res.Written++
+			res.Written = append(res.Written, l.JobID)
 		}
 		if requeued {
 			*sig = append(*sig, upstream)

@@ -302,6 +302,10 @@ type ClaimParams struct {
 	Priority *llm.Priority
 	// Limit is how many jobs at most; at least 1.
 	Limit int
+	// DeadlineBy, when set, claims only jobs with a deadline at or before
+	// it: the jobs of a class routed to a provider's Batch API that are
+	// too near their deadline to be routed (provider_group.go).
+	DeadlineBy time.Time
 	// Owner names the worker.
 	Owner string
 	// LeaseFor is how long the lease lasts without a heartbeat; positive.

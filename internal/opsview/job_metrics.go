@@ -63,6 +63,11 @@ type jobMetrics struct {
 	queueWait *prometheus.HistogramVec
 	run       *prometheus.HistogramVec
 	counts    *jobCounts
+	// The routing to providers' Batch APIs (issue 26).
+	batchGroups *prometheus.CounterVec
+	batchLines  *prometheus.CounterVec
+	batchSpend  *prometheus.CounterVec
+	batchSaved  *prometheus.CounterVec
 }
 
 var _ jobs.Observer = (*jobMetrics)(nil)
@@ -118,8 +123,25 @@ func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, 
 			Buckets: jobRunBuckets,
 		}, []string{"upstream"}),
 		counts: newJobCounts(clk, log, upstreams),
+		batchGroups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_groups_total",
+			Help: "Groups of jobs routed to a provider's Batch API, by event: formed, submitted, refused (queue full), pulled_back (canceled for a deadline), ended.",
+		}, []string{"upstream", "event"}),
+		batchLines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_lines_total",
+			Help: "Lines of provider batches written back to their jobs, by outcome (succeeded, errored, canceled, expired).",
+		}, []string{"upstream", "outcome"}),
+		batchSpend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_spend_usd_total",
+			Help: "What the lines answered through providers' Batch APIs cost, at the batch price (USD).",
+		}, []string{"upstream"}),
+		batchSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_saved_usd_total",
+			Help: "Money saved by routing jobs to providers' Batch APIs: what the synchronous path would have cost less what the batch cost (USD).",
+		}, []string{"upstream"}),
 	}
-	reg.MustRegister(m.submitted, m.finished, m.attempts, m.rescued, m.webhooks, m.queueWait, m.run, m.counts)
+	reg.MustRegister(m.submitted, m.finished, m.attempts, m.rescued, m.webhooks, m.queueWait, m.run, m.counts,
+		m.batchGroups, m.batchLines, m.batchSpend, m.batchSaved)
 	// Pre-create the series so dashboards see zeros.
 	for _, u := range upstreams {
 		m.submitted.WithLabelValues(u)
@@ -166,6 +188,19 @@ func (m *jobMetrics) Rescued(res jobstore.RescueResult) {
 
 func (m *jobMetrics) Webhook(outcome jobs.WebhookOutcome) {
 	m.webhooks.WithLabelValues(string(outcome)).Inc()
+}
+
+func (m *jobMetrics) BatchGroup(upstream string, event jobs.BatchGroupEvent, _ int) {
+	m.batchGroups.WithLabelValues(upstream, string(event)).Inc()
+}
+
+func (m *jobMetrics) BatchLines(upstream string, outcome jobs.BatchLineOutcome, n int) {
+	m.batchLines.WithLabelValues(upstream, string(outcome)).Add(float64(max(n, 0)))
+}
+
+func (m *jobMetrics) BatchSpend(upstream string, batchUSD, standardUSD float64) {
+	m.batchSpend.WithLabelValues(upstream).Add(max(batchUSD, 0))
+	m.batchSaved.WithLabelValues(upstream).Add(max(standardUSD-batchUSD, 0))
 }
 
 // liveCounter is what jobCounts reads: jobstore.Store implements it.
