@@ -47,8 +47,8 @@ type batchRouter struct {
 	api      BatchAPI
 	// maxJobs is the largest group sent now: route.MaxRequests, halved
 	// by each queue-full answer (the provider's queued-request and
-	// enqueued-token limits, learned from its errors), doubled back by
-	// each accepted batch. Only the router's goroutine touches it.
+	// enqueued-token limits, learned from its errors), grown back by a
+	// quarter with each accepted batch. Only the router's goroutine touches it.
 	maxJobs int
 }
 
@@ -229,7 +229,7 @@ func (r *batchRouter) submit(ctx context.Context, g *jobstore.Group, jobs []*job
 		cfg.Logger.Warn("submitting a provider batch", "upstream", r.upstream, "group", g.ID, "err", err)
 		return
 	}
-	r.maxJobs = min(r.route.MaxRequests, 2*r.maxJobs)
+	r.maxJobs = min(r.route.MaxRequests, r.maxJobs+r.maxJobs/4+1)
 	r.submitted(ctx, g, pb)
 }
 
