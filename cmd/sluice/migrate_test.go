@@ -27,6 +27,7 @@ func TestMigrateCommand(t *testing.T) {
 		{[]string{"migrate", "--store", dsn, "status"}, 0, "current version: 8", ""},
 		{[]string{"migrate", "status", "--store", dsn}, 0, "current version: 8", ""}, // as the README writes it
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0008", ""},
+		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0007", ""},
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0006", ""},
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0005", ""},
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0004", ""},

@@ -197,7 +197,9 @@ func (s *Server) runJobs(ctx context.Context) error {
 	}
 	dispatchers := map[string]jobs.Dispatcher{}
 	protocols := map[string]llm.Protocol{}
+	routes := map[string]upcfg.BatchRoute{}
 	for _, name := range s.order {
+		routes[name] = s.upstreams[name].cfg.Batch
 		d, ok := s.upstreams[name].engine.(jobs.Dispatcher)
 		if !ok {
 			return fmt.Errorf("upstream %q: its engine cannot run jobs (no admission tickets)", name)
@@ -214,7 +216,7 @@ func (s *Server) runJobs(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
 	svc, err := jobs.New(jobs.Config{Settings: jc, WebhookClient: &http.Client{Transport: guard.Transport()},
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, BatchRoutes: routes, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
 		Owner: s.admit.ClusterNodeID()}) // the cluster's node id, when sharing
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())
