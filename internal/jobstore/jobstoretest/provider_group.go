@@ -64,6 +64,14 @@ func testProviderGroups(t *testing.T, s jobstore.Store) {
 	res2, err := s.CreateGroup(ctx, groupParams("pg", later))
 	require.NoError(t, err)
 	require.Nil(t, res2.Group)
+	// The synchronous worker of a routed class claims only the jobs too
+	// near their deadline to route (ClaimParams.DeadlineBy).
+	low := llm.Low
+	claimed, err := s.Claim(ctx, jobstore.ClaimParams{Upstream: "pg", Priority: &low, Limit: 10, Owner: "w", LeaseFor: time.Minute,
+		DeadlineBy: now.Add(2 * time.Hour), Now: now})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.Equal(t, now.Add(30*time.Minute), claimed[0].Deadline)
 	members, err := s.GroupMembers(ctx, "grp_1")
 	require.NoError(t, err)
 	require.Len(t, members, 2)
