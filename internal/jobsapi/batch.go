@@ -34,13 +34,7 @@ type BatchView struct {
 }
 
 // RequestCounts are Anthropic's per-result counts.
-type RequestCounts struct {
-	Processing int `json:"processing"`
-	Succeeded  int `json:"succeeded"`
-	Errored    int `json:"errored"`
-	Canceled   int `json:"canceled"`
-	Expired    int `json:"expired"`
-}
+type RequestCounts = llm.MessageBatchCounts
 
 // StateCounts count a batch's jobs per state.
 type StateCounts struct {

@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Anthropic's Message Batches API (POST/GET /v1/messages/batches, GET,
@@ -36,18 +36,7 @@ func (a *API) anthropicRoutes() *http.ServeMux {
 }
 
 // MessageBatch is Anthropic's message_batch object.
-type MessageBatch struct {
-	ID                string        `json:"id"`
-	Type              string        `json:"type"`
-	ProcessingStatus  string        `json:"processing_status"`
-	RequestCounts     RequestCounts `json:"request_counts"`
-	EndedAt           *time.Time    `json:"ended_at"`
-	CreatedAt         time.Time     `json:"created_at"`
-	ExpiresAt         time.Time     `json:"expires_at"`
-	ArchivedAt        *time.Time    `json:"archived_at"`
-	CancelInitiatedAt *time.Time    `json:"cancel_initiated_at"`
-	ResultsURL        *string       `json:"results_url"`
-}
+type MessageBatch = llm.MessageBatch
 
 // messageBatchCreate is the body of POST /v1/messages/batches.
 type messageBatchCreate struct {
@@ -248,12 +237,7 @@ func (a *API) writeResults(w http.ResponseWriter, r *http.Request, b *jobstore.B
 }
 
 // MessageBatchList is the body of GET /v1/messages/batches.
-type MessageBatchList struct {
-	Data    []MessageBatch `json:"data"`
-	HasMore bool           `json:"has_more"`
-	FirstID *string        `json:"first_id"`
-	LastID  *string        `json:"last_id"`
-}
+type MessageBatchList = llm.MessageBatchList
 
 // serveMessageBatchList answers the caller's batches on this upstream,
 // newest first, paged with before_id, after_id and limit (1 to 1000,

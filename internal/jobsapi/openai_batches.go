@@ -54,48 +54,13 @@ type openAIBatchAttrs struct {
 }
 
 // OpenAIBatchError is one error of a batch's input file.
-type OpenAIBatchError struct {
-	Code    string  `json:"code"`
-	Message string  `json:"message"`
-	Param   *string `json:"param"`
-	Line    *int    `json:"line"`
-}
+type OpenAIBatchError = llm.OpenAIBatchError
 
 // OpenAIBatch is OpenAI's batch object.
-type OpenAIBatch struct {
-	ID               string            `json:"id"`
-	Object           string            `json:"object"`
-	Endpoint         string            `json:"endpoint"`
-	Errors           *openAIErrorList  `json:"errors"`
-	InputFileID      string            `json:"input_file_id"`
-	CompletionWindow string            `json:"completion_window"`
-	Status           string            `json:"status"`
-	OutputFileID     *string           `json:"output_file_id"`
-	ErrorFileID      *string           `json:"error_file_id"`
-	CreatedAt        int64             `json:"created_at"`
-	InProgressAt     *int64            `json:"in_progress_at"`
-	ExpiresAt        int64             `json:"expires_at"`
-	FinalizingAt     *int64            `json:"finalizing_at"`
-	CompletedAt      *int64            `json:"completed_at"`
-	FailedAt         *int64            `json:"failed_at"`
-	ExpiredAt        *int64            `json:"expired_at"`
-	CancellingAt     *int64            `json:"cancelling_at"`
-	CancelledAt      *int64            `json:"cancelled_at"`
-	RequestCounts    OpenAICounts      `json:"request_counts"`
-	Metadata         map[string]string `json:"metadata"`
-}
-
-type openAIErrorList struct {
-	Object string             `json:"object"`
-	Data   []OpenAIBatchError `json:"data"`
-}
+type OpenAIBatch = llm.OpenAIBatch
 
 // OpenAICounts are OpenAI's request counts.
-type OpenAICounts struct {
-	Total     int `json:"total"`
-	Completed int `json:"completed"`
-	Failed    int `json:"failed"`
-}
+type OpenAICounts = llm.OpenAIBatchCounts
 
 // openAIBatchCreate is the body of POST /v1/batches.
 type openAIBatchCreate struct {
@@ -222,7 +187,7 @@ func openAIBatch(b *jobstore.Batch, expiredN int) OpenAIBatch {
 		RequestCounts: OpenAICounts{Total: b.Total, Completed: c.Succeeded, Failed: c.Dead}, Metadata: attrs.Metadata}
 	if len(attrs.Errors) > 0 {
 		v.Status, v.FailedAt = "failed", at(created)
-		v.Errors = &openAIErrorList{Object: "list", Data: attrs.Errors}
+		v.Errors = &llm.OpenAIBatchErrors{Object: "list", Data: attrs.Errors}
 		return v
 	}
 	v.InProgressAt = at(created)

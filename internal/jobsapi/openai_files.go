@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // OpenAI's Files API for batches: uploads (purpose "batch") are stored;
@@ -41,16 +42,7 @@ func batchFile(id string) (batchID string, output, ok bool) {
 }
 
 // OpenAIFile is OpenAI's file object.
-type OpenAIFile struct {
-	ID        string `json:"id"`
-	Object    string `json:"object"`
-	Bytes     int64  `json:"bytes"`
-	CreatedAt int64  `json:"created_at"`
-	ExpiresAt *int64 `json:"expires_at"`
-	Filename  string `json:"filename"`
-	Purpose   string `json:"purpose"`
-	Status    string `json:"status"`
-}
+type OpenAIFile = llm.OpenAIFile
 
 func openAIFile(f *jobstore.File) OpenAIFile {
 	return OpenAIFile{ID: f.ID, Object: "file", Bytes: f.Bytes, CreatedAt: f.CreatedAt.Unix(), Filename: f.Filename,

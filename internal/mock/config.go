@@ -96,6 +96,9 @@ type Config struct {
 	// Faults are the injected failures at start; SetFaults changes them at
 	// run time. Defaults to none.
 	Faults Faults `yaml:"faults"`
+	// Batch simulates the Anthropic Message Batches and OpenAI Batch APIs.
+	// Defaults to BatchConfig's defaults.
+	Batch BatchConfig `yaml:"batch"`
 	// Accounts are account-level buckets shared by listed keys, on top of
 	// each key's own (Limits). Defaults to none.
 	Accounts map[string]Account `yaml:"accounts"`
@@ -232,6 +235,7 @@ func (c Config) WithDefaults() Config {
 	c.OutputTokens.Min = cmp.Or(c.OutputTokens.Min, OutputTokensMinDefault)
 	c.FlexLatencyFactor = cmp.Or(c.FlexLatencyFactor, FlexLatencyFactorDefault)
 	c.Faults = c.Faults.WithDefaults()
+	c.Batch = c.Batch.WithDefaults()
 	c.Clock = clock.Or(c.Clock)
 	return c
 }
@@ -302,6 +306,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("background_queue must be >= 0, got %v", c.BackgroundQueue))
 	}
 	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Batch.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := validateAccounts(c.Accounts); err != nil {

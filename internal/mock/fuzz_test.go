@@ -1,6 +1,7 @@
 package mock
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -95,6 +96,39 @@ func FuzzOutputTokensHeader(f *testing.F) {
 			}
 			require.GreaterOrEqual(t, n, int64(1))
 			require.LessOrEqual(t, n, int64(OutputTokensHeaderMax))
+		}
+	})
+}
+
+// FuzzBatchCreate feeds arbitrary bodies to both batch creates (an
+// Anthropic body, and an OpenAI input file): never a panic, never a 5xx,
+// and a batch that was made holds one line per request.
+func FuzzBatchCreate(f *testing.F) {
+	f.Add([]byte(batchBody(2)))
+	f.Add([]byte(openAIBatchFile("/v1/chat/completions", 2)))
+	f.Add([]byte(`{"requests":[{"custom_id":"a","params":{"model":"m","max_tokens":1,"stream":true,"messages":[{"role":"user","content":"x"}]}}]}`))
+	f.Add([]byte(`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m","messages":[{"role":"user","content":"x"}],"stream":true}}` + "\n\n{"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s, err := New(Config{Batch: BatchConfig{Processing: 0, ErrorRate: 0.5}})
+		require.NoError(t, err)
+		w := call(s, http.MethodPost, messageBatchesPath, map[string]string{"x-api-key": "k"}, string(body))
+		require.Less(t, w.Code, 500, w.Body.String())
+		if w.Code == http.StatusOK {
+			var b struct {
+				RequestCounts struct{ Processing int } `json:"request_counts"`
+			}
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &b))
+			require.Positive(t, b.RequestCounts.Processing)
+		}
+		s.batches.files["file-f"] = &mockFile{id: "file-f", key: "k", purpose: "batch", content: body}
+		for _, ep := range openAIBatchEndpoints {
+			w = call(s, http.MethodPost, openAIBatchesPath, map[string]string{"Authorization": "Bearer k"},
+				`{"input_file_id":"file-f","endpoint":"`+ep+`","completion_window":"24h"}`)
+			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+			var b openAIBatchObject
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &b))
+			require.True(t, (b.Status == "failed") == (b.Errors != nil), w.Body.String())
+			require.True(t, b.Status == "failed" || b.RequestCounts.Total > 0, w.Body.String())
 		}
 	})
 }

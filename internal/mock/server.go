@@ -27,6 +27,8 @@ type Server struct {
 	stats  *statsBook
 	// responses are the stored Responses API responses, per key.
 	responses *responseStore
+	// batches are the Batch APIs' batches and files (batch.go).
+	batches *batchStore
 	// revoked are the keys revoked at run time (keys.go).
 	revoked revocations
 
@@ -65,6 +67,7 @@ func New(cfg Config) (*Server, error) {
 		stats:  newStatsBook(),
 
 		responses: newResponseStore(),
+		batches:   newBatchStore(),
 	}, nil
 }
 
@@ -142,8 +145,18 @@ func (s *Server) Stop(ctx context.Context) error {
 	})
 }
 
-// Stats returns the statistics collected since New or the last reset.
-func (s *Server) Stats() Stats { return s.stats.snapshot() }
+// Stats returns the statistics collected since New or the last reset, with
+// the batch usage billed by now on the mock's clock.
+func (s *Server) Stats() Stats {
+	st := s.stats.snapshot()
+	for key, b := range s.batches.stats(s.cfg.Batch, s.clock.Now()) {
+		ks := st.Keys[key]
+		ks.Batch = b
+		st.Keys[key] = ks
+		st.Overall.Batch.merge(b)
+	}
+	return st
+}
 
 // ResetStats clears the statistics (buckets are untouched).
 func (s *Server) ResetStats() { s.stats.reset() }
@@ -155,6 +168,7 @@ func (s *Server) Reset() {
 	s.stats.reset()
 	s.quotas.reset()
 	s.responses.reset()
+	s.batches.reset()
 }
 
 // SetFaults replaces the injected faults at run time, restarting the random
@@ -209,7 +223,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
 		})
 	default:
-		if !s.handleKeys(w, r) && !s.handleResponsePath(w, r) {
+		if !s.handleKeys(w, r) && !s.handleResponsePath(w, r) && !s.handleBatchPath(w, r) {
 			s.notFound(w, r, http.StatusNotFound)
 		}
 	}
@@ -289,8 +303,11 @@ func (x *exchange) auth() bool {
 
 // body reads the request body within the size limit; nil means an error
 // answer was sent.
-func (x *exchange) body() []byte {
-	limit := x.s.cfg.MaxBodyBytes
+func (x *exchange) body() []byte { return x.bodyLimit(x.s.cfg.MaxBodyBytes) }
+
+// bodyLimit reads the request body within limit bytes; nil means an error
+// answer was sent.
+func (x *exchange) bodyLimit(limit int64) []byte {
 	tooLarge := func() {
 		msg := "Request exceeds the maximum allowed number of bytes."
 		typ := "request_too_large"

@@ -108,6 +108,10 @@ type ScopeStats struct {
 	ByServiceTier map[string]int64 `json:"by_service_tier"`
 	// Cache sums the prompt-cache outcome of admitted model requests.
 	Cache CacheCounts `json:"cache"`
+	// Batch is what the Batch APIs billed (batch.go): lines by outcome,
+	// usage and cost of the succeeded ones. Batch lines are counted here
+	// only, never in Admitted, Max60s or the endpoint and tier counts.
+	Batch BatchStats `json:"batch"`
 }
 
 // Stats are the mock's statistics overall and per API key.
