@@ -25,9 +25,22 @@ type BatchAPI interface {
 	// Cancel asks the provider to cancel a batch; it ends (canceled) with
 	// the lines done so far.
 	Cancel(ctx context.Context, id string) error
-	// Find looks for a batch created with tag (a create whose answer was
-	// lost to a crash); found false when there is none.
-	Find(ctx context.Context, tag string) (b ProviderBatch, found bool, err error)
+	// Find looks for the batch of a create whose answer was lost (to a
+	// crash, a timeout): found false when the provider has none, so the
+	// lines may be sent again; ErrBatchUndecided when a batch that may be
+	// it cannot be told apart yet (ask again later).
+	Find(ctx context.Context, q BatchQuery) (b ProviderBatch, found bool, err error)
+}
+
+// BatchQuery describes a create whose answer was lost.
+type BatchQuery struct {
+	// Tag is the tag the create carried (the group's id).
+	Tag string
+	// Since is when the create was first sent (on Sluice's clock): the
+	// batch, if any, was made after it.
+	Since time.Time
+	// Lines are the lines it carried.
+	Lines []BatchLine
 }
 
 // Errors a BatchAPI answers with.
@@ -39,7 +52,31 @@ var (
 	// ErrBatchNotFound: the provider has no such batch (deleted, or its
 	// retention ran out).
 	ErrBatchNotFound = errors.New("provider batch not found")
+	// ErrBatchRefused: the provider refused the batch whole for its
+	// content (a malformed line, a body it does not take): nothing was
+	// queued. The router halves its groups; a refused group of one line
+	// kills its job with the provider's error (a *BatchRefusal).
+	ErrBatchRefused = errors.New("provider batch refused")
+	// ErrBatchUndecided: Find saw a batch that may be the one sought but
+	// cannot tell yet (Anthropic batches show their lines only once
+	// ended); the router asks again on its next turn.
+	ErrBatchUndecided = errors.New("provider batch not identified yet")
 )
+
+// BatchRefusal is the provider's refusal of a whole batch; it wraps
+// ErrBatchRefused.
+type BatchRefusal struct {
+	// Status and Body are the provider's answer, in its protocol's error
+	// shape: what a refused one-line group's job ends with.
+	Status int
+	Body   []byte
+	Err    error
+}
+
+func (e *BatchRefusal) Error() string { return e.Err.Error() }
+
+// Unwrap returns ErrBatchRefused and the provider's error.
+func (e *BatchRefusal) Unwrap() []error { return []error{ErrBatchRefused, e.Err} }
 
 // BatchLine is one request of a provider batch.
 type BatchLine struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 	"github.com/sluicehq/sluice/upstream"
 )
 
@@ -44,7 +45,10 @@ type batchRouter struct {
 	protocol llm.Protocol
 	route    upstream.BatchRoute
 	classes  []llm.Priority
-	api      BatchAPI
+	// paths are the endpoints a group is formed for, one at a time (a
+	// provider batch carries one).
+	paths []string
+	api   BatchAPI
 	// maxJobs is the largest group sent now: route.MaxRequests, halved
 	// by each queue-full answer (the provider's queued-request and
 	// enqueued-token limits, learned from its errors), grown back by a
@@ -58,7 +62,7 @@ const batchLineChunk = 500
 func newBatchRouter(s *Service, name string, route upstream.BatchRoute, api BatchAPI) *batchRouter {
 	route = route.WithDefaults()
 	return &batchRouter{s: s, upstream: name, protocol: s.cfg.Protocols[name], route: route,
-		classes: route.RoutedClasses(), api: api, maxJobs: route.MaxRequests}
+		classes: route.RoutedClasses(), paths: provider.ScheduledPaths(s.cfg.Protocols[name]), api: api, maxJobs: route.MaxRequests}
 }
 
 // loop turns the router until ctx ends.
@@ -93,19 +97,21 @@ func (r *batchRouter) turn(ctx context.Context) {
 		}
 		r.advance(ctx, g)
 	}
-	for ctx.Err() == nil && r.form(ctx) {
+	for _, path := range r.paths {
+		for ctx.Err() == nil && r.form(ctx, path) {
+		}
 	}
 }
 
 // leaseFor is how long a group's lease lasts: three polls.
 func (r *batchRouter) leaseFor() time.Duration { return 3 * r.route.PollInterval }
 
-// form makes one group of the jobs that may be routed now and submits it;
-// it reports whether it made one.
-func (r *batchRouter) form(ctx context.Context) bool {
+// form makes one group of the jobs to path that may be routed now and
+// submits it; it reports whether it made one.
+func (r *batchRouter) form(ctx context.Context, path string) bool {
 	cfg := r.s.cfg
 	now := cfg.Clock.Now()
-	res, err := r.s.store.CreateGroup(ctx, jobstore.CreateGroupParams{Upstream: r.upstream, Classes: r.classes,
+	res, err := r.s.store.CreateGroup(ctx, jobstore.CreateGroupParams{Upstream: r.upstream, Classes: r.classes, Path: path,
 		DeadlineAfter: now.Add(r.route.MinTimeLeft), MinJobs: min(r.route.MinGroup, r.maxJobs), WaitedSince: now.Add(-r.route.MaxWait),
 		MaxJobs: r.maxJobs, MaxBytes: r.route.MaxBytes, LeaseUntil: now.Add(providerBatchWindow + r.route.DeadlineMargin),
 		Margin: r.route.DeadlineMargin, Owner: cfg.Owner, LeaseFor: r.leaseFor(), Now: now})
@@ -132,10 +138,15 @@ func (r *batchRouter) advance(ctx context.Context, g *jobstore.Group) {
 	cfg := r.s.cfg
 	switch g.State {
 	case jobstore.GroupPending:
+		jobs, err := r.openJobs(ctx, g)
+		if err != nil {
+			cfg.Logger.Warn("reading a provider batch group's jobs", "upstream", r.upstream, "group", g.ID, "err", err)
+			return
+		}
 		if !g.SubmitStartedAt.IsZero() {
 			// A submit was begun and its answer never recorded (a crash, a
 			// lost answer): find it rather than send it twice.
-			pb, found, err := r.api.Find(ctx, g.ID)
+			pb, found, err := r.api.Find(ctx, BatchQuery{Tag: g.ID, Since: g.SubmitStartedAt, Lines: batchLines(jobs)})
 			if err != nil {
 				cfg.Logger.Warn("looking for a provider batch after an unrecorded submit", "upstream", r.upstream, "group", g.ID, "err", err)
 				return
@@ -144,11 +155,6 @@ func (r *batchRouter) advance(ctx context.Context, g *jobstore.Group) {
 				r.submitted(ctx, g, pb)
 				return
 			}
-		}
-		jobs, err := r.openJobs(ctx, g)
-		if err != nil {
-			cfg.Logger.Warn("reading a provider batch group's jobs", "upstream", r.upstream, "group", g.ID, "err", err)
-			return
 		}
 		r.submit(ctx, g, jobs)
 	case jobstore.GroupSubmitted, jobstore.GroupCanceling:
@@ -166,6 +172,9 @@ func (r *batchRouter) advance(ctx context.Context, g *jobstore.Group) {
 		}
 		if pb.Ended {
 			results, err := r.api.Results(ctx, g.ProviderID)
+			if r.refused(ctx, g, err) {
+				return
+			}
 			if err != nil {
 				cfg.Logger.Warn("reading a provider batch's results", "upstream", r.upstream, "group", g.ID, "batch", g.ProviderID, "err", err)
 				return
@@ -208,22 +217,11 @@ func (r *batchRouter) submit(ctx context.Context, g *jobstore.Group, jobs []*job
 		cfg.Logger.Warn("recording a provider batch submit", "upstream", r.upstream, "group", g.ID, "err", err)
 		return
 	}
-	lines := make([]BatchLine, len(jobs))
-	for i, j := range jobs {
-		lines[i] = BatchLine{CustomID: lineID(j.ID), Path: j.Path, Body: j.Body}
-	}
-	pb, err := r.api.Create(ctx, g.ID, lines)
-	switch {
-	case errors.Is(err, ErrBatchQueueFull):
-		// Refused whole (nothing was queued): smaller groups from now
-		// on, and these jobs back to the queue to be grouped again.
-		r.maxJobs = max(1, min(r.maxJobs, len(jobs))/2)
-		cfg.Logger.Warn("the provider's batch queue is full: smaller batches from now on", "upstream", r.upstream,
-			"group", g.ID, "max_requests", r.maxJobs)
-		cfg.Observer.BatchGroup(r.upstream, BatchGroupRefused, len(jobs))
-		r.writeBack(ctx, g, nil)
+	pb, err := r.api.Create(ctx, g.ID, batchLines(jobs))
+	if r.refused(ctx, g, err) {
 		return
-	case err != nil:
+	}
+	if err != nil {
 		// May or may not have reached the provider: the next turn looks
 		// for it by its tag before sending it again.
 		cfg.Logger.Warn("submitting a provider batch", "upstream", r.upstream, "group", g.ID, "err", err)
@@ -231,6 +229,50 @@ func (r *batchRouter) submit(ctx context.Context, g *jobstore.Group, jobs []*job
 	}
 	r.maxJobs = min(r.route.MaxRequests, r.maxJobs+r.maxJobs/4+1)
 	r.submitted(ctx, g, pb)
+}
+
+// refused handles the provider's refusal of g's batch as a whole, at its
+// create or when it failed before running (OpenAI validates a batch after
+// accepting it): nothing of it ran. It reports false when err is no
+// refusal.
+func (r *batchRouter) refused(ctx context.Context, g *jobstore.Group, err error) bool {
+	cfg := r.s.cfg
+	var refusal *BatchRefusal
+	switch {
+	case errors.As(err, &refusal) && g.Jobs == 1:
+		// The provider refuses this one request: the job ends with its
+		// answer, as a line it refused would.
+		members, merr := r.s.store.GroupMembers(ctx, g.ID)
+		if merr != nil || len(members) != 1 {
+			cfg.Logger.Warn("reading a provider batch group's jobs", "upstream", r.upstream, "group", g.ID, "err", merr)
+			return true
+		}
+		cfg.Observer.BatchGroup(r.upstream, BatchGroupRefused, 1)
+		r.writeBack(ctx, g, []BatchLineResult{{CustomID: lineID(members[0].JobID), Outcome: LineErrored,
+			Status: refusal.Status, Body: refusal.Body}})
+	case errors.Is(err, ErrBatchRefused), errors.Is(err, ErrBatchQueueFull):
+		// Refused whole (for a line's content, or the provider's queue
+		// limits): smaller groups from now on (down to a refused line
+		// alone in its group, above), and these jobs back to the queue to
+		// be grouped again.
+		r.maxJobs = max(1, min(r.maxJobs, g.Jobs)/2)
+		cfg.Logger.Warn("the provider refused a batch: smaller batches from now on", "upstream", r.upstream,
+			"group", g.ID, "max_requests", r.maxJobs, "err", err)
+		cfg.Observer.BatchGroup(r.upstream, BatchGroupRefused, g.Jobs)
+		r.writeBack(ctx, g, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+// batchLines are jobs as the lines of a provider batch.
+func batchLines(jobs []*jobstore.Job) []BatchLine {
+	lines := make([]BatchLine, len(jobs))
+	for i, j := range jobs {
+		lines[i] = BatchLine{CustomID: lineID(j.ID), Path: j.Path, Body: j.Body}
+	}
+	return lines
 }
 
 // submitted records the provider's id of g's batch.

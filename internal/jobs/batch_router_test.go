@@ -117,11 +117,11 @@ func (f *fakeBatchAPI) Cancel(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeBatchAPI) Find(_ context.Context, tag string) (ProviderBatch, bool, error) {
+func (f *fakeBatchAPI) Find(_ context.Context, q BatchQuery) (ProviderBatch, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, b := range f.batches {
-		if b.tag == tag {
+		if b.tag == q.Tag {
 			return ProviderBatch{ID: b.id, Ended: f.ended(b), CreatedAt: b.created}, true, nil
 		}
 	}

@@ -56,10 +56,10 @@ func (s *postgresStore) createGroup(ctx context.Context, p CreateGroupParams) (C
 	}
 	rows, err := tx.Query(ctx, `SELECT id, octet_length(body), available_at, deadline FROM sluice_jobs
 		WHERE state = 'queued' AND upstream = $1 AND priority = ANY($2) AND available_at <= $3
-			AND (deadline IS NULL OR deadline > $4)
+			AND (deadline IS NULL OR deadline > $4) AND ($6 = '' OR path = $6)
 			AND upstream NOT IN (SELECT upstream FROM sluice_paused_upstreams)
 		ORDER BY priority, available_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`,
-		p.Upstream, classes, pgTime(p.Now), pgTime(p.DeadlineAfter), p.MaxJobs)
+		p.Upstream, classes, pgTime(p.Now), pgTime(p.DeadlineAfter), p.MaxJobs, p.Path)
 	if err != nil {
 		return out, err
 	}

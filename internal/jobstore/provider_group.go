@@ -78,6 +78,9 @@ type CreateGroupParams struct {
 	Upstream string
 	// Classes are the priority classes routed (at least one).
 	Classes []llm.Priority
+	// Path, when set, takes only jobs sent to it (an OpenAI batch carries
+	// one endpoint). Defaults to any path.
+	Path string
 	// DeadlineAfter: only jobs without a deadline or with one after it.
 	// Required.
 	DeadlineAfter time.Time

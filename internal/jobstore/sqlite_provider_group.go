@@ -45,10 +45,10 @@ func (s *sqliteStore) CreateGroup(ctx context.Context, p CreateGroupParams) (Cre
 			marks[i] = "?"
 			args = append(args, int(c))
 		}
-		args = append(args, now, micros(p.DeadlineAfter), p.MaxJobs)
+		args = append(args, now, micros(p.DeadlineAfter), p.Path, p.Path, p.MaxJobs)
 		rows, err := tx.QueryContext(ctx, `SELECT id, length(body), available_at, deadline FROM sluice_jobs
 			WHERE state = 'queued' AND upstream = ? AND priority IN (`+strings.Join(marks, ",")+`) AND available_at <= ?
-				AND (deadline IS NULL OR deadline > ?)
+				AND (deadline IS NULL OR deadline > ?) AND (? = '' OR path = ?)
 				AND upstream NOT IN (SELECT upstream FROM sluice_paused_upstreams)
 			ORDER BY priority, available_at, id LIMIT ?`, args...)
 		if err != nil {

@@ -198,8 +198,12 @@ func (s *Server) runJobs(ctx context.Context) error {
 	dispatchers := map[string]jobs.Dispatcher{}
 	protocols := map[string]llm.Protocol{}
 	routes := map[string]upcfg.BatchRoute{}
+	batchAPIs := map[string]jobs.BatchAPI{}
 	for _, name := range s.order {
 		routes[name] = s.upstreams[name].cfg.Batch
+		if api := s.upstreams[name].batchAPI; api != nil {
+			batchAPIs[name] = api
+		}
 		d, ok := s.upstreams[name].engine.(jobs.Dispatcher)
 		if !ok {
 			return fmt.Errorf("upstream %q: its engine cannot run jobs (no admission tickets)", name)
@@ -216,7 +220,7 @@ func (s *Server) runJobs(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
 	svc, err := jobs.New(jobs.Config{Settings: jc, WebhookClient: &http.Client{Transport: guard.Transport()},
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, BatchRoutes: routes, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, BatchRoutes: routes, BatchAPIs: batchAPIs, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
 		Owner: s.admit.ClusterNodeID()}) // the cluster's node id, when sharing
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())

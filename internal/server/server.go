@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
+	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
@@ -87,6 +88,9 @@ type upstream struct {
 	target *url.URL
 	engine engine
 	proxy  *httputil.ReverseProxy
+	// batchAPI is the provider's Batch API the job service routes jobs
+	// to (nil unless the upstream's batch: section routes).
+	batchAPI jobs.BatchAPI
 }
 
 // Server is the gateway: HTTP routes in front of one dispatcher per
@@ -268,6 +272,11 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 			u.engine = e
 		}
 		u.proxy = s.newPassthrough(u, o.transport)
+		if uc.Batch.Enabled() {
+			if u.batchAPI, err = jobs.NewBatchAPI(jobs.BatchAPIConfig{Upstream: uc, Transport: o.transport, Clock: s.clock}); err != nil {
+				return nil, fmt.Errorf("building the Batch API client of upstream %s: %w", uc.Name, err)
+			}
+		}
 		s.upstreams[uc.Name] = u
 		s.order = append(s.order, uc.Name)
 	}

@@ -233,3 +233,36 @@ func assertNoErr(t *testing.T, err error) bool {
 	}
 	return true
 }
+
+// testProviderGroupsPath: a group asked for one path (an OpenAI batch
+// carries one endpoint) takes only the jobs sent to it; without a path
+// it takes any.
+func testProviderGroupsPath(t *testing.T, s jobstore.Store) {
+	ctx := context.Background()
+	add := func(path string) *jobstore.Job {
+		p := job("pp", T0)
+		p.Priority, p.Path = llm.Low, path
+		return insert(t, s, p)
+	}
+	chat, emb, chat2 := add("/v1/chat/completions"), add("/v1/embeddings"), add("/v1/chat/completions")
+	ids := func(res jobstore.CreateGroupResult) []int64 {
+		var out []int64
+		for _, j := range res.Jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	p := groupParams("pp", T0)
+	p.MinJobs, p.Path = 1, "/v1/embeddings"
+	res, err := s.CreateGroup(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, []int64{emb.ID}, ids(res))
+	p.Path = "/v1/responses"
+	res, err = s.CreateGroup(ctx, p)
+	require.NoError(t, err)
+	require.Nil(t, res.Group, "no job is sent to that path")
+	p.Path = ""
+	res, err = s.CreateGroup(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, []int64{chat.ID, chat2.ID}, ids(res))
+}

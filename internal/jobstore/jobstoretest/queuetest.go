@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Clients", testClients},
 		{"ProviderGroups", testProviderGroups},
 		{"ProviderGroupsConcurrent", testProviderGroupsConcurrent},
+		{"ProviderGroupsPath", testProviderGroupsPath},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
