@@ -74,7 +74,7 @@ func TestLookup(t *testing.T) {
 	}
 	_, err := Lookup("nosuch")
 	require.True(t, errors.Is(err, ErrUnknownScenario))
-	require.ErrorContains(t, err, "goodput, priority, outage, overhead, mock, trace, all")
+	require.ErrorContains(t, err, "goodput, priority, outage, overhead, mock, batch-route, trace, all")
 }
 
 func TestOptionsRejected(t *testing.T) {
