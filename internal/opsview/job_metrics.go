@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -68,6 +69,59 @@ type jobMetrics struct {
 	batchLines  *prometheus.CounterVec
 	batchSpend  *prometheus.CounterVec
 	batchSaved  *prometheus.CounterVec
+	// routed are the same figures per upstream for /v1/status.
+	routed routedTotals
+}
+
+// routedTotals sums, per upstream, the lines answered through the
+// provider's Batch API and what they cost, since the gateway started.
+type routedTotals struct {
+	mu sync.Mutex
+	by map[string]*BatchRouteStatus
+}
+
+func (r *routedTotals) add(upstream string, fn func(*BatchRouteStatus)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[string]*BatchRouteStatus{}
+	}
+	t := r.by[upstream]
+	if t == nil {
+		t = &BatchRouteStatus{}
+		r.by[upstream] = t
+	}
+	fn(t)
+}
+
+// get returns a copy of upstream's totals, nil when it routed nothing.
+func (r *routedTotals) get(upstream string) *BatchRouteStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.by[upstream]
+	if t == nil {
+		return nil
+	}
+	c := *t
+	c.SpentUSD, c.StandardUSD = roundUSD(c.SpentUSD), roundUSD(c.StandardUSD)
+	c.SavedUSD = roundUSD(c.StandardUSD - c.SpentUSD)
+	return &c
+}
+
+// roundUSD rounds to a millionth of a dollar, the float sums' noise off.
+func roundUSD(v float64) float64 { return math.Round(v*1e6) / 1e6 }
+
+// BatchRouteStatus is an upstream's routing to its provider's Batch API
+// (docs/jobs-api.md), since this gateway started: the lines it wrote back
+// and what the answered ones cost at the batch price, against what the
+// synchronous path would have cost; SavedUSD is the difference.
+type BatchRouteStatus struct {
+	Succeeded   int64   `json:"lines_succeeded"`
+	Released    int64   `json:"lines_released"`
+	Errored     int64   `json:"lines_errored"`
+	SpentUSD    float64 `json:"spent_usd"`
+	StandardUSD float64 `json:"standard_usd"`
+	SavedUSD    float64 `json:"saved_usd"`
 }
 
 var _ jobs.Observer = (*jobMetrics)(nil)
@@ -196,11 +250,25 @@ func (m *jobMetrics) BatchGroup(upstream string, event jobs.BatchGroupEvent, _ i
 
 func (m *jobMetrics) BatchLines(upstream string, outcome jobs.BatchLineOutcome, n int) {
 	m.batchLines.WithLabelValues(upstream, string(outcome)).Add(float64(max(n, 0)))
+	m.routed.add(upstream, func(t *BatchRouteStatus) {
+		switch outcome {
+		case jobs.LineSucceeded:
+			t.Succeeded += int64(n)
+		case jobs.LineErrored:
+			t.Errored += int64(n)
+		case jobs.LineCanceled, jobs.LineExpired:
+			t.Released += int64(n)
+		}
+	})
 }
 
 func (m *jobMetrics) BatchSpend(upstream string, batchUSD, standardUSD float64) {
 	m.batchSpend.WithLabelValues(upstream).Add(max(batchUSD, 0))
 	m.batchSaved.WithLabelValues(upstream).Add(max(standardUSD-batchUSD, 0))
+	m.routed.add(upstream, func(t *BatchRouteStatus) {
+		t.SpentUSD += max(batchUSD, 0)
+		t.StandardUSD += max(standardUSD, batchUSD, 0)
+	})
 }
 
 // liveCounter is what jobCounts reads: jobstore.Store implements it.

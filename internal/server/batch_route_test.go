@@ -153,6 +153,14 @@ func TestBatchRouteEndToEnd(t *testing.T) {
 			code, body := call(t, "GET", base+"/v1/status", "ck-nightly", "")
 			require.Equal(t, http.StatusOK, code, string(body))
 			var status struct {
+				Upstreams []struct {
+					Name       string `json:"name"`
+					BatchRoute *struct {
+						Succeeded int64   `json:"lines_succeeded"`
+						SpentUSD  float64 `json:"spent_usd"`
+						SavedUSD  float64 `json:"saved_usd"`
+					} `json:"batch_route"`
+				} `json:"upstreams"`
 				Spend struct {
 					Clients []struct {
 						Client string `json:"client"`
@@ -164,7 +172,16 @@ func TestBatchRouteEndToEnd(t *testing.T) {
 			}
 			require.NoError(t, json.Unmarshal(body, &status))
 			require.Len(t, status.Spend.Clients, 1)
-			require.Equal(t, math.Round(stats.Batch.CostUSD*100), math.Round(status.Spend.Clients[0].Total.SpentUSD*100))
+			cents := func(usd float64) float64 { return math.Round(usd * 100) }
+			require.Equal(t, cents(stats.Batch.CostUSD), cents(status.Spend.Clients[0].Total.SpentUSD))
+			// The upstream's routing: what it answered, cost and saved
+			// (the batch price is half the standard one).
+			require.Len(t, status.Upstreams, 1)
+			route := status.Upstreams[0].BatchRoute
+			require.NotNil(t, route)
+			require.Equal(t, int64(len(ids)), route.Succeeded)
+			require.Equal(t, cents(stats.Batch.CostUSD), cents(route.SpentUSD))
+			require.InDelta(t, route.SpentUSD, route.SavedUSD, 0.01)
 		})
 	}
 }
