@@ -155,6 +155,9 @@ type Config struct {
 	// gateway (/v1/messages/batches, /v1/batches) when the create names
 	// none with X-Priority. Defaults to low (BatchPriorityDefault).
 	BatchPriority string `yaml:"batch_priority"`
+	// Batch routes the jobs of some classes to the provider's Batch API
+	// when their deadline leaves room (BatchRoute). Defaults to none.
+	Batch BatchRoute `yaml:"batch"`
 	// Profile presets the class, retry and quota settings left zero:
 	// latency, throughput or balanced. Defaults to balanced
 	// (ProfileDefault).
@@ -425,6 +428,7 @@ func (c *Classes) ptr(p Priority) *Class {
 // idempotent. An unknown profile fills nothing (Validate reports it).
 func (c Config) WithDefaults() Config {
 	c.Profile = cmp.Or(c.Profile, ProfileDefault)
+	c.Batch = c.Batch.WithDefaults()
 	if p, ok := profiles[c.Profile]; ok {
 		c = p.fill(c)
 	}

@@ -130,6 +130,15 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"classes.<class>.weight":          classValues(d.Classes, func(c upstream.Class) float64 { return c.Weight }),
 		"classes.<class>.max_wait":        classValues(d.Classes, func(c upstream.Class) time.Duration { return c.MaxWait }),
 		"classes.<class>.headroom":        classValues(d.Classes, func(c upstream.Class) float64 { return c.Headroom }),
+		"batch.max_wait":                  {upstream.BatchMaxWaitDefault},
+		"batch.min_time_left":             {upstream.BatchMinTimeLeftDefault},
+		"batch.deadline_margin":           {upstream.BatchDeadlineMarginDefault},
+		"batch.min_group":                 {upstream.BatchMinGroupDefault},
+		"batch.max_requests":              {upstream.BatchMaxRequestsDefault},
+		"batch.poll_interval":             {upstream.BatchPollIntervalDefault},
+		// Set only with a route (batch.route, batch.classes: required
+		// with it); max_bytes is given in MiB.
+		"batch.route": nil, "batch.classes": nil, "batch.max_bytes": nil,
 		// Required or protocol-dependent: the text says so.
 		"name": nil, "protocol": nil, "base_url": nil, "api_key": nil, "api_keys": nil, "orgs": nil, "fallbacks": nil, "fallback_classes": nil,
 		"batch_priority": {upstream.BatchPriorityDefault.String()},

@@ -37,6 +37,9 @@ func (c Config) Validate() error {
 	if c.Flex.Enabled && c.Protocol != OpenAI {
 		return fmt.Errorf("flex.enabled: only openai upstreams have a flex tier (this one is %s)", c.Protocol)
 	}
+	if err := c.Batch.validate(); err != nil {
+		return err
+	}
 	d := c.WithDefaults()
 	if err := d.validatePool(); err != nil {
 		return err

@@ -69,7 +69,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		return fmt.Errorf("%w: one scenario expected, got extra %q", errUsage, strings.Join(fs.Args(), " "))
 	}
 	if name == "" {
-		return fmt.Errorf("%w: name a scenario (goodput, priority, outage, overhead, mock, trace or all)", errUsage)
+		return fmt.Errorf("%w: name a scenario (goodput, priority, outage, overhead, mock, batch-route, trace or all)", errUsage)
 	}
 	if *duration <= 0 {
 		return fmt.Errorf("%w: --duration must be positive, got %v", errUsage, *duration)

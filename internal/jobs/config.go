@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // Defaults for Config fields.
@@ -94,6 +95,18 @@ type Config struct {
 	// it go now. Defaults to nil: every call goes to its own upstream,
 	// unlimited.
 	Admission Admission
+	// BatchRoutes route the jobs of some classes of an upstream to its
+	// provider's Batch API (upstream.Config.Batch), by upstream name; an
+	// upstream not listed (or whose route is not enabled) routes nothing.
+	// Defaults to none.
+	BatchRoutes map[string]upstream.BatchRoute
+	// BatchAPIs are the providers' Batch APIs of the routed upstreams.
+	// Required for every enabled route.
+	BatchAPIs map[string]BatchAPI
+	// BatchPricer prices the lines of provider batches and tells the
+	// budgets. Defaults to Admission when it implements BatchPricer;
+	// required with a route.
+	BatchPricer BatchPricer
 	// Clock is the time source. Defaults to the wall clock.
 	Clock clock.Clock
 	// Owner names this process's workers in leases. Defaults to
@@ -174,6 +187,11 @@ func (c Config) WithDefaults() Config {
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
 	}
+	if c.BatchPricer == nil {
+		if p, ok := c.Admission.(BatchPricer); ok {
+			c.BatchPricer = p
+		}
+	}
 	return c
 }
 
@@ -202,6 +220,19 @@ func (c Config) Validate() error {
 	}
 	if err := c.Settings.Validate(); err != nil {
 		return err
+	}
+	for name, r := range c.BatchRoutes {
+		if !r.Enabled() {
+			continue
+		}
+		switch {
+		case c.Dispatchers[name] == nil:
+			return fmt.Errorf("BatchRoutes[%s]: no such upstream", name)
+		case c.BatchAPIs[name] == nil:
+			return fmt.Errorf("BatchAPIs[%s] is missing (the upstream routes jobs to its Batch API)", name)
+		case c.BatchPricer == nil:
+			return fmt.Errorf("BatchPricer is required with BatchRoutes[%s]", name)
+		}
 	}
 	switch {
 	case c.HeartbeatEvery <= 0 || c.HeartbeatEvery >= c.LeaseFor:

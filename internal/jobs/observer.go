@@ -29,7 +29,43 @@ type Observer interface {
 	Rescued(res jobstore.RescueResult)
 	// Webhook: one webhook delivery attempt ended with outcome.
 	Webhook(outcome WebhookOutcome)
+	// BatchGroup: a group of jobs routed to upstream's Batch API moved
+	// on (event), n its jobs.
+	BatchGroup(upstream string, event BatchGroupEvent, n int)
+	// BatchLines: n lines of a provider batch of upstream were written
+	// back with outcome.
+	BatchLines(upstream string, outcome BatchLineOutcome, n int)
+	// BatchSpend: a line answered through upstream's Batch API was
+	// charged batchUSD, where the synchronous path would have cost
+	// standardUSD.
+	BatchSpend(upstream string, batchUSD, standardUSD float64)
 }
+
+// BatchGroupEvent is what happened to a group routed to a provider's
+// Batch API.
+type BatchGroupEvent string
+
+// The group events.
+const (
+	// BatchGroupFormed: jobs were chosen and leased to a new group.
+	BatchGroupFormed BatchGroupEvent = "formed"
+	// BatchGroupSubmitted: the provider accepted the group's batch.
+	BatchGroupSubmitted BatchGroupEvent = "submitted"
+	// BatchGroupRefused: the provider refused it for its queue limits;
+	// its jobs went back to the queue.
+	BatchGroupRefused BatchGroupEvent = "refused"
+	// BatchGroupPulledBack: canceled at the provider because a job's
+	// deadline came near.
+	BatchGroupPulledBack BatchGroupEvent = "pulled_back"
+	// BatchGroupEnded: every line was written back.
+	BatchGroupEnded BatchGroupEvent = "ended"
+)
+
+// BatchGroupEvents lists every group event.
+var BatchGroupEvents = []BatchGroupEvent{BatchGroupFormed, BatchGroupSubmitted, BatchGroupRefused, BatchGroupPulledBack, BatchGroupEnded}
+
+// BatchLineOutcomes lists every line outcome.
+var BatchLineOutcomes = []BatchLineOutcome{LineSucceeded, LineErrored, LineCanceled, LineExpired}
 
 // AttemptOutcome is how one attempt of a job ended.
 type AttemptOutcome string
@@ -102,3 +138,6 @@ func (NopObserver) Attempted(string, AttemptOutcome, time.Duration) {}
 func (NopObserver) Finished(string, jobstore.State, int)            {}
 func (NopObserver) Rescued(jobstore.RescueResult)                   {}
 func (NopObserver) Webhook(WebhookOutcome)                          {}
+func (NopObserver) BatchGroup(string, BatchGroupEvent, int)         {}
+func (NopObserver) BatchLines(string, BatchLineOutcome, int)        {}
+func (NopObserver) BatchSpend(string, float64, float64)             {}

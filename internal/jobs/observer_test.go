@@ -22,9 +22,10 @@ import (
 
 // recorder is an Observer that tallies every event.
 type recorder struct {
-	mu  sync.Mutex
-	got observed
-	bad atomic.Int64 // negative durations seen
+	NopObserver // the batch routing's events: batch_router_test.go
+	mu          sync.Mutex
+	got         observed
+	bad         atomic.Int64 // negative durations seen
 }
 
 // observed is what a recorder saw. Maps are keyed "upstream", "upstream

@@ -62,7 +62,8 @@ type Service struct {
 	// retrying, so Stop never waits on a store that stays away.
 	stopping    context.Context
 	abortJobs   context.CancelCauseFunc
-	loops       sync.WaitGroup // worker loops
+	loops       sync.WaitGroup // worker loops and batch routers
+	routers     []*batchRouter
 	jobs        sync.WaitGroup // running jobs
 	runningJobs map[int64]context.CancelCauseFunc
 	finished    chan struct{} // closed and replaced when a job finishes here (Finished)
@@ -109,6 +110,11 @@ func New(cfg Config) (*Service, error) {
 		s.signer, _ = webhook.NewSigner(cfg.WebhookSecret) // validated above
 	}
 	s.hooks = newWebhookSender(s)
+	for _, name := range s.upstreams {
+		if r := cfg.BatchRoutes[name]; r.Enabled() {
+			s.routers = append(s.routers, newBatchRouter(s, name, r, cfg.BatchAPIs[name]))
+		}
+	}
 	if cfg.SpoolDir != "" {
 		sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, cfg.SpoolMaxEntries)
 		if err != nil {
@@ -154,11 +160,19 @@ func (s *Service) start(run context.Context) error {
 	}
 	s.hooks.start(run)
 	for _, name := range s.upstreams {
-		w := &worker{s: s, upstream: name, dispatcher: s.cfg.Dispatchers[name], protocol: s.cfg.Protocols[name], jobCtx: jobCtx}
+		w := &worker{s: s, upstream: name, dispatcher: s.cfg.Dispatchers[name], protocol: s.cfg.Protocols[name], jobCtx: jobCtx,
+			route: s.cfg.BatchRoutes[name].WithDefaults()}
 		s.loops.Add(1)
 		go func() {
 			defer s.loops.Done()
 			w.loop(claimCtx)
+		}()
+	}
+	for _, r := range s.routers {
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			r.loop(claimCtx)
 		}()
 	}
 	return nil

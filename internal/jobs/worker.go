@@ -2,12 +2,14 @@ package jobs
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // worker runs one upstream's jobs: its loop (workerLoop) and the run of
@@ -25,6 +27,10 @@ type worker struct {
 	dispatcher Dispatcher
 	protocol   llm.Protocol
 	jobCtx     context.Context // parent of every job's context; aborted by Stop
+	// route is the upstream's routing to its provider's Batch API: the
+	// worker claims the jobs of a routed class only once they are too
+	// near their deadline to be routed (batch_router.go).
+	route upstream.BatchRoute
 
 	costs costMemory
 }
@@ -54,14 +60,19 @@ func (w *worker) claim(ctx context.Context, class llm.Priority, limit int) []*jo
 	if !w.s.replaySpool(ctx) {
 		return nil
 	}
-	jobs, err := w.s.store.Claim(ctx, jobstore.ClaimParams{
+	now := cfg.Clock.Now()
+	p := jobstore.ClaimParams{
 		Upstream: w.upstream,
 		Priority: &class,
 		Limit:    limit,
 		Owner:    cfg.Owner,
 		LeaseFor: cfg.LeaseFor,
-		Now:      cfg.Clock.Now(),
-	})
+		Now:      now,
+	}
+	if w.routes(class) {
+		p.DeadlineBy = now.Add(w.route.MinTimeLeft)
+	}
+	jobs, err := w.s.store.Claim(ctx, p)
 	if err != nil && ctx.Err() == nil {
 		cfg.Logger.Warn("claiming jobs", "upstream", w.upstream, "err", err)
 	}
@@ -79,6 +90,12 @@ func (w *worker) handBack(j *jobstore.Job) {
 		RetryAt: now, Now: now}); err != nil {
 		s.cfg.Logger.Warn("handing a job back", "job", j.ID, "err", err)
 	}
+}
+
+// routes reports whether the jobs of class are routed to the provider's
+// Batch API.
+func (w *worker) routes(class llm.Priority) bool {
+	return w.route.Enabled() && slices.Contains(w.route.RoutedClasses(), class)
 }
 
 func sum(a [llm.NumPriorities]int) int {

@@ -74,6 +74,11 @@ func (w *worker) newLoop(ctx context.Context) *workerLoop {
 	l.notify = w.s.store.Notify(ctx, w.upstream)
 	l.poll = cfg.Clock.NewTimer(cfg.PollInterval)
 	l.acqCtx, l.stopAcquiring = context.WithCancel(ctx)
+	if w.route.Enabled() {
+		// A job handed off at insert would skip the routing: an upstream
+		// that routes to its Batch API claims every job.
+		return l
+	}
 	h, err := w.s.store.Handoff(jobstore.HandoffParams{Upstream: w.upstream, Owner: cfg.Owner,
 		LeaseFor: cfg.LeaseFor, Capacity: l.limit})
 	if err != nil {

@@ -231,3 +231,28 @@ func (e edgeStore) DeleteResponseKeys(ctx context.Context, p DeleteResponseKeysP
 	r, err := e.Store.DeleteResponseKeys(ctx, p)
 	return r, unavailable(ctx, err)
 }
+
+func (e edgeStore) CreateGroup(ctx context.Context, p CreateGroupParams) (CreateGroupResult, error) {
+	r, err := e.Store.CreateGroup(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) LeaseGroups(ctx context.Context, p LeaseGroupsParams) ([]*Group, error) {
+	r, err := e.Store.LeaseGroups(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) UpdateGroup(ctx context.Context, p UpdateGroupParams) (*Group, error) {
+	r, err := e.Store.UpdateGroup(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) GroupMembers(ctx context.Context, id string) ([]GroupMember, error) {
+	r, err := e.Store.GroupMembers(ctx, id)
+	return r, unavailable(ctx, err)
+}
+
+func (e edgeStore) FinishGroupLines(ctx context.Context, p FinishGroupLinesParams) (FinishGroupLinesResult, error) {
+	r, err := e.Store.FinishGroupLines(ctx, p)
+	return r, unavailable(ctx, err)
+}

@@ -130,6 +130,10 @@ func (s *sqliteStore) Claim(ctx context.Context, p ClaimParams) ([]*Job, error) 
 		filter += "priority = ? AND "
 		args = append(args, int(*p.Priority))
 	}
+	if !p.DeadlineBy.IsZero() {
+		filter += "deadline <= ? AND "
+		args = append(args, micros(p.DeadlineBy))
+	}
 	args = append(args, now, now, p.Limit)
 	q := `UPDATE sluice_jobs SET state = 'running', lease_token = lease_token + 1, lease_owner = ?,
 		lease_expires_at = ?, updated_at = ?

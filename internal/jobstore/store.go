@@ -214,6 +214,26 @@ type Store interface {
 	// DeleteResponseKeys deletes up to Limit records expired at Now, and
 	// returns how many.
 	DeleteResponseKeys(ctx context.Context, p DeleteResponseKeysParams) (int, error)
+	// CreateGroup chooses queued jobs for a provider batch and leases them
+	// to a new group in one transaction, when enough of them wait or the
+	// oldest waited long enough (provider_group.go); no group otherwise.
+	CreateGroup(ctx context.Context, p CreateGroupParams) (CreateGroupResult, error)
+	// LeaseGroups renews the leases of the open groups of an upstream that
+	// the owner holds and takes those whose lease expired (token+1), in
+	// creation order. On PostgreSQL concurrent leasers skip each other's
+	// rows: a group is held by one router at a time.
+	LeaseGroups(ctx context.Context, p LeaseGroupsParams) ([]*Group, error)
+	// UpdateGroup moves a group on (state, provider id, submit time),
+	// fenced by its lease token: ErrLeaseLost when stale, ErrNotFound when
+	// there is no such group.
+	UpdateGroup(ctx context.Context, p UpdateGroupParams) (*Group, error)
+	// GroupMembers returns a group's jobs in id order.
+	GroupMembers(ctx context.Context, id string) ([]GroupMember, error)
+	// FinishGroupLines writes lines of a group back to their jobs, fenced
+	// by the group's token, each once: the job's new state (if the group
+	// still holds it) and the line's spend, in one transaction; a line
+	// written before is skipped. The group ends with its last line.
+	FinishGroupLines(ctx context.Context, p FinishGroupLinesParams) (FinishGroupLinesResult, error)
 
 	// Close releases the store's connections and goroutines.
 	Close() error
@@ -295,6 +315,10 @@ type ClaimParams struct {
 	Priority *llm.Priority
 	// Limit is how many jobs at most; at least 1.
 	Limit int
+	// DeadlineBy, when set, claims only jobs with a deadline at or before
+	// it: the jobs of a class routed to a provider's Batch API that are
+	// too near their deadline to be routed (provider_group.go).
+	DeadlineBy time.Time
 	// Owner names the worker.
 	Owner string
 	// LeaseFor is how long the lease lasts without a heartbeat; positive.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -63,6 +64,64 @@ type jobMetrics struct {
 	queueWait *prometheus.HistogramVec
 	run       *prometheus.HistogramVec
 	counts    *jobCounts
+	// The routing to providers' Batch APIs (issue 26).
+	batchGroups *prometheus.CounterVec
+	batchLines  *prometheus.CounterVec
+	batchSpend  *prometheus.CounterVec
+	batchSaved  *prometheus.CounterVec
+	// routed are the same figures per upstream for /v1/status.
+	routed routedTotals
+}
+
+// routedTotals sums, per upstream, the lines answered through the
+// provider's Batch API and what they cost, since the gateway started.
+type routedTotals struct {
+	mu sync.Mutex
+	by map[string]*BatchRouteStatus
+}
+
+func (r *routedTotals) add(upstream string, fn func(*BatchRouteStatus)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[string]*BatchRouteStatus{}
+	}
+	t := r.by[upstream]
+	if t == nil {
+		t = &BatchRouteStatus{}
+		r.by[upstream] = t
+	}
+	fn(t)
+}
+
+// get returns a copy of upstream's totals, nil when it routed nothing.
+func (r *routedTotals) get(upstream string) *BatchRouteStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.by[upstream]
+	if t == nil {
+		return nil
+	}
+	c := *t
+	c.SpentUSD, c.StandardUSD = roundUSD(c.SpentUSD), roundUSD(c.StandardUSD)
+	c.SavedUSD = roundUSD(c.StandardUSD - c.SpentUSD)
+	return &c
+}
+
+// roundUSD rounds to a millionth of a dollar, the float sums' noise off.
+func roundUSD(v float64) float64 { return math.Round(v*1e6) / 1e6 }
+
+// BatchRouteStatus is an upstream's routing to its provider's Batch API
+// (docs/jobs-api.md), since this gateway started: the lines it wrote back
+// and what the answered ones cost at the batch price, against what the
+// synchronous path would have cost; SavedUSD is the difference.
+type BatchRouteStatus struct {
+	Succeeded   int64   `json:"lines_succeeded"`
+	Released    int64   `json:"lines_released"`
+	Errored     int64   `json:"lines_errored"`
+	SpentUSD    float64 `json:"spent_usd"`
+	StandardUSD float64 `json:"standard_usd"`
+	SavedUSD    float64 `json:"saved_usd"`
 }
 
 var _ jobs.Observer = (*jobMetrics)(nil)
@@ -118,8 +177,25 @@ func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, 
 			Buckets: jobRunBuckets,
 		}, []string{"upstream"}),
 		counts: newJobCounts(clk, log, upstreams),
+		batchGroups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_groups_total",
+			Help: "Groups of jobs routed to a provider's Batch API, by event: formed, submitted, refused (queue full), pulled_back (canceled for a deadline), ended.",
+		}, []string{"upstream", "event"}),
+		batchLines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_lines_total",
+			Help: "Lines of provider batches written back to their jobs, by outcome (succeeded, errored, canceled, expired).",
+		}, []string{"upstream", "outcome"}),
+		batchSpend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_spend_usd_total",
+			Help: "What the lines answered through providers' Batch APIs cost, at the batch price (USD).",
+		}, []string{"upstream"}),
+		batchSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_batch_saved_usd_total",
+			Help: "Money saved by routing jobs to providers' Batch APIs: what the synchronous path would have cost less what the batch cost (USD).",
+		}, []string{"upstream"}),
 	}
-	reg.MustRegister(m.submitted, m.finished, m.attempts, m.rescued, m.webhooks, m.queueWait, m.run, m.counts)
+	reg.MustRegister(m.submitted, m.finished, m.attempts, m.rescued, m.webhooks, m.queueWait, m.run, m.counts,
+		m.batchGroups, m.batchLines, m.batchSpend, m.batchSaved)
 	// Pre-create the series so dashboards see zeros.
 	for _, u := range upstreams {
 		m.submitted.WithLabelValues(u)
@@ -166,6 +242,33 @@ func (m *jobMetrics) Rescued(res jobstore.RescueResult) {
 
 func (m *jobMetrics) Webhook(outcome jobs.WebhookOutcome) {
 	m.webhooks.WithLabelValues(string(outcome)).Inc()
+}
+
+func (m *jobMetrics) BatchGroup(upstream string, event jobs.BatchGroupEvent, _ int) {
+	m.batchGroups.WithLabelValues(upstream, string(event)).Inc()
+}
+
+func (m *jobMetrics) BatchLines(upstream string, outcome jobs.BatchLineOutcome, n int) {
+	m.batchLines.WithLabelValues(upstream, string(outcome)).Add(float64(max(n, 0)))
+	m.routed.add(upstream, func(t *BatchRouteStatus) {
+		switch outcome {
+		case jobs.LineSucceeded:
+			t.Succeeded += int64(n)
+		case jobs.LineErrored:
+			t.Errored += int64(n)
+		case jobs.LineCanceled, jobs.LineExpired:
+			t.Released += int64(n)
+		}
+	})
+}
+
+func (m *jobMetrics) BatchSpend(upstream string, batchUSD, standardUSD float64) {
+	m.batchSpend.WithLabelValues(upstream).Add(max(batchUSD, 0))
+	m.batchSaved.WithLabelValues(upstream).Add(max(standardUSD-batchUSD, 0))
+	m.routed.add(upstream, func(t *BatchRouteStatus) {
+		t.SpentUSD += max(batchUSD, 0)
+		t.StandardUSD += max(standardUSD, batchUSD, 0)
+	})
 }
 
 // liveCounter is what jobCounts reads: jobstore.Store implements it.

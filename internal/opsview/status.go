@@ -116,8 +116,12 @@ type UpstreamStatus struct {
 	Last529 *ThrottleStatus `json:"last_529"`
 	// Jobs counts the upstream's jobs in the durable queue (absent when the
 	// queue is off).
-	Jobs *JobCounts  `json:"jobs,omitempty"`
-	Keys []KeyStatus `json:"keys,omitempty"` // the key pool (status_pool.go)
+	Jobs *JobCounts `json:"jobs,omitempty"`
+	// BatchRoute is what routing the upstream's jobs to its provider's
+	// Batch API answered, cost and saved since this gateway started
+	// (absent while it routed nothing).
+	BatchRoute *BatchRouteStatus `json:"batch_route,omitempty"`
+	Keys       []KeyStatus       `json:"keys,omitempty"` // the key pool (status_pool.go)
 	// CachedInputTokens sums the input tokens the upstream's answers
 	// read from the provider's prompt cache (scheduled proxy requests).
 	CachedInputTokens int64 `json:"cached_input_tokens"`
@@ -171,6 +175,9 @@ func (v *View) Status(ctx context.Context) StatusResponse {
 		}
 		if lu := v.live.upstream(name); lu != nil {
 			st.CachedInputTokens = lu.cached.Load()
+		}
+		if v.metrics.jobs != nil {
+			st.BatchRoute = v.metrics.jobs.routed.get(name)
 		}
 		if e != nil {
 			snap := e.Snapshot()

@@ -224,6 +224,8 @@ func Scenarios() []Scenario {
 		{Name: "outage", Summary: "15 s of 529s at half load: client failures, probes while open, recovery time", run: runOutage},
 		{Name: "overhead", Summary: "open-loop latency and CPU added by the gateway and by a bare reverse proxy over calling the mock directly", run: runOverhead},
 		{Name: "mock", Summary: "mock provider requests per second on loopback", run: runMockThroughput},
+		{Name: "batch-route", Summary: "N jobs with long deadlines routed to the provider's Batch API vs the synchronous path: mock time, provider calls, cost, duplicates",
+			Long: true, run: runBatchRoute},
 		{Name: "trace", Summary: "replayed production traces plus a batch on one key: per-class latency vs unloaded and vs a simulated ideal scheduler, provider 429s, the batch's drain",
 			Long: true, run: runTrace},
 	}

@@ -200,7 +200,10 @@ func (s *Server) runJobs(ctx context.Context) error {
 	dispatchers := map[string]jobs.Dispatcher{}
 	protocols := map[string]llm.Protocol{}
 	flex := map[string]time.Duration{}
+	routes := map[string]upcfg.BatchRoute{}
+	batchAPIs := map[string]jobs.BatchAPI{}
 	for _, name := range s.order {
+		routes[name], batchAPIs[name] = s.upstreams[name].cfg.Batch, s.upstreams[name].batchAPI // nil unless it routes
 		d, ok := s.upstreams[name].engine.(jobs.Dispatcher)
 		if !ok {
 			return fmt.Errorf("upstream %q: its engine cannot run jobs (no admission tickets)", name)
@@ -220,7 +223,7 @@ func (s *Server) runJobs(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("jobs.webhooks.%w", err), s.closeStore())
 	}
 	svc, err := jobs.New(jobs.Config{Settings: jc, WebhookClient: &http.Client{Transport: guard.Transport()},
-		Store: st, Dispatchers: dispatchers, Protocols: protocols, FlexMinSlack: flex, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
+		Store: st, Dispatchers: dispatchers, Protocols: protocols, FlexMinSlack: flex, BatchRoutes: routes, BatchAPIs: batchAPIs, Admission: s.admit, Clock: s.clock, Logger: s.log, Observer: s.view.JobsObserver(), Tracer: s.tracer,
 		Owner: s.admit.ClusterNodeID()}) // the cluster's node id, when sharing
 	if err != nil {
 		return errors.Join(fmt.Errorf("building the job service: %w", err), s.closeStore())

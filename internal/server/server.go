@@ -86,10 +86,11 @@ func withEngine(upstream string, e engine) Option {
 
 // upstream is one configured provider API as the handlers see it.
 type upstream struct {
-	cfg    upcfg.Config
-	target *url.URL
-	engine engine
-	proxy  *httputil.ReverseProxy
+	cfg      upcfg.Config
+	target   *url.URL
+	engine   engine
+	proxy    *httputil.ReverseProxy
+	batchAPI jobs.BatchAPI // the provider's Batch API for routed jobs (nil: batch: routes none)
 }
 
 // Server is the gateway: HTTP routes in front of one dispatcher per
@@ -281,6 +282,11 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 			u.engine = e
 		}
 		u.proxy = s.newPassthrough(u, o.transport)
+		if uc.Batch.Enabled() {
+			if u.batchAPI, err = jobs.NewBatchAPI(jobs.BatchAPIConfig{Upstream: uc, Transport: o.transport, Clock: s.clock}); err != nil {
+				return nil, fmt.Errorf("building the Batch API client of upstream %s: %w", uc.Name, err)
+			}
+		}
 		s.upstreams[uc.Name] = u
 		s.order = append(s.order, uc.Name)
 	}

@@ -70,6 +70,9 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Files", testFiles},
 		{"Clients", testClients},
 		{"ResponseKeys", testResponseKeys},
+		{"ProviderGroups", testProviderGroups},
+		{"ProviderGroupsConcurrent", testProviderGroupsConcurrent},
+		{"ProviderGroupsPath", testProviderGroupsPath},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -272,6 +272,9 @@ type Batch struct {
 	InputFileID, OutputFileID, ErrorFileID string
 	// Errors are an OpenAI batch's validation errors when it failed.
 	Errors []llm.OpenAIBatchError
+	// Metadata is an OpenAI batch's metadata (Anthropic batches have
+	// none).
+	Metadata map[string]string
 }
 
 // Err is the error of a batch that failed as a whole (an OpenAI batch

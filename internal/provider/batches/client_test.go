@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -247,5 +248,48 @@ func TestClientEndpoints(t *testing.T) {
 			return nil
 		}))
 		require.Equal(t, 1, n)
+	}
+}
+
+// TestClientList pages a key's batches newest first, with an OpenAI
+// batch's metadata, and sees no other key's.
+func TestClientList(t *testing.T) {
+	t.Parallel()
+	for _, p := range []llm.Protocol{llm.Anthropic, llm.OpenAI} {
+		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
+			_, fc, url := startMock(t, mock.Config{})
+			c := newClient(t, p, url, "key-a")
+			var ids []string
+			for i := range 5 {
+				b, err := c.Create(t.Context(), CreateParams{Lines: lines(p, 2), Metadata: map[string]string{"n": fmt.Sprint(i)}})
+				require.NoError(t, err)
+				ids = append([]string{b.ID}, ids...) // newest first
+				fc.Advance(time.Second)
+			}
+			_, err := newClient(t, p, url, "key-b").Create(t.Context(), CreateParams{Lines: lines(p, 1)})
+			require.NoError(t, err)
+
+			var got []string
+			after := ""
+			for pages := 0; ; pages++ {
+				require.Less(t, pages, 5)
+				pg, err := c.List(t.Context(), ListParams{After: after, Limit: 2})
+				require.NoError(t, err)
+				for _, b := range pg.Batches {
+					got = append(got, b.ID)
+					if p == llm.OpenAI {
+						require.Equal(t, fmt.Sprint(4-slices.Index(ids, b.ID)), b.Metadata["n"])
+					}
+				}
+				if !pg.HasMore {
+					break
+				}
+				after = pg.Batches[len(pg.Batches)-1].ID
+			}
+			require.Equal(t, ids, got)
+			_, err = c.List(t.Context(), ListParams{Limit: 101})
+			require.ErrorIs(t, err, ErrInvalid)
+		})
 	}
 }

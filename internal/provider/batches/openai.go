@@ -103,7 +103,7 @@ func (c *Client) openAIBatch(ctx context.Context, r request) (*Batch, error) {
 func fromOpenAIBatch(ob llm.OpenAIBatch) *Batch {
 	n := ob.RequestCounts
 	b := &Batch{ID: ob.ID, Status: ob.Status, CreatedAt: time.Unix(ob.CreatedAt, 0).UTC(), ExpiresAt: time.Unix(ob.ExpiresAt, 0).UTC(),
-		InputFileID: ob.InputFileID, OutputFileID: str(ob.OutputFileID), ErrorFileID: str(ob.ErrorFileID),
+		InputFileID: ob.InputFileID, OutputFileID: str(ob.OutputFileID), ErrorFileID: str(ob.ErrorFileID), Metadata: ob.Metadata,
 		Counts: Counts{Total: n.Total, Succeeded: n.Completed, Errored: n.Failed, Processing: max(0, n.Total-n.Completed-n.Failed)}}
 	switch ob.Status {
 	case llm.OpenAIBatchCompleted, llm.OpenAIBatchFailed, llm.OpenAIBatchExpired, llm.OpenAIBatchCancelled:

@@ -1,0 +1,366 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clock"
+	"github.com/sluicehq/sluice/internal/jobstore"
+	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/upstream"
+)
+
+// fakeBatchAPI is a provider's Batch API on the fake clock: a batch ends
+// processing after its processing time; canceled before that, its lines
+// end canceled. It bills each line that succeeded once, however often
+// its results are read.
+type fakeBatchAPI struct {
+	clk        *clock.Fake
+	processing time.Duration
+
+	mu      sync.Mutex
+	batches map[string]*fakeBatch
+	creates int
+	// loseAnswer makes the next Create reach the provider but fail on
+	// the way back.
+	loseAnswer bool
+	// queueLimit refuses a batch of more lines (ErrBatchQueueFull).
+	queueLimit int
+}
+
+type fakeBatch struct {
+	id, tag  string
+	lines    []BatchLine
+	created  time.Time
+	canceled time.Time
+}
+
+// lineUsage is what every line of the fake bills.
+var lineUsage = llm.Usage{InputTokens: 1000, OutputTokens: 500}
+
+// lineBatchNanos is lineUsage on claude-sonnet-4-5 ($3 in, $15 out per
+// million tokens) at the batch price (50 %), in nano-dollars: computed
+// here from the list price, not by the code under test.
+const lineBatchNanos = (1000*3*1000 + 500*15*1000) / 2
+
+func newFakeBatchAPI(clk *clock.Fake, processing time.Duration) *fakeBatchAPI {
+	return &fakeBatchAPI{clk: clk, processing: processing, batches: map[string]*fakeBatch{}}
+}
+
+func (f *fakeBatchAPI) Create(_ context.Context, tag string, lines []BatchLine) (ProviderBatch, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.queueLimit > 0 && len(lines) > f.queueLimit {
+		return ProviderBatch{}, ErrBatchQueueFull
+	}
+	f.creates++
+	b := &fakeBatch{id: fmt.Sprintf("msgbatch_%d", f.creates), tag: tag, lines: lines, created: f.clk.Now()}
+	f.batches[b.id] = b
+	if f.loseAnswer {
+		f.loseAnswer = false
+		return ProviderBatch{}, errors.New("connection reset")
+	}
+	return ProviderBatch{ID: b.id, CreatedAt: b.created}, nil
+}
+
+func (f *fakeBatchAPI) ended(b *fakeBatch) bool {
+	return !b.canceled.IsZero() || !f.clk.Now().Before(b.created.Add(f.processing))
+}
+
+func (f *fakeBatchAPI) Get(_ context.Context, id string) (ProviderBatch, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.batches[id]
+	if b == nil {
+		return ProviderBatch{}, ErrBatchNotFound
+	}
+	return ProviderBatch{ID: id, Ended: f.ended(b), CreatedAt: b.created}, nil
+}
+
+func (f *fakeBatchAPI) Results(_ context.Context, id string) ([]BatchLineResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.batches[id]
+	if b == nil || !f.ended(b) {
+		return nil, ErrBatchNotFound
+	}
+	out := make([]BatchLineResult, len(b.lines))
+	for i, l := range b.lines {
+		out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineCanceled}
+		if b.canceled.IsZero() {
+			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineSucceeded, Status: 200, Body: []byte(okMessage), Usage: lineUsage}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeBatchAPI) Cancel(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.batches[id]
+	if b == nil {
+		return ErrBatchNotFound
+	}
+	if !f.ended(b) {
+		b.canceled = f.clk.Now()
+	}
+	return nil
+}
+
+func (f *fakeBatchAPI) Find(_ context.Context, q BatchQuery) (ProviderBatch, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.batches {
+		if b.tag == q.Tag {
+			return ProviderBatch{ID: b.id, Ended: f.ended(b), CreatedAt: b.created}, true, nil
+		}
+	}
+	return ProviderBatch{}, false, nil
+}
+
+// billedLines counts the lines the fake billed (succeeded).
+func (f *fakeBatchAPI) billedLines() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, b := range f.batches {
+		if b.canceled.IsZero() && f.ended(b) {
+			n += len(b.lines)
+		}
+	}
+	return n
+}
+
+func (f *fakeBatchAPI) createCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.creates
+}
+
+var batchT0 = time.Date(2026, 3, 2, 1, 0, 0, 0, time.UTC)
+
+// routedService is a service (not started: tests turn its router by
+// hand) whose upstream "claude" routes low jobs to api, pricing with a
+// fresh admission layer.
+func routedService(t *testing.T, st jobstore.Store, clk *clock.Fake, api BatchAPI, owner string, route upstream.BatchRoute, d Dispatcher) *testService {
+	t.Helper()
+	layer, err := admit.New(admit.Config{Clock: clk})
+	require.NoError(t, err)
+	if d == nil {
+		d = succeed()
+	}
+	s := newService(t, st, d, nil, func(c *Config) {
+		c.Clock, c.Owner = clk, "manual"
+		c.LeaseFor = time.Hour
+		c.BatchRoutes = map[string]upstream.BatchRoute{"claude": route}
+		c.BatchAPIs = map[string]BatchAPI{"claude": api}
+		c.BatchPricer = layer
+	})
+	s.cfg.Owner = owner
+	return s
+}
+
+func insertLow(t *testing.T, st jobstore.Store, now time.Time, deadline time.Time) *jobstore.Job {
+	t.Helper()
+	r, err := st.Insert(context.Background(), jobstore.InsertParams{Upstream: "claude", Priority: llm.Low, Client: "acme",
+		Path: "/v1/messages", Body: []byte(anthropicBody), Deadline: deadline, MaxAttempts: 3, Now: now})
+	require.NoError(t, err)
+	return r.Job
+}
+
+func spendNanos(t *testing.T, st jobstore.Store) (nanos, requests int64) {
+	t.Helper()
+	rows, err := st.Spend(context.Background(), jobstore.SpendParams{})
+	require.NoError(t, err)
+	for _, r := range rows {
+		nanos += r.Nanos
+		requests += r.Requests
+	}
+	return nanos, requests
+}
+
+// TestBatchRouteAccountingAcrossRestart: 1,000 routed jobs in groups
+// within the provider's limits, polled many times, the router replaced by
+// another node mid-batch (its lease ran out), a stale router writing
+// after it, a part canceled at the provider for a deadline and a part
+// canceled by its client: every job ends once, no batch is sent twice,
+// and the spend recorded is the provider's billed usage at the batch
+// price, to the nano-dollar.
+func TestBatchRouteAccountingAcrossRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(batchT0)
+	st := openStore(t)
+	api := newFakeBatchAPI(clk, 2*time.Hour)
+	route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MaxRequests: 300, MinGroup: 100, PollInterval: time.Minute}
+	var jobs []*jobstore.Job
+	for range 950 {
+		jobs = append(jobs, insertLow(t, st, clk.Now(), time.Time{}))
+	}
+	// 50 jobs whose deadline (3h) ends before the batch does (2h
+	// processing, pulled back 15m before the deadline... at 2h45m, so
+	// they wait longer than the batch and are not pulled back) and make
+	// a group of their own at the end.
+	for range 50 {
+		jobs = append(jobs, insertLow(t, st, clk.Now(), batchT0.Add(3*time.Hour)))
+	}
+	a := routedService(t, st, clk, api, "node-a", route, nil)
+	a.routers[0].turn(ctx)
+	require.Equal(t, 4, api.createCount(), "1,000 jobs in groups of at most 300")
+
+	// Clients cancel 5 jobs while their batch runs: the provider still
+	// bills their lines.
+	for _, j := range jobs[:5] {
+		_, err := a.Cancel(ctx, j.ID)
+		require.NoError(t, err)
+	}
+	// Polls while the batches run change nothing.
+	for range 5 {
+		clk.Advance(10 * time.Minute)
+		a.routers[0].turn(ctx)
+	}
+	nanos, _ := spendNanos(t, st)
+	require.Zero(t, nanos)
+
+	// Node a dies; node b takes the groups over once their leases end,
+	// after the batches ended.
+	b := routedService(t, st, clk, api, "node-b", route, nil)
+	clk.Advance(2 * time.Hour)
+	b.routers[0].turn(ctx)
+	// Node a comes back with its old tokens: it can write nothing.
+	a.routers[0].turn(ctx)
+	b.routers[0].turn(ctx)
+	require.Equal(t, 4, api.createCount(), "no batch sent twice")
+
+	for i, j := range jobs {
+		got, err := st.Get(ctx, j.ID)
+		require.NoError(t, err)
+		want := jobstore.StateSucceeded
+		if i < 5 {
+			want = jobstore.StateCanceled
+		}
+		require.Equal(t, want, got.State, "job %d", j.ID)
+		if want == jobstore.StateSucceeded {
+			require.Equal(t, 1, got.Attempts)
+			require.Equal(t, "provider", got.Result.Header.Get(BatchHeader))
+		}
+	}
+	nanos, requests := spendNanos(t, st)
+	require.Equal(t, int64(api.billedLines()), requests)
+	require.Equal(t, int64(api.billedLines())*lineBatchNanos, nanos, "spend = billed usage at batch prices")
+	require.Equal(t, 1000, api.billedLines())
+}
+
+// TestBatchRoutePullBack: a job whose deadline would pass while its
+// provider batch runs is canceled there and run on the synchronous path,
+// in time, and its canceled line costs nothing.
+func TestBatchRoutePullBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(batchT0)
+	st := openStore(t)
+	api := newFakeBatchAPI(clk, 20*time.Hour) // a slow provider
+	route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MinGroup: 1, PollInterval: time.Minute}
+	deadline := batchT0.Add(3 * time.Hour)
+	j := insertLow(t, st, clk.Now(), deadline)
+	sync := succeed()
+	s := routedService(t, st, clk, api, "node", route, sync)
+	s.routers[0].turn(ctx)
+	require.Equal(t, 1, api.createCount())
+	got, err := st.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobstore.StateRunning, got.State)
+
+	// Polls until 15 minutes before the deadline: then it is pulled back.
+	for clk.Now().Before(deadline.Add(-15 * time.Minute)) {
+		clk.Advance(time.Minute)
+		s.routers[0].turn(ctx)
+	}
+	clk.Advance(time.Minute) // the next poll reads the canceled batch
+	s.routers[0].turn(ctx)
+	got, err = st.Get(ctx, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobstore.StateQueued, got.State, "back in the queue for the synchronous path")
+	require.Zero(t, api.billedLines())
+	require.Zero(t, sync.Calls())
+
+	// The worker runs it synchronously, before its deadline.
+	require.NoError(t, s.Start(ctx))
+	got = waitFor(t, st, j.ID, jobstore.StateSucceeded)
+	require.True(t, got.FinishedAt.Before(deadline))
+	require.Equal(t, 1, sync.Calls())
+	require.Empty(t, got.Result.Header.Get(BatchHeader))
+	nanos, _ := spendNanos(t, st)
+	require.Zero(t, nanos, "a canceled line costs nothing")
+}
+
+// TestBatchRouteLostSubmitAnswer: a batch the provider created whose
+// answer was lost (a crash between the provider's answer and the store's
+// write of its id) is found by its tag, not sent again.
+func TestBatchRouteLostSubmitAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(batchT0)
+	st := openStore(t)
+	api := newFakeBatchAPI(clk, time.Hour)
+	api.loseAnswer = true
+	route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MinGroup: 3, PollInterval: time.Minute}
+	for range 3 {
+		insertLow(t, st, clk.Now(), time.Time{})
+	}
+	s := routedService(t, st, clk, api, "node", route, nil)
+	s.routers[0].turn(ctx)
+	require.Equal(t, 1, api.createCount())
+	clk.Advance(time.Minute)
+	s.routers[0].turn(ctx) // finds it
+	clk.Advance(time.Hour)
+	s.routers[0].turn(ctx) // reads its results
+	require.Equal(t, 1, api.createCount(), "not sent again")
+	page, err := st.List(ctx, jobstore.ListParams{State: jobstore.StateSucceeded})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 3)
+}
+
+// TestBatchRouteQueueFull: a batch refused for the provider's queue
+// limits sends its jobs back to the queue and smaller batches after.
+func TestBatchRouteQueueFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(batchT0)
+	st := openStore(t)
+	api := newFakeBatchAPI(clk, time.Hour)
+	api.queueLimit = 40
+	route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MinGroup: 10, MaxRequests: 100, PollInterval: time.Minute}
+	for range 100 {
+		insertLow(t, st, clk.Now(), time.Time{})
+	}
+	s := routedService(t, st, clk, api, "node", route, nil)
+	s.routers[0].turn(ctx)
+	clk.Advance(time.Hour)
+	s.routers[0].turn(ctx)
+	clk.Advance(time.Hour)
+	s.routers[0].turn(ctx)
+	page, err := st.List(ctx, jobstore.ListParams{State: jobstore.StateSucceeded, Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 100)
+	require.LessOrEqual(t, s.routers[0].maxJobs, 100)
+	for _, b := range api.batches {
+		require.LessOrEqual(t, len(b.lines), 40)
+		for _, l := range b.lines {
+			require.True(t, strings.HasPrefix(l.CustomID, "job_"))
+			_, err := strconv.ParseInt(strings.TrimPrefix(l.CustomID, "job_"), 10, 64)
+			require.NoError(t, err)
+		}
+	}
+	_ = http.StatusOK
+}

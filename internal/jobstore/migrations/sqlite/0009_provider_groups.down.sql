@@ -1,0 +1,2 @@
+DROP TABLE sluice_provider_group_jobs;
+DROP TABLE sluice_provider_groups;
