@@ -361,14 +361,10 @@ func (s *Server) messageBatchResults(x *exchange, id string) {
 // 1000, default 20), before_id or after_id.
 func (s *Server) listMessageBatches(x *exchange) {
 	q := x.r.URL.Query()
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			x.fail(invalid("limit: Input should be an integer between 1 and 1000"), nil)
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(q.Get("limit"), 20, 1000)
+	if !ok {
+		x.fail(invalid("limit: Input should be an integer between 1 and 1000"), nil)
+		return
 	}
 	before, after := q.Get("before_id"), q.Get("after_id")
 	if before != "" && after != "" {

@@ -167,14 +167,10 @@ func (s *Server) uploadFile(x *exchange) {
 // 10,000, default 10,000).
 func (s *Server) listFiles(x *exchange) {
 	q := x.r.URL.Query()
-	limit := 10_000
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10_000 {
-			x.fail(openAIInvalid("limit", "invalid_value", "Invalid 'limit': expected an integer between 1 and 10000."), nil)
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(q.Get("limit"), 10_000, 10_000)
+	if !ok {
+		x.fail(openAIInvalid("limit", "invalid_value", "Invalid 'limit': expected an integer between 1 and 10000."), nil)
+		return
 	}
 	s.batches.mu.Lock()
 	defer s.batches.mu.Unlock()
@@ -214,4 +210,14 @@ func (p *openAIPage[T]) ends(id func(T) string) {
 		first, last := id(p.Data[0]), id(p.Data[n-1])
 		p.FirstID, p.LastID = &first, &last
 	}
+}
+
+// queryLimit reads a list's limit parameter: def when absent, ok false
+// unless it is an integer in [1, most].
+func queryLimit(v string, def, most int) (int, bool) {
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n >= 1 && n <= most
 }

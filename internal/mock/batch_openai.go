@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -498,14 +497,10 @@ type openAIResultLine struct {
 // 100, default 20).
 func (s *Server) listOpenAIBatches(x *exchange) {
 	q := x.r.URL.Query()
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			x.fail(openAIInvalid("limit", "invalid_value", "Invalid 'limit': expected an integer between 1 and 100."), nil)
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(q.Get("limit"), 20, 100)
+	if !ok {
+		x.fail(openAIInvalid("limit", "invalid_value", "Invalid 'limit': expected an integer between 1 and 100."), nil)
+		return
 	}
 	s.batches.mu.Lock()
 	defer s.batches.mu.Unlock()

@@ -3,7 +3,6 @@ package mock
 import (
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -320,14 +319,10 @@ func (s *Server) cancelResponse(x *exchange, id string) {
 // 20), order (desc by default, or asc) and after (an item id).
 func (s *Server) listInputItems(x *exchange, id string) {
 	q := x.r.URL.Query()
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			x.fail(openAIInvalid("limit", "invalid_value", "Invalid 'limit': expected an integer between 1 and 100."), nil)
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(q.Get("limit"), 20, 100)
+	if !ok {
+		x.fail(openAIInvalid("limit", "invalid_value", "Invalid 'limit': expected an integer between 1 and 100."), nil)
+		return
 	}
 	order := q.Get("order")
 	if order != "" && order != "asc" && order != "desc" {
