@@ -331,11 +331,7 @@ func pgApplyLine(ctx context.Context, tx pgx.Tx, l GroupLine, token int64, at ti
 		if err != nil {
 			return "", err
 		}
-		e := *l.Dead
-		e.Attempt = cmpOr(e.Attempt, attempts+1)
-		if e.At.IsZero() {
-			e.At = storeTime(at)
-		}
+		e := l.deadError(attempts, at)
 		set := ""
 		args = []any{string(encodeAttemptError(e)), now, l.JobID, token}
 		if r := l.DeadResult; r != nil {

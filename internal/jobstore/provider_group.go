@@ -273,6 +273,17 @@ type GroupLine struct {
 	Spend *SpendEntry
 }
 
+// deadError is the attempt error a Dead line records on a job that made
+// attempts before: its attempt number and time filled in when unset.
+func (l GroupLine) deadError(attempts int, at time.Time) AttemptError {
+	e := *l.Dead
+	e.Attempt = cmpOr(e.Attempt, attempts+1)
+	if e.At.IsZero() {
+		e.At = storeTime(at)
+	}
+	return e
+}
+
 // FinishGroupLinesParams writes lines back, fenced by the group's token.
 type FinishGroupLinesParams struct {
 	GroupID string

@@ -300,11 +300,7 @@ func sqliteApplyLine(ctx context.Context, tx sqliteTx, l GroupLine, token int64,
 		if err != nil {
 			return "", err
 		}
-		e := *l.Dead
-		e.Attempt = cmpOr(e.Attempt, attempts+1)
-		if e.At.IsZero() {
-			e.At = storeTime(at)
-		}
+		e := l.deadError(attempts, at)
 		set := ""
 		args = []any{string(encodeAttemptError(e)), now, now}
 		if r := l.DeadResult; r != nil {
