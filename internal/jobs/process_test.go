@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -118,14 +120,14 @@ type process struct {
 // process is killed in t's cleanup, and its output logged if t failed.
 func startProcess(t *testing.T, name, ready string, args ...string) *process {
 	t.Helper()
-	return startProcessMarking(t, name, ready, "", args...)
+	return startProcessMarking(t, name, ready, nil, args...)
 }
 
-// startProcessMarking is startProcess counting the lines of its output
-// that hold mark (p.logs.marked).
-func startProcessMarking(t *testing.T, name, ready, mark string, args ...string) *process {
+// startProcessMarking is startProcess noting the jobs named by the lines
+// of its output that hold one of marks (p.logs.jobsMarked).
+func startProcessMarking(t *testing.T, name, ready string, marks []string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(sluiceBinary(t), args...), done: make(chan struct{}), logs: &tailBuffer{max: 16 << 10, mark: mark}}
+	p := &process{name: name, cmd: exec.Command(sluiceBinary(t), args...), done: make(chan struct{}), logs: &tailBuffer{max: 16 << 10, marks: marks}}
 	lines := &lineWatcher{prefix: ready, found: make(chan string, 1), tee: p.logs}
 	p.cmd.Stdout, p.cmd.Stderr = lines, p.logs
 	require.NoError(t, p.cmd.Start(), "starting %s", name)
@@ -219,21 +221,33 @@ func (w *lineWatcher) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// tailBuffer keeps the last max bytes written to it, and counts the
-// writes that hold mark (a log line is one write).
+// tailBuffer keeps the last max bytes written to it, and the jobs named
+// (`"job":N`) by the writes that hold one of marks (a log line is one
+// write).
 type tailBuffer struct {
-	max   int
-	mark  string
-	mu    sync.Mutex
-	buf   []byte
-	marks int
+	max    int
+	marks  []string
+	mu     sync.Mutex
+	buf    []byte
+	marked map[string]bool
 }
+
+// jobField is a JSON log line's job attribute.
+var jobField = regexp.MustCompile(`"job":(\d+)`)
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.mark != "" {
-		b.marks += strings.Count(string(p), b.mark)
+	for _, line := range strings.Split(string(p), "\n") {
+		if !slices.ContainsFunc(b.marks, func(m string) bool { return strings.Contains(line, m) }) {
+			continue
+		}
+		if b.marked == nil {
+			b.marked = map[string]bool{}
+		}
+		if m := jobField.FindStringSubmatch(line); m != nil {
+			b.marked[m[1]] = true
+		}
 	}
 	b.buf = append(b.buf, p...)
 	if over := len(b.buf) - b.max; over > 0 {
@@ -242,11 +256,11 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// marked is how many times mark was written.
-func (b *tailBuffer) marked() int {
+// jobsMarked is how many jobs a marked line named.
+func (b *tailBuffer) jobsMarked() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.marks
+	return len(b.marked)
 }
 
 func (b *tailBuffer) String() string {
