@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Spend", testSpend},
 		{"SpendHolds", testSpendHolds},
 		{"ProviderBatches", testProviderBatches},
+		{"BatchDeadJobs", testBatchDeadJobs},
 		{"BatchKeep", testBatchKeep},
 		{"Files", testFiles},
 		{"Clients", testClients},
