@@ -117,7 +117,7 @@ func (a *API) serveOpenAIBatchCreate(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, http.StatusInternalServerError, "encoding the batch: %v", err)
 		return
 	}
-	b, ok := a.createProviderBatch(w, r, p, providerBatchID(r, p, OpenAIBatchIDPrefix), raw, lines)
+	b, _, ok := a.createProviderBatch(w, r, p, providerBatchID(r, p, OpenAIBatchIDPrefix), raw, lines)
 	if !ok {
 		return
 	}
