@@ -121,8 +121,8 @@ func (r *batchRouter) form(ctx context.Context, path string) bool {
 	res, err := r.s.store.CreateGroup(ctx, jobstore.CreateGroupParams{Upstream: r.upstream, Classes: r.classes, Path: path,
 		DeadlineAfter: now.Add(r.route.MinTimeLeft), MinJobs: min(r.route.MinGroup, r.maxJobs), WaitedSince: now.Add(-r.route.MaxWait),
 		MaxJobs: r.maxJobs, MaxBytes: max(1, r.route.MaxBytes-batchBytes), LineBytes: lineBytes,
-		LeaseUntil: now.Add(providerBatchWindow + r.route.DeadlineMargin),
-		Margin: r.route.DeadlineMargin, Owner: cfg.Owner, LeaseFor: r.leaseFor(), Now: now})
+		LeaseUntil: now.Add(providerBatchWindow + r.route.DeadlineMargin), Margin: r.route.DeadlineMargin,
+		Owner: cfg.Owner, LeaseFor: r.leaseFor(), Now: now})
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Warn("forming a provider batch group", "upstream", r.upstream, "err", err)

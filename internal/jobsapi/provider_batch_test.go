@@ -185,4 +185,3 @@ func TestMessageBatchCreateRefusals(t *testing.T) {
 	require.Empty(t, decode[jobsapi.MessageBatchList](t, body).Data, "a refused create queues nothing")
 	require.Zero(t, d.Calls())
 }
-
