@@ -60,7 +60,9 @@ type BatchRoute struct {
 	// MaxRequests bounds the requests of one provider batch. Defaults to
 	// 50000.
 	MaxRequests int `yaml:"max_requests"`
-	// MaxBytes bounds the request bytes of one provider batch. Defaults to
+	// MaxBytes bounds the bytes of one provider batch as the provider
+	// receives it: the create's body on Anthropic, the input file on
+	// OpenAI, each request's line around its body included. Defaults to
 	// 200 MiB.
 	MaxBytes int64 `yaml:"max_bytes"`
 	// PollInterval is how often running batches are polled and the queue

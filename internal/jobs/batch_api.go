@@ -47,7 +47,10 @@ type BatchQuery struct {
 var (
 	// ErrBatchQueueFull: the provider refused the batch for its queue
 	// limits (queued requests, enqueued tokens); the router halves the
-	// groups it sends to the upstream and tries again later.
+	// groups it sends to the upstream and tries again later: once the
+	// provider's retry hint has passed when the error carries one (in
+	// its chain, a RetryAfter() (time.Duration, bool) method, as
+	// *batches.Error has).
 	ErrBatchQueueFull = errors.New("provider batch queue full")
 	// ErrBatchNotFound: the provider has no such batch (deleted, or its
 	// retention ran out).
@@ -128,4 +131,14 @@ const (
 type BatchPricer interface {
 	PriceBatchLine(protocol llm.Protocol, model string, usage llm.Usage) admit.BatchLineCost
 	BatchCharged(client, upstream string, cost admit.BatchLineCost)
+}
+
+// retryAfterOf is the provider's retry hint carried by err (ErrBatchQueueFull),
+// and whether it carries one.
+func retryAfterOf(err error) (time.Duration, bool) {
+	var hint interface{ RetryAfter() (time.Duration, bool) }
+	if !errors.As(err, &hint) {
+		return 0, false
+	}
+	return hint.RetryAfter()
 }

@@ -54,6 +54,10 @@ type batchRouter struct {
 	// enqueued-token limits, learned from its errors), grown back by a
 	// quarter with each accepted batch. Only the router's goroutine touches it.
 	maxJobs int
+	// holdUntil is when the router may form groups again after a
+	// queue-full answer that carried the provider's Retry-After (zero:
+	// now). Only the router's goroutine touches it.
+	holdUntil time.Time
 }
 
 // batchLineChunk bounds the lines written back in one transaction.
@@ -97,8 +101,10 @@ func (r *batchRouter) turn(ctx context.Context) {
 		}
 		r.advance(ctx, g)
 	}
+	// No new batch while the provider's Retry-After runs (refused sets it).
+	held := func() bool { return cfg.Clock.Now().Before(r.holdUntil) }
 	for _, path := range r.paths {
-		for ctx.Err() == nil && r.form(ctx, path) {
+		for ctx.Err() == nil && !held() && r.form(ctx, path) {
 		}
 	}
 }
@@ -111,10 +117,12 @@ func (r *batchRouter) leaseFor() time.Duration { return 3 * r.route.PollInterval
 func (r *batchRouter) form(ctx context.Context, path string) bool {
 	cfg := r.s.cfg
 	now := cfg.Clock.Now()
+	lineBytes, batchBytes := batchSize(r.protocol, path)
 	res, err := r.s.store.CreateGroup(ctx, jobstore.CreateGroupParams{Upstream: r.upstream, Classes: r.classes, Path: path,
 		DeadlineAfter: now.Add(r.route.MinTimeLeft), MinJobs: min(r.route.MinGroup, r.maxJobs), WaitedSince: now.Add(-r.route.MaxWait),
-		MaxJobs: r.maxJobs, MaxBytes: r.route.MaxBytes, LeaseUntil: now.Add(providerBatchWindow + r.route.DeadlineMargin),
-		Margin: r.route.DeadlineMargin, Owner: cfg.Owner, LeaseFor: r.leaseFor(), Now: now})
+		MaxJobs: r.maxJobs, MaxBytes: max(1, r.route.MaxBytes-batchBytes), LineBytes: lineBytes,
+		LeaseUntil: now.Add(providerBatchWindow + r.route.DeadlineMargin), Margin: r.route.DeadlineMargin,
+		Owner: cfg.Owner, LeaseFor: r.leaseFor(), Now: now})
 	if err != nil {
 		if ctx.Err() == nil {
 			cfg.Logger.Warn("forming a provider batch group", "upstream", r.upstream, "err", err)
@@ -256,6 +264,9 @@ func (r *batchRouter) refused(ctx context.Context, g *jobstore.Group, err error)
 		// alone in its group, above), and these jobs back to the queue to
 		// be grouped again.
 		r.maxJobs = max(1, min(r.maxJobs, g.Jobs)/2)
+		if wait, ok := retryAfterOf(err); ok && errors.Is(err, ErrBatchQueueFull) {
+			r.holdUntil = cfg.Clock.Now().Add(wait) // and no batch before the provider's Retry-After
+		}
 		cfg.Logger.Warn("the provider refused a batch: smaller batches from now on", "upstream", r.upstream,
 			"group", g.ID, "max_requests", r.maxJobs, "err", err)
 		cfg.Observer.BatchGroup(r.upstream, BatchGroupRefused, g.Jobs)

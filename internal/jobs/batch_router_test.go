@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -36,6 +37,10 @@ type fakeBatchAPI struct {
 	loseAnswer bool
 	// queueLimit refuses a batch of more lines (ErrBatchQueueFull).
 	queueLimit int
+	// refuse, when set, is what the next Create answers (once).
+	refuse error
+	// attempts counts every Create, refused ones included.
+	attempts int
 }
 
 type fakeBatch struct {
@@ -60,6 +65,11 @@ func newFakeBatchAPI(clk *clock.Fake, processing time.Duration) *fakeBatchAPI {
 func (f *fakeBatchAPI) Create(_ context.Context, tag string, lines []BatchLine) (ProviderBatch, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.attempts++
+	if err := f.refuse; err != nil {
+		f.refuse = nil
+		return ProviderBatch{}, err
+	}
 	if f.queueLimit > 0 && len(lines) > f.queueLimit {
 		return ProviderBatch{}, ErrBatchQueueFull
 	}
@@ -363,4 +373,99 @@ func TestBatchRouteQueueFull(t *testing.T) {
 		}
 	}
 	_ = http.StatusOK
+}
+
+// queueFullHint is a queue-full answer with the provider's Retry-After.
+type queueFullHint struct{ wait time.Duration }
+
+func (e queueFullHint) Error() string                     { return "batch requests in the processing queue: limit reached" }
+func (e queueFullHint) RetryAfter() (time.Duration, bool) { return e.wait, true }
+
+// TestBatchRouteQueueFullRetryAfter: a queue-full answer with the
+// provider's Retry-After holds the router's next batch until it has
+// passed (on the fake clock), then the jobs go, in smaller groups.
+func TestBatchRouteQueueFullRetryAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(batchT0)
+	st := openStore(t)
+	api := newFakeBatchAPI(clk, time.Hour)
+	api.refuse = fmt.Errorf("%w: %w", ErrBatchQueueFull, queueFullHint{wait: 10 * time.Minute})
+	route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MinGroup: 10, MaxRequests: 40, PollInterval: time.Minute}
+	for range 40 {
+		insertLow(t, st, clk.Now(), time.Time{})
+	}
+	s := routedService(t, st, clk, api, "node", route, nil)
+	r := s.routers[0]
+	r.turn(ctx)
+	require.Equal(t, 1, api.attempts, "refused, queue full")
+	require.Equal(t, 20, r.maxJobs, "halved")
+	for range 9 { // every poll of the Retry-After's ten minutes
+		clk.Advance(time.Minute)
+		r.turn(ctx)
+		require.Equal(t, 1, api.attempts, "no batch before the provider's Retry-After (at %v)", clk.Now().Sub(batchT0))
+	}
+	clk.Advance(time.Minute)
+	r.turn(ctx)
+	require.Equal(t, 3, api.attempts, "the Retry-After has passed: the jobs go, in groups of 20")
+	require.Equal(t, 2, api.createCount())
+	clk.Advance(time.Hour)
+	r.turn(ctx)
+	page, err := st.List(ctx, jobstore.ListParams{State: jobstore.StateSucceeded, Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 40)
+}
+
+// TestBatchRouteMaxBytesCountsTheLines: batch.max_bytes bounds a batch
+// as the provider receives it, each line's wrapper (custom_id, the
+// request object, the separators) and the create's envelope included:
+// a bound of exactly k lines' create body makes a batch of k, one byte
+// less a batch of k-1.
+func TestBatchRouteMaxBytesCountsTheLines(t *testing.T) {
+	t.Parallel()
+	// createBody is the Anthropic create of lines, as the provider gets
+	// it, built here with encoding/json rather than by the code under
+	// test.
+	createBody := func(lines []BatchLine) int64 {
+		type request struct {
+			CustomID string          `json:"custom_id"`
+			Params   json.RawMessage `json:"params"`
+		}
+		var body struct {
+			Requests []request `json:"requests"`
+		}
+		for _, l := range lines {
+			body.Requests = append(body.Requests, request{CustomID: l.CustomID, Params: l.Body})
+		}
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		return int64(len(b))
+	}
+	for _, tc := range []struct {
+		name  string
+		less  int64
+		lines int
+	}{{"exactly 5 lines", 0, 5}, {"a byte less", 1, 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			clk := clock.NewFake(batchT0)
+			st := openStore(t)
+			var jobs []*jobstore.Job
+			for range 8 {
+				jobs = append(jobs, insertLow(t, st, clk.Now(), time.Time{}))
+			}
+			max := createBody(batchLines(jobs[:5])) - tc.less
+			api := newFakeBatchAPI(clk, time.Hour)
+			route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MinGroup: 1, MaxRequests: 100,
+				MaxBytes: max, PollInterval: time.Minute}
+			s := routedService(t, st, clk, api, "node", route, nil)
+			require.True(t, s.routers[0].form(ctx, "/v1/messages"))
+			require.Len(t, api.batches, 1)
+			for _, b := range api.batches {
+				require.Len(t, b.lines, tc.lines)
+				require.LessOrEqual(t, createBody(b.lines), max, "the batch as sent fits the bound")
+			}
+		})
+	}
 }

@@ -116,6 +116,14 @@ func (a *providerBatchAPI) mapErr(err error) error {
 	return err
 }
 
+// batchSize is how the router counts a group against batch.max_bytes for
+// protocol p and path, as the provider receives the batch: what each
+// job's line adds around its body (by job id), and what the batch adds
+// around its lines (batches.LineBytes, batches.BatchBytes).
+func batchSize(p llm.Protocol, path string) (lineBytes func(id int64) int64, batchBytes int64) {
+	return func(id int64) int64 { return batches.LineBytes(p, path, lineID(id)) }, batches.BatchBytes(p)
+}
+
 func providerBatch(b *batches.Batch) ProviderBatch {
 	return ProviderBatch{ID: b.ID, Ended: b.Ended, CreatedAt: b.CreatedAt}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // MaxCustomIDLen bounds a batch line's custom_id.
@@ -29,6 +30,10 @@ type BatchLine struct {
 	// of the scheduled paths: /v1/chat/completions, /v1/responses,
 	// /v1/embeddings); /v1/messages for an Anthropic line.
 	Path string
+	// refused is why the provider refuses the request, for a Message
+	// Batch's request answered as its errored result (message_batches.go);
+	// nil for a request to queue.
+	refused *provider.RequestError
 }
 
 // BatchFile is a parsed batch file.
@@ -57,6 +62,13 @@ func ParseBatchFile(data []byte, maxLines int) (*BatchFile, error) {
 	return ParseBatch(bytes.NewReader(data), maxLines)
 }
 
+// Errors ParseBatch answers for a file that is whole but has no request,
+// or too many.
+var (
+	ErrBatchEmpty   = errors.New("batch file has no requests")
+	ErrBatchTooMany = errors.New("batch has too many requests")
+)
+
 // ErrReadingBatch wraps the error of the reader ParseBatch reads from (a
 // body over its size limit, a client gone), as opposed to a file that was
 // read whole and is invalid.
@@ -84,7 +96,7 @@ func ParseBatch(r io.Reader, maxLines int) (*BatchFile, error) {
 		if raw := bytes.TrimSpace(line); len(raw) > 0 {
 			p.add(n, raw)
 			if len(p.f.Lines) > maxLines {
-				return nil, fmt.Errorf("batch has more than %d requests", maxLines)
+				return nil, fmt.Errorf("%w: more than %d", ErrBatchTooMany, maxLines)
 			}
 		}
 		if err != nil { // io.EOF
@@ -92,7 +104,7 @@ func ParseBatch(r io.Reader, maxLines int) (*BatchFile, error) {
 		}
 	}
 	if len(p.f.Lines) == 0 && len(p.f.Invalid) == 0 {
-		return nil, errors.New("batch file has no requests")
+		return nil, ErrBatchEmpty
 	}
 	return p.f, nil
 }

@@ -31,14 +31,23 @@ const (
 	// MaxBodyBytesDefault is the largest POST /v1/jobs body: Anthropic's
 	// Messages limit (32 MB).
 	MaxBodyBytesDefault = 32 << 20
-	// MaxBatchBytesDefault is the largest POST /v1/batches body:
-	// Anthropic's Message Batches limit (256 MB).
+	// MaxBatchBytesDefault is the largest POST /v1/batches body and
+	// Message Batches create: Anthropic's Message Batches limit (256 MB).
 	MaxBatchBytesDefault = 256 << 20
-	// MaxBatchJobsDefault is the most requests in one batch (Anthropic's
-	// limit).
+	// MaxBatchJobsDefault is the most requests in one POST /v1/batches
+	// batch or Message Batch (Anthropic's limit).
 	MaxBatchJobsDefault = 100_000
+	// MaxOpenAIBatchBytesDefault is the largest OpenAI batch input file
+	// (a Files upload with purpose batch): OpenAI's limit (200 MB).
+	MaxOpenAIBatchBytesDefault = 200 << 20
+	// MaxOpenAIBatchJobsDefault is the most requests in one OpenAI
+	// batch's input file (OpenAI's limit).
+	MaxOpenAIBatchJobsDefault = 50_000
 	// MaxLongPollDefault bounds GET /v1/jobs/{id}?wait=.
 	MaxLongPollDefault = 60 * time.Second
+	// BatchFinalizingDefault is how long an OpenAI batch whose requests
+	// have all finished shows "finalizing" before it is "completed".
+	BatchFinalizingDefault = time.Second
 	// BatchRetentionDefault is how long a provider batch's results are
 	// kept after its window (Anthropic's 29 days).
 	BatchRetentionDefault = 29 * 24 * time.Hour
@@ -66,12 +75,23 @@ type Config struct {
 	// MaxBodyBytes is the largest POST /v1/jobs body; larger gets 413.
 	// Defaults to MaxBodyBytesDefault.
 	MaxBodyBytes int64
-	// MaxBatchBytes is the largest POST /v1/batches body; larger gets 413.
-	// Defaults to MaxBatchBytesDefault.
+	// MaxBatchBytes is the largest POST /v1/batches body and Anthropic
+	// Message Batches create; larger gets 413. Defaults to
+	// MaxBatchBytesDefault.
 	MaxBatchBytes int64
-	// MaxBatchJobs is the most lines in one batch. Defaults to
+	// MaxBatchJobs is the most lines in one POST /v1/batches batch and
+	// the most requests in one Message Batch. Defaults to
 	// MaxBatchJobsDefault.
 	MaxBatchJobs int
+	// MaxOpenAIBatchBytes is the largest file an OpenAI upstream's Files
+	// upload takes (a batch input file); larger is refused as OpenAI
+	// refuses it (400, "File is too large."). Defaults to
+	// MaxOpenAIBatchBytesDefault.
+	MaxOpenAIBatchBytes int64
+	// MaxOpenAIBatchJobs is the most requests in one OpenAI batch's input
+	// file; a batch of more fails its validation (too_many_tasks), as
+	// OpenAI's does. Defaults to MaxOpenAIBatchJobsDefault.
+	MaxOpenAIBatchJobs int
 	// MaxLongPoll bounds GET /v1/jobs/{id}?wait=. Defaults to
 	// MaxLongPollDefault.
 	MaxLongPoll time.Duration
@@ -109,6 +129,11 @@ type Config struct {
 	// request names none with X-Priority. Defaults to PriorityDefault for
 	// an upstream not in it.
 	BatchPriority map[string]llm.Priority
+	// BatchFinalizing is how long an OpenAI batch whose requests have all
+	// finished shows "finalizing" (its output and error files not named
+	// yet) before it is "completed", as OpenAI's batches do while their
+	// files are written. Defaults to BatchFinalizingDefault.
+	BatchFinalizing time.Duration
 	// BatchRetention is how long a provider batch and its results are kept
 	// after its 24-hour window (BatchWindow), whatever the cleaner's
 	// retention of its jobs' states. Defaults to BatchRetentionDefault.
@@ -123,8 +148,11 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, MaxBatchBytesDefault)
 	c.MaxBatchJobs = cmp.Or(c.MaxBatchJobs, MaxBatchJobsDefault)
+	c.MaxOpenAIBatchBytes = cmp.Or(c.MaxOpenAIBatchBytes, MaxOpenAIBatchBytesDefault)
+	c.MaxOpenAIBatchJobs = cmp.Or(c.MaxOpenAIBatchJobs, MaxOpenAIBatchJobsDefault)
 	c.MaxLongPoll = cmp.Or(c.MaxLongPoll, MaxLongPollDefault)
 	c.BatchRetention = cmp.Or(c.BatchRetention, BatchRetentionDefault)
+	c.BatchFinalizing = cmp.Or(c.BatchFinalizing, BatchFinalizingDefault)
 	if c.PriorityOf == nil {
 		c.PriorityOf = func(_ *http.Request, p llm.Priority) llm.Priority { return p }
 	}
@@ -171,8 +199,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("MaxBatchBytes must be >= 1, got %d", c.MaxBatchBytes)
 	case c.MaxBatchJobs < 1:
 		return fmt.Errorf("MaxBatchJobs must be >= 1, got %d", c.MaxBatchJobs)
+	case c.MaxOpenAIBatchBytes < 1:
+		return fmt.Errorf("MaxOpenAIBatchBytes must be >= 1, got %d", c.MaxOpenAIBatchBytes)
+	case c.MaxOpenAIBatchJobs < 1:
+		return fmt.Errorf("MaxOpenAIBatchJobs must be >= 1, got %d", c.MaxOpenAIBatchJobs)
 	case c.MaxLongPoll <= 0:
 		return fmt.Errorf("MaxLongPoll must be positive, got %v", c.MaxLongPoll)
+	case c.BatchFinalizing < 0:
+		return fmt.Errorf("BatchFinalizing must not be negative, got %v", c.BatchFinalizing)
 	case c.BatchRetention < 0:
 		return fmt.Errorf("BatchRetention must not be negative, got %v", c.BatchRetention)
 	}

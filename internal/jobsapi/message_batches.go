@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
+	"time"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // Anthropic's Message Batches API (POST/GET /v1/messages/batches, GET,
@@ -38,92 +42,216 @@ func (a *API) anthropicRoutes() *http.ServeMux {
 // MessageBatch is Anthropic's message_batch object.
 type MessageBatch = llm.MessageBatch
 
-// messageBatchCreate is the body of POST /v1/messages/batches.
-type messageBatchCreate struct {
-	Requests []struct {
-		CustomID *string         `json:"custom_id"`
-		Params   json.RawMessage `json:"params"`
-	} `json:"requests"`
+// Message Batches validate a create in two steps, as Anthropic does: the
+// shape of the body (a JSON object whose requests list holds 1 to
+// MaxBatchJobs objects, each with a custom_id matching customIDPattern,
+// unique in the batch, and an object as its params) and its size
+// (MaxBatchBytes) at the create, which refuses the whole batch (400, or
+// 413 for the size) and queues nothing; then each request's params,
+// "asynchronously": a request whose params would be refused is answered
+// as an errored result of the batch (invalid_request_error, with the
+// error the gateway's request builder gives), counted in
+// request_counts.errored, never sent and never charged.
+
+// messageBatchRequest is one request of a create, as read: line is its
+// index in requests.
+type messageBatchRequest struct {
+	CustomID *string         `json:"custom_id"`
+	Params   json.RawMessage `json:"params"`
 }
 
-// parseMessageBatch checks a create's body as Anthropic does and returns
-// its requests, or the first error naming the request's index.
-func (a *API) parseMessageBatch(body []byte) ([]BatchLine, error) {
-	var req messageBatchCreate
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("the body must be a JSON object {\"requests\": [...]}: %w", err)
+// errBatchBody is a create whose body is not the JSON object Anthropic
+// takes: its errors are worded as Anthropic's.
+var errBatchBody = errors.New("invalid request body")
+
+// parseMessageBatch reads a create's body as it arrives (a batchBody lets
+// go of its chunks as they are read) and returns its requests, each
+// params compacted, or the first error naming the request's index.
+func parseMessageBatch(r io.Reader, maxJobs int) ([]BatchLine, error) {
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, err
 	}
-	switch {
-	case len(req.Requests) == 0:
-		return nil, errors.New("requests: at least one request is required")
-	case len(req.Requests) > a.cfg.MaxBatchJobs:
-		return nil, fmt.Errorf("requests: at most %d requests in a batch, got %d", a.cfg.MaxBatchJobs, len(req.Requests))
+	var lines []BatchLine
+	found := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errBatchBody, err)
+		}
+		if key, _ := tok.(string); key != "requests" || found {
+			if key == "requests" {
+				return nil, errors.New("requests: given more than once")
+			}
+			var skip anyValue
+			if err := dec.Decode(&skip); err != nil {
+				return nil, fmt.Errorf("%w: %w", errBatchBody, err)
+			}
+			continue
+		}
+		found = true
+		if lines, err = parseRequests(dec, maxJobs); err != nil {
+			return nil, err
+		}
 	}
-	seen := make(map[string]int, len(req.Requests))
-	lines := make([]BatchLine, 0, len(req.Requests))
-	for i, rq := range req.Requests {
-		switch {
-		case rq.CustomID == nil:
-			return nil, fmt.Errorf("requests.%d.custom_id: Field required", i)
-		case !customIDPattern.MatchString(*rq.CustomID):
-			return nil, fmt.Errorf("requests.%d.custom_id: %q must be 1 to 64 letters, digits, '_' or '-'", i, *rq.CustomID)
-		}
-		if first, dup := seen[*rq.CustomID]; dup {
-			return nil, fmt.Errorf("requests.%d.custom_id: %q is already used by requests.%d; custom_id must be unique within a batch", i, *rq.CustomID, first)
-		}
-		seen[*rq.CustomID] = i
-		params := bytes.TrimSpace(rq.Params)
-		if len(params) == 0 || params[0] != '{' {
-			return nil, fmt.Errorf("requests.%d.params: Field required (the Messages request)", i)
-		}
-		var probe struct {
-			Stream *bool `json:"stream"`
-		}
-		if err := json.Unmarshal(params, &probe); err == nil && probe.Stream != nil && *probe.Stream {
-			return nil, fmt.Errorf("requests.%d.params.stream: batch requests cannot stream", i)
-		}
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, params); err != nil {
-			return nil, fmt.Errorf("requests.%d.params: %w", i, err)
-		}
-		lines = append(lines, BatchLine{Line: i, CustomID: *rq.CustomID, Body: compact.Bytes()})
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: data after the JSON object", errBatchBody)
+	}
+	if !found {
+		return nil, errors.New("requests: Field required")
 	}
 	return lines, nil
 }
 
+// expectDelim reads the next token, which must be d.
+func expectDelim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBatchBody, err)
+	}
+	if got, ok := tok.(json.Delim); !ok || got != d {
+		return fmt.Errorf("%w: want %q, got %v", errBatchBody, d, tok)
+	}
+	return nil
+}
+
+// parseRequests reads the requests list; past maxJobs its requests are
+// only counted, for the error.
+func parseRequests(dec *json.Decoder, maxJobs int) ([]BatchLine, error) {
+	if tok, err := dec.Token(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBatchBody, err)
+	} else if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, errors.New("requests: Input should be a valid list")
+	}
+	var lines []BatchLine
+	seen := map[string]int{}
+	n := 0
+	for ; dec.More(); n++ {
+		if n >= maxJobs {
+			var skip anyValue
+			if err := dec.Decode(&skip); err != nil {
+				return nil, fmt.Errorf("%w: %w", errBatchBody, err)
+			}
+			continue
+		}
+		var rq messageBatchRequest
+		if err := dec.Decode(&rq); err != nil {
+			if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+				want := "string"
+				if te.Field == "" {
+					want = "dictionary" // the request itself
+				}
+				return nil, fmt.Errorf("requests.%d%s: Input should be a valid %s", n, fieldSuffix(te.Field), want)
+			}
+			return nil, fmt.Errorf("%w: %w", errBatchBody, err)
+		}
+		l, err := checkRequest(n, rq, seen)
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, l)
+	}
+	if _, err := dec.Token(); err != nil { // the closing ']'
+		return nil, fmt.Errorf("%w: %w", errBatchBody, err)
+	}
+	switch {
+	case n == 0:
+		return nil, errors.New("requests: List should have at least 1 item after validation, not 0")
+	case n > maxJobs:
+		return nil, fmt.Errorf("requests: List should have at most %d items after validation, not %d", maxJobs, n)
+	}
+	return lines, nil
+}
+
+// fieldSuffix is ".field" for a decode error's field, "" for the request
+// itself.
+func fieldSuffix(field string) string {
+	if field == "" {
+		return ""
+	}
+	return "." + field
+}
+
+// checkRequest checks request i's shape (its params are checked later,
+// one by one: checkMessageBatch) and returns it as a line.
+func checkRequest(i int, rq messageBatchRequest, seen map[string]int) (BatchLine, error) {
+	switch {
+	case rq.CustomID == nil:
+		return BatchLine{}, fmt.Errorf("requests.%d.custom_id: Field required", i)
+	case !customIDPattern.MatchString(*rq.CustomID):
+		return BatchLine{}, fmt.Errorf("requests.%d.custom_id: String should match pattern '%s' (got %q)", i, customIDPattern, *rq.CustomID)
+	}
+	if first, dup := seen[*rq.CustomID]; dup {
+		return BatchLine{}, fmt.Errorf("requests.%d.custom_id: %q is already used by requests.%d; custom_id must be unique within a batch", i, *rq.CustomID, first)
+	}
+	seen[*rq.CustomID] = i
+	params := bytes.TrimSpace(rq.Params)
+	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
+		return BatchLine{}, fmt.Errorf("requests.%d.params: Field required", i)
+	}
+	if params[0] != '{' {
+		return BatchLine{}, fmt.Errorf("requests.%d.params: Input should be a valid dictionary", i)
+	}
+	body := params
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, params); err == nil && compact.Len() != len(params) {
+		body = compact.Bytes()
+	}
+	return BatchLine{Line: i, CustomID: *rq.CustomID, Body: body, Path: pathFor(llm.Anthropic)}, nil
+}
+
+// checkMessageBatch checks each line's params as the gateway would send
+// them: a line the request builder refuses (or that asks to stream) gets
+// its refusal, to be answered as its errored result; the others' models
+// are returned, for the client's allowed models.
+func checkMessageBatch(lines []BatchLine, now time.Time) []lineModel {
+	models := make([]lineModel, 0, len(lines))
+	for i := range lines {
+		l := &lines[i]
+		var probe struct {
+			Stream *bool `json:"stream"`
+		}
+		if json.Unmarshal(l.Body, &probe) == nil && probe.Stream != nil && *probe.Stream {
+			l.refused = &provider.RequestError{Status: http.StatusBadRequest, Type: "invalid_request_error",
+				Message: "stream: Message Batches do not support streaming"}
+			continue
+		}
+		model, err := checkBody(llm.Anthropic, l.Path, l.Body, now)
+		if re, ok := errors.AsType[*provider.RequestError](err); ok {
+			l.refused = re
+			continue
+		}
+		models = append(models, lineModel{line: l.Line, model: model})
+	}
+	return models
+}
+
 func (a *API) serveMessageBatchCreate(w http.ResponseWriter, r *http.Request) {
 	p := a.providerReq(r)
-	body, err := readBody(w, r, a.cfg.MaxBatchBytes)
-	if err != nil {
-		if errors.Is(err, errTooLarge) {
-			p.fail(w, http.StatusRequestEntityTooLarge, "request body exceeds %d bytes", a.cfg.MaxBatchBytes)
-			return
-		}
-		bodyError(w, err, a.cfg.MaxBatchBytes)
+	body, err := readBatchBody(w, r, a.cfg.MaxBatchBytes)
+	if errors.Is(err, errTooLarge) {
+		frontdoor.WriteProblem(w, p.proto, p.reqID, frontdoor.Problem{Status: http.StatusRequestEntityTooLarge,
+			Type: "request_too_large", Message: "Request exceeds the maximum allowed number of bytes."})
 		return
 	}
-	lines, err := a.parseMessageBatch(body)
-	models := make([]lineModel, 0, len(lines))
-	if err == nil {
-		now := a.cfg.Clock.Now()
-		for _, l := range lines {
-			model, cerr := checkBody(p.proto, pathFor(p.proto), l.Body, now)
-			if cerr != nil {
-				err = fmt.Errorf("requests.%d.params: %w", l.Line, cerr)
-				break
-			}
-			models = append(models, lineModel{line: l.Line, model: model})
-		}
+	if err != nil {
+		p.bodyFail(w, err)
+		return
 	}
+	lines, err := parseMessageBatch(body, a.cfg.MaxBatchJobs)
 	if err != nil {
 		p.fail(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	models := checkMessageBatch(lines, a.cfg.Clock.Now())
 	if err := a.permitLines(r, p.upstream, "requests.%d", models); err != nil {
 		p.fail(w, http.StatusForbidden, "%v", err)
 		return
 	}
-	b, ok := a.createProviderBatch(w, r, p, providerBatchID(r, p, MessageBatchIDPrefix), nil, lines)
+	b, _, ok := a.createProviderBatch(w, r, p, providerBatchID(r, p, MessageBatchIDPrefix), nil, lines)
 	if !ok {
 		return
 	}

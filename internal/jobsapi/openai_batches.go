@@ -1,6 +1,7 @@
 package jobsapi
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -117,8 +119,15 @@ func (a *API) serveOpenAIBatchCreate(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, http.StatusInternalServerError, "encoding the batch: %v", err)
 		return
 	}
-	b, ok := a.createProviderBatch(w, r, p, providerBatchID(r, p, OpenAIBatchIDPrefix), raw, lines)
+	b, existing, ok := a.createProviderBatch(w, r, p, providerBatchID(r, p, OpenAIBatchIDPrefix), raw, lines)
 	if !ok {
+		return
+	}
+	if !existing {
+		// The create's own answer is the batch as OpenAI's create answers
+		// it, before its validation; every later read shows what the
+		// validation (done here) made of it: in_progress or failed.
+		writeJSON(w, http.StatusOK, validatingBatch(b))
 		return
 	}
 	a.writeOpenAIBatch(w, r, p, b)
@@ -133,16 +142,16 @@ func (a *API) parseOpenAIInput(content []byte, endpoint string) ([]BatchLine, []
 		l := line
 		return OpenAIBatchError{Code: code, Message: msg, Line: &l}
 	}
-	f, err := ParseBatchFile(content, a.cfg.MaxBatchJobs)
-	if err != nil {
-		code := "invalid_file"
-		switch {
-		case strings.Contains(err.Error(), "no requests"):
-			code = "empty_file"
-		case strings.Contains(err.Error(), "more than"):
-			code = "too_many_tasks"
-		}
-		return nil, []OpenAIBatchError{{Code: code, Message: err.Error()}}, nil
+	limit := a.cfg.MaxOpenAIBatchJobs
+	f, err := ParseBatchFile(content, limit)
+	switch {
+	case errors.Is(err, ErrBatchEmpty):
+		return nil, []OpenAIBatchError{{Code: "empty_file", Message: "The batch input file is empty."}}, nil
+	case errors.Is(err, ErrBatchTooMany):
+		return nil, []OpenAIBatchError{{Code: "too_many_tasks", Message: fmt.Sprintf(
+			"The batch input file has %d requests; the limit is %d.", requestLines(content), limit)}}, nil
+	case err != nil:
+		return nil, []OpenAIBatchError{{Code: "invalid_file", Message: err.Error()}}, nil
 	}
 	var errs []OpenAIBatchError
 	models := make([]lineModel, 0, len(f.Lines))
@@ -170,6 +179,17 @@ func (a *API) parseOpenAIInput(content []byte, endpoint string) ([]BatchLine, []
 	return f.Lines, errs, models
 }
 
+// requestLines counts the non-blank lines of a batch input file.
+func requestLines(content []byte) int {
+	n := 0
+	for line := range bytes.Lines(content) {
+		if len(bytes.TrimSpace(line)) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func sortOpenAIErrors(es []OpenAIBatchError) {
 	line := func(e OpenAIBatchError) int {
 		if e.Line == nil {
@@ -184,42 +204,69 @@ func sortOpenAIErrors(es []OpenAIBatchError) {
 	}
 }
 
-// openAIBatch renders b as OpenAI does; expiredN of its dead jobs expired.
-func openAIBatch(b *jobstore.Batch, expiredN int) OpenAIBatch {
+// OpenAI's batch life cycle, as the gateway answers it (the statuses of
+// llm.OpenAIBatch*): the create answers "validating"; the input file is
+// validated in the create, so every later read shows "failed" (failed_at
+// the creation, errors.data the file's errors, no job queued) or
+// "in_progress" (in_progress_at the creation) while the batch's jobs run;
+// once all have finished, "finalizing" (finalizing_at their last finish)
+// for Config.BatchFinalizing, then "completed" (completed_at the end of
+// finalizing) with its output and error files. A cancel shows
+// "cancelling" (cancelling_at) until every job has finished, then
+// "cancelled"; a batch whose window ran out with jobs unfinished is
+// "expired" (expired_at its end). The result files are named only once
+// the batch is completed, cancelled or expired.
+
+// openAIBatchBase is b's fields that do not change over its life.
+func openAIBatchBase(b *jobstore.Batch) (OpenAIBatch, openAIBatchAttrs) {
 	var attrs openAIBatchAttrs
 	_ = json.Unmarshal(b.Attrs, &attrs) // a Sluice batch has none: empty fields
-	c := b.Counts
-	created := b.CreatedAt.Unix()
-	at := func(t int64) *int64 { return &t }
-	v := OpenAIBatch{ID: b.ID, Object: "batch", Endpoint: cmp.Or(attrs.Endpoint, pathFor(llm.OpenAI)), InputFileID: attrs.InputFileID,
-		CompletionWindow: cmp.Or(attrs.CompletionWindow, "24h"), CreatedAt: created, ExpiresAt: b.CreatedAt.Add(BatchWindow).Unix(),
-		RequestCounts: OpenAICounts{Total: b.Total, Completed: c.Succeeded, Failed: c.Dead}, Metadata: attrs.Metadata}
+	return OpenAIBatch{ID: b.ID, Object: "batch", Endpoint: cmp.Or(attrs.Endpoint, pathFor(llm.OpenAI)), InputFileID: attrs.InputFileID,
+		CompletionWindow: cmp.Or(attrs.CompletionWindow, "24h"), CreatedAt: b.CreatedAt.Unix(), ExpiresAt: b.CreatedAt.Add(BatchWindow).Unix(),
+		Metadata: attrs.Metadata}, attrs
+}
+
+// validatingBatch is b as its create answers it: validating, nothing
+// counted or started yet.
+func validatingBatch(b *jobstore.Batch) OpenAIBatch {
+	v, _ := openAIBatchBase(b)
+	v.Status = llm.OpenAIBatchValidating
+	return v
+}
+
+// openAIBatch renders b as OpenAI does at now; expiredN of its dead jobs
+// expired; finalizing is how long it finalizes (Config.BatchFinalizing).
+func openAIBatch(b *jobstore.Batch, expiredN int, now time.Time, finalizing time.Duration) OpenAIBatch {
+	v, attrs := openAIBatchBase(b)
+	at := func(t time.Time) *int64 { u := t.Unix(); return &u }
 	if len(attrs.Errors) > 0 {
-		v.Status, v.FailedAt = "failed", at(created)
+		v.Status, v.FailedAt = llm.OpenAIBatchFailed, at(b.CreatedAt)
 		v.Errors = &llm.OpenAIBatchErrors{Object: "list", Data: attrs.Errors}
 		return v
 	}
-	v.InProgressAt = at(created)
+	c := b.Counts
+	v.RequestCounts = OpenAICounts{Total: b.Total, Completed: c.Succeeded, Failed: c.Dead}
+	v.InProgressAt = at(b.CreatedAt)
 	cancel := b.CancelRequestedAt
 	if !cancel.IsZero() {
-		v.CancellingAt = at(cancel.Unix())
+		v.CancellingAt = at(cancel)
 	}
-	if !b.Ended() {
-		v.Status = "in_progress"
-		if !cancel.IsZero() {
-			v.Status = "cancelling"
-		}
-		return v
-	}
-	ended := b.EndedAt.Unix()
-	v.FinalizingAt = at(ended)
 	switch {
+	case !b.Ended() && cancel.IsZero():
+		v.Status = llm.OpenAIBatchInProgress
+		return v
+	case !b.Ended():
+		v.Status = llm.OpenAIBatchCancelling
+		return v
 	case !cancel.IsZero():
-		v.Status, v.CancelledAt = "cancelled", at(ended)
+		v.Status, v.CancelledAt = llm.OpenAIBatchCancelled, at(b.EndedAt)
 	case expiredN > 0:
-		v.Status, v.ExpiredAt = "expired", at(ended)
+		v.Status, v.ExpiredAt = llm.OpenAIBatchExpired, at(b.EndedAt)
+	case now.Before(b.EndedAt.Add(finalizing)):
+		v.Status, v.FinalizingAt = llm.OpenAIBatchFinalizing, at(b.EndedAt)
+		return v
 	default:
-		v.Status, v.CompletedAt = "completed", at(ended)
+		v.Status, v.FinalizingAt, v.CompletedAt = llm.OpenAIBatchCompleted, at(b.EndedAt), at(b.EndedAt.Add(finalizing))
 	}
 	if c.Succeeded > 0 {
 		id := outputFileID(b.ID)
@@ -232,13 +279,22 @@ func openAIBatch(b *jobstore.Batch, expiredN int) OpenAIBatch {
 	return v
 }
 
-func (a *API) writeOpenAIBatch(w http.ResponseWriter, r *http.Request, p providerReq, b *jobstore.Batch) {
+// renderOpenAIBatch is b as OpenAI shows it now.
+func (a *API) renderOpenAIBatch(r *http.Request, b *jobstore.Batch) (OpenAIBatch, error) {
 	n, err := a.expiredIn(r, b)
+	if err != nil {
+		return OpenAIBatch{}, err
+	}
+	return openAIBatch(b, n, a.cfg.Clock.Now(), a.cfg.BatchFinalizing), nil
+}
+
+func (a *API) writeOpenAIBatch(w http.ResponseWriter, r *http.Request, p providerReq, b *jobstore.Batch) {
+	v, err := a.renderOpenAIBatch(r, b)
 	if err != nil {
 		a.storeFail(w, p, "counting the batch", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, openAIBatch(b, n))
+	writeJSON(w, http.StatusOK, v)
 }
 
 func (a *API) serveOpenAIBatchGet(w http.ResponseWriter, r *http.Request) {
@@ -254,13 +310,33 @@ func (a *API) serveOpenAIBatchCancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	v, err := a.renderOpenAIBatch(r, b)
+	if err != nil {
+		a.storeFail(w, p, "counting the batch", err)
+		return
+	}
+	switch v.Status {
+	case llm.OpenAIBatchCompleted, llm.OpenAIBatchFailed, llm.OpenAIBatchExpired, llm.OpenAIBatchCancelled:
+		p.fail(w, http.StatusBadRequest, "Cannot cancel a batch with status '%s'.", v.Status)
+		return
+	}
 	if _, err := a.rt.CancelBatch(r.Context(), b.ID); err != nil {
 		a.storeFail(w, p, "canceling the batch", err)
 		return
 	}
-	if b, ok = a.ownBatch(w, r, p, b.ID); ok {
-		a.writeOpenAIBatch(w, r, p, b)
+	if b, ok = a.ownBatch(w, r, p, b.ID); !ok {
+		return
 	}
+	if v, err = a.renderOpenAIBatch(r, b); err != nil {
+		a.storeFail(w, p, "counting the batch", err)
+		return
+	}
+	if v.Status == llm.OpenAIBatchCancelled {
+		// The cancel answers "cancelling", as OpenAI's does (the calls
+		// in flight are being aborted); the next read shows it cancelled.
+		v.Status, v.CancelledAt, v.OutputFileID, v.ErrorFileID = llm.OpenAIBatchCancelling, nil, nil, nil
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 // openAIList is OpenAI's cursor page.
@@ -300,12 +376,12 @@ func (a *API) serveOpenAIBatchList(w http.ResponseWriter, r *http.Request) {
 	}
 	out := openAIList[OpenAIBatch]{Object: "list", Data: []OpenAIBatch{}, HasMore: len(bs) > limit}
 	for _, b := range bs[:min(len(bs), limit)] {
-		n, err := a.expiredIn(r, b)
+		v, err := a.renderOpenAIBatch(r, b)
 		if err != nil {
 			a.storeFail(w, p, "counting the batch", err)
 			return
 		}
-		out.Data = append(out.Data, openAIBatch(b, n))
+		out.Data = append(out.Data, v)
 	}
 	if n := len(out.Data); n > 0 {
 		out.FirstID, out.LastID = &out.Data[0].ID, &out.Data[n-1].ID

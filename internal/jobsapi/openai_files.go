@@ -3,8 +3,10 @@ package jobsapi
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"strings"
 
@@ -54,27 +56,7 @@ func openAIFile(f *jobstore.File) OpenAIFile {
 // upstream's, answers 404.
 func (a *API) ownFile(w http.ResponseWriter, r *http.Request, p providerReq, id string, content bool) (*jobstore.File, bool) {
 	if batchID, output, ok := batchFile(id); ok {
-		b, err := a.store.GetBatch(r.Context(), batchID)
-		if err == nil && b.Client == p.client && b.Upstream == p.upstream && b.Ended() {
-			var buf bytes.Buffer
-			a.writeResults(&bufferWriter{&buf}, r, b, func(j *jobstore.Job) bool { return (j.State == jobstore.StateSucceeded) == output })
-			kind := "errors"
-			if output {
-				kind = "output"
-			}
-			f := &jobstore.File{ID: id, Client: b.Client, Upstream: b.Upstream, Purpose: "batch_output",
-				Filename: b.ID + "_" + kind + ".jsonl", Bytes: int64(buf.Len()), CreatedAt: b.EndedAt}
-			if content {
-				f.Content = buf.Bytes()
-			}
-			return f, true
-		}
-		if err != nil && !errors.Is(err, jobstore.ErrNotFound) {
-			a.storeFail(w, p, "loading the batch", err)
-			return nil, false
-		}
-		p.fail(w, http.StatusNotFound, "no file %q", id)
-		return nil, false
+		return a.resultFile(w, r, p, id, batchID, output, content)
 	}
 	f, err := a.store.GetFile(r.Context(), jobstore.GetFileParams{ID: id, Content: content})
 	switch {
@@ -88,58 +70,90 @@ func (a *API) ownFile(w http.ResponseWriter, r *http.Request, p providerReq, id 
 	return f, true
 }
 
+// resultFile renders file id, the output (or error) file of batch
+// batchID: it exists once the batch names it (completed, cancelled or
+// expired; not while it finalizes).
+func (a *API) resultFile(w http.ResponseWriter, r *http.Request, p providerReq, id, batchID string, output, content bool) (*jobstore.File, bool) {
+	b, err := a.store.GetBatch(r.Context(), batchID)
+	if err != nil && !errors.Is(err, jobstore.ErrNotFound) {
+		a.storeFail(w, p, "loading the batch", err)
+		return nil, false
+	}
+	if err != nil || b.Client != p.client || b.Upstream != p.upstream || !b.Ended() {
+		p.fail(w, http.StatusNotFound, "no file %q", id)
+		return nil, false
+	}
+	v, err := a.renderOpenAIBatch(r, b)
+	if err != nil {
+		a.storeFail(w, p, "loading the batch", err)
+		return nil, false
+	}
+	named := v.ErrorFileID
+	if output {
+		named = v.OutputFileID
+	}
+	if named == nil || *named != id {
+		p.fail(w, http.StatusNotFound, "no file %q", id)
+		return nil, false
+	}
+	var buf bytes.Buffer
+	a.writeResults(&bufferWriter{&buf}, r, b, func(j *jobstore.Job) bool { return (j.State == jobstore.StateSucceeded) == output })
+	kind := "errors"
+	if output {
+		kind = "output"
+	}
+	f := &jobstore.File{ID: id, Client: b.Client, Upstream: b.Upstream, Purpose: "batch_output",
+		Filename: b.ID + "_" + kind + ".jsonl", Bytes: int64(buf.Len()), CreatedAt: b.EndedAt}
+	if content {
+		f.Content = buf.Bytes()
+	}
+	return f, true
+}
+
 // bufferWriter is an http.ResponseWriter over a buffer, for writeResults.
 type bufferWriter struct{ *bytes.Buffer }
 
 func (bufferWriter) Header() http.Header { return http.Header{} }
 func (bufferWriter) WriteHeader(int)     {}
 
-// serveFileCreate stores a multipart upload: "purpose" (batch) and "file".
+// uploadFormBytes is how much an upload may carry besides its file: the
+// multipart framing and the purpose field.
+const uploadFormBytes = 1 << 20
+
+// fileTooLarge is OpenAI's answer to a batch input file over its limit.
+const fileTooLarge = "File is too large."
+
+// serveFileCreate stores a multipart upload: "purpose" (batch) and "file",
+// at most MaxOpenAIBatchBytes (OpenAI's limit of a batch input file). The
+// file is read as it arrives (readChunks), so an upload over the limit is
+// refused as soon as its file crosses it, holding no more than the limit.
 func (a *API) serveFileCreate(w http.ResponseWriter, r *http.Request) {
 	p := a.providerReq(r)
-	if r.ContentLength > a.cfg.MaxBatchBytes {
-		p.fail(w, http.StatusRequestEntityTooLarge, "the upload exceeds %d bytes", a.cfg.MaxBatchBytes)
+	limit := a.cfg.MaxOpenAIBatchBytes
+	if r.ContentLength > limit+uploadFormBytes {
+		p.fail(w, http.StatusBadRequest, fileTooLarge)
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "multipart/form-data" {
 		p.fail(w, http.StatusBadRequest, "upload the file as multipart/form-data with the fields purpose and file")
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBatchBytes+1<<20) // the file and the form around it
+	r.Body = http.MaxBytesReader(w, r.Body, limit+uploadFormBytes)
 	reader, err := r.MultipartReader()
 	if err != nil {
 		p.fail(w, http.StatusBadRequest, "reading the upload: %v", err)
 		return
 	}
-	var purpose, filename string
-	var content []byte
-	for {
-		part, err := reader.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			p.fail(w, http.StatusBadRequest, "reading the upload: %v", err)
-			return
-		}
-		data, err := io.ReadAll(io.LimitReader(part, a.cfg.MaxBatchBytes+1))
-		if err != nil {
-			p.fail(w, http.StatusBadRequest, "reading the upload: %v", err)
-			return
-		}
-		switch part.FormName() {
-		case "purpose":
-			purpose = string(data)
-		case "file":
-			filename, content = part.FileName(), data
-		}
-	}
+	purpose, filename, content, err := readUpload(reader, limit, r.ContentLength)
 	switch {
+	case errors.Is(err, errTooLarge):
+		p.fail(w, http.StatusBadRequest, fileTooLarge)
+		return
+	case err != nil:
+		p.bodyFail(w, err)
+		return
 	case content == nil:
 		p.fail(w, http.StatusBadRequest, "file is required")
-		return
-	case int64(len(content)) > a.cfg.MaxBatchBytes:
-		p.fail(w, http.StatusRequestEntityTooLarge, "the file exceeds %d bytes", a.cfg.MaxBatchBytes)
 		return
 	case purpose != "batch":
 		p.fail(w, http.StatusBadRequest, "purpose %q is not stored by this gateway: only \"batch\" files are (for /v1/batches)", purpose)
@@ -152,6 +166,57 @@ func (a *API) serveFileCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, openAIFile(f))
+}
+
+// uploadFieldBytes bounds an upload's fields other than its file.
+const uploadFieldBytes = 4 << 10
+
+// readUpload reads a multipart upload's purpose and file (at most limit
+// bytes: errTooLarge past it; size, the request's Content-Length, sizes
+// the file's first chunk). Other parts are read and dropped.
+func readUpload(reader *multipart.Reader, limit, size int64) (purpose, filename string, content []byte, err error) {
+	for {
+		part, err := reader.NextPart()
+		if errors.Is(err, io.EOF) {
+			return purpose, filename, content, nil
+		}
+		if err != nil {
+			return "", "", nil, uploadErr(err)
+		}
+		switch part.FormName() {
+		case "file":
+			body, err := readChunks(part, limit, size+1)
+			if err != nil {
+				return "", "", nil, uploadErr(err)
+			}
+			filename, content = part.FileName(), body.Bytes()
+		case "purpose":
+			v, err := readChunks(part, uploadFieldBytes, 0)
+			if errors.Is(err, errTooLarge) {
+				return "", "", nil, fmt.Errorf("purpose: longer than %d bytes", uploadFieldBytes)
+			}
+			if err != nil {
+				return "", "", nil, uploadErr(err)
+			}
+			purpose = string(v.Bytes())
+		default:
+			if _, err := io.Copy(io.Discard, part); err != nil {
+				return "", "", nil, uploadErr(err)
+			}
+		}
+	}
+}
+
+// uploadErr is a failed read of an upload: errTooLarge for a body over
+// its cap (the request's MaxBytesReader), the error as it is otherwise.
+func uploadErr(err error) error {
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return errTooLarge
+	}
+	if errors.Is(err, errTooLarge) {
+		return err
+	}
+	return fmt.Errorf("reading the upload: %w", err)
 }
 
 func (a *API) serveFileGet(w http.ResponseWriter, r *http.Request) {

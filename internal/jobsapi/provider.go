@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/provider"
 )
 
 // The providers' own batch APIs, answered on each upstream's prefix so that
@@ -84,6 +85,21 @@ func (p providerReq) fail(w http.ResponseWriter, status int, format string, args
 	frontdoor.WriteProblem(w, p.proto, p.reqID, frontdoor.Problem{Status: status, Message: fmt.Sprintf(format, args...)})
 }
 
+// bodyFail answers a failed read of a provider route's body (other than
+// one over its cap, which each route answers as its provider does): the
+// gateway's body readers refuse with their own Problem (a 503 when its
+// request-bytes budget has no room), anything else is a 400.
+func (p providerReq) bodyFail(w http.ResponseWriter, err error) {
+	if pe, ok := errors.AsType[interface {
+		error
+		Problem() frontdoor.Problem
+	}](err); ok {
+		frontdoor.WriteProblem(w, p.proto, p.reqID, pe.Problem())
+		return
+	}
+	p.fail(w, http.StatusBadRequest, "%v", err)
+}
+
 // storeFail answers a store failure: an outage is a 503 with retry-after.
 func (a *API) storeFail(w http.ResponseWriter, p providerReq, what string, err error) {
 	if errors.Is(err, jobstore.ErrUnavailable) {
@@ -144,38 +160,52 @@ func (a *API) providerClass(r *http.Request, p providerReq) (llm.Priority, error
 
 // createProviderBatch stores a provider batch of lines (already checked)
 // with id and attrs. A create retried with the same Idempotency-Key (so the
-// same id) answers the batch the first one made; false means it answered
-// an error.
-func (a *API) createProviderBatch(w http.ResponseWriter, r *http.Request, p providerReq, id string, attrs []byte, lines []BatchLine) (*jobstore.Batch, bool) {
+// same id) answers the batch the first one made (existing); false ok means
+// it answered an error.
+func (a *API) createProviderBatch(w http.ResponseWriter, r *http.Request, p providerReq, id string, attrs []byte,
+	lines []BatchLine) (b *jobstore.Batch, existing, ok bool) {
 	prio, err := a.providerClass(r, p)
 	if err != nil {
 		p.fail(w, http.StatusBadRequest, "%v", err)
-		return nil, false
+		return nil, false, false
 	}
 	now := a.cfg.Clock.Now()
 	params := jobstore.CreateBatchParams{ID: id, Format: p.proto, Client: p.client, Upstream: p.upstream, Attrs: attrs,
 		KeepUntil: now.Add(BatchWindow + a.cfg.BatchRetention), AllowEmpty: len(lines) == 0, Now: now}
+	queued := 0
 	for _, l := range lines {
-		params.Jobs = append(params.Jobs, jobstore.InsertParams{Upstream: p.upstream, Priority: prio, Client: p.client,
+		j := jobstore.InsertParams{Upstream: p.upstream, Priority: prio, Client: p.client,
 			Path: cmp.Or(l.Path, pathFor(p.proto)), Body: l.Body, Deadline: now.Add(BatchWindow), MaxAttempts: a.cfg.MaxAttempts,
-			CustomID: l.CustomID, Now: now})
+			CustomID: l.CustomID, Now: now}
+		if e := l.refused; e != nil {
+			// Refused as the provider refuses it: dead from the start with
+			// its error, its errored result; never sent, never charged.
+			j.Dead = &jobstore.AttemptError{Status: e.Status, Kind: llm.ClientError.String(), Message: e.Message, At: now}
+			j.DeadResult = &jobstore.Result{Status: e.Status, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: provider.ErrorBody(p.proto, e.Status, e.Type, e.Message, frontdoor.NewRequestID())}
+		} else {
+			queued++
+		}
+		params.Jobs = append(params.Jobs, j)
 	}
-	b, err := a.store.CreateBatch(r.Context(), params)
+	b, err = a.store.CreateBatch(r.Context(), params)
 	if errors.Is(err, jobstore.ErrConflict) {
 		// The id is taken: by this caller's earlier create with the same
 		// key (answer it), or it never will be by anyone else's.
 		if prev, gerr := a.store.GetBatch(r.Context(), id); gerr == nil && prev.Client == p.client && prev.Upstream == p.upstream {
-			return prev, true
+			return prev, true, true
 		}
 		p.fail(w, http.StatusConflict, "the Idempotency-Key is already used by another batch")
-		return nil, false
+		return nil, false, false
 	}
 	if err != nil {
 		a.storeFail(w, p, "queueing the batch", err)
-		return nil, false
+		return nil, false, false
 	}
-	a.cfg.Observer.Submitted(p.upstream, len(params.Jobs))
-	return b, true
+	if queued > 0 {
+		a.cfg.Observer.Submitted(p.upstream, queued)
+	}
+	return b, false, true
 }
 
 // expiredIn counts the jobs of an ended batch that died of its deadline

@@ -70,12 +70,22 @@ func (p ListBatchesParams) newestFirst(ids []string) []string {
 
 // newBatch is the batch CreateBatch just inserted, every job queued.
 func newBatch(p CreateBatchParams, now time.Time) *Batch {
-	b := &Batch{ID: p.ID, Format: p.Format, Client: p.Client, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)},
-		CreatedAt: now, Upstream: p.Upstream, Attrs: p.Attrs}
+	b := &Batch{ID: p.ID, Format: p.Format, Client: p.Client, Total: len(p.Jobs), CreatedAt: now, Upstream: p.Upstream, Attrs: p.Attrs}
+	for _, j := range p.Jobs {
+		if j.Dead != nil {
+			b.Counts.Dead++
+		} else {
+			b.Counts.Queued++
+		}
+	}
 	if !p.KeepUntil.IsZero() {
 		b.KeepUntil = storeTime(p.KeepUntil)
 	}
-	b.setEnded(time.Time{})
+	last := time.Time{}
+	if b.Counts.Dead > 0 {
+		last = now // its dead jobs finished as it was made
+	}
+	b.setEnded(last)
 	return b
 }
 

@@ -34,8 +34,28 @@ func (p *InsertParams) validate() error {
 		return invalid("MaxAttempts", "%d is below 1", p.MaxAttempts)
 	case p.Now.IsZero():
 		return invalid("Now", "required")
+	case p.Dead != nil && p.WebhookURL != "":
+		return invalid("Dead", "a job inserted dead takes no WebhookURL")
 	}
 	return nil
+}
+
+// validateInsert checks p for Insert, which queues: only CreateBatch
+// inserts a job dead.
+func (p *InsertParams) validateInsert() error {
+	if p.Dead != nil {
+		return invalid("Dead", "only a batch's job (CreateBatch) is inserted dead")
+	}
+	return p.validate()
+}
+
+// deadError is the attempt error a job inserted dead is stored with.
+func (p InsertParams) deadError() AttemptError {
+	e := *p.Dead
+	if e.At.IsZero() {
+		e.At = p.Now
+	}
+	return e
 }
 
 // normalized returns p with times in store precision and AvailableAt set.

@@ -248,12 +248,17 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 			j = j.normalized()
 			a := pgInsertArgs(j, id)
 			// CopyFrom takes the column values without the literal state.
-			rows[i] = append(append(append([]any{ids[i]}, a[:8]...), "queued"), a[8:]...)
+			rows[i] = append(append(append(append([]any{ids[i]}, a[:8]...), "queued"), a[8:]...), pgDeadArgs(j)...)
+			if j.Dead != nil {
+				rows[i][9] = "dead"
+			} else {
+				ups = append(ups, j.Upstream)
+			}
 			members[i] = []any{id, j.CustomID, ids[i]}
-			ups = append(ups, j.Upstream)
 		}
 		cols := []string{"id", "idempotency_key", "upstream", "priority", "client", "path", "body", "deadline", "max_attempts",
-			"state", "available_at", "batch_id", "custom_id", "webhook_url", "created_at", "updated_at"}
+			"state", "available_at", "batch_id", "custom_id", "webhook_url", "created_at", "updated_at",
+			"errors", "result_status", "result_header", "result_body", "finished_at"}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"sluice_jobs"}, cols, pgx.CopyFromRows(rows)); err != nil {
 			return mapPgErr(err)
 		}
@@ -268,6 +273,20 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 	}
 	s.notes.signal("")
 	return newBatch(p, now), nil
+}
+
+// pgDeadArgs are the columns a batch's job inserted dead (InsertParams.Dead)
+// fills, after pgInsertArgs: its errors, its kept error answer and its
+// finish (nothing for a queued job).
+func pgDeadArgs(p InsertParams) []any {
+	if p.Dead == nil {
+		return []any{"[]", nil, nil, nil, pgTime(time.Time{})}
+	}
+	args := []any{"[" + string(encodeAttemptError(p.deadError())) + "]", nil, nil, nil, pgTime(p.Now)}
+	if r := p.DeadResult; r != nil {
+		args[1], args[2], args[3] = int32(r.Status), string(encodeHeader(r.Header)), nonNil(r.Body)
+	}
+	return args
 }
 
 func (s *postgresStore) GetBatch(ctx context.Context, id string) (*Batch, error) {

@@ -19,7 +19,7 @@ func pgInsertArgs(p InsertParams, batchID string) []any {
 }
 
 func (s *postgresStore) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
-	if err := p.validate(); err != nil {
+	if err := p.validateInsert(); err != nil {
 		return InsertResult{}, fmt.Errorf("inserting job: %w", err)
 	}
 	p = p.normalized()

@@ -89,9 +89,15 @@ type CreateGroupParams struct {
 	MinJobs     int
 	WaitedSince time.Time
 	// MaxJobs and MaxBytes bound the group (the provider's limits per
-	// batch); MaxBytes counts the jobs' bodies. Both at least 1.
+	// batch); MaxBytes counts the jobs' bodies and, with LineBytes, what
+	// each job's line adds around its body. Both at least 1.
 	MaxJobs  int
 	MaxBytes int64
+	// LineBytes, when set, is what job id's line adds to the provider
+	// batch beyond its body (its wrapper: custom_id, method, url and the
+	// separators), counted with the body against MaxBytes so that the
+	// bound is the batch's size as sent. Defaults to nothing.
+	LineBytes func(id int64) int64
 	// LeaseUntil is when a job without a deadline leased to the group is
 	// given back by the rescuer if nobody wrote it back by then; a job
 	// with a deadline is given back at the earlier of it and its deadline
@@ -154,12 +160,16 @@ func chooseGroup(p CreateGroupParams, candidates []groupCandidate) ([]groupCandi
 	var bytes int64
 	full := false
 	for _, c := range candidates {
-		if len(out) == p.MaxJobs || (len(out) > 0 && bytes+c.bytes > p.MaxBytes) {
+		size := c.bytes
+		if p.LineBytes != nil {
+			size += p.LineBytes(c.id)
+		}
+		if len(out) == p.MaxJobs || (len(out) > 0 && bytes+size > p.MaxBytes) {
 			full = true
 			break
 		}
 		out = append(out, c)
-		bytes += c.bytes
+		bytes += size
 	}
 	if len(out) == 0 {
 		return nil, false

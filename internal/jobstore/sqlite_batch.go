@@ -28,6 +28,12 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 		var ups []string
 		for _, j := range p.Jobs {
 			j = j.normalized()
+			if j.Dead != nil {
+				if _, err := tx.ExecContext(ctx, sqliteInsertDead, sqliteInsertDeadArgs(j, id)...); err != nil {
+					return mapSQLiteErr(err)
+				}
+				continue
+			}
 			if _, err := stmt.ExecContext(ctx, sqliteInsertArgs(j, id)...); err != nil {
 				return mapSQLiteErr(err)
 			}
@@ -40,6 +46,24 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 		return nil, fmt.Errorf("creating batch: %w", err)
 	}
 	return newBatch(p, now), nil
+}
+
+// sqliteInsertDead inserts a batch's job already dead (InsertParams.Dead);
+// its arguments are sqliteInsertArgs then its errors (a JSON array), its
+// kept error answer (status, header, body: NULL for none) and its finish.
+const sqliteInsertDead = `INSERT INTO sluice_jobs (idempotency_key, upstream, priority, client, path, body,
+	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at,
+	errors, result_status, result_header, result_body, finished_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'dead', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func sqliteInsertDeadArgs(p InsertParams, batchID string) []any {
+	args := append(sqliteInsertArgs(p, batchID), "["+string(encodeAttemptError(p.deadError()))+"]")
+	if r := p.DeadResult; r != nil {
+		args = append(args, r.Status, encodeHeader(r.Header), nonNil(r.Body))
+	} else {
+		args = append(args, nil, nil, nil)
+	}
+	return append(args, micros(p.Now))
 }
 
 // countInto adds n jobs in state to c.

@@ -34,7 +34,7 @@ func sqliteInsertArgs(p InsertParams, batchID string) []any {
 }
 
 func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
-	if err := p.validate(); err != nil {
+	if err := p.validateInsert(); err != nil {
 		return InsertResult{}, fmt.Errorf("inserting job: %w", err)
 	}
 	p = p.normalized()

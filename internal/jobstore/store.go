@@ -264,6 +264,15 @@ type InsertParams struct {
 	CustomID string
 	// WebhookURL is optional.
 	WebhookURL string
+	// Dead, on a job of CreateBatch, inserts it already dead with this
+	// error, never to be sent: a request refused before it could run (a
+	// provider batch's request whose params the provider refuses), kept
+	// so that it answers as the batch's errored result. DeadResult is the
+	// error answer it keeps (the provider's error body), nil for none.
+	// Insert refuses it; a dead job takes no WebhookURL. Defaults to a
+	// queued job.
+	Dead       *AttemptError
+	DeadResult *Result
 	// Now is the insertion time.
 	Now time.Time
 }

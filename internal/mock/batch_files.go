@@ -153,7 +153,8 @@ func (s *Server) uploadFile(x *exchange) {
 		x.fail(openAIInvalid("file", "missing_required_parameter", "Missing required parameter: 'file'."), nil)
 		return
 	case int64(len(content)) > limit:
-		x.fail(openAIInvalid("file", "", "File is too large: the limit is %d bytes for purpose %q.", limit, purpose), nil)
+		// OpenAI's answer, param and code null.
+		x.fail(&apiError{status: http.StatusBadRequest, typ: "invalid_request_error", message: "File is too large."}, nil)
 		return
 	}
 	f := &mockFile{id: fileID(), key: x.key, purpose: purpose, filename: filename, created: x.now, content: content}

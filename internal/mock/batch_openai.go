@@ -377,14 +377,14 @@ func (s *Server) enqueuedTokens(key string, lines []batchLine, now time.Time) []
 func (s *Server) openAIBatchObject(b *mockBatch, now time.Time) openAIBatchObject {
 	cfg := s.cfg.Batch
 	o := openAIBatchObject{ID: b.id, Object: "batch", Endpoint: b.openai.endpoint, InputFileID: b.openai.inputFileID,
-		CompletionWindow: "24h", CreatedAt: b.created.Unix(), ExpiresAt: b.expires.Unix(),
-		RequestCounts: openAIBatchCounts{Total: len(b.lines)}, Metadata: b.openai.metadata,
+		CompletionWindow: "24h", CreatedAt: b.created.Unix(), ExpiresAt: b.expires.Unix(), Metadata: b.openai.metadata,
 		Usage: openAIBatchUsage{InputTokensDetails: map[string]int64{"cached_tokens": 0},
 			OutputTokensDetails: map[string]int64{"reasoning_tokens": 0}}}
 	if now.Before(b.start) && b.cancelAt.IsZero() {
-		o.Status = "validating"
+		o.Status = "validating" // the file is not read yet: nothing counted
 		return o
 	}
+	o.RequestCounts.Total = len(b.lines)
 	if len(b.failed) > 0 {
 		o.Status, o.FailedAt = "failed", unix(b.start)
 		o.Errors = &openAIBatchErrors{Object: "list", Data: b.failed}

@@ -366,6 +366,7 @@ func TestSDKOpenAIBatchLifecycle(t *testing.T) {
 				CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
 			require.NoError(t, err)
 			require.Equal(t, openai.BatchStatusValidating, b.Status)
+			require.Zero(t, b.RequestCounts.Total, "the file is not read while validating")
 			require.True(t, strings.HasPrefix(b.ID, "batch_"))
 			fc.Advance(10 * time.Second)
 			b, err = c.Batches.Get(t.Context(), b.ID)
@@ -498,6 +499,23 @@ func TestOpenAIBatchFailsAndCancels(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Data, 2)
 	require.True(t, page.HasMore)
+}
+
+// TestOpenAIBatchFileTooLarge: an input file over the batch limit is
+// refused at its upload as OpenAI refuses it.
+func TestOpenAIBatchFileTooLarge(t *testing.T) {
+	t.Parallel()
+	s, _ := startBatchMock(t, Config{Batch: BatchConfig{MaxBytes: 10}})
+	c := openAIClient(s.URL())
+	_, err := c.Files.New(t.Context(), openai.FileNewParams{File: openai.File(strings.NewReader("0123456789"), "in.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch})
+	require.NoError(t, err, "at the limit")
+	_, err = c.Files.New(t.Context(), openai.FileNewParams{File: openai.File(strings.NewReader("0123456789a"), "in.jsonl", "application/jsonl"),
+		Purpose: openai.FilePurposeBatch})
+	var oe *openai.Error
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, http.StatusBadRequest, oe.StatusCode)
+	require.JSONEq(t, `{"message":"File is too large.","type":"invalid_request_error","param":null,"code":null}`, oe.RawJSON())
 }
 
 func TestOpenAIBatchCreateErrors(t *testing.T) {

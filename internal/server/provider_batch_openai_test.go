@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +169,12 @@ func TestProviderBatchesOpenAIValidation(t *testing.T) {
 	_, file := alice.upload("bad.jsonl", bad)
 	status, b := alice.json(http.MethodPost, "/v1/batches", map[string]any{"input_file_id": file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"})
 	require.Equal(t, http.StatusOK, status, b)
-	require.Equal(t, "failed", b["status"], "as OpenAI: the batch is made and fails validation")
+	require.Equal(t, "validating", b["status"], "as OpenAI: the batch is made, then fails its validation")
+	require.Nil(t, b["errors"])
+	status, b = alice.json(http.MethodGet, "/v1/batches/"+b["id"].(string), nil)
+	require.Equal(t, http.StatusOK, status, b)
+	require.Equal(t, "failed", b["status"])
+	require.Equal(t, b["created_at"], b["failed_at"])
 	errs := b["errors"].(map[string]any)["data"].([]any)
 	var lines []float64
 	for _, e := range errs {
@@ -212,13 +218,32 @@ func TestProviderBatchesOpenAISDK(t *testing.T) {
 		CompletionWindow: openai.BatchNewParamsCompletionWindow24h, Metadata: shared.Metadata{"run": "sdk"}})
 	require.NoError(t, err)
 	require.Equal(t, "sdk", b.Metadata["run"])
+	require.Equal(t, openai.BatchStatusValidating, b.Status, "the create answers validating")
+	require.Zero(t, b.InProgressAt)
+	// An SDK polling loop, as the OpenAI cookbook writes it: poll until
+	// a terminal status, through OpenAI's life cycle.
+	statuses := []openai.BatchStatus{b.Status}
 	require.Eventually(t, func() bool {
 		b, err = alice.Batches.Get(ctx, b.ID)
 		require.NoError(t, err)
-		return b.Status == openai.BatchStatusCompleted
+		if statuses[len(statuses)-1] != b.Status {
+			statuses = append(statuses, b.Status)
+		}
+		switch b.Status {
+		case openai.BatchStatusCompleted, openai.BatchStatusFailed, openai.BatchStatusExpired, openai.BatchStatusCancelled:
+			return true
+		}
+		return false
 	}, time.Minute, 20*time.Millisecond)
+	order := []openai.BatchStatus{openai.BatchStatusValidating, openai.BatchStatusInProgress, openai.BatchStatusFinalizing, openai.BatchStatusCompleted}
+	require.Subset(t, order, statuses)
+	for i := 1; i < len(statuses); i++ {
+		require.Less(t, slices.Index(order, statuses[i-1]), slices.Index(order, statuses[i]), "statuses in OpenAI's order: %v", statuses)
+	}
 	require.Equal(t, int64(6), b.RequestCounts.Completed)
-	require.NotZero(t, b.CompletedAt)
+	require.Equal(t, b.CreatedAt, b.InProgressAt, "validated in the create")
+	require.GreaterOrEqual(t, b.FinalizingAt, b.InProgressAt)
+	require.Equal(t, b.FinalizingAt+1, b.CompletedAt, "a second of finalizing")
 
 	resp, err := alice.Files.Content(ctx, b.OutputFileID)
 	require.NoError(t, err)

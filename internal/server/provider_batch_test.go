@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clients"
+	"github.com/sluicehq/sluice/internal/jobs"
+	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -258,8 +260,6 @@ func TestProviderBatchesAnthropicValidation(t *testing.T) {
 	long.Requests[0].CustomID = strings.Repeat("a", 65)
 	badChars := batchRequests(1, "x")
 	badChars.Requests[0].CustomID = "has space"
-	noTokens := batchRequests(1, "x")
-	noTokens.Requests[0].Params.MaxTokens = 0
 	for name, tc := range map[string]struct {
 		params anthropic.MessageBatchNewParams
 		want   string
@@ -267,8 +267,7 @@ func TestProviderBatchesAnthropicValidation(t *testing.T) {
 		"duplicate custom_id": {dup, "requests.1.custom_id"},
 		"custom_id too long":  {long, "requests.0.custom_id"},
 		"custom_id chars":     {badChars, "requests.0.custom_id"},
-		"no requests":         {anthropic.MessageBatchNewParams{Requests: []anthropic.MessageBatchNewParamsRequest{}}, "at least one request"},
-		"params refused":      {noTokens, "requests.0.params"},
+		"no requests":         {anthropic.MessageBatchNewParams{Requests: []anthropic.MessageBatchNewParamsRequest{}}, "requests: List should have at least 1 item"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -289,6 +288,58 @@ func TestProviderBatchesAnthropicValidation(t *testing.T) {
 	page, err := alice.Messages.Batches.List(t.Context(), anthropic.MessageBatchListParams{})
 	require.NoError(t, err)
 	require.Empty(t, page.Data, "a refused create queues nothing")
+}
+
+// TestProviderBatchesAnthropicRefusedParams: as Anthropic validates each
+// request's params asynchronously, a request whose params would be
+// refused does not fail the create: it ends as an errored result
+// (invalid_request_error), counted in request_counts.errored, never sent
+// to the provider and never charged; the batch's other requests run.
+func TestProviderBatchesAnthropicRefusedParams(t *testing.T) {
+	t.Parallel()
+	f := newBatchFixture(t, 60_000)
+	alice := f.anthropic("ck-alice")
+	params := batchRequests(6, "rp")
+	params.Requests[1].Params.MaxTokens = 0
+	params.Requests[4].Params.Messages = []anthropic.MessageParam{}
+	b, err := alice.Messages.Batches.New(t.Context(), params)
+	require.NoError(t, err, "the params are checked after the create")
+	require.Equal(t, anthropic.MessageBatchProcessingStatusInProgress, b.ProcessingStatus)
+	ended := waitEnded(t, alice, b.ID)
+	require.Equal(t, int64(4), ended.RequestCounts.Succeeded)
+	require.Equal(t, int64(2), ended.RequestCounts.Errored)
+	require.Zero(t, ended.RequestCounts.Processing+ended.RequestCounts.Canceled+ended.RequestCounts.Expired)
+
+	res := results(t, alice, b.ID)
+	require.Len(t, res, 6)
+	calls := f.counter.counts()
+	for i := range 6 {
+		id := fmt.Sprintf("rp-%02d", i)
+		r := res[id]
+		if i == 1 || i == 4 {
+			require.Equal(t, "errored", string(r.Result.Type), id)
+			e := r.Result.AsErrored().Error
+			require.Equal(t, "error", string(e.Type), id)
+			require.Equal(t, "invalid_request_error", string(e.Error.Type), id)
+			require.NotEmpty(t, e.Error.Message, id)
+			require.Zero(t, calls[id], "%s was never sent", id)
+			continue
+		}
+		require.Equal(t, "succeeded", string(r.Result.Type), id)
+		require.Equal(t, 1, calls[id], id)
+	}
+	page, err := f.gateway.jobs.Load().Store().BatchJobs(t.Context(), jobstore.BatchJobsParams{BatchID: b.ID})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 6)
+	for _, j := range page.Jobs {
+		if j.CustomID == "rp-01" || j.CustomID == "rp-04" {
+			require.Equal(t, jobstore.StateDead, j.State, j.CustomID)
+			require.Zero(t, j.Attempts, "%s was never attempted", j.CustomID)
+			require.Empty(t, j.Result.Header.Get(jobs.CostHeader), "%s cost nothing", j.CustomID)
+			continue
+		}
+		require.NotEmpty(t, j.Result.Header.Get(jobs.CostHeader), "%s was charged", j.CustomID)
+	}
 }
 
 func TestProviderBatchesAnthropicCancel(t *testing.T) {

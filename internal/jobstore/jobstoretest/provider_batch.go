@@ -3,6 +3,7 @@ package jobstoretest
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -95,6 +96,79 @@ func testProviderBatches(t *testing.T, s jobstore.Store) {
 	require.NoError(t, err)
 	require.Equal(t, T0, got.EndedAt)
 	_, err = s.CreateBatch(ctx, jobstore.CreateBatchParams{Format: llm.OpenAI, Now: T0})
+	require.ErrorIs(t, err, jobstore.ErrInvalid)
+}
+
+// testBatchDeadJobs: a batch's job inserted dead (a request refused
+// before it could run) is dead from the start, with its error and kept
+// answer, never claimed nor counted live; a batch of only such jobs has
+// ended when made. Insert refuses a dead job, and a dead job refuses a
+// webhook.
+func testBatchDeadJobs(t *testing.T, s jobstore.Store) {
+	ctx := context.Background()
+	refused := jobstore.AttemptError{Status: 400, Kind: llm.ClientError.String(), Message: "max_tokens: must be at least 1"}
+	answer := &jobstore.Result{Status: 400, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: must be at least 1"}}`)}
+	var items []jobstore.InsertParams
+	for i, dead := range []bool{false, true, false} {
+		p := job("dj", T0)
+		p.CustomID = fmt.Sprintf("r%d", i)
+		if dead {
+			p.Dead, p.DeadResult = &refused, answer
+		}
+		items = append(items, p)
+	}
+	b, err := s.CreateBatch(ctx, jobstore.CreateBatchParams{Format: llm.Anthropic, Client: "c1", Upstream: "dj", Jobs: items, Now: T0})
+	require.NoError(t, err)
+	require.Equal(t, jobstore.BatchCounts{Queued: 2, Dead: 1}, b.Counts)
+	require.Equal(t, 3, b.Total)
+	got, err := s.GetBatch(ctx, b.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobstore.BatchCounts{Queued: 2, Dead: 1}, got.Counts)
+	require.False(t, got.Ended())
+
+	page, err := s.BatchJobs(ctx, jobstore.BatchJobsParams{BatchID: b.ID})
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 3)
+	dead := page.Jobs[1]
+	require.Equal(t, "r1", dead.CustomID)
+	require.Equal(t, jobstore.StateDead, dead.State)
+	require.Zero(t, dead.Attempts, "never sent")
+	require.Equal(t, T0, dead.FinishedAt)
+	require.Len(t, dead.Errors, 1)
+	require.Equal(t, refused.Message, dead.Errors[0].Message)
+	require.Equal(t, 400, dead.Errors[0].Status)
+	require.Equal(t, T0, dead.Errors[0].At)
+	require.NotNil(t, dead.Result)
+	require.Equal(t, 400, dead.Result.Status)
+	require.JSONEq(t, string(answer.Body), string(dead.Result.Body))
+	require.Equal(t, "application/json", dead.Result.Header.Get("Content-Type"))
+
+	claimed := claim(t, s, "dj", 10, T0)
+	require.ElementsMatch(t, []int64{page.Jobs[0].ID, page.Jobs[2].ID}, ids(claimed), "the dead job is never claimed")
+	live, err := s.CountLive(ctx, T0)
+	require.NoError(t, err)
+	require.Equal(t, []jobstore.LiveCount{{Upstream: "dj", Running: 2}}, live)
+
+	// Only dead jobs: ended when made, at its creation.
+	only := job("dj", T0.Add(time.Minute))
+	only.CustomID, only.Dead = "x", &refused
+	b, err = s.CreateBatch(ctx, jobstore.CreateBatchParams{Format: llm.Anthropic, Jobs: []jobstore.InsertParams{only}, Now: T0.Add(time.Minute)})
+	require.NoError(t, err)
+	require.True(t, b.Ended())
+	got, err = s.GetBatch(ctx, b.ID)
+	require.NoError(t, err)
+	require.True(t, got.Ended())
+	require.Equal(t, T0.Add(time.Minute), got.EndedAt)
+	require.Equal(t, 1, got.Counts.Dead)
+
+	single := job("dj", T0)
+	single.Dead = &refused
+	_, err = s.Insert(ctx, single)
+	require.ErrorIs(t, err, jobstore.ErrInvalid, "Insert queues: a dead job only comes in a batch")
+	hooked := job("dj", T0)
+	hooked.CustomID, hooked.Dead, hooked.WebhookURL = "h", &refused, "https://example.com/hook"
+	_, err = s.CreateBatch(ctx, jobstore.CreateBatchParams{Format: llm.Anthropic, Jobs: []jobstore.InsertParams{hooked}, Now: T0})
 	require.ErrorIs(t, err, jobstore.ErrInvalid)
 }
 

@@ -188,6 +188,49 @@ func testProviderGroups(t *testing.T, s jobstore.Store) {
 	require.ErrorIs(t, err, jobstore.ErrInvalid)
 }
 
+// testProviderGroupsLineBytes: with LineBytes, a group's bytes are its
+// jobs' bodies and what each one's line adds, to the byte.
+func testProviderGroupsLineBytes(t *testing.T, s jobstore.Store) {
+	ctx := context.Background()
+	var body int64
+	for range 5 {
+		p := job("pl", T0)
+		p.Priority = llm.Low
+		body = int64(len(p.Body))
+		insert(t, s, p)
+	}
+	wrapper := func(id int64) int64 { return 20 + id%2 }
+	jobs := func(maxBytes int64) int {
+		t.Helper()
+		p := groupParams("pl", T0)
+		p.MinJobs, p.WaitedSince, p.MaxBytes, p.LineBytes = 1, T0, maxBytes, wrapper
+		res, err := s.CreateGroup(ctx, p)
+		require.NoError(t, err)
+		require.NotNil(t, res.Group)
+		var size int64
+		for _, j := range res.Jobs {
+			size += body + wrapper(j.ID)
+		}
+		require.LessOrEqual(t, size, maxBytes)
+		// Give the jobs back for the next try.
+		lines := make([]jobstore.GroupLine, len(res.Jobs))
+		for i, j := range res.Jobs {
+			lines[i] = jobstore.GroupLine{JobID: j.ID, Release: true}
+		}
+		_, err = s.FinishGroupLines(ctx, jobstore.FinishGroupLinesParams{GroupID: res.Group.ID, Token: res.Group.Lease.Token, Lines: lines, Now: T0})
+		require.NoError(t, err)
+		return len(res.Jobs)
+	}
+	page, err := s.List(ctx, jobstore.ListParams{Upstream: "pl"})
+	require.NoError(t, err)
+	var three int64
+	for _, j := range page.Jobs[:3] { // the first three in claim order
+		three += body + wrapper(j.ID)
+	}
+	require.Equal(t, 3, jobs(three), "exactly three lines' worth")
+	require.Equal(t, 2, jobs(three-1), "one byte short of the third")
+}
+
 // testProviderGroupsConcurrent: routers forming groups at once never put
 // a job in two groups.
 func testProviderGroupsConcurrent(t *testing.T, s jobstore.Store) {

@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Spend", testSpend},
 		{"SpendHolds", testSpendHolds},
 		{"ProviderBatches", testProviderBatches},
+		{"BatchDeadJobs", testBatchDeadJobs},
 		{"BatchKeep", testBatchKeep},
 		{"Files", testFiles},
 		{"Clients", testClients},
@@ -73,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"ProviderGroups", testProviderGroups},
 		{"ProviderGroupsConcurrent", testProviderGroupsConcurrent},
 		{"ProviderGroupsPath", testProviderGroupsPath},
+		{"ProviderGroupsLineBytes", testProviderGroupsLineBytes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
