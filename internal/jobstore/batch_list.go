@@ -71,7 +71,7 @@ func (p ListBatchesParams) newestFirst(ids []string) []string {
 // newBatch is the batch CreateBatch just inserted, every job queued.
 func newBatch(p CreateBatchParams, now time.Time) *Batch {
 	b := &Batch{ID: p.ID, Format: p.Format, Client: p.Client, Total: len(p.Jobs), Counts: BatchCounts{Queued: len(p.Jobs)},
-		CreatedAt: now, Upstream: p.Upstream, Attrs: p.Attrs}
+		CreatedAt: now, Upstream: p.Upstream, Attrs: p.Attrs, WebhookURL: p.WebhookURL}
 	if !p.KeepUntil.IsZero() {
 		b.KeepUntil = storeTime(p.KeepUntil)
 	}

@@ -61,6 +61,8 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"OutboxRedeliver", testOutboxRedeliver},
 		{"OutboxRetention", testOutboxRetention},
 		{"OutboxConcurrentClaimers", testOutboxConcurrentClaimers},
+		{"BatchWebhooks", testBatchWebhooks},
+		{"BatchWebhooksConcurrent", testBatchWebhooksConcurrent},
 		{"CompleteSpooled", testCompleteSpooled},
 		{"Ownership", testOwnership},
 		{"Spend", testSpend},
