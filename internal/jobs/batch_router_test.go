@@ -36,6 +36,10 @@ type fakeBatchAPI struct {
 	loseAnswer bool
 	// queueLimit refuses a batch of more lines (ErrBatchQueueFull).
 	queueLimit int
+	// errStatus, when set, answers every line errored with it.
+	errStatus int
+	// usage, when set, is what each line bills instead of lineUsage.
+	usage *llm.Usage
 }
 
 type fakeBatch struct {
@@ -95,10 +99,19 @@ func (f *fakeBatchAPI) Results(_ context.Context, id string) ([]BatchLineResult,
 		return nil, ErrBatchNotFound
 	}
 	out := make([]BatchLineResult, len(b.lines))
+	usage := lineUsage
+	if f.usage != nil {
+		usage = *f.usage
+	}
 	for i, l := range b.lines {
-		out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineCanceled}
-		if b.canceled.IsZero() {
-			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineSucceeded, Status: 200, Body: []byte(okMessage), Usage: lineUsage}
+		switch {
+		case !b.canceled.IsZero():
+			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineCanceled}
+		case f.errStatus != 0:
+			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineErrored, Status: f.errStatus,
+				Body: []byte(`{"type":"error","error":{"type":"api_error","message":"internal error"}}`)}
+		default:
+			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineSucceeded, Status: 200, Body: []byte(okMessage), Usage: usage}
 		}
 	}
 	return out, nil
@@ -156,6 +169,13 @@ func routedService(t *testing.T, st jobstore.Store, clk *clock.Fake, api BatchAP
 	t.Helper()
 	layer, err := admit.New(admit.Config{Clock: clk})
 	require.NoError(t, err)
+	return routedServiceOn(t, st, clk, api, owner, route, d, layer)
+}
+
+// routedServiceOn is routedService admitting and pricing with layer.
+func routedServiceOn(t *testing.T, st jobstore.Store, clk *clock.Fake, api BatchAPI, owner string, route upstream.BatchRoute, d Dispatcher,
+	layer *admit.Layer) *testService {
+	t.Helper()
 	if d == nil {
 		d = succeed()
 	}

@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"ProviderGroups", testProviderGroups},
 		{"ProviderGroupsConcurrent", testProviderGroupsConcurrent},
 		{"ProviderGroupsPath", testProviderGroupsPath},
+		{"ProviderGroupsFail", testProviderGroupsFail},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
