@@ -52,7 +52,6 @@ type fakeBatch struct {
 // lineUsage is what every line of the fake bills.
 var lineUsage = llm.Usage{InputTokens: 1000, OutputTokens: 500}
 
-
 func newFakeBatchAPI(clk *clock.Fake, processing time.Duration) *fakeBatchAPI {
 	return &fakeBatchAPI{clk: clk, processing: processing, batches: map[string]*fakeBatch{}}
 }
