@@ -265,6 +265,9 @@ func (h *spendHold) settle(end dispatch.End, ended bool) pricing.Amount {
 			// the tier asked for.
 			tier := cmp.Or(end.Usage.ServiceTier, h.tier)
 			cost = h.price.Scaled(h.sp.prices.TierFactor(tier)).Cost(h.protocol, end.Usage)
+			if tier == FlexTier {
+				h.sp.obs.FlexSpent(h.label.upstream, cost.Dollars(), h.price.Cost(h.protocol, end.Usage).Dollars())
+			}
 		case ended && (end.Outcome.Kind == llm.Success || end.Abandoned):
 			// A success without usage, or a stream its client left and
 			// the engine could not read to its end: the worst case, never

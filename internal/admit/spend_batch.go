@@ -23,6 +23,10 @@ import (
 // (pricing.Config.Tiers: 0.5 by default).
 const BatchTier = "batch"
 
+// FlexTier is OpenAI's flex service tier, as an answer reports it
+// (pricing.Config.Tiers: 0.5 by default).
+const FlexTier = "flex"
+
 // BatchLineCost is what one line of a provider batch cost.
 type BatchLineCost struct {
 	// Entry is the price table's entry that priced it (the model label).
