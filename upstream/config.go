@@ -253,6 +253,11 @@ type Config struct {
 // to be sent in the flex tier.
 const FlexMinSlackDefault = 10 * time.Minute
 
+// FlexTimeoutDefault bounds the wait for the response headers of a request
+// in the flex tier: OpenAI answers flex requests more slowly, and its flex
+// guide raises its SDKs' 10-minute timeout to 15 minutes for them.
+const FlexTimeoutDefault = 15 * time.Minute
+
 // Flex is an OpenAI upstream's use of the flex service tier for jobs (never
 // for live requests, which keep the tier their client asks for).
 type Flex struct {
@@ -265,6 +270,12 @@ type Flex struct {
 	// MinSlack is how far a job's deadline must be for the flex tier.
 	// Defaults to FlexMinSlackDefault.
 	MinSlack time.Duration `yaml:"min_slack"`
+	// Timeout bounds how long a request sent in the flex tier (a job the
+	// rule sent there, or a live request whose body asks for it, enabled
+	// or not) may wait for its response headers, in place of
+	// RequestTimeout; never less than RequestTimeout. Defaults to 15m
+	// (FlexTimeoutDefault).
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Limits are an upstream's per-minute quotas and concurrency cap; a zero
@@ -457,6 +468,7 @@ func (c Config) WithDefaults() Config {
 	c.AbandonedStreamDrain = cmp.Or(c.AbandonedStreamDrain, AbandonedStreamDrainDefault)
 	c.KeyProbeInterval = cmp.Or(c.KeyProbeInterval, KeyProbeIntervalDefault)
 	c.Flex.MinSlack = cmp.Or(c.Flex.MinSlack, FlexMinSlackDefault)
+	c.Flex.Timeout = cmp.Or(c.Flex.Timeout, FlexTimeoutDefault)
 	c.PromptCache.Admission = cmp.Or(c.PromptCache.Admission, PromptCacheAdmissionDefault)
 	c.PromptCache.Affinity = cmp.Or(c.PromptCache.Affinity, PromptCacheAffinityDefault)
 	c.PromptCache.Prefixes = cmp.Or(c.PromptCache.Prefixes, PromptCachePrefixesDefault)

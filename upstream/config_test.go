@@ -162,7 +162,7 @@ burst_memory: 16s
 abandoned_stream_drain: 17s
 key_probe_interval: 15s
 response_retention: 20h
-flex: {min_slack: 20s}
+flex: {min_slack: 20s, timeout: 21s}
 retry: {base_delay: 1s, max_delay: 2s, max_attempts: 3, budget_ratio: 0.4, budget_min: 5}
 breaker: {window: 10s, min_requests: 11, failure_ratio: 0.6, consecutive_failures: 12, open_timeout: 13s, half_open_probes: 14}
 classes:

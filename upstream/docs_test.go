@@ -116,6 +116,7 @@ func TestDocsListEveryFieldWithItsDefault(t *testing.T) {
 		"response_retention":              {d.ResponseRetention},
 		"flex.enabled":                    nil, // a bool: the text says false
 		"flex.min_slack":                  {d.Flex.MinSlack},
+		"flex.timeout":                    {d.Flex.Timeout},
 		"retry.base_delay":                {d.Retry.BaseDelay},
 		"retry.max_delay":                 {d.Retry.MaxDelay},
 		"retry.max_attempts":              {d.Retry.MaxAttempts},

@@ -78,6 +78,7 @@ func (c Config) Validate() error {
 		{"request_timeout", d.RequestTimeout},
 		{"response_retention", d.ResponseRetention},
 		{"flex.min_slack", d.Flex.MinSlack},
+		{"flex.timeout", d.Flex.Timeout},
 		{"headroom_window", d.HeadroomWindow},
 		{"burst_memory", d.BurstMemory},
 		{"retry.base_delay", d.Retry.BaseDelay},

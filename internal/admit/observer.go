@@ -37,6 +37,11 @@ type Observer interface {
 	// Held is called for each job's call the layer held back (a *Held):
 	// reason is HeldClientLimit or HeldFallbackAccess, limit names it.
 	Held(client, upstream, reason, limit string)
+	// FlexSpent is called when an answer served in OpenAI's flex tier
+	// (FlexTier) is settled: usd is what it cost at the flex price,
+	// standardUSD what the same usage costs in the standard tier (the
+	// money the flex tier saved is the difference).
+	FlexSpent(upstream string, usd, standardUSD float64)
 }
 
 // Hold reasons (Observer.Held).
@@ -57,6 +62,7 @@ func (NopObserver) SpendOrphaned(string, float64)          {}
 func (NopObserver) SpendUndurable(string)                  {}
 func (NopObserver) Refused(string, string, string, string) {}
 func (NopObserver) Held(string, string, string, string)    {}
+func (NopObserver) FlexSpent(string, float64, float64)     {}
 
 // refused tells the observer of a budget refusal.
 func (sp *spender) refused(client string, err error) {

@@ -186,9 +186,26 @@ type spendHold struct {
 // reserves its worst case. It fails with *spendRefusedError when the client's
 // budget cannot hold it.
 func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *dispatch.Request) (*spendHold, error) {
+	// The worst case is priced in the tier the request asks for (no tier,
+	// auto: the standard price); the settlement in the tier its answer
+	// reports.
+	m, h, err := sp.reserveWorst(client, req, req.Cost.ServiceTier)
+	if err != nil {
+		return nil, err
+	}
+	return &spendHold{sp: sp, label: spendLabel{client: client, upstream: upstream, model: m.Entry},
+		price: m.Price, tier: req.Cost.ServiceTier, protocol: protocol, hold: h}, nil
+}
+
+// reserveWorst prices req for client and reserves its worst case at
+// tier's price against the client's budget: the rule every door's
+// reservation obeys. It fails with *spendRefusedError when the budget
+// cannot hold it, the model is unpriced under prices.unknown: refuse, or
+// the spend is not loaded yet.
+func (sp *spender) reserveWorst(client string, req *dispatch.Request, tier string) (pricing.Match, quota.Hold, error) {
 	if sp.awaiting.Load() && sp.hasBudget(client) {
 		sp.refused(client, ErrSpendNotLoaded)
-		return nil, &spendRefusedError{err: ErrSpendNotLoaded}
+		return pricing.Match{}, quota.Hold{}, &spendRefusedError{err: ErrSpendNotLoaded}
 	}
 	m, err := sp.prices.Lookup(req.Cost.Model)
 	if !m.Known {
@@ -196,12 +213,9 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 	}
 	if err != nil && sp.hasBudget(client) {
 		sp.refused(client, err)
-		return nil, &spendRefusedError{err: err}
+		return pricing.Match{}, quota.Hold{}, &spendRefusedError{err: err}
 	}
-	// The worst case is priced in the tier the request asks for (no tier,
-	// auto: the standard price); the settlement in the tier its answer
-	// reports.
-	need := m.Price.Scaled(sp.prices.TierFactor(req.Cost.ServiceTier)).Worst(req.Cost)
+	need := m.Price.Scaled(sp.prices.TierFactor(tier)).Worst(req.Cost)
 	sp.joinBudget(client) // on a cluster, this node's share first
 	now := sp.clock.Now()
 	h, err := sp.ledger.Reserve(client, need, now)
@@ -212,10 +226,9 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 				"resets_at", e.ResetsAt)
 		}
 		sp.refused(client, err)
-		return nil, &spendRefusedError{err: err}
+		return pricing.Match{}, quota.Hold{}, &spendRefusedError{err: err}
 	}
-	return &spendHold{sp: sp, label: spendLabel{client: client, upstream: upstream, model: m.Entry},
-		price: m.Price, tier: req.Cost.ServiceTier, protocol: protocol, hold: h}, nil
+	return m, h, nil
 }
 
 func (sp *spender) warnUnknown(model string, refused bool) {
@@ -252,6 +265,9 @@ func (h *spendHold) settle(end dispatch.End, ended bool) pricing.Amount {
 			// the tier asked for.
 			tier := cmp.Or(end.Usage.ServiceTier, h.tier)
 			cost = h.price.Scaled(h.sp.prices.TierFactor(tier)).Cost(h.protocol, end.Usage)
+			if tier == FlexTier {
+				h.sp.obs.FlexSpent(h.label.upstream, cost.Dollars(), h.price.Cost(h.protocol, end.Usage).Dollars())
+			}
 		case ended && (end.Outcome.Kind == llm.Success || end.Abandoned):
 			// A success without usage, or a stream its client left and
 			// the engine could not read to its end: the worst case, never

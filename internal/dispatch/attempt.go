@@ -103,7 +103,7 @@ func (d *Dispatcher) exchangeTraced(ctx context.Context, w *waiter, g admission,
 	if k.org != nil {
 		orgMark = k.org.lim.Mark(d.clk.Now())
 	}
-	resp, err := d.cfg.HTTPClient.Do(hreq)
+	resp, err := d.cfg.client(w.req).Do(hreq)
 	k.answered(w)
 	now := d.clk.Now()
 	if err != nil {

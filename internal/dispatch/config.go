@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -62,6 +63,12 @@ type Config struct {
 	// MaxConcurrency calls in flight, and no overall timeout (streams may
 	// be long).
 	HTTPClient *http.Client
+	// FlexHTTPClient sends the requests in OpenAI's flex service tier
+	// (their body's service_tier is "flex"), which the provider answers
+	// more slowly. Defaults, when HTTPClient is defaulted too, to a client
+	// with FlexTransport(http.DefaultTransport, Config): response-header
+	// timeout Flex.Timeout; else to HTTPClient.
+	FlexHTTPClient *http.Client
 	// Clock is the time source. Defaults to clock.Real().
 	Clock clock.Clock
 	// Observer receives engine events. Defaults to NopObserver.
@@ -103,7 +110,11 @@ func (c Config) resolve() (settings, error) {
 	c.Config = c.WithDefaults()
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{Transport: UpstreamTransport(http.DefaultTransport, c.Config)}
+		if c.FlexHTTPClient == nil {
+			c.FlexHTTPClient = &http.Client{Transport: FlexTransport(http.DefaultTransport, c.Config)}
+		}
 	}
+	c.FlexHTTPClient = cmp.Or(c.FlexHTTPClient, c.HTTPClient)
 	c.Clock = clock.Or(c.Clock)
 	if c.Observer == nil {
 		c.Observer = NopObserver{}
@@ -154,6 +165,28 @@ func UpstreamTransport(rt http.RoundTripper, c upstream.Config) http.RoundTrippe
 		}
 	}
 	return t
+}
+
+// FlexTransport is UpstreamTransport(rt, c) for the requests in OpenAI's
+// flex tier: its response-header timeout is c.Flex.Timeout, or
+// c.RequestTimeout when that is longer. Other transports are returned as
+// they are.
+func FlexTransport(rt http.RoundTripper, c upstream.Config) http.RoundTripper {
+	c = c.WithDefaults()
+	c.RequestTimeout = max(c.RequestTimeout, c.Flex.Timeout)
+	return UpstreamTransport(rt, c)
+}
+
+// flexTier is the service tier FlexHTTPClient sends.
+const flexTier = "flex"
+
+// client is the HTTP client that sends req: FlexHTTPClient for a request
+// in the flex tier, else HTTPClient.
+func (c Config) client(req *Request) *http.Client {
+	if req != nil && req.Cost.ServiceTier == flexTier {
+		return c.FlexHTTPClient
+	}
+	return c.HTTPClient
 }
 
 func (s settings) limiterConfig() flow.LimiterConfig {

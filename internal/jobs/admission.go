@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/dispatch"
@@ -39,7 +40,10 @@ func (w *worker) admitCall(via route, req *dispatch.Request) (admit.Settler, err
 //   - a budget that never will (a total cap, a request larger than the
 //     budget, an unpriced model): the job dies with the refusal as its
 //     error.
-func (w *worker) notAdmitted(err error) verdict {
+func (w *worker) notAdmitted(err error) verdict { return notAdmitted(err, w.s.cfg.Clock.Now()) }
+
+// notAdmitted is the verdict of a call refused at now (worker.notAdmitted).
+func notAdmitted(err error, now time.Time) verdict {
 	if h, ok := errors.AsType[*admit.Held](err); ok {
 		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, RetryAt: h.RetryAt}, outcome: AttemptHeld, heldBy: h.Limit}
 	}
@@ -58,7 +62,7 @@ func (w *worker) notAdmitted(err error) verdict {
 	if r.RetryAt.IsZero() {
 		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: e}, outcome: AttemptDead}
 	}
-	if wait := r.RetryAt.Sub(w.s.cfg.Clock.Now()); wait > 0 {
+	if wait := r.RetryAt.Sub(now); wait > 0 {
 		e.RetryAfter = wait
 	}
 	return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, Error: e, RetryAt: r.RetryAt}, outcome: AttemptHeld}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
@@ -124,13 +125,27 @@ const (
 	LineErrored  BatchLineOutcome = "errored"
 	LineCanceled BatchLineOutcome = "canceled"
 	LineExpired  BatchLineOutcome = "expired"
+	// LineHeld: the line was never sent; the admission layer held its job
+	// back (its client's budget, access or service tiers).
+	LineHeld BatchLineOutcome = "held"
 )
 
-// BatchPricer prices a provider batch's lines and tells the budgets of
-// what the store recorded; *admit.Layer implements it.
+// BatchPricer is the admission layer as the batch router asks it: it
+// admits a routed job's line before it is sent (its client's access,
+// service tiers and budget, holding the line's worst case at the batch
+// price), prices the lines the provider answered, and tells the budgets
+// of what the store recorded; *admit.Layer implements it.
 type BatchPricer interface {
+	// ReserveBatchLine admits req to a provider batch on t; a refusal is
+	// an *admit.Refusal.
+	ReserveBatchLine(t admit.Target, req *dispatch.Request) (admit.BatchHold, error)
+	// HoldBatchLine holds a line sent before this router held its group.
+	HoldBatchLine(req *dispatch.Request) admit.BatchHold
+	// ReleaseBatchLine gives back the hold of a line not billed.
+	ReleaseBatchLine(h admit.BatchHold)
 	PriceBatchLine(protocol llm.Protocol, model string, usage llm.Usage) admit.BatchLineCost
-	BatchCharged(client, upstream string, cost admit.BatchLineCost)
+	// BatchCharged counts a line's cost the store recorded, settling h.
+	BatchCharged(client, upstream string, cost admit.BatchLineCost, h admit.BatchHold)
 }
 
 // retryAfterOf is the provider's retry hint carried by err (ErrBatchQueueFull),

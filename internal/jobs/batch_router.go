@@ -58,6 +58,10 @@ type batchRouter struct {
 	// queue-full answer that carried the provider's Retry-After (zero:
 	// now). Only the router's goroutine touches it.
 	holdUntil time.Time
+	// holds are the budget holds of the lines in flight in the groups this
+	// router holds, by group and job (batch_admission.go). Only the
+	// router's goroutine touches them.
+	holds map[string]map[int64]lineHold
 }
 
 // batchLineChunk bounds the lines written back in one transaction.
@@ -66,7 +70,8 @@ const batchLineChunk = 500
 func newBatchRouter(s *Service, name string, route upstream.BatchRoute, api BatchAPI) *batchRouter {
 	route = route.WithDefaults()
 	return &batchRouter{s: s, upstream: name, protocol: s.cfg.Protocols[name], route: route,
-		classes: route.RoutedClasses(), paths: provider.ScheduledPaths(s.cfg.Protocols[name]), api: api, maxJobs: route.MaxRequests}
+		classes: route.RoutedClasses(), paths: provider.ScheduledPaths(s.cfg.Protocols[name]), api: api, maxJobs: route.MaxRequests,
+		holds: map[string]map[int64]lineHold{}}
 }
 
 // loop turns the router until ctx ends.
@@ -95,6 +100,7 @@ func (r *batchRouter) turn(ctx context.Context) {
 		}
 		return
 	}
+	r.reconcileHolds(ctx, groups)
 	for _, g := range groups {
 		if ctx.Err() != nil {
 			return
@@ -133,7 +139,10 @@ func (r *batchRouter) form(ctx context.Context, path string) bool {
 		return false
 	}
 	cfg.Observer.BatchGroup(r.upstream, BatchGroupFormed, res.Group.Jobs)
-	r.submit(ctx, res.Group, res.Jobs)
+	jobs, ok := r.admitLines(ctx, res.Group, res.Jobs)
+	if ok && len(jobs) > 0 {
+		r.submit(ctx, res.Group, jobs)
+	}
 	return true
 }
 
@@ -161,6 +170,12 @@ func (r *batchRouter) advance(ctx context.Context, g *jobstore.Group) {
 			}
 			if found {
 				r.submitted(ctx, g, pb)
+				return
+			}
+		} else {
+			// Never sent: its lines are admitted as a new group's are.
+			var ok bool
+			if jobs, ok = r.admitLines(ctx, g, jobs); !ok || len(jobs) == 0 {
 				return
 			}
 		}
@@ -344,8 +359,7 @@ func (r *batchRouter) writeBack(ctx context.Context, g *jobstore.Group, results 
 // writeChunk writes the lines of members back in one transaction; it
 // reports false when the router must stop (lost lease, store error).
 func (r *batchRouter) writeChunk(ctx context.Context, g *jobstore.Group, members []jobstore.GroupMember, byID map[string]*BatchLineResult) bool {
-	cfg := r.s.cfg
-	now := cfg.Clock.Now()
+	now := r.s.cfg.Clock.Now()
 	lines := make([]jobstore.GroupLine, 0, len(members))
 	costs := map[int64]lineCost{}
 	outcomes := map[BatchLineOutcome]int{}
@@ -353,7 +367,7 @@ func (r *batchRouter) writeChunk(ctx context.Context, g *jobstore.Group, members
 		res := byID[lineID(m.JobID)]
 		line, cost, outcome, err := r.line(ctx, m.JobID, res, now)
 		if err != nil {
-			cfg.Logger.Warn("reading a routed job", "upstream", r.upstream, "job", m.JobID, "err", err)
+			r.s.cfg.Logger.Warn("reading a routed job", "upstream", r.upstream, "job", m.JobID, "err", err)
 			return false
 		}
 		lines = append(lines, line)
@@ -362,14 +376,29 @@ func (r *batchRouter) writeChunk(ctx context.Context, g *jobstore.Group, members
 			costs[m.JobID] = *cost
 		}
 	}
+	return r.writeLines(ctx, g, lines, costs, outcomes, now)
+}
+
+// writeLines writes lines of g back in one transaction, then settles
+// their budget holds (each written line's cost in costs charged, the
+// others' holds given back), and tells the metrics, the long polls and
+// the webhook sender. It reports false when the router must stop.
+func (r *batchRouter) writeLines(ctx context.Context, g *jobstore.Group, lines []jobstore.GroupLine, costs map[int64]lineCost,
+	outcomes map[BatchLineOutcome]int, now time.Time) bool {
+	cfg := r.s.cfg
 	fr, err := r.s.store.FinishGroupLines(ctx, jobstore.FinishGroupLinesParams{GroupID: g.ID, Token: g.Lease.Token, Lines: lines, Now: now})
 	if err != nil {
 		cfg.Logger.Warn("writing a provider batch's results back", "upstream", r.upstream, "group", g.ID, "err", err)
 		return false
 	}
+	written := make(map[int64]bool, len(fr.Written))
 	for _, id := range fr.Written {
-		if c, ok := costs[id]; ok {
-			r.s.cfg.BatchPricer.BatchCharged(c.client, r.upstream, c.cost)
+		written[id] = true
+	}
+	for _, l := range lines {
+		c, billed := costs[l.JobID]
+		r.settleHold(g.ID, l.JobID, c, billed && written[l.JobID])
+		if billed && written[l.JobID] {
 			cfg.Observer.BatchSpend(r.upstream, c.cost.Batch.Dollars(), c.cost.Standard.Dollars())
 		}
 	}
@@ -387,6 +416,7 @@ func (r *batchRouter) writeChunk(ctx context.Context, g *jobstore.Group, members
 	}
 	if fr.Ended {
 		cfg.Observer.BatchGroup(r.upstream, BatchGroupEnded, g.Jobs)
+		r.dropHolds(g.ID)
 	}
 	return true
 }
@@ -429,10 +459,33 @@ func (r *batchRouter) line(ctx context.Context, id int64, res *BatchLineResult, 
 				Message: "the provider's Batch API refused the request"},
 				DeadResult: &jobstore.Result{Status: res.Status, Header: http.Header{"Content-Type": {"application/json"}}, Body: res.Body}}, nil, LineErrored, nil
 		}
-		return jobstore.GroupLine{JobID: id, Release: true}, nil, LineErrored, nil
+		line, err := r.retryLine(ctx, id, res, now)
+		return line, nil, LineErrored, err
 	default: // canceled, expired: never billed
 		return jobstore.GroupLine{JobID: id, Release: true}, nil, res.Outcome, nil
 	}
+}
+
+// retryLine is the write-back of job id's line that the provider answered
+// with an error worth retrying (a 5xx, a 429): an attempt, as a call the
+// synchronous path made and the provider failed, so a job without a
+// deadline ends at its max_attempts rather than go round provider batches
+// for ever; requeued after the job's retry backoff (retry:), its last
+// attempt kills it with the provider's answer.
+func (r *batchRouter) retryLine(ctx context.Context, id int64, res *BatchLineResult, now time.Time) (jobstore.GroupLine, error) {
+	j, err := r.s.store.Get(ctx, id)
+	if err != nil {
+		return jobstore.GroupLine{}, err
+	}
+	kind, status := llm.Transient, cmp.Or(res.Status, http.StatusInternalServerError)
+	if status == http.StatusTooManyRequests {
+		kind = llm.Rate
+	}
+	return jobstore.GroupLine{JobID: id, Fail: &jobstore.FailParams{Kind: jobstore.FailRetry,
+		Error: jobstore.AttemptError{Status: status, Kind: kind.String(),
+			Message: "the provider's Batch API answered the request with status " + strconv.Itoa(status)},
+		RetryAt: now.Add(r.s.backoff.Delay(j.Attempts, r.s.uniform())),
+		Result:  &jobstore.Result{Status: status, Header: http.Header{"Content-Type": {"application/json"}}, Body: res.Body}}}, nil
 }
 
 // BatchHeader is set on the result of a job answered through the

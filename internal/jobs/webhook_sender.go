@@ -181,6 +181,9 @@ func (h *webhookSender) attempt(ctx context.Context, d *jobstore.WebhookDelivery
 	s := h.s
 	cfg := s.cfg
 	log := cfg.Logger.With("job", d.JobID, "webhook_id", d.ID, "host", webhookHost(d.WebhookURL))
+	if d.BatchID != "" {
+		log = cfg.Logger.With("batch", d.BatchID, "webhook_id", d.ID, "host", webhookHost(d.WebhookURL))
+	}
 	rec := jobstore.RecordDeliveryParams{ID: d.ID, Token: d.Token}
 	outcome, postErr := h.post(ctx, d, &rec)
 	now := cfg.Clock.Now()
@@ -217,17 +220,14 @@ func (h *webhookSender) attempt(ctx context.Context, d *jobstore.WebhookDelivery
 	}
 }
 
-// post renders the job and POSTs it, filling rec's status. The outcome is
-// delivered or failed (a retry), before the caller's adjustments.
+// post renders the job (or the batch) and POSTs it, filling rec's
+// status. The outcome is delivered or failed (a retry), before the
+// caller's adjustments.
 func (h *webhookSender) post(ctx context.Context, d *jobstore.WebhookDelivery, rec *jobstore.RecordDeliveryParams) (WebhookOutcome, error) {
 	s := h.s
-	j, err := s.store.Get(ctx, d.JobID)
+	body, err := h.render(ctx, d)
 	if err != nil {
-		return WebhookFailed, fmt.Errorf("loading the job: %w", err)
-	}
-	body, err := json.Marshal(jobsapi.NewJobView(j, true))
-	if err != nil {
-		return WebhookFailed, fmt.Errorf("encoding the job: %w", err)
+		return WebhookFailed, err
 	}
 	status, err := s.post(ctx, d.WebhookURL, d.ID, body, s.cfg.Clock.Now())
 	rec.Status = status
@@ -251,4 +251,46 @@ func (h *webhookSender) retryAt(d *jobstore.WebhookDelivery, now time.Time) (job
 		next = end
 	}
 	return jobstore.DeliveryPending, next
+}
+
+// render is d's body: the finished job as GET /v1/jobs/{id} shows it, or
+// a batch's event (jobsapi.NewBatchEvent) with its counts as they stand.
+func (h *webhookSender) render(ctx context.Context, d *jobstore.WebhookDelivery) ([]byte, error) {
+	st := h.s.store
+	if d.BatchID == "" {
+		j, err := st.Get(ctx, d.JobID)
+		if err != nil {
+			return nil, fmt.Errorf("loading the job: %w", err)
+		}
+		body, err := json.Marshal(jobsapi.NewJobView(j, true))
+		if err != nil {
+			return nil, fmt.Errorf("encoding the job: %w", err)
+		}
+		return body, nil
+	}
+	b, err := st.GetBatch(ctx, d.BatchID)
+	if err != nil {
+		return nil, fmt.Errorf("loading the batch: %w", err)
+	}
+	expired := 0
+	for after := ""; b.Counts.Dead > 0; {
+		page, err := st.BatchJobs(ctx, jobstore.BatchJobsParams{BatchID: b.ID, After: after, Limit: jobstore.ListLimitMax})
+		if err != nil {
+			return nil, fmt.Errorf("counting the batch's expired jobs: %w", err)
+		}
+		for _, j := range page.Jobs {
+			if jobsapi.Expired(j) {
+				expired++
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	body, err := json.Marshal(jobsapi.NewBatchEvent(d, b, expired))
+	if err != nil {
+		return nil, fmt.Errorf("encoding the batch event: %w", err)
+	}
+	return body, nil
 }

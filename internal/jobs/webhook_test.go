@@ -35,8 +35,9 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // hit is one POST the receiver got.
 type hit struct {
-	id  string
-	job int64
+	id   string
+	job  int64
+	body []byte
 }
 
 // receiver is a webhook endpoint whose answer the test sets, and which it
@@ -106,7 +107,7 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &v)
 	id := r.Header.Get(webhook.HeaderID)
 	rc.mu.Lock()
-	rc.hits = append(rc.hits, hit{id: id, job: v.ID})
+	rc.hits = append(rc.hits, hit{id: id, job: v.ID, body: body})
 	if rc.secret != "" {
 		wh, err := webhook.NewSigner(rc.secret)
 		// The fake clock is not the wall clock: the timestamp's freshness
@@ -423,7 +424,7 @@ func TestWebhookRedeliverRoute(t *testing.T) {
 	require.Len(t, v.WebhookDeliveries, 1)
 	d := v.WebhookDeliveries[0]
 	require.Equal(t, jobstore.DeliveryDelivered, d.State)
-	require.Equal(t, jobstore.StateSucceeded, d.Event)
+	require.Equal(t, string(jobstore.StateSucceeded), d.Event)
 	require.Equal(t, 1, d.Attempts)
 	require.Equal(t, http.StatusOK, d.LastStatus)
 	require.Nil(t, d.NextAttemptAt)

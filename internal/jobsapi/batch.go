@@ -29,6 +29,11 @@ type BatchView struct {
 	Total            int           `json:"total"`
 	CreatedAt        time.Time     `json:"created_at"`
 	ResultsURL       string        `json:"results_url,omitempty"`
+	// WebhookURL is the batch's completion webhook (WebhookHeader).
+	WebhookURL string `json:"webhook_url,omitempty"`
+	// WebhookDeliveries are its completion webhooks (GET
+	// /v1/batches/{id} only).
+	WebhookDeliveries []DeliveryView `json:"webhook_deliveries,omitempty"`
 	// Skipped lists lines left out by ?skip_invalid=true (create only).
 	Skipped []LineError `json:"skipped,omitempty"`
 }
@@ -51,7 +56,8 @@ type StateCounts struct {
 type batchQuery struct {
 	upstream string
 	proto    llm.Protocol
-	skip     bool // ?skip_invalid=true: queue the valid lines
+	webhook  string // the batch's completion webhook (WebhookHeader)
+	skip     bool   // ?skip_invalid=true: queue the valid lines
 	prio     llm.Priority
 	deadline time.Time
 	attempts int
@@ -154,6 +160,9 @@ func (a *API) parseBatchQuery(w http.ResponseWriter, r *http.Request) (batchQuer
 	}
 	var err error
 	b.prio, b.deadline, b.attempts, err = a.parseJobOptions(r, q.Get("priority"), q.Get("deadline"), maxAttempts, "")
+	if err == nil {
+		b.webhook, err = a.batchWebhook(r, "")
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return b, false
@@ -167,7 +176,7 @@ func (a *API) parseBatchQuery(w http.ResponseWriter, r *http.Request) (batchQuer
 // model each valid line asks for.
 func (a *API) batchJobs(r *http.Request, q batchQuery, f *BatchFile) (jobstore.CreateBatchParams, []LineError, []lineModel) {
 	now := a.cfg.Clock.Now()
-	params := jobstore.CreateBatchParams{Format: q.proto, Client: a.cfg.ClientOf(r), Now: now}
+	params := jobstore.CreateBatchParams{Format: q.proto, Client: a.cfg.ClientOf(r), WebhookURL: q.webhook, Now: now}
 	invalid := f.Invalid
 	models := make([]lineModel, 0, len(f.Lines))
 	for _, l := range f.Lines {
@@ -201,7 +210,7 @@ func batchView(b *jobstore.Batch) BatchView {
 		ID: b.ID, Type: "message_batch", Format: string(b.Format), Total: b.Total, CreatedAt: b.CreatedAt,
 		Counts:           StateCounts{Queued: c.Queued, Running: c.Running, Succeeded: c.Succeeded, Dead: c.Dead, Canceled: c.Canceled},
 		RequestCounts:    RequestCounts{Processing: c.Queued + c.Running, Succeeded: c.Succeeded, Errored: c.Dead, Canceled: c.Canceled},
-		ProcessingStatus: "in_progress",
+		ProcessingStatus: "in_progress", WebhookURL: b.WebhookURL,
 	}
 	if b.Ended() {
 		v.ProcessingStatus = "ended"
@@ -245,6 +254,16 @@ func (a *API) serveBatchGet(w http.ResponseWriter, r *http.Request) {
 		}
 		v.RequestCounts.Errored -= expiredN
 		v.RequestCounts.Expired = expiredN
+	}
+	if b.WebhookURL != "" {
+		ds, err := a.store.BatchDeliveries(r.Context(), b.ID)
+		if err != nil {
+			a.storeError(w, "loading the batch's webhook deliveries", err)
+			return
+		}
+		for _, d := range ds {
+			v.WebhookDeliveries = append(v.WebhookDeliveries, deliveryView(d))
+		}
 	}
 	writeJSON(w, http.StatusOK, v)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -159,9 +160,11 @@ func (a *API) providerClass(r *http.Request, p providerReq) (llm.Priority, error
 }
 
 // createProviderBatch stores a provider batch of lines (already checked)
-// with id and attrs. A create retried with the same Idempotency-Key (so the
-// same id) answers the batch the first one made (existing); false ok means
-// it answered an error.
+// with id and attrs, and the completion webhook the create names
+// (batchWebhook: the header, or an OpenAI batch's metadata in attrs). A
+// create retried with the same Idempotency-Key (so the same id) answers
+// the batch the first one made (existing); false ok means it answered an
+// error.
 func (a *API) createProviderBatch(w http.ResponseWriter, r *http.Request, p providerReq, id string, attrs []byte,
 	lines []BatchLine) (b *jobstore.Batch, existing, ok bool) {
 	prio, err := a.providerClass(r, p)
@@ -169,9 +172,18 @@ func (a *API) createProviderBatch(w http.ResponseWriter, r *http.Request, p prov
 		p.fail(w, http.StatusBadRequest, "%v", err)
 		return nil, false, false
 	}
+	var meta openAIBatchAttrs
+	if len(attrs) > 0 {
+		_ = json.Unmarshal(attrs, &meta) // written by this package: an OpenAI batch's, or none
+	}
+	hook, err := a.batchWebhook(r, meta.Metadata[WebhookMetadataKey])
+	if err != nil {
+		p.fail(w, http.StatusBadRequest, "%v", err)
+		return nil, false, false
+	}
 	now := a.cfg.Clock.Now()
 	params := jobstore.CreateBatchParams{ID: id, Format: p.proto, Client: p.client, Upstream: p.upstream, Attrs: attrs,
-		KeepUntil: now.Add(BatchWindow + a.cfg.BatchRetention), AllowEmpty: len(lines) == 0, Now: now}
+		KeepUntil: now.Add(BatchWindow + a.cfg.BatchRetention), AllowEmpty: len(lines) == 0, WebhookURL: hook, Now: now}
 	queued := 0
 	for _, l := range lines {
 		j := jobstore.InsertParams{Upstream: p.upstream, Priority: prio, Client: p.client,

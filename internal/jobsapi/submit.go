@@ -2,6 +2,7 @@ package jobsapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,18 +111,28 @@ func (a *API) parseJobOptions(r *http.Request, priority, deadline string, maxAtt
 	if maxAttempts < 1 || maxAttempts > MaxAttemptsMax {
 		return 0, time.Time{}, 0, fmt.Errorf("max_attempts must be in [1, %d], got %d", MaxAttemptsMax, maxAttempts)
 	}
-	if webhook != "" {
-		u, err := url.Parse(webhook)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return 0, time.Time{}, 0, fmt.Errorf("webhook_url must be an absolute http(s) URL, got %q", webhook)
-		}
-		if a.cfg.WebhookCheck != nil {
-			if err := a.cfg.WebhookCheck(r.Context(), webhook); err != nil {
-				return 0, time.Time{}, 0, fmt.Errorf("webhook_url: %w", err)
-			}
-		}
+	if err := a.checkWebhookURL(r.Context(), "webhook_url", webhook); err != nil {
+		return 0, time.Time{}, 0, err
 	}
 	return prio, dl, maxAttempts, nil
+}
+
+// checkWebhookURL vets a webhook URL named by field: an absolute http(s)
+// URL the gateway may call (Config.WebhookCheck). Empty passes: none.
+func (a *API) checkWebhookURL(ctx context.Context, field, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s must be an absolute http(s) URL, got %q", field, raw)
+	}
+	if a.cfg.WebhookCheck != nil {
+		if err := a.cfg.WebhookCheck(ctx, raw); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	return nil
 }
 
 func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package jobsapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -43,8 +44,11 @@ type JobView struct {
 // DeliveryView is one completion webhook of a job: its stable id (the
 // webhook-id header of every attempt) and where it stands.
 type DeliveryView struct {
-	ID       string                 `json:"id"`
-	Event    jobstore.State         `json:"event"`
+	ID string `json:"id"`
+	// Event is the state the job finished in (succeeded, dead, canceled),
+	// or how a batch ended (batch.completed, batch.failed, batch.expired,
+	// batch.cancelled).
+	Event    string                 `json:"event"`
 	State    jobstore.DeliveryState `json:"state"`
 	Attempts int                    `json:"attempts"`
 	// LastStatus is the receiver's last HTTP status; LastError why the last
@@ -57,7 +61,7 @@ type DeliveryView struct {
 }
 
 func deliveryView(d *jobstore.WebhookDelivery) DeliveryView {
-	v := DeliveryView{ID: d.ID, Event: d.Event, State: d.State, Attempts: d.Attempts, LastStatus: d.LastStatus,
+	v := DeliveryView{ID: d.ID, Event: cmp.Or(string(d.BatchEvent), string(d.Event)), State: d.State, Attempts: d.Attempts, LastStatus: d.LastStatus,
 		LastError: d.LastError, CreatedAt: d.CreatedAt}
 	if !d.NextAttemptAt.IsZero() {
 		t := d.NextAttemptAt

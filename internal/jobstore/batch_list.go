@@ -70,7 +70,8 @@ func (p ListBatchesParams) newestFirst(ids []string) []string {
 
 // newBatch is the batch CreateBatch just inserted, every job queued.
 func newBatch(p CreateBatchParams, now time.Time) *Batch {
-	b := &Batch{ID: p.ID, Format: p.Format, Client: p.Client, Total: len(p.Jobs), CreatedAt: now, Upstream: p.Upstream, Attrs: p.Attrs}
+	b := &Batch{ID: p.ID, Format: p.Format, Client: p.Client, Total: len(p.Jobs), CreatedAt: now, Upstream: p.Upstream, Attrs: p.Attrs,
+		WebhookURL: p.WebhookURL}
 	for _, j := range p.Jobs {
 		if j.Dead != nil {
 			b.Counts.Dead++

@@ -141,6 +141,11 @@ func (e edgeStore) Deliveries(ctx context.Context, jobID int64) ([]*WebhookDeliv
 	return r, unavailable(ctx, err)
 }
 
+func (e edgeStore) BatchDeliveries(ctx context.Context, batchID string) ([]*WebhookDelivery, error) {
+	r, err := e.Store.BatchDeliveries(ctx, batchID)
+	return r, unavailable(ctx, err)
+}
+
 func (e edgeStore) Redeliver(ctx context.Context, p RedeliverParams) (*WebhookDelivery, error) {
 	r, err := e.Store.Redeliver(ctx, p)
 	return r, unavailable(ctx, err)

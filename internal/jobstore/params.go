@@ -88,6 +88,18 @@ func (p *ClaimParams) validate() error {
 	return nil
 }
 
+// openJobs counts p's jobs that are not dead from the start: what the
+// batch waits for before it ends.
+func (p *CreateBatchParams) openJobs() int {
+	n := 0
+	for _, j := range p.Jobs {
+		if j.Dead == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // validate checks p and fills its defaults: a new ID when none is given,
 // and each job's Now from the batch's.
 func (p *CreateBatchParams) validate() error {

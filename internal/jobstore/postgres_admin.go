@@ -149,7 +149,8 @@ func (s *postgresStore) DeleteFinished(ctx context.Context, p DeleteFinishedPara
 	err := s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM sluice_jobs WHERE id = ANY(ARRAY(SELECT id FROM sluice_jobs
 			WHERE state = $1 AND finished_at IS NOT NULL AND finished_at < $2
 				AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.job_id = sluice_jobs.id AND wd.state = 'pending')
-				AND (batch_id IS NULL OR batch_id NOT IN (SELECT id FROM sluice_batches WHERE keep_until > coalesce($4::timestamptz, '-infinity'::timestamptz)))
+				AND (batch_id IS NULL OR (batch_id NOT IN (SELECT id FROM sluice_batches WHERE keep_until > coalesce($4::timestamptz, '-infinity'::timestamptz))
+					AND batch_id NOT IN (SELECT batch_id FROM sluice_webhook_deliveries WHERE batch_id <> '' AND state = 'pending')))
 			LIMIT $3))
 			RETURNING batch_id, custom_id),
 		m AS (DELETE FROM sluice_batch_jobs b USING d WHERE b.batch_id = d.batch_id AND b.custom_id = d.custom_id)
@@ -160,7 +161,9 @@ func (s *postgresStore) DeleteFinished(ctx context.Context, p DeleteFinishedPara
 	}
 	if _, err := s.pool.Exec(ctx, `DELETE FROM sluice_batches b WHERE created_at < $1
 		AND (keep_until IS NULL OR keep_until <= coalesce($2::timestamptz, '-infinity'::timestamptz))
-		AND NOT EXISTS (SELECT 1 FROM sluice_batch_jobs m WHERE m.batch_id = b.id)`, pgTime(p.Before), pgTime(p.Now)); err != nil {
+		AND NOT EXISTS (SELECT 1 FROM sluice_batch_jobs m WHERE m.batch_id = b.id)
+		AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.batch_id = b.id AND wd.state = 'pending')`,
+		pgTime(p.Before), pgTime(p.Now)); err != nil {
 		return 0, fmt.Errorf("deleting finished batches: %w", err)
 	}
 	return n, nil
@@ -232,6 +235,14 @@ func (s *postgresStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*
 			id, string(p.Format), len(p.Jobs), pgTime(now), p.Client, p.Upstream, p.Attrs, pgTime(p.KeepUntil)); err != nil {
 			return mapPgErr(err)
 		}
+		if p.WebhookURL != "" {
+			// Before the jobs: the trigger of a batch with none open reads the
+			// batch.
+			if _, err := tx.Exec(ctx, `INSERT INTO sluice_batch_webhooks (batch_id, webhook_url, open_jobs) VALUES ($1, $2, $3)`,
+				id, p.WebhookURL, p.openJobs()); err != nil {
+				return mapPgErr(err)
+			}
+		}
 		// Draw the ids first: the membership rows name them.
 		ids := make([]int64, 0, len(p.Jobs))
 		idRows, err := tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('sluice_jobs', 'id')) FROM generate_series(1, $1)`, len(p.Jobs))
@@ -293,8 +304,9 @@ func (s *postgresStore) GetBatch(ctx context.Context, id string) (*Batch, error)
 	b := &Batch{ID: id}
 	var format string
 	created, cancel, keep := pgTime(time.Time{}), pgTime(time.Time{}), pgTime(time.Time{})
-	err := s.pool.QueryRow(ctx, `SELECT format, total, created_at, client, upstream, attrs, cancel_requested_at, keep_until
-		FROM sluice_batches WHERE id = $1`, id).Scan(&format, &b.Total, &created, &b.Client, &b.Upstream, &b.Attrs, &cancel, &keep)
+	err := s.pool.QueryRow(ctx, `SELECT format, total, created_at, client, upstream, attrs, cancel_requested_at, keep_until,
+		coalesce((SELECT webhook_url FROM sluice_batch_webhooks w WHERE w.batch_id = b.id), '')
+		FROM sluice_batches b WHERE id = $1`, id).Scan(&format, &b.Total, &created, &b.Client, &b.Upstream, &b.Attrs, &cancel, &keep, &b.WebhookURL)
 	if err != nil {
 		return nil, fmt.Errorf("getting batch %s: %w", id, mapPgErr(err))
 	}

@@ -217,20 +217,41 @@ func (s *postgresStore) fail(ctx context.Context, p FailParams) (State, error) {
 		return "", err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	var attempts, maxAttempts int
-	var deadline time.Time
-	var dl = pgTime(time.Time{})
-	var upstream string
-	err = tx.QueryRow(ctx, `SELECT attempts, max_attempts, deadline, upstream FROM sluice_jobs
-		WHERE id = $1 AND lease_token = $2 AND state = 'running' FOR UPDATE`, p.ID, p.Token).Scan(&attempts, &maxAttempts, &dl, &upstream)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", pgLeaseMiss(ctx, tx, p.ID)
-	}
+	state, upstream, ok, err := pgFailLeased(ctx, tx, p)
 	if err != nil {
 		return "", err
 	}
-	deadline = fromPgTime(dl)
-	state, attemptsAfter, retryAt := failOutcome(p, attempts, maxAttempts, deadline)
+	if !ok {
+		return "", pgLeaseMiss(ctx, tx, p.ID)
+	}
+	if state == StateQueued {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+notifyChannel+`', $1)`, upstream); err != nil {
+			return "", err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return "", err
+	}
+	if state == StateQueued {
+		s.notes.signal(upstream)
+	}
+	return state, nil
+}
+
+// pgFailLeased fails job p.ID in tx if it is running under p.Token (ok
+// false when it is not), returning the state it went to and its upstream.
+func pgFailLeased(ctx context.Context, tx pgx.Tx, p FailParams) (state State, upstream string, ok bool, err error) {
+	var attempts, maxAttempts int
+	var dl = pgTime(time.Time{})
+	err = tx.QueryRow(ctx, `SELECT attempts, max_attempts, deadline, upstream FROM sluice_jobs
+		WHERE id = $1 AND lease_token = $2 AND state = 'running' FOR UPDATE`, p.ID, p.Token).Scan(&attempts, &maxAttempts, &dl, &upstream)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, err
+	}
+	state, attemptsAfter, retryAt := failOutcome(p, attempts, maxAttempts, fromPgTime(dl))
 	e := p.Error
 	e.Attempt = cmpOr(e.Attempt, attempts+1)
 	if e.At.IsZero() {
@@ -253,20 +274,9 @@ func (s *postgresStore) fail(ctx context.Context, p FailParams) (State, error) {
 	if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET state = $1, attempts = $2, available_at = $3,
 		errors = `+appendErr+`, lease_expires_at = NULL, finished_at = $5, updated_at = $6`+set+`
 		WHERE id = $7`, args...); err != nil {
-		return "", err
+		return "", "", false, err
 	}
-	if state == StateQueued {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify('`+notifyChannel+`', $1)`, upstream); err != nil {
-			return "", err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return "", err
-	}
-	if state == StateQueued {
-		s.notes.signal(upstream)
-	}
-	return state, nil
+	return state, upstream, true, nil
 }
 
 func (s *postgresStore) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {

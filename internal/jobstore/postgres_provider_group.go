@@ -304,6 +304,10 @@ func (s *postgresStore) finishGroupLines(ctx context.Context, p FinishGroupLines
 // (token), and returns the state the job went to ("" when it is no longer
 // the group's: canceled meanwhile).
 func pgApplyLine(ctx context.Context, tx pgx.Tx, l GroupLine, token int64, at time.Time) (State, error) {
+	if l.Fail != nil {
+		st, _, _, err := pgFailLeased(ctx, tx, l.failParams(token, at))
+		return st, err
+	}
 	now := pgTime(at)
 	var (
 		q     string

@@ -14,7 +14,7 @@ func scanPgDelivery(row pgx.Row, extra ...any) (*WebhookDelivery, error) {
 	var event, state string
 	var attempts, status int32
 	var created, from, next, fin, upd pgtype.Timestamptz
-	err := row.Scan(append([]any{&d.ID, &d.JobID, &event, &state, &attempts, &d.Token, &status, &d.LastError,
+	err := row.Scan(append([]any{&d.ID, &d.JobID, &d.BatchID, &event, &state, &attempts, &d.Token, &status, &d.LastError,
 		&created, &from, &next, &fin, &upd}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -22,7 +22,8 @@ func scanPgDelivery(row pgx.Row, extra ...any) (*WebhookDelivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.Event, d.State, d.Attempts, d.LastStatus = State(event), DeliveryState(state), int(attempts), int(status)
+	d.setEvent(event)
+	d.State, d.Attempts, d.LastStatus = DeliveryState(state), int(attempts), int(status)
 	d.CreatedAt, d.RetryFrom, d.NextAttemptAt = fromPgTime(created), fromPgTime(from), fromPgTime(next)
 	d.FinishedAt, d.UpdatedAt = fromPgTime(fin), fromPgTime(upd)
 	return d, nil
@@ -49,15 +50,16 @@ func collectPgDeliveries(rows pgx.Rows, withURL bool) ([]*WebhookDelivery, error
 
 // pgClaimDeliveries leases due deliveries: SKIP LOCKED lets gateways on one
 // database claim at once without waiting on each other or taking the same
-// row; = ANY(ARRAY(…)) probes the primary key (see pgClaim).
+// row; = ANY(ARRAY(…)) probes the primary key (see pgClaim). The URL is
+// the job's, or the batch's for a batch's delivery.
 const pgClaimDeliveries = `UPDATE sluice_webhook_deliveries d
 	SET lease_token = d.lease_token + 1, attempts = d.attempts + 1, next_attempt_at = $1, updated_at = $2
-	FROM sluice_jobs j
 	WHERE d.id = ANY(ARRAY(SELECT id FROM sluice_webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= $2
 			ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED))
-		AND j.id = d.job_id
-	RETURNING d.id, d.job_id, d.event, d.state, d.attempts, d.lease_token, d.last_status, d.last_error,
-		d.created_at, d.retry_from, d.next_attempt_at, d.finished_at, d.updated_at, j.webhook_url`
+	RETURNING d.id, d.job_id, d.batch_id, d.event, d.state, d.attempts, d.lease_token, d.last_status, d.last_error,
+		d.created_at, d.retry_from, d.next_attempt_at, d.finished_at, d.updated_at,
+		coalesce((SELECT j.webhook_url FROM sluice_jobs j WHERE j.id = d.job_id AND d.batch_id = ''),
+			(SELECT b.webhook_url FROM sluice_batch_webhooks b WHERE b.batch_id = d.batch_id AND d.batch_id <> ''), '')`
 
 func (s *postgresStore) ClaimDeliveries(ctx context.Context, p ClaimDeliveriesParams) ([]*WebhookDelivery, error) {
 	if err := p.validate(); err != nil {
@@ -106,13 +108,26 @@ func (s *postgresStore) RecordDelivery(ctx context.Context, p RecordDeliveryPara
 
 func (s *postgresStore) Deliveries(ctx context.Context, jobID int64) ([]*WebhookDelivery, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+deliveryColumns+` FROM sluice_webhook_deliveries
-		WHERE job_id = $1 ORDER BY created_at, id`, jobID)
+		WHERE job_id = $1 AND batch_id = '' ORDER BY created_at, id`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("listing webhook deliveries of job %d: %w", jobID, err)
 	}
 	out, err := collectPgDeliveries(rows, false)
 	if err != nil {
 		return nil, fmt.Errorf("listing webhook deliveries of job %d: %w", jobID, err)
+	}
+	return out, nil
+}
+
+func (s *postgresStore) BatchDeliveries(ctx context.Context, batchID string) ([]*WebhookDelivery, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+deliveryColumns+` FROM sluice_webhook_deliveries
+		WHERE batch_id = $1 AND batch_id <> '' ORDER BY created_at, id`, batchID)
+	if err != nil {
+		return nil, fmt.Errorf("listing webhook deliveries of batch %s: %w", batchID, err)
+	}
+	out, err := collectPgDeliveries(rows, false)
+	if err != nil {
+		return nil, fmt.Errorf("listing webhook deliveries of batch %s: %w", batchID, err)
 	}
 	return out, nil
 }
@@ -124,7 +139,7 @@ func (s *postgresStore) Redeliver(ctx context.Context, p RedeliverParams) (*Webh
 	now := pgTime(p.Now)
 	d, err := scanPgDelivery(s.pool.QueryRow(ctx, `UPDATE sluice_webhook_deliveries
 		SET state = 'pending', lease_token = lease_token + 1, retry_from = $1, next_attempt_at = $1, finished_at = NULL, updated_at = $1
-		WHERE id = (SELECT id FROM sluice_webhook_deliveries WHERE job_id = $2 ORDER BY created_at DESC, id DESC LIMIT 1)
+		WHERE id = (SELECT id FROM sluice_webhook_deliveries WHERE job_id = $2 AND batch_id = '' ORDER BY created_at DESC, id DESC LIMIT 1)
 		RETURNING `+deliveryColumns, now, p.JobID))
 	if err != nil {
 		return nil, fmt.Errorf("redelivering the webhook of job %d: %w", p.JobID, err)

@@ -268,7 +268,7 @@ type UpdateGroupParams struct {
 // back by FinishGroupLines.
 type GroupLine struct {
 	JobID int64
-	// Exactly one of Complete, Dead and Release.
+	// Exactly one of Complete, Dead, Release and Fail.
 	// Complete succeeds the job with the result.
 	Complete *Result
 	// Dead kills the job with this error (an attempt burnt), keeping
@@ -278,9 +278,25 @@ type GroupLine struct {
 	// Release puts the job back in the queue at once, no attempt burnt:
 	// the line was canceled or expired at the provider, or never sent.
 	Release bool
+	// Fail fails the job as Store.Fail does with these Kind, Error,
+	// RetryAt and Result (its ID, Token and Now are the line's):
+	// FailRetry burns an attempt and requeues it at RetryAt, or kills it
+	// on its last attempt or when RetryAt is past its deadline (the
+	// provider answered the line with an error worth retrying);
+	// FailReschedule requeues it at RetryAt without an attempt, with
+	// Error in its history when recorded (held back before it was sent:
+	// its client's budget); FailTerminal kills it.
+	Fail *FailParams
 	// Spend is what the provider billed for the line, added to the
 	// client's spend with the line (nil: nothing billed).
 	Spend *SpendEntry
+}
+
+// failParams is l.Fail for job l.JobID held under token, at now.
+func (l GroupLine) failParams(token int64, now time.Time) FailParams {
+	p := *l.Fail
+	p.ID, p.Token, p.Now = l.JobID, token, now
+	return p
 }
 
 // deadError is the attempt error a Dead line records on a job that made
@@ -326,13 +342,13 @@ func (p *FinishGroupLinesParams) validate() error {
 	}
 	for i, l := range p.Lines {
 		n := 0
-		for _, set := range []bool{l.Complete != nil, l.Dead != nil, l.Release} {
+		for _, set := range []bool{l.Complete != nil, l.Dead != nil, l.Release, l.Fail != nil} {
 			if set {
 				n++
 			}
 		}
 		if n != 1 {
-			return invalid("Lines", "line %d (job %d): exactly one of Complete, Dead and Release", i, l.JobID)
+			return invalid("Lines", "line %d (job %d): exactly one of Complete, Dead, Release and Fail", i, l.JobID)
 		}
 		if l.Spend != nil && (l.Spend.Nanos < 0 || l.Spend.Requests < 0 || l.Spend.Client == "") {
 			return invalid("Lines", "line %d (job %d): Spend needs a Client and amounts >= 0", i, l.JobID)

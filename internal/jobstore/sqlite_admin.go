@@ -154,7 +154,8 @@ func (s *sqliteStore) DeleteFinished(ctx context.Context, p DeleteFinishedParams
 		r, err := tx.ExecContext(ctx, `DELETE FROM sluice_jobs WHERE id IN (SELECT id FROM sluice_jobs
 			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ?
 				AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.job_id = sluice_jobs.id AND wd.state = 'pending')
-				AND (batch_id IS NULL OR batch_id NOT IN (SELECT id FROM sluice_batches WHERE keep_until > ?))
+				AND (batch_id IS NULL OR (batch_id NOT IN (SELECT id FROM sluice_batches WHERE keep_until > ?)
+					AND batch_id NOT IN (SELECT batch_id FROM sluice_webhook_deliveries WHERE batch_id <> '' AND state = 'pending')))
 			LIMIT ?)`,
 			string(p.State), micros(p.Before), micros(p.Now), cmpOr(p.Limit, RescueLimitDefault))
 		if err != nil {
@@ -162,7 +163,9 @@ func (s *sqliteStore) DeleteFinished(ctx context.Context, p DeleteFinishedParams
 		}
 		n, _ = r.RowsAffected()
 		_, err = tx.ExecContext(ctx, `DELETE FROM sluice_batches WHERE created_at < ? AND (keep_until IS NULL OR keep_until <= ?)
-			AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.batch_id = sluice_batches.id)`, micros(p.Before), micros(p.Now))
+			AND NOT EXISTS (SELECT 1 FROM sluice_jobs j WHERE j.batch_id = sluice_batches.id)
+			AND NOT EXISTS (SELECT 1 FROM sluice_webhook_deliveries wd WHERE wd.batch_id = sluice_batches.id AND wd.state = 'pending')`,
+			micros(p.Before), micros(p.Now))
 		return err
 	})
 	if err != nil {

@@ -20,6 +20,14 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 			id, string(p.Format), len(p.Jobs), micros(now), p.Client, p.Upstream, p.Attrs, nullMicros(p.KeepUntil)); err != nil {
 			return mapSQLiteErr(err)
 		}
+		if p.WebhookURL != "" {
+			// Before the jobs: the trigger of a batch with none open reads the
+			// batch.
+			if _, err := tx.ExecContext(ctx, `INSERT INTO sluice_batch_webhooks (batch_id, webhook_url, open_jobs) VALUES (?, ?, ?)`,
+				id, p.WebhookURL, p.openJobs()); err != nil {
+				return mapSQLiteErr(err)
+			}
+		}
 		stmt, err := tx.PrepareContext(ctx, sqliteInsert)
 		if err != nil {
 			return err
@@ -91,8 +99,9 @@ func (s *sqliteStore) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	b := &Batch{ID: id}
 	var format string
 	var created, cancel, keep sql.NullInt64
-	err = tx.QueryRowContext(ctx, `SELECT format, total, created_at, client, upstream, attrs, cancel_requested_at, keep_until
-		FROM sluice_batches WHERE id = ?`, id).Scan(&format, &b.Total, &created, &b.Client, &b.Upstream, &b.Attrs, &cancel, &keep)
+	err = tx.QueryRowContext(ctx, `SELECT format, total, created_at, client, upstream, attrs, cancel_requested_at, keep_until,
+		coalesce((SELECT webhook_url FROM sluice_batch_webhooks w WHERE w.batch_id = sluice_batches.id), '')
+		FROM sluice_batches WHERE id = ?`, id).Scan(&format, &b.Total, &created, &b.Client, &b.Upstream, &b.Attrs, &cancel, &keep, &b.WebhookURL)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("getting batch %s: %w", id, ErrNotFound)
 	}

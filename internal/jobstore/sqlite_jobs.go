@@ -219,44 +219,12 @@ func nonNil(b []byte) []byte {
 func (s *sqliteStore) Fail(ctx context.Context, p FailParams) (State, error) {
 	var final State
 	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, sig *[]string) error {
-		var attempts, maxAttempts int
-		var deadline sql.NullInt64
-		var upstream string
-		err := tx.QueryRowContext(ctx, `SELECT attempts, max_attempts, deadline, upstream FROM sluice_jobs
-			WHERE id = ? AND lease_token = ? AND state = 'running'`, p.ID, p.Token).Scan(&attempts, &maxAttempts, &deadline, &upstream)
-		if errors.Is(err, sql.ErrNoRows) {
-			return sqliteLeaseMiss(ctx, tx, p.ID)
-		}
+		state, upstream, ok, err := sqliteFailLeased(ctx, tx, p)
 		if err != nil {
 			return err
 		}
-		state, attemptsAfter, retryAt := failOutcome(p, attempts, maxAttempts, fromMicros(deadline))
-		e := p.Error
-		e.Attempt = cmpOr(e.Attempt, attempts+1)
-		if e.At.IsZero() {
-			e.At = storeTime(p.Now)
-		}
-		now := micros(p.Now)
-		fin := sql.NullInt64{}
-		if state == StateDead {
-			fin = sql.NullInt64{Int64: now, Valid: true}
-		}
-		args := []any{string(state), attemptsAfter, micros(retryAt), string(encodeAttemptError(e)), fin, now}
-		set := ""
-		if state == StateDead && p.Result != nil {
-			set = `, result_status = ?, result_header = ?, result_body = ?`
-			args = append(args, p.Result.Status, encodeHeader(p.Result.Header), nonNil(p.Result.Body))
-		}
-		args = append(args, p.ID)
-		appendErr := `json_insert(errors, '$[#]', json(?))`
-		if p.Kind == FailReschedule && p.Error.unrecorded() {
-			appendErr = `coalesce(?, errors)` // keeps the argument list
-			args[3] = nil
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE sluice_jobs SET state = ?, attempts = ?, available_at = ?,
-			errors = `+appendErr+`, lease_expires_at = NULL, finished_at = ?, updated_at = ?`+set+`
-			WHERE id = ?`, args...); err != nil {
-			return err
+		if !ok {
+			return sqliteLeaseMiss(ctx, tx, p.ID)
 		}
 		final = state
 		if state == StateQueued {
@@ -268,6 +236,51 @@ func (s *sqliteStore) Fail(ctx context.Context, p FailParams) (State, error) {
 		return "", fmt.Errorf("failing job %d: %w", p.ID, err)
 	}
 	return final, nil
+}
+
+// sqliteFailLeased fails job p.ID in tx if it is running under p.Token
+// (ok false when it is not), returning the state it went to and its
+// upstream.
+func sqliteFailLeased(ctx context.Context, tx sqliteTx, p FailParams) (state State, upstream string, ok bool, err error) {
+	var attempts, maxAttempts int
+	var deadline sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT attempts, max_attempts, deadline, upstream FROM sluice_jobs
+		WHERE id = ? AND lease_token = ? AND state = 'running'`, p.ID, p.Token).Scan(&attempts, &maxAttempts, &deadline, &upstream)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, err
+	}
+	state, attemptsAfter, retryAt := failOutcome(p, attempts, maxAttempts, fromMicros(deadline))
+	e := p.Error
+	e.Attempt = cmpOr(e.Attempt, attempts+1)
+	if e.At.IsZero() {
+		e.At = storeTime(p.Now)
+	}
+	now := micros(p.Now)
+	fin := sql.NullInt64{}
+	if state == StateDead {
+		fin = sql.NullInt64{Int64: now, Valid: true}
+	}
+	args := []any{string(state), attemptsAfter, micros(retryAt), string(encodeAttemptError(e)), fin, now}
+	set := ""
+	if state == StateDead && p.Result != nil {
+		set = `, result_status = ?, result_header = ?, result_body = ?`
+		args = append(args, p.Result.Status, encodeHeader(p.Result.Header), nonNil(p.Result.Body))
+	}
+	args = append(args, p.ID)
+	appendErr := `json_insert(errors, '$[#]', json(?))`
+	if p.Kind == FailReschedule && p.Error.unrecorded() {
+		appendErr = `coalesce(?, errors)` // keeps the argument list
+		args[3] = nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sluice_jobs SET state = ?, attempts = ?, available_at = ?,
+		errors = `+appendErr+`, lease_expires_at = NULL, finished_at = ?, updated_at = ?`+set+`
+		WHERE id = ?`, args...); err != nil {
+		return "", "", false, err
+	}
+	return state, upstream, true, nil
 }
 
 func cmpOr(a, b int) int {

@@ -273,6 +273,10 @@ func (s *sqliteStore) FinishGroupLines(ctx context.Context, p FinishGroupLinesPa
 // (token), and returns the state the job went to ("" when it is no longer
 // the group's: canceled meanwhile).
 func sqliteApplyLine(ctx context.Context, tx sqliteTx, l GroupLine, token int64, at time.Time) (State, error) {
+	if l.Fail != nil {
+		st, _, _, err := sqliteFailLeased(ctx, tx, l.failParams(token, at))
+		return st, err
+	}
 	now := micros(at)
 	var (
 		q     string

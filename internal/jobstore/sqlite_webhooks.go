@@ -8,14 +8,14 @@ import (
 )
 
 // deliveryColumns are a delivery row's columns in scan order.
-const deliveryColumns = `id, job_id, event, state, attempts, lease_token, last_status, last_error,
+const deliveryColumns = `id, job_id, batch_id, event, state, attempts, lease_token, last_status, last_error,
 	created_at, retry_from, next_attempt_at, finished_at, updated_at`
 
 func scanSQLiteDelivery(row interface{ Scan(...any) error }, extra ...any) (*WebhookDelivery, error) {
 	d := &WebhookDelivery{}
 	var event, state string
 	var created, from, next, fin, upd sql.NullInt64
-	err := row.Scan(append([]any{&d.ID, &d.JobID, &event, &state, &d.Attempts, &d.Token, &d.LastStatus, &d.LastError,
+	err := row.Scan(append([]any{&d.ID, &d.JobID, &d.BatchID, &event, &state, &d.Attempts, &d.Token, &d.LastStatus, &d.LastError,
 		&created, &from, &next, &fin, &upd}, extra...)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
@@ -23,7 +23,8 @@ func scanSQLiteDelivery(row interface{ Scan(...any) error }, extra ...any) (*Web
 	if err != nil {
 		return nil, err
 	}
-	d.Event, d.State = State(event), DeliveryState(state)
+	d.setEvent(event)
+	d.State = DeliveryState(state)
 	d.CreatedAt, d.RetryFrom, d.NextAttemptAt = fromMicros(created), fromMicros(from), fromMicros(next)
 	d.FinishedAt, d.UpdatedAt = fromMicros(fin), fromMicros(upd)
 	return d, nil
@@ -61,7 +62,8 @@ func (s *sqliteStore) ClaimDeliveries(ctx context.Context, p ClaimDeliveriesPara
 			SET lease_token = lease_token + 1, attempts = attempts + 1, next_attempt_at = ?, updated_at = ?
 			WHERE id IN (SELECT id FROM sluice_webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= ?
 				ORDER BY next_attempt_at, id LIMIT ?)
-			RETURNING `+deliveryColumns+`, (SELECT webhook_url FROM sluice_jobs j WHERE j.id = job_id)`,
+			RETURNING `+deliveryColumns+`, coalesce((SELECT webhook_url FROM sluice_jobs j WHERE j.id = job_id),
+				(SELECT webhook_url FROM sluice_batch_webhooks b WHERE b.batch_id = sluice_webhook_deliveries.batch_id), '')`,
 			micros(p.Now.Add(p.LeaseFor)), now, now, p.Limit)
 		if err != nil {
 			return err
@@ -115,13 +117,26 @@ func (s *sqliteStore) RecordDelivery(ctx context.Context, p RecordDeliveryParams
 
 func (s *sqliteStore) Deliveries(ctx context.Context, jobID int64) ([]*WebhookDelivery, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM sluice_webhook_deliveries
-		WHERE job_id = ? ORDER BY created_at, id`, jobID)
+		WHERE job_id = ? AND batch_id = '' ORDER BY created_at, id`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("listing webhook deliveries of job %d: %w", jobID, err)
 	}
 	out, err := collectSQLiteDeliveries(rows, false)
 	if err != nil {
 		return nil, fmt.Errorf("listing webhook deliveries of job %d: %w", jobID, err)
+	}
+	return out, nil
+}
+
+func (s *sqliteStore) BatchDeliveries(ctx context.Context, batchID string) ([]*WebhookDelivery, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+deliveryColumns+` FROM sluice_webhook_deliveries
+		WHERE batch_id = ? AND batch_id <> '' ORDER BY created_at, id`, batchID)
+	if err != nil {
+		return nil, fmt.Errorf("listing webhook deliveries of batch %s: %w", batchID, err)
+	}
+	out, err := collectSQLiteDeliveries(rows, false)
+	if err != nil {
+		return nil, fmt.Errorf("listing webhook deliveries of batch %s: %w", batchID, err)
 	}
 	return out, nil
 }
@@ -136,7 +151,7 @@ func (s *sqliteStore) Redeliver(ctx context.Context, p RedeliverParams) (*Webhoo
 		var err error
 		d, err = scanSQLiteDelivery(tx.QueryRowContext(ctx, `UPDATE sluice_webhook_deliveries
 			SET state = 'pending', lease_token = lease_token + 1, retry_from = ?, next_attempt_at = ?, finished_at = NULL, updated_at = ?
-			WHERE id = (SELECT id FROM sluice_webhook_deliveries WHERE job_id = ? ORDER BY created_at DESC, id DESC LIMIT 1)
+			WHERE id = (SELECT id FROM sluice_webhook_deliveries WHERE job_id = ? AND batch_id = '' ORDER BY created_at DESC, id DESC LIMIT 1)
 			RETURNING `+deliveryColumns, now, now, now, p.JobID))
 		return err
 	})

@@ -135,6 +135,9 @@ type Store interface {
 	// Deliveries returns a job's webhook deliveries, oldest first (none
 	// for a job without a webhook_url or not finished yet).
 	Deliveries(ctx context.Context, jobID int64) ([]*WebhookDelivery, error)
+	// BatchDeliveries returns a batch's webhook deliveries, oldest first
+	// (none for a batch without a webhook URL or not ended yet).
+	BatchDeliveries(ctx context.Context, batchID string) ([]*WebhookDelivery, error)
 	// Redeliver makes the job's latest delivery pending and due at once,
 	// with the same ID, and returns it. ErrNotFound when the job has no
 	// delivery.
@@ -500,6 +503,8 @@ type Batch struct {
 	KeepUntil time.Time
 	// CancelRequestedAt is when a cancel was first asked for; zero if never.
 	CancelRequestedAt time.Time
+	// WebhookURL is CreateBatchParams.WebhookURL.
+	WebhookURL string
 	// EndedAt is when the last of its jobs finished, once every job has
 	// (the batch's creation for a batch without jobs); zero before.
 	EndedAt time.Time
@@ -530,6 +535,12 @@ type CreateBatchParams struct {
 	// KeepUntil keeps the batch and its finished jobs until then, whatever
 	// the cleaner's retention of their states; zero for no such keep.
 	KeepUntil time.Time
+	// WebhookURL, when set, is owed a delivery (the batch's completion
+	// webhook) each time the batch ends: in the transaction that finishes
+	// its last job (batch.completed, batch.expired, batch.cancelled), or
+	// in CreateBatch for a batch without jobs (batch.failed). Empty for
+	// none.
+	WebhookURL string
 	// Jobs are inserted as given, each with a CustomID unique in the batch.
 	Jobs []InsertParams
 	// AllowEmpty lets a batch have no job (a provider batch refused at

@@ -21,18 +21,25 @@ const (
 	DeliveryFailed DeliveryState = "failed"
 )
 
-// WebhookDelivery is one completion webhook owed to a job's webhook_url:
-// the outbox row the store writes in the same transaction that finishes
-// the job (any path: complete, fail, cancel, batch cancel, rescue). A job
-// that finishes again after a requeue owes a new delivery, with a new ID.
+// WebhookDelivery is one completion webhook owed to a job's webhook_url,
+// or to a batch's (CreateBatchParams.WebhookURL): the outbox row the store
+// writes in the same transaction that finishes the job, or the batch's
+// last job (any path: complete, fail, cancel, batch cancel, the router's
+// write-back, rescue). A job or batch that finishes again after a requeue
+// owes a new delivery, with a new ID.
 type WebhookDelivery struct {
 	// ID is the stable delivery id ("msg_" and 32 hex digits): the same on
 	// every attempt, so receivers deduplicate by it (webhook-id).
-	ID    string
+	ID string
+	// JobID is the job's id, 0 for a batch's delivery.
 	JobID int64
-	// Event is the state the job finished in.
+	// BatchID is the batch's id for a batch's delivery, empty for a job's.
+	BatchID string
+	// Event is the state the job finished in (a job's delivery).
 	Event State
-	State DeliveryState
+	// BatchEvent is what became of the batch (a batch's delivery).
+	BatchEvent BatchEvent
+	State      DeliveryState
 	// Attempts counts the POSTs started (each claim is one).
 	Attempts int
 	// LastStatus is the receiver's last HTTP status (0 when it did not
@@ -51,8 +58,37 @@ type WebhookDelivery struct {
 	UpdatedAt  time.Time
 	// Token fences the result of the attempt a claim started.
 	Token int64
-	// WebhookURL is the job's webhook URL (filled by ClaimDeliveries).
+	// WebhookURL is the job's or batch's webhook URL (filled by
+	// ClaimDeliveries).
 	WebhookURL string
+}
+
+// BatchEvent is the event of a batch's delivery: how the batch ended, in
+// the event names OpenAI's webhooks use.
+type BatchEvent string
+
+// The batch events.
+const (
+	// BatchCompleted: every job finished (succeeded, or dead of its own
+	// error), none canceled or expired.
+	BatchCompleted BatchEvent = "batch.completed"
+	// BatchFailed: the batch was refused whole at its creation (an OpenAI
+	// batch whose input failed its validation): no job was queued.
+	BatchFailed BatchEvent = "batch.failed"
+	// BatchExpired: a job died of its deadline before it was sent (the
+	// providers' 24-hour window).
+	BatchExpired BatchEvent = "batch.expired"
+	// BatchCancelled: a cancel was asked for before the batch ended.
+	BatchCancelled BatchEvent = "batch.cancelled"
+)
+
+// setEvent sets d's event from its stored name: a batch's or a job's.
+func (d *WebhookDelivery) setEvent(event string) {
+	if d.BatchID != "" {
+		d.BatchEvent = BatchEvent(event)
+		return
+	}
+	d.Event = State(event)
 }
 
 // ClaimDeliveriesParams leases due deliveries.

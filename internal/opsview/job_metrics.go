@@ -69,12 +69,14 @@ type jobMetrics struct {
 	batchLines  *prometheus.CounterVec
 	batchSpend  *prometheus.CounterVec
 	batchSaved  *prometheus.CounterVec
-	// routed are the same figures per upstream for /v1/status.
-	routed routedTotals
+	// routed are the same figures per upstream for /v1/status (shared
+	// with the admission layer's metrics, which add the flex tier's).
+	routed *routedTotals
 }
 
 // routedTotals sums, per upstream, the lines answered through the
-// provider's Batch API and what they cost, since the gateway started.
+// provider's Batch API and the answers served in the flex tier, and what
+// they cost, since the gateway started.
 type routedTotals struct {
 	mu sync.Mutex
 	by map[string]*BatchRouteStatus
@@ -104,24 +106,35 @@ func (r *routedTotals) get(upstream string) *BatchRouteStatus {
 	}
 	c := *t
 	c.SpentUSD, c.StandardUSD = roundUSD(c.SpentUSD), roundUSD(c.StandardUSD)
-	c.SavedUSD = roundUSD(c.StandardUSD - c.SpentUSD)
+	c.FlexSpentUSD, c.FlexStandardUSD = roundUSD(c.FlexSpentUSD), roundUSD(c.FlexStandardUSD)
+	c.FlexSavedUSD = roundUSD(c.FlexStandardUSD - c.FlexSpentUSD)
+	c.SavedUSD = roundUSD(c.StandardUSD - c.SpentUSD + c.FlexSavedUSD)
 	return &c
 }
 
 // roundUSD rounds to a millionth of a dollar, the float sums' noise off.
 func roundUSD(v float64) float64 { return math.Round(v*1e6) / 1e6 }
 
-// BatchRouteStatus is an upstream's routing to its provider's Batch API
-// (docs/jobs-api.md), since this gateway started: the lines it wrote back
-// and what the answered ones cost at the batch price, against what the
-// synchronous path would have cost; SavedUSD is the difference.
+// BatchRouteStatus is what the upstream's work that could wait cost, since
+// this gateway started: the lines of its provider's Batch API it wrote
+// back (docs/jobs-api.md) and what the answered ones cost at the batch
+// price, against what the synchronous path would have cost; the answers
+// served in OpenAI's flex tier, at the flex price, against the standard
+// tier's. SavedUSD is both differences.
 type BatchRouteStatus struct {
 	Succeeded   int64   `json:"lines_succeeded"`
 	Released    int64   `json:"lines_released"`
 	Errored     int64   `json:"lines_errored"`
+	Held        int64   `json:"lines_held"`
 	SpentUSD    float64 `json:"spent_usd"`
 	StandardUSD float64 `json:"standard_usd"`
-	SavedUSD    float64 `json:"saved_usd"`
+	// FlexAnswers counts the answers served in the flex tier (jobs the
+	// flex rule sent there, and live requests that asked for it).
+	FlexAnswers     int64   `json:"flex_answers"`
+	FlexSpentUSD    float64 `json:"flex_spent_usd"`
+	FlexStandardUSD float64 `json:"flex_standard_usd"`
+	FlexSavedUSD    float64 `json:"flex_saved_usd"`
+	SavedUSD        float64 `json:"saved_usd"`
 }
 
 var _ jobs.Observer = (*jobMetrics)(nil)
@@ -144,8 +157,8 @@ func (v *View) JobsAPIObserver() jobsapi.Observer {
 	return v.metrics.jobs
 }
 
-func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, upstreams []string) *jobMetrics {
-	m := &jobMetrics{
+func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, upstreams []string, routed *routedTotals) *jobMetrics {
+	m := &jobMetrics{routed: routed,
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_jobs_submitted_total",
 			Help: "Jobs queued through this gateway's API (single jobs and batch lines; idempotent replays excluded).",
@@ -183,7 +196,7 @@ func newJobMetrics(reg *prometheus.Registry, clk clock.Clock, log *slog.Logger, 
 		}, []string{"upstream", "event"}),
 		batchLines: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_batch_lines_total",
-			Help: "Lines of provider batches written back to their jobs, by outcome (succeeded, errored, canceled, expired).",
+			Help: "Lines of provider batches written back to their jobs, by outcome (succeeded, errored, canceled, expired; held: never sent, the admission layer held its job back).",
 		}, []string{"upstream", "outcome"}),
 		batchSpend: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_batch_spend_usd_total",
@@ -258,6 +271,8 @@ func (m *jobMetrics) BatchLines(upstream string, outcome jobs.BatchLineOutcome, 
 			t.Errored += int64(n)
 		case jobs.LineCanceled, jobs.LineExpired:
 			t.Released += int64(n)
+		case jobs.LineHeld:
+			t.Held += int64(n)
 		}
 	})
 }

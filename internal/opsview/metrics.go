@@ -34,7 +34,11 @@ type metrics struct {
 	latency     *prometheus.HistogramVec
 	live        *live // the dashboard's counts, fed by the observers
 	// jobs are the job queue's metrics; nil when the queue is disabled.
-	jobs    *jobMetrics
+	jobs *jobMetrics
+	// routed are the money the work that could wait saved, per upstream
+	// (the batch route's lines and the flex tier's answers), for
+	// /v1/status.
+	routed  *routedTotals
 	stores  storeMetrics   // metrics_store.go
 	pool    *poolMetrics   // metrics_pool.go
 	admit   *admitMetrics  // metrics_spend.go
@@ -107,10 +111,11 @@ func newMetrics(reg *prometheus.Registry, v *View, jobs bool) *metrics {
 		m.passthrough.WithLabelValues(u.Name)
 		m.latency.WithLabelValues(u.Name)
 	}
+	m.routed = &routedTotals{}
 	if jobs {
-		m.jobs = newJobMetrics(reg, v.clock, v.log, v.order)
+		m.jobs = newJobMetrics(reg, v.clock, v.log, v.order, m.routed)
 	}
-	m.admit = newAdmitMetrics(reg, v, m.pool)
+	m.admit = newAdmitMetrics(reg, v, m.pool, m.routed)
 	return m
 }
 

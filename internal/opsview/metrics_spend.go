@@ -18,7 +18,10 @@ type admitMetrics struct {
 	refusals    *prometheus.CounterVec
 	orphanedUSD *prometheus.CounterVec
 	undurable   *prometheus.CounterVec
-	pool        *poolMetrics // the fallbacks' counter
+	flexSpend   *prometheus.CounterVec
+	flexSaved   *prometheus.CounterVec
+	routed      *routedTotals // the flex tier's figures for /v1/status
+	pool        *poolMetrics  // the fallbacks' counter
 	// log keeps every wait and refusal with its reason (admission_log.go).
 	log   *admissionLog
 	clock clock.Clock
@@ -30,8 +33,16 @@ var _ admit.Observer = (*admitMetrics)(nil)
 // budget refusal and fallback series.
 func (v *View) AdmitObserver() admit.Observer { return v.metrics.admit }
 
-func newAdmitMetrics(reg *prometheus.Registry, v *View, pool *poolMetrics) *admitMetrics {
-	m := &admitMetrics{pool: pool, log: newAdmissionLog(), clock: v.clock,
+func newAdmitMetrics(reg *prometheus.Registry, v *View, pool *poolMetrics, routed *routedTotals) *admitMetrics {
+	m := &admitMetrics{pool: pool, routed: routed, log: newAdmissionLog(), clock: v.clock,
+		flexSpend: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_flex_spend_usd_total",
+			Help: "What the answers served in OpenAI's flex tier cost, at the flex price (USD).",
+		}, []string{"upstream"}),
+		flexSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_flex_saved_usd_total",
+			Help: "Money saved by the flex tier: what its answers would have cost in the standard tier less what they cost (USD).",
+		}, []string{"upstream"}),
 		spentUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_spend_usd_total",
 			Help: "US dollars spent (settled at the price table) since the gateway started, by client, upstream and price-table model.",
@@ -49,8 +60,19 @@ func newAdmitMetrics(reg *prometheus.Registry, v *View, pool *poolMetrics) *admi
 			Help: "Budgeted requests sent without their reservation written to the store (it did not answer in time): a crash before their spend is written loses it, by client.",
 		}, []string{"client"}),
 	}
-	reg.MustRegister(m.spentUSD, m.refusals, m.orphanedUSD, m.undurable, &budgetCollector{v: v})
+	reg.MustRegister(m.spentUSD, m.refusals, m.orphanedUSD, m.undurable, m.flexSpend, m.flexSaved, &budgetCollector{v: v})
 	return m
+}
+
+// FlexSpent implements admit.Observer.
+func (m *admitMetrics) FlexSpent(upstream string, usd, standardUSD float64) {
+	m.flexSpend.WithLabelValues(upstream).Add(max(usd, 0))
+	m.flexSaved.WithLabelValues(upstream).Add(max(standardUSD-usd, 0))
+	m.routed.add(upstream, func(t *BatchRouteStatus) {
+		t.FlexAnswers++
+		t.FlexSpentUSD += max(usd, 0)
+		t.FlexStandardUSD += max(standardUSD, usd, 0)
+	})
 }
 
 // Spent implements admit.Observer.

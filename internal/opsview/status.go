@@ -117,9 +117,10 @@ type UpstreamStatus struct {
 	// Jobs counts the upstream's jobs in the durable queue (absent when the
 	// queue is off).
 	Jobs *JobCounts `json:"jobs,omitempty"`
-	// BatchRoute is what routing the upstream's jobs to its provider's
-	// Batch API answered, cost and saved since this gateway started
-	// (absent while it routed nothing).
+	// BatchRoute is what routing the upstream's work that could wait (its
+	// jobs to its provider's Batch API, its answers in the flex tier)
+	// answered, cost and saved since this gateway started (absent while
+	// it routed nothing).
 	BatchRoute *BatchRouteStatus `json:"batch_route,omitempty"`
 	Keys       []KeyStatus       `json:"keys,omitempty"` // the key pool (status_pool.go)
 	// CachedInputTokens sums the input tokens the upstream's answers
@@ -176,9 +177,7 @@ func (v *View) Status(ctx context.Context) StatusResponse {
 		if lu := v.live.upstream(name); lu != nil {
 			st.CachedInputTokens = lu.cached.Load()
 		}
-		if v.metrics.jobs != nil {
-			st.BatchRoute = v.metrics.jobs.routed.get(name)
-		}
+		st.BatchRoute = v.metrics.routed.get(name)
 		if e != nil {
 			snap := e.Snapshot()
 			for c, n := range snap.Queued {

@@ -306,6 +306,18 @@ func (l *Ledger) Reserve(client string, need pricing.Amount, now time.Time) (Hol
 	return Hold{client: client, amount: need, valid: true}, nil
 }
 
+// Force reserves need for client at now whatever its limits: a
+// reservation for a request that was admitted and sent before this
+// ledger knew of it (another process's, taken over). Settle it as
+// Reserve's.
+func (l *Ledger) Force(client string, need pricing.Amount, now time.Time) Hold {
+	need = max(need, 0)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.get(client, now).reserved += need
+	return Hold{client: client, amount: need, valid: true}
+}
+
 // Settle ends h: its reservation is released and actual (what the request
 // really cost; 0 for a refund) is charged to the windows current at now.
 // Settling a zero Hold charges nothing.

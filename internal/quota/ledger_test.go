@@ -249,3 +249,23 @@ func TestHeldCountsLikeReserved(t *testing.T) {
 	_, err = l.Reserve("a", usd(0.0), t0) // 0.45 > 0.5 x (1 - 0.2)
 	require.Equal(t, 0.5, exceeded(t, err).Share)
 }
+
+// TestForceHoldsPastTheLimit: a forced reservation (a request sent before
+// this ledger knew of it) is held whatever the limit, counts like any
+// reservation against the next ones, and settles as Reserve's.
+func TestForceHoldsPastTheLimit(t *testing.T) {
+	t.Parallel()
+	l := quota.NewLedger()
+	l.SetLimits("a", quota.Limits{Day: usd(1)}, t0)
+	h := l.Force("a", usd(1.5), t0)
+	require.Equal(t, usd(1.5), h.Amount())
+	require.Equal(t, usd(1.5), l.Account("a", t0).Day.Reserved)
+	_, err := l.Reserve("a", usd(0.1), t0)
+	require.True(t, exceeded(t, err).Pending, "held by the forced reservation")
+	l.Settle(h, usd(0.4), t0)
+	acc := l.Account("a", t0)
+	require.Equal(t, usd(0.4), acc.Day.Spent)
+	require.Zero(t, acc.Day.Reserved)
+	_, err = l.Reserve("a", usd(0.5), t0)
+	require.NoError(t, err)
+}

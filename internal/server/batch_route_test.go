@@ -56,7 +56,7 @@ func routedGateway(t *testing.T, p llm.Protocol, base, store string, clk clock.C
 		Upstreams: []upcfg.Config{{Name: "up", Protocol: p, BaseURL: base, APIKey: "sk-up",
 			Batch: upcfg.BatchRoute{Route: upcfg.BatchRouteProvider, Classes: []string{"low"}, MinGroup: 50, MaxRequests: 50,
 				MaxWait: 10 * time.Minute, PollInterval: time.Minute}}},
-		Clients: []clients.Config{{Name: "nightly", Key: "ck-nightly"}}},
+		Clients: []clients.Config{{Name: "nightly", Key: "ck-nightly"}}, Metrics: MetricsConfig{Public: true}},
 		WithClock(clk), WithLogger(discardLogger()))
 	require.NoError(t, err)
 	require.NoError(t, g.Start(t.Context()))
@@ -183,6 +183,21 @@ func TestBatchRouteEndToEnd(t *testing.T) {
 			require.Equal(t, int64(len(ids)), route.Succeeded)
 			require.Equal(t, cents(stats.Batch.CostUSD), cents(route.SpentUSD))
 			require.InDelta(t, route.SpentUSD, route.SavedUSD, 0.01)
+
+			// The metrics say the same: groups, lines, spend and saving.
+			code, body = call(t, "GET", base+"/metrics", "", "")
+			require.Equal(t, http.StatusOK, code)
+			metrics := string(body)
+			up := `upstream="up"`
+			for event, n := range map[string]int64{"formed": tc.batches, "submitted": tc.batches, "ended": tc.batches, "refused": 0, "pulled_back": 0} {
+				require.Equal(t, float64(n), metricSum(metrics, "sluice_batch_groups_total", up, `event="`+event+`"`), event)
+			}
+			require.Equal(t, float64(len(ids)), metricSum(metrics, "sluice_batch_lines_total", up, `outcome="succeeded"`))
+			require.Equal(t, float64(len(ids)), metricSum(metrics, "sluice_batch_lines_total", up))
+			nanos9 := func(usd float64) int64 { return int64(math.Round(usd * 1e9)) }
+			require.Equal(t, stats.Batch.CostNanos, nanos9(metricSum(metrics, "sluice_batch_spend_usd_total", up)))
+			// At half the standard price, the saving is what it cost.
+			require.InDelta(t, float64(stats.Batch.CostNanos)/1e9, metricSum(metrics, "sluice_batch_saved_usd_total", up), 1e-6)
 		})
 	}
 }

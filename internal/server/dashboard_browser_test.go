@@ -294,6 +294,24 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.Contains(t, parts[3], "50.0%")
 	require.Contains(t, parts[3], "fallback share")
 
+	// Work that could wait, per upstream: none on this gateway (nothing
+	// routed, no flex answer), as /v1/status has it; a status whose
+	// upstream routed lines and got flex answers (as such a gateway
+	// reports it) is drawn with their cost and savings, read in the same
+	// turn, before the next poll redraws.
+	require.Nil(t, u.BatchRoute)
+	require.Contains(t, text(`#savings tbody`), "nothing routed")
+	saved, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		renderSavings({upstreams: [{name: "claude"}, {name: "gpt", batch_route: {lines_succeeded: 120, lines_released: 3, lines_errored: 1,
+			lines_held: 2, spent_usd: 1.5, standard_usd: 3, flex_answers: 4, flex_spent_usd: 0.25, flex_standard_usd: 0.5, flex_saved_usd: 0.25,
+			saved_usd: 1.75}}]});
+		const row = document.querySelector('#savings tr[data-upstream="gpt"]');
+		return [document.querySelectorAll("#savings tbody tr[data-upstream]").length, ...["lines", "released", "held", "batch-cost",
+			"flex-answers", "flex-cost", "standard", "saved"].map((k) => row.querySelector('[data-k="' + k + '"]').textContent)].join("|");
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, "1|120|4|2|$1.50|4|$0.2500|$3.50|$1.75", saved, "an upstream's routing cost and savings")
+
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
 	dir := artifactsDir(t)

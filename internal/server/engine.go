@@ -18,10 +18,12 @@ func newEngine(uc upcfg.Config, o options, obs dispatch.Observer, responses disp
 	return dispatch.New(dispatch.Config{
 		Config:     uc,
 		HTTPClient: &http.Client{Transport: dispatch.UpstreamTransport(o.transport, uc)},
-		Clock:      o.clock,
-		Observer:   obs,
-		States:     stateLog{log: o.logger, upstream: uc.Name},
-		Tracer:     o.tracerOrNoop(),
-		Responses:  responses,
+		// Flex answers are slower: their own response-header timeout.
+		FlexHTTPClient: &http.Client{Transport: dispatch.FlexTransport(o.transport, uc)},
+		Clock:          o.clock,
+		Observer:       obs,
+		States:         stateLog{log: o.logger, upstream: uc.Name},
+		Tracer:         o.tracerOrNoop(),
+		Responses:      responses,
 	})
 }

@@ -309,3 +309,69 @@ func testProviderGroupsPath(t *testing.T, s jobstore.Store) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{chat.ID, chat2.ID}, ids(res))
 }
+
+// testProviderGroupsFail: a line written back as a failure fails its job
+// as Store.Fail does: a retry burns an attempt and requeues it at its
+// time (or kills it on its last attempt), a reschedule requeues it
+// without one, its error in the history, a terminal failure kills it;
+// the group ends with them.
+func testProviderGroupsFail(t *testing.T, s jobstore.Store) {
+	ctx := context.Background()
+	now := T0
+	var jobs []*jobstore.Job
+	for i := range 4 {
+		p := job("pgf", now)
+		p.Priority = llm.Low
+		if i == 3 {
+			p.MaxAttempts = 1 // its retry is its last attempt
+		}
+		jobs = append(jobs, insert(t, s, p))
+	}
+	res, err := s.CreateGroup(ctx, groupParams("pgf", now))
+	require.NoError(t, err)
+	require.NotNil(t, res.Group)
+	require.Equal(t, 4, res.Group.Jobs)
+	later := now.Add(time.Hour)
+	retryAt := later.Add(10 * time.Second)
+	e := jobstore.AttemptError{Status: 500, Kind: "transient", Message: "the provider's Batch API answered 500"}
+	held := jobstore.AttemptError{Status: 429, Kind: "budget", Message: "client c1: day budget exhausted"}
+	lines := []jobstore.GroupLine{
+		{JobID: jobs[0].ID, Fail: &jobstore.FailParams{Kind: jobstore.FailRetry, Error: e, RetryAt: retryAt}},
+		{JobID: jobs[1].ID, Fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, Error: held, RetryAt: retryAt}},
+		{JobID: jobs[2].ID, Fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: e}},
+		{JobID: jobs[3].ID, Fail: &jobstore.FailParams{Kind: jobstore.FailRetry, Error: e, RetryAt: retryAt}},
+	}
+	fr, err := s.FinishGroupLines(ctx, jobstore.FinishGroupLinesParams{GroupID: res.Group.ID, Token: res.Group.Lease.Token, Lines: lines, Now: later})
+	require.NoError(t, err)
+	require.True(t, fr.Ended)
+	require.ElementsMatch(t, []int64{jobs[0].ID, jobs[1].ID}, fr.Finished[jobstore.StateQueued])
+	require.ElementsMatch(t, []int64{jobs[2].ID, jobs[3].ID}, fr.Finished[jobstore.StateDead])
+	for i, want := range []struct {
+		state    jobstore.State
+		attempts int
+		avail    time.Time
+	}{{jobstore.StateQueued, 1, retryAt}, {jobstore.StateQueued, 0, retryAt}, {jobstore.StateDead, 1, time.Time{}}, {jobstore.StateDead, 1, time.Time{}}} {
+		got, err := s.Get(ctx, jobs[i].ID)
+		require.NoError(t, err)
+		require.Equal(t, want.state, got.State, "job %d", i)
+		require.Equal(t, want.attempts, got.Attempts, "job %d", i)
+		if !want.avail.IsZero() {
+			require.Equal(t, want.avail, got.AvailableAt, "job %d", i)
+		}
+		require.Len(t, got.Errors, 1, "job %d: the line's error in its history", i)
+	}
+	got, err := s.Get(ctx, jobs[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, "budget", got.Errors[0].Kind)
+	// Written once: a second write-back of the same lines changes nothing.
+	fr, err = s.FinishGroupLines(ctx, jobstore.FinishGroupLinesParams{GroupID: res.Group.ID, Token: res.Group.Lease.Token, Lines: lines, Now: later})
+	require.NoError(t, err)
+	require.Empty(t, fr.Written)
+	got, err = s.Get(ctx, jobs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Attempts)
+	// A failure line must be alone.
+	_, err = s.FinishGroupLines(ctx, jobstore.FinishGroupLinesParams{GroupID: res.Group.ID, Token: res.Group.Lease.Token, Now: later,
+		Lines: []jobstore.GroupLine{{JobID: jobs[0].ID, Release: true, Fail: &jobstore.FailParams{Kind: jobstore.FailRetry}}}})
+	require.ErrorIs(t, err, jobstore.ErrInvalid)
+}

@@ -61,6 +61,8 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"OutboxRedeliver", testOutboxRedeliver},
 		{"OutboxRetention", testOutboxRetention},
 		{"OutboxConcurrentClaimers", testOutboxConcurrentClaimers},
+		{"BatchWebhooks", testBatchWebhooks},
+		{"BatchWebhooksConcurrent", testBatchWebhooksConcurrent},
 		{"CompleteSpooled", testCompleteSpooled},
 		{"Ownership", testOwnership},
 		{"Spend", testSpend},
@@ -75,6 +77,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"ProviderGroupsConcurrent", testProviderGroupsConcurrent},
 		{"ProviderGroupsPath", testProviderGroupsPath},
 		{"ProviderGroupsLineBytes", testProviderGroupsLineBytes},
+		{"ProviderGroupsFail", testProviderGroupsFail},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

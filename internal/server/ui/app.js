@@ -185,6 +185,22 @@ function renderSpend(spend) {
 // renderWaits lists what holds requests back now (each upstream's queue
 // head, the clients held by their own limits) and every refusal and hold
 // of the admission layer since start, with its reason.
+// renderSavings shows per upstream what its work that could wait cost
+// and saved since the gateway started (status's batch_route): the lines
+// answered through the provider's Batch API at the batch price and the
+// answers in OpenAI's flex tier at the flex price, against the standard
+// price.
+function renderSavings(status) {
+  const rows = status.upstreams.filter((u) => u.batch_route).map((u) => {
+    const r = u.batch_route;
+    const v = (k, text) => `<td class="num" data-k="${k}">${esc(text)}</td>`;
+    return `<tr data-upstream="${esc(u.name)}"><td>${esc(u.name)}</td>${v("lines", num(r.lines_succeeded))}${v("released", num(r.lines_released + r.lines_errored))}` +
+      `${v("held", num(r.lines_held || 0))}${v("batch-cost", usd(r.spent_usd))}${v("flex-answers", num(r.flex_answers || 0))}${v("flex-cost", usd(r.flex_spent_usd || 0))}` +
+      `${v("standard", usd(r.standard_usd + (r.flex_standard_usd || 0)))}${v("saved", usd(r.saved_usd))}</tr>`;
+  });
+  renderTable("#savings", rows, "nothing routed to a provider's Batch API or the flex tier yet", 9);
+}
+
 function renderWaits(status, now) {
   const rows = [];
   for (const u of status.upstreams) {
@@ -270,6 +286,7 @@ async function refresh() {
     renderCluster(status.cluster, now);
     renderUpstreams(status, history, counts, now);
     renderSpend(status.spend);
+    renderSavings(status);
     renderWaits(status, now);
     renderTable("#clients", (status.clients || []).map((c) => `<tr data-client="${esc(c.client)}"><td>${esc(c.client)}</td><td class="num">${c.requests}</td><td class="num">${c.succeeded}</td><td class="num">${c.failed}</td><td class="num">${num(c.tokens_in)}</td><td class="num">${num(c.tokens_out)}</td><td>${esc(ago(c.last_seen, now))}</td></tr>`), "no client yet", 7);
     $("#updated").textContent = "updated " + now.toLocaleTimeString();

@@ -1,0 +1,11 @@
+DROP TRIGGER sluice_batch_webhook_cleanup ON sluice_batches;
+DROP FUNCTION sluice_batch_webhook_cleanup();
+DROP TRIGGER sluice_batch_webhook_failed ON sluice_batch_webhooks;
+DROP TRIGGER sluice_batch_webhook_outbox ON sluice_batch_webhooks;
+DROP FUNCTION sluice_batch_webhook_outbox();
+DROP TRIGGER sluice_batch_webhook_count ON sluice_jobs;
+DROP FUNCTION sluice_batch_webhook_count();
+DELETE FROM sluice_webhook_deliveries WHERE batch_id <> '';
+DROP INDEX sluice_webhook_deliveries_batch;
+ALTER TABLE sluice_webhook_deliveries DROP COLUMN batch_id;
+DROP TABLE sluice_batch_webhooks;
