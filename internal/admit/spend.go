@@ -142,8 +142,9 @@ func (sp *spender) hasBudget(client string) bool {
 // unmetered reports whether a pass-through request of client must be
 // refused because the client has a budget and the request may be billed:
 // anything but GET, HEAD, DELETE, token counting
-// (/v1/messages/count_tokens) and the cancel of a stored response
-// (/v1/responses/{id}/cancel), which the providers do not charge.
+// (/v1/messages/count_tokens, /v1/responses/input_tokens) and the cancel
+// of a stored response (/v1/responses/{id}/cancel), which the providers
+// do not charge.
 func (sp *spender) unmetered(client, method, path string) bool {
 	if sp == nil || !sp.hasBudget(client) {
 		return false
@@ -155,7 +156,7 @@ func (sp *spender) unmetered(client, method, path string) bool {
 	if _, ok := provider.ResponsesPathID(path); ok && strings.HasSuffix(path, "/cancel") {
 		return false
 	}
-	return !strings.HasSuffix(path, "/count_tokens")
+	return !provider.CountsTokens(path)
 }
 
 // spendRefusedError is a request refused by its client's budget (or by the price
