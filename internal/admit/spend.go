@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -159,6 +160,19 @@ func (sp *spender) unmetered(client, method, path string) bool {
 	return !provider.CountsTokens(path)
 }
 
+// worstPrefix is the cacheable prefix of req that its worst case must
+// price apart: one with a 1-hour breakpoint, on Anthropic, when price
+// makes a 1-hour write dearer than the other input rates. Else (most
+// requests: the body is not read) the zero value.
+func worstPrefix(protocol llm.Protocol, price pricing.Price, req *dispatch.Request) provider.CachePrefix {
+	p := price.WithDefaults()
+	if protocol != llm.Anthropic || p.CacheWrite1h <= max(p.Input, p.CacheWrite) || !bytes.Contains(req.Body, []byte(`"1h"`)) {
+		return provider.CachePrefix{}
+	}
+	prefix, _ := provider.CachePrefixOf(protocol, req.Endpoint, req.Body, nil)
+	return prefix
+}
+
 // spendRefusedError is a request refused by its client's budget (or by the price
 // table, for an unpriced model of a client with a budget); spendProblem
 // renders it.
@@ -202,7 +216,8 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 	// The worst case is priced in the tier the request asks for (no tier,
 	// auto: the standard price); the settlement in the tier its answer
 	// reports.
-	need := m.Price.Scaled(sp.prices.TierFactor(req.Cost.ServiceTier)).Worst(req.Cost)
+	price := m.Price.Scaled(sp.prices.TierFactor(req.Cost.ServiceTier))
+	need := price.Worst(req.Cost, worstPrefix(protocol, price, req))
 	sp.joinBudget(client) // on a cluster, this node's share first
 	now := sp.clock.Now()
 	h, err := sp.ledger.Reserve(client, need, now)

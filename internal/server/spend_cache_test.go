@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/pricing"
+	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -24,13 +25,13 @@ var cachePrices = pricing.Config{Models: map[string]pricing.Price{
 	"gpt-x":    {Input: 2, Output: 8, CacheRead: 0.5},
 }}
 
-// cacheSpendGateway is a gateway with an Anthropic upstream (a) and an
-// OpenAI one (o) on the mock, and the budgeted client team; spent reads
-// team's spend once nothing is reserved.
-func cacheSpendGateway(t *testing.T) (base string, spent func() float64) {
+// cacheSpendGateway is a gateway at prices with an Anthropic upstream (a)
+// and an OpenAI one (o) on the mock, and the client team with budget;
+// spent reads team's spend once nothing is reserved.
+func cacheSpendGateway(t *testing.T, prices pricing.Config, budget admit.Budget) (base string, spent func() float64) {
 	t.Helper()
 	m := startSpendMock(t)
-	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: cachePrices, Clients: budgetClient(admit.Budget{Day: 10}),
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: prices, Clients: budgetClient(budget),
 		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-a"},
 			{Name: "o", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: "sk-o"}}},
 		WithLogger(discardLogger()))
@@ -67,7 +68,7 @@ func TestBudgetChargesAnthropicCachePrices(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			base, spent := cacheSpendGateway(t)
+			base, spent := cacheSpendGateway(t, cachePrices, admit.Budget{Day: 10})
 			system := strings.Repeat("You are a careful assistant who answers briefly. ", 200) // ~2,400 tokens
 			var got []float64
 			for i := range 2 {
@@ -158,7 +159,7 @@ func TestBudgetChargesOpenAICachedTokens(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			base, spent := cacheSpendGateway(t)
+			base, spent := cacheSpendGateway(t, cachePrices, admit.Budget{Day: 10})
 			for i := range 2 {
 				before := spent()
 				code, b := call(t, "POST", base+tt.path, "ck-team", fmt.Sprintf(tt.body, doc, i))
@@ -172,4 +173,48 @@ func TestBudgetChargesOpenAICachedTokens(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBudgetHoldsOneHourWritesAtTheirPrice: the worst case held for a
+// request with a 1-hour breakpoint prices the prefix up to it at
+// cache_write_1h. At a price where a 1-hour write costs eight times a
+// 5-minute one, a budget above the 5-minute hold but below what the write
+// costs refuses the request (the hold alone exceeds it) instead of
+// admitting it to overspend; a budget that holds it is charged the write
+// at its price, within the hold.
+func TestBudgetHoldsOneHourWritesAtTheirPrice(t *testing.T) {
+	t.Parallel()
+	prices := pricing.Config{Models: map[string]pricing.Price{"claude-x": {Input: 3, Output: 1, CacheRead: 0.3, CacheWrite: 3.75, CacheWrite1h: 30}}}
+	system := strings.Repeat("You are a careful assistant who answers briefly. ", 200) // ~2,400 tokens
+	body := fmt.Sprintf(`{"model":"claude-x","max_tokens":16,"system":[{"type":"text","text":%q,"cache_control":{"type":"ephemeral","ttl":"1h"}}],`+
+		`"messages":[{"role":"user","content":"hi"}]}`, system)
+	c, err := provider.Estimate(llm.Anthropic, []byte(body))
+	require.NoError(t, err)
+	hold5m := (float64(c.InputTokens)*3.75 + 16*1) / 1e6 // what the hold was before 1-hour writes were priced apart
+	prefix := float64(len(system)) / 4                   // the mock's count of the written prefix
+	require.Greater(t, prefix*30/1e6, 2*hold5m, "the write alone costs more than twice the 5-minute hold")
+
+	base, spent := cacheSpendGateway(t, prices, admit.Budget{Day: 2 * hold5m})
+	code, b := call(t, "POST", base+"/a/v1/messages", "ck-team", body)
+	require.Equal(t, http.StatusBadRequest, code, "held at the 1-hour price, the request is larger than the budget: %s", b)
+	require.Contains(t, requireProviderError(t, llm.Anthropic, b, "invalid_request_error"), "budget")
+	require.Zero(t, spent())
+
+	base, spent = cacheSpendGateway(t, prices, admit.Budget{Day: 1})
+	code, b = call(t, "POST", base+"/a/v1/messages", "ck-team", body)
+	require.Equal(t, http.StatusOK, code, string(b))
+	var answer struct {
+		Usage struct {
+			Input  int64 `json:"input_tokens"`
+			Output int64 `json:"output_tokens"`
+			Split  struct {
+				W1h int64 `json:"ephemeral_1h_input_tokens"`
+			} `json:"cache_creation"`
+		} `json:"usage"`
+	}
+	require.NoError(t, json.Unmarshal(b, &answer))
+	u := answer.Usage
+	require.Positive(t, u.Split.W1h)
+	require.InDelta(t, (float64(u.Input)*3+float64(u.Split.W1h)*30+float64(u.Output)*1)/1e6, spent(), 2e-9)
+	require.LessOrEqual(t, spent(), (float64(c.InputTokens)*30+16)/1e6, "the charge is within the hold")
 }
