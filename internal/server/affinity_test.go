@@ -26,7 +26,9 @@ func TestSessionAffinityThroughGateway(t *testing.T) {
 	}{
 		{"X-Sluice-Session", "/anthropic/v1/messages", func(_, turn int) string {
 			return fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"turn %d"}]}`, turn)
-		}, func(s int) map[string]string { return map[string]string{frontdoor.HeaderSession: fmt.Sprintf("conv-%d", s)} }},
+		}, func(s int) map[string]string {
+			return map[string]string{frontdoor.HeaderSession: fmt.Sprintf("conv-%d", s)}
+		}},
 		{"prompt_cache_key", "/openai/v1/responses", func(s, turn int) string {
 			return fmt.Sprintf(`{"model":"gpt-4.1","max_output_tokens":16,"prompt_cache_key":"pck-%d","input":"turn %d"}`, s, turn)
 		}, func(int) map[string]string { return nil }},
