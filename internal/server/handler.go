@@ -99,7 +99,9 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	}
 	if u.countsTokens(r.Method, rest) {
 		// Token counting: its own bucket, never the messages quota or a
-		// budget (count_tokens.go); counted as a pass-through.
+		// budget (count_tokens.go); counted as a pass-through, logged and
+		// traced as count_tokens.
+		rl.endpoint = provider.EndpointCountTokens.String()
 		s.view.CountPassthrough(name)
 		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
 		s.serveCountTokens(sw, r, u, cl, rl.id, rest)
