@@ -218,3 +218,36 @@ func TestBudgetHoldsOneHourWritesAtTheirPrice(t *testing.T) {
 	require.InDelta(t, (float64(u.Input)*3+float64(u.Split.W1h)*30+float64(u.Output)*1)/1e6, spent(), 2e-9)
 	require.LessOrEqual(t, spent(), (float64(c.InputTokens)*30+16)/1e6, "the charge is within the hold")
 }
+
+// TestBudgetChargesABackgroundResponseItsWorstCase: a background Response
+// is answered queued, before it has usage, so a budgeted client is
+// charged its worst case (its input estimate and all of
+// max_output_tokens), priced here from the estimate; the same request in
+// the foreground is charged its usage, less.
+func TestBudgetChargesABackgroundResponseItsWorstCase(t *testing.T) {
+	t.Parallel()
+	base, spent := cacheSpendGateway(t, cachePrices, admit.Budget{Day: 10})
+	const body = `{"model":"gpt-x","max_output_tokens":200,"background":true,"input":"think about it in the background"}`
+	c, err := provider.EstimateFor(llm.OpenAI, provider.EndpointResponses, []byte(body), nil)
+	require.NoError(t, err)
+	worst := (float64(c.InputTokens)*2 + 200*8) / 1e6 // gpt-x: input 2 (its cache_write), output 8
+	code, b := call(t, "POST", base+"/o/v1/responses", "ck-team", body)
+	require.Equal(t, http.StatusOK, code, string(b))
+	var answer struct {
+		Status     string `json:"status"`
+		Background bool   `json:"background"`
+		Usage      any    `json:"usage"`
+	}
+	require.NoError(t, json.Unmarshal(b, &answer))
+	require.Equal(t, "queued", answer.Status)
+	require.True(t, answer.Background)
+	require.Nil(t, answer.Usage, "no usage yet")
+	require.InDelta(t, worst, spent(), 2e-9, "charged its worst case")
+
+	fg := strings.Replace(body, `"background":true,`, "", 1)
+	code, b = call(t, "POST", base+"/o/v1/responses", "ck-team", fg)
+	require.Equal(t, http.StatusOK, code, string(b))
+	charged := spent() - worst
+	require.Positive(t, charged)
+	require.Less(t, charged, worst, "the foreground one is charged its usage (the mock writes 40 to 64 of the 200 output tokens)")
+}
