@@ -40,7 +40,7 @@ func TestResponsesThroughTheEngine(t *testing.T) {
 		key      string
 		body     string
 		header   map[string]string
-		times    int // the request is sent this many times; the last answer is checked
+		times    int  // the request is sent this many times; the last answer is checked
 		fallback bool // the primary has the fallback upstream
 		status   int
 		upstream string
@@ -135,4 +135,94 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return b
+}
+
+// TestResponsesCreatedThroughAFallback: a Response the primary's fallback
+// created (the primary overloaded; the fallback another account: its own
+// mock, where the primary's key finds nothing) is read, listed, cancelled
+// and deleted through the primary's prefix, as the SDK pointed at the
+// primary sends them: each goes to the fallback, with its key, and says
+// so (x-sluice-upstream). A client that may not use the fallback gets a
+// 404 saying why; a Response no upstream knows goes to the primary.
+func TestResponsesCreatedThroughAFallback(t *testing.T) {
+	t.Parallel()
+	primaryMock, err := mock.New(mock.Config{Seed: 5})
+	require.NoError(t, err)
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/responses" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(529)
+			_, _ = w.Write([]byte(overloaded))
+			return
+		}
+		primaryMock.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(primary.Close)
+	fallbackMock, err := mock.New(mock.Config{Seed: 6, OutputTokens: mock.OutputRange{Min: 4, Max: 8}, BackgroundQueue: time.Hour})
+	require.NoError(t, err)
+	fallback := httptest.NewServer(fallbackMock.Handler())
+	t.Cleanup(fallback.Close)
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0",
+		Clients: []clients.Config{{Name: "team", Key: "ck-team"},
+			{Name: "own", Key: "ck-own", Access: admit.Access{Upstreams: []string{"primary"}}}},
+		Upstreams: []upcfg.Config{
+			{Name: "primary", Protocol: llm.OpenAI, BaseURL: primary.URL, APIKey: "sk-p", Fallbacks: []upcfg.Fallback{{Upstream: "fallback"}}},
+			{Name: "fallback", Protocol: llm.OpenAI, BaseURL: fallback.URL, APIKey: "sk-f"}}},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr() + "/primary/v1/responses"
+	do := func(method, url, key, body string) (int, []byte, http.Header) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp.StatusCode, readAll(t, resp), resp.Header
+	}
+	var created struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	code, body, h := do(http.MethodPost, base, "ck-team", `{"model":"gpt-4.1","max_output_tokens":16,"background":true,"input":"hello"}`)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, "fallback", h.Get(frontdoor.HeaderUpstream), "created by the fallback")
+	require.NoError(t, json.Unmarshal(body, &created))
+	require.Equal(t, "queued", created.Status)
+
+	for _, tc := range []struct {
+		method, suffix string
+		want           string // a field of the answer
+	}{
+		{http.MethodGet, "", `"status":"queued"`},
+		{http.MethodGet, "/input_items", `"object":"list"`},
+		{http.MethodPost, "/cancel", `"status":"cancelled"`},
+		{http.MethodDelete, "", `"deleted":true`},
+	} {
+		code, body, h := do(tc.method, base+"/"+created.ID+tc.suffix, "ck-team", "")
+		require.Equal(t, http.StatusOK, code, "%s %s: %s", tc.method, tc.suffix, body)
+		require.Equal(t, "fallback", h.Get(frontdoor.HeaderUpstream), "%s %s", tc.method, tc.suffix)
+		require.Contains(t, string(body), tc.want, "%s %s", tc.method, tc.suffix)
+	}
+	code, body, _ = do(http.MethodGet, base+"/"+created.ID, "ck-team", "")
+	require.Equal(t, http.StatusNotFound, code, "deleted on the fallback: %s", body)
+
+	// A client that may not use the fallback is told why.
+	code, body, h = do(http.MethodPost, base, "ck-team", `{"model":"gpt-4.1","max_output_tokens":16,"input":"again"}`)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, "fallback", h.Get(frontdoor.HeaderUpstream))
+	require.NoError(t, json.Unmarshal(body, &created))
+	code, body, _ = do(http.MethodGet, base+"/"+created.ID, "ck-own", "")
+	require.Equal(t, http.StatusNotFound, code, string(body))
+	msg := requireProviderError(t, llm.OpenAI, body, "invalid_request_error")
+	require.Contains(t, msg, "created through upstream fallback (a fallback of primary), which client own may not use")
+
+	// Unknown everywhere: the primary's own answer.
+	code, body, h = do(http.MethodGet, base+"/resp_unknown", "ck-team", "")
+	require.Equal(t, http.StatusNotFound, code, string(body))
+	require.Empty(t, h.Get(frontdoor.HeaderUpstream), "passed through to the primary")
+	require.Contains(t, string(body), "resp_unknown")
 }
