@@ -293,9 +293,10 @@ type Limits struct {
 	// MaxConcurrency caps requests in flight upstream. Defaults to 64
 	// (MaxConcurrencyDefault).
 	MaxConcurrency int `yaml:"max_concurrency"`
-	// CountTokensPerMinute is Anthropic's token-counting requests per
-	// minute (POST /v1/messages/count_tokens), a bucket of its own that
-	// the messages quota never pays for. Defaults to 0 (learned from the
+	// CountTokensPerMinute is the token-counting requests per minute
+	// (Anthropic POST /v1/messages/count_tokens, OpenAI POST
+	// /v1/responses/input_tokens), a bucket of its own that the model
+	// endpoints' quota never pays for. Defaults to 0 (learned from the
 	// route's rate-limit headers).
 	CountTokensPerMinute int64 `yaml:"count_tokens_per_minute"`
 }

@@ -69,7 +69,7 @@ func runMock(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 		itpm     = fs.Int64("itpm", 0, "Anthropic input tokens per minute per API key (0 = unlimited)")
 		otpm     = fs.Int64("otpm", 0, "Anthropic output tokens per minute per API key (0 = unlimited)")
 		tpm      = fs.Int64("tpm", 0, "OpenAI tokens (input+output) per minute per API key (0 = unlimited)")
-		ctRPM    = fs.Int64("count-tokens-rpm", 0, "Anthropic count_tokens requests per minute per API key, a bucket of its own (0 = unlimited)")
+		ctRPM    = fs.Int64("count-tokens-rpm", 0, "token-counting requests per minute per API key (Anthropic count_tokens, OpenAI responses/input_tokens), a bucket of its own (0 = unlimited)")
 		burst    = fs.Float64("burst-seconds", mock.BurstSecondsDefault, "bucket depth in seconds of refill (60 = a full minute, 1 = per-second enforcement)")
 		otpmMode = fs.String("otpm-mode", mock.OTPMReserve, "Anthropic OTPM accounting: reserve_max_tokens (2025 docs) or realtime (2026 docs)")
 		countRej = fs.Bool("count-rejected", true, "a 429 still costs one request token")

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -142,8 +143,9 @@ func (sp *spender) hasBudget(client string) bool {
 // unmetered reports whether a pass-through request of client must be
 // refused because the client has a budget and the request may be billed:
 // anything but GET, HEAD, DELETE, token counting
-// (/v1/messages/count_tokens) and the cancel of a stored response
-// (/v1/responses/{id}/cancel), which the providers do not charge.
+// (/v1/messages/count_tokens, /v1/responses/input_tokens) and the cancel
+// of a stored response (/v1/responses/{id}/cancel), which the providers
+// do not charge.
 func (sp *spender) unmetered(client, method, path string) bool {
 	if sp == nil || !sp.hasBudget(client) {
 		return false
@@ -155,7 +157,20 @@ func (sp *spender) unmetered(client, method, path string) bool {
 	if _, ok := provider.ResponsesPathID(path); ok && strings.HasSuffix(path, "/cancel") {
 		return false
 	}
-	return !strings.HasSuffix(path, "/count_tokens")
+	return !provider.CountsTokens(path)
+}
+
+// worstPrefix is the cacheable prefix of req that its worst case must
+// price apart: one with a 1-hour breakpoint, on Anthropic, when price
+// makes a 1-hour write dearer than the other input rates. Else (most
+// requests: the body is not read) the zero value.
+func worstPrefix(protocol llm.Protocol, price pricing.Price, req *dispatch.Request) provider.CachePrefix {
+	p := price.WithDefaults()
+	if protocol != llm.Anthropic || p.CacheWrite1h <= max(p.Input, p.CacheWrite) || !bytes.Contains(req.Body, []byte(`"1h"`)) {
+		return provider.CachePrefix{}
+	}
+	prefix, _ := provider.CachePrefixOf(protocol, req.Endpoint, req.Body, nil)
+	return prefix
 }
 
 // spendRefusedError is a request refused by its client's budget (or by the price
@@ -189,7 +204,7 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 	// The worst case is priced in the tier the request asks for (no tier,
 	// auto: the standard price); the settlement in the tier its answer
 	// reports.
-	m, h, err := sp.reserveWorst(client, req, req.Cost.ServiceTier)
+	m, h, err := sp.reserveWorst(protocol, client, req, req.Cost.ServiceTier)
 	if err != nil {
 		return nil, err
 	}
@@ -197,12 +212,12 @@ func (sp *spender) reserve(client, upstream string, protocol llm.Protocol, req *
 		price: m.Price, tier: req.Cost.ServiceTier, protocol: protocol, hold: h}, nil
 }
 
-// reserveWorst prices req for client and reserves its worst case at
-// tier's price against the client's budget: the rule every door's
+// reserveWorst prices req, a call of protocol, for client and reserves
+// its worst case at tier's price against the client's budget: the rule every door's
 // reservation obeys. It fails with *spendRefusedError when the budget
 // cannot hold it, the model is unpriced under prices.unknown: refuse, or
 // the spend is not loaded yet.
-func (sp *spender) reserveWorst(client string, req *dispatch.Request, tier string) (pricing.Match, quota.Hold, error) {
+func (sp *spender) reserveWorst(protocol llm.Protocol, client string, req *dispatch.Request, tier string) (pricing.Match, quota.Hold, error) {
 	if sp.awaiting.Load() && sp.hasBudget(client) {
 		sp.refused(client, ErrSpendNotLoaded)
 		return pricing.Match{}, quota.Hold{}, &spendRefusedError{err: ErrSpendNotLoaded}
@@ -215,7 +230,8 @@ func (sp *spender) reserveWorst(client string, req *dispatch.Request, tier strin
 		sp.refused(client, err)
 		return pricing.Match{}, quota.Hold{}, &spendRefusedError{err: err}
 	}
-	need := m.Price.Scaled(sp.prices.TierFactor(tier)).Worst(req.Cost)
+	price := m.Price.Scaled(sp.prices.TierFactor(tier))
+	need := price.Worst(req.Cost, worstPrefix(protocol, price, req))
 	sp.joinBudget(client) // on a cluster, this node's share first
 	now := sp.clock.Now()
 	h, err := sp.ledger.Reserve(client, need, now)

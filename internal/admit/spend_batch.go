@@ -77,21 +77,23 @@ func (l *Layer) ReserveBatchLine(t Target, req *dispatch.Request) (BatchHold, er
 	if rf := l.checkTier(t.Protocol, req.Client, req.Cost.ServiceTier); rf != nil {
 		return BatchHold{}, l.refused(req.Client, t.Upstream, rf)
 	}
-	_, h, err := l.spend.reserveWorst(req.Client, req, BatchTier)
+	_, h, err := l.spend.reserveWorst(t.Protocol, req.Client, req, BatchTier)
 	if err != nil {
 		return BatchHold{}, l.refused(req.Client, t.Upstream, l.refusal(t, err))
 	}
 	return BatchHold{h: h}, nil
 }
 
-// HoldBatchLine holds the worst case of req, a line already in a provider
-// batch (a group this router took over from a process that died or lost
-// its lease), against its client's budget whatever the budget says: the
-// line is sent, and may be billed up to that.
-func (l *Layer) HoldBatchLine(req *dispatch.Request) BatchHold {
+// HoldBatchLine holds the worst case of req, a call of protocol in a line
+// already in a provider batch (a group this router took over from a
+// process that died or lost its lease), against its client's budget
+// whatever the budget says: the line is sent, and may be billed up to
+// that.
+func (l *Layer) HoldBatchLine(protocol llm.Protocol, req *dispatch.Request) BatchHold {
 	sp := l.spend
 	m, _ := sp.prices.Lookup(req.Cost.Model)
-	need := m.Price.Scaled(sp.prices.TierFactor(BatchTier)).Worst(req.Cost)
+	price := m.Price.Scaled(sp.prices.TierFactor(BatchTier))
+	need := price.Worst(req.Cost, worstPrefix(protocol, price, req))
 	return BatchHold{h: sp.ledger.Force(req.Client, need, sp.clock.Now())}
 }
 

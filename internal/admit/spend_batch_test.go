@@ -65,7 +65,7 @@ func TestReserveBatchLine(t *testing.T) {
 
 	// A line taken over from another router is held whatever the budget:
 	// it is sent already. It then holds the next line back.
-	h := l.HoldBatchLine(req("acme", "claude-sonnet-4-5"))
+	h := l.HoldBatchLine(llm.Anthropic, req("acme", "claude-sonnet-4-5"))
 	require.Equal(t, batchWorst, h.Amount())
 	require.Equal(t, batchWorst*2, l.Account("acme", now).Day.Reserved)
 	l.ReleaseBatchLine(c)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,10 +13,11 @@ import (
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
-// Token counting (Anthropic POST /v1/messages/count_tokens) is free and
-// limited by its own requests-per-minute bucket on each key, apart from
-// the messages quota: the provider charges it nothing from RPM, ITPM or
-// OTPM and a 429 on it says nothing of them. So a counting request never
+// Token counting (Anthropic POST /v1/messages/count_tokens, OpenAI POST
+// /v1/responses/input_tokens) is free and limited by its own
+// requests-per-minute bucket on each key, apart from the model endpoints'
+// quota: the provider charges it nothing from RPM, ITPM, OTPM or TPM and a
+// 429 on it says nothing of them. So a counting request never
 // enters the scheduler, the messages buckets, the breaker, the adaptive
 // concurrency or the retry budget: CountTokens takes one request from a
 // key's counting bucket (limits.count_tokens_per_minute, else learned
@@ -23,7 +25,9 @@ import (
 // provider's answer through. A 429 pauses that key's counting bucket only
 // (until its retry-after), and the request goes to another key, or waits,
 // while its deadline allows; when no key's bucket can take it before its
-// deadline the caller gets ErrShed (a 429 with retry-after).
+// deadline the caller gets ErrShed (a 429 with retry-after). A count that
+// names a previous_response_id goes to the key that created that
+// response, as the create would: no other key can read it.
 
 // countTokensCost is one counting request: the dimension its bucket has.
 var countTokensCost = flow.Amount{flow.Requests: 1}
@@ -127,11 +131,11 @@ func (p *countTokensPool) probeAnswered(i int, answered bool) {
 }
 
 // countTokensTake reserves one counting request on the key (of those in
-// the pool) whose bucket has room now and says whether it is that key's
-// probe; or it returns how long until the earliest has room, and, when
-// only probes on their way stand in the way, a channel closed when one
-// comes back. d.mu must not be held.
-func (d *Dispatcher) countTokensTake(now time.Time) (key int, mark flow.Mark, probe bool, wait time.Duration, answered <-chan struct{}) {
+// the pool, or key only when it is not negative) whose bucket has room
+// now and says whether it is that key's probe; or it returns how long
+// until the earliest has room, and, when only probes on their way stand
+// in the way, a channel closed when one comes back. d.mu must not be held.
+func (d *Dispatcher) countTokensTake(now time.Time, only int) (key int, mark flow.Mark, probe bool, wait time.Duration, answered <-chan struct{}) {
 	d.mu.Lock()
 	in := make([]bool, len(d.keys))
 	anyIn := false
@@ -145,7 +149,7 @@ func (d *Dispatcher) countTokensTake(now time.Time) (key int, mark flow.Mark, pr
 	defer p.mu.Unlock()
 	wait = -1
 	for i, lim := range p.lims {
-		if anyIn && !in[i] {
+		if (anyIn && !in[i] && only < 0) || (only >= 0 && i != only) {
 			continue
 		}
 		if p.probed[i] == probeSending {
@@ -218,6 +222,10 @@ func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, 
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
+	only := -1
+	if k := d.responseKey(ctx, req.Cost.PreviousResponseID, now); k != nil {
+		only = slices.Index(d.keys, k)
+	}
 	attempts := 0
 	var queued time.Duration
 	for {
@@ -225,7 +233,7 @@ func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, 
 			return nil, err
 		}
 		now = d.clk.Now()
-		i, mark, probe, wait, answered := d.countTokensTake(now)
+		i, mark, probe, wait, answered := d.countTokensTake(now, only)
 		if i < 0 {
 			if wait == 0 {
 				// Only probes on their way stand in the way: their answers
@@ -265,7 +273,7 @@ func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, 
 		}
 		// A 429 on this key's counting bucket: another key, or this one
 		// after its hint, while the deadline allows.
-		if retryAt.After(deadline) && len(d.keys) == 1 {
+		if retryAt.After(deadline) && (len(d.keys) == 1 || only >= 0) {
 			return nil, d.countTokensShed(attempts, queued, retryAt.Sub(d.clk.Now()))
 		}
 	}

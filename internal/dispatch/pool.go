@@ -266,6 +266,31 @@ func (k *poolKey) refund(amount flow.Amount, now time.Time) {
 	}
 }
 
+// withdraw gives back amount of w's reservation on k and its org before
+// its attempt is sent (a ticket whose request costs less than it
+// reserved): the provider will never charge it, so it leaves the debits
+// the rate-limit reports are compared with (flow.Limiter.Withdraw). A
+// reservation k does not know (none noted for w) is refunded.
+func (k *poolKey) withdraw(w *waiter, amount flow.Amount, now time.Time) {
+	k.umu.Lock()
+	t, ok := k.unanswered[w]
+	k.umu.Unlock()
+	if !ok || !t.sent.IsZero() {
+		k.refund(amount, now)
+		return
+	}
+	k.withdrawAt(amount, t.reserved, now)
+}
+
+// withdrawAt is withdraw of a reservation debited at reserved.
+func (k *poolKey) withdrawAt(amount flow.Amount, reserved, now time.Time) {
+	unsent := k.oldestUnsent(now)
+	k.lim.Withdraw(amount, reserved, unsent, now)
+	if k.org != nil {
+		k.org.lim.Withdraw(amount, reserved, unsent, now)
+	}
+}
+
 // reconcile corrects k's and its org's reservation of an answered request
 // with its reported usage (flow.Limiter.Reconcile).
 func (k *poolKey) reconcile(reserved, actual flow.Amount, now time.Time) {

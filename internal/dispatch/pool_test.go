@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/provider"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -45,7 +47,7 @@ func newPoolRig(t testing.TB, mc mock.Config, uc upcfg.Config) *poolRig {
 	mc.Seed = 1
 	m, err := mock.New(mc)
 	require.NoError(t, err)
-	uc.Name, uc.Protocol, uc.BaseURL = "pool", llm.Anthropic, "http://mock.invalid"
+	uc.Name, uc.Protocol, uc.BaseURL = "pool", cmp.Or(uc.Protocol, llm.Anthropic), "http://mock.invalid"
 	if uc.APIKey == "" && len(uc.APIKeys) == 0 {
 		uc.APIKey = "sk-pool"
 	}
@@ -91,6 +93,7 @@ func (p *poolRig) submit(n int, done *atomic.Int32) []<-chan result {
 	chans := make([]<-chan result, n)
 	for i := range chans {
 		r := request()
+		r.Path = provider.EndpointChat.Path(p.d.Protocol()) // the same body serves either protocol
 		r.Deadline = t0.Add(time.Hour)
 		ch := make(chan result, 1)
 		inner := doAsync(context.Background(), p.d, r)

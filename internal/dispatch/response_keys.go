@@ -39,10 +39,11 @@ type StoredResponseKey struct {
 	ExpiresAt time.Time
 }
 
-// responseKeys remembers, for an upstream with a pool of keys, which key
-// created each OpenAI Response (its id read from the create's answer or
-// first stream event), because only that key (project) can retrieve,
-// delete, cancel or continue it. It is the memory in front of the
+// responseKeys remembers which key of the upstream created each OpenAI
+// Response (its id read from the create's answer or first stream event),
+// because only that key (project) can retrieve, delete, cancel or
+// continue it, and, for a pool of one key too, that this upstream created
+// it (a Response created through a fallback is retrieved there). It is the memory in front of the
 // ResponseStore (when there is one), bounded by its ttl (the upstream's
 // response_retention) and ResponseKeysMax: entries are kept in creation
 // order and the expired or excess ones dropped at each put. Safe for
@@ -117,11 +118,21 @@ func (r *responseKeys) len() int {
 }
 
 // responseKey returns the key that created response id, or nil when the
-// pool has one key, id is empty or its key is not known: not remembered,
-// and not in the ResponseStore (read on a miss, then remembered) or no
-// longer in the pool.
+// pool has one key (it is that key), id is empty or its key is not known
+// (created).
 func (d *Dispatcher) responseKey(ctx context.Context, id string, now time.Time) *poolKey {
-	if len(d.keys) < 2 || id == "" {
+	if len(d.keys) < 2 {
+		return nil
+	}
+	return d.created(ctx, id, now)
+}
+
+// created returns the key of the pool that created response id, or nil
+// when id is empty or it is not known: not remembered, and not in the
+// ResponseStore (read on a miss, then remembered) or by a key no longer
+// in the pool.
+func (d *Dispatcher) created(ctx context.Context, id string, now time.Time) *poolKey {
+	if id == "" {
 		return nil
 	}
 	if k, ok := d.responses.get(id, now); ok {
@@ -145,12 +156,11 @@ func (d *Dispatcher) responseKey(ctx context.Context, id string, now time.Time) 
 	return nil // a key no longer in the pool
 }
 
-// noteResponse records that k created response id (a pool of more than
-// one key only): in memory, and in the ResponseStore before it returns,
-// so the id reaches its caller only once every gateway sharing the store
-// can find its key.
+// noteResponse records that k created response id: in memory, and in
+// the ResponseStore before it returns, so the id reaches its caller only
+// once every gateway sharing the store can find its key (and upstream).
 func (d *Dispatcher) noteResponse(id string, k *poolKey) {
-	if len(d.keys) < 2 || id == "" || k == nil {
+	if id == "" || k == nil {
 		return
 	}
 	now := d.clk.Now()
@@ -162,6 +172,19 @@ func (d *Dispatcher) noteResponse(id string, k *poolKey) {
 	defer cancel()
 	_ = d.cfg.Responses.PutResponseKey(ctx, StoredResponseKey{Upstream: d.cfg.Name, ID: id, Key: k.cred.Load().fp,
 		CreatedAt: now, ExpiresAt: now.Add(d.cfg.ResponseRetention)}) // the store reports its own errors
+}
+
+// CreatedResponse returns the secret of the key that created response id
+// when this upstream is known to have created it (in memory, or in the
+// ResponseStore), whatever the pool's size: a retrieval sent to another
+// upstream whose fallback this one is can be sent here instead. ok is
+// false when it is not known.
+func (d *Dispatcher) CreatedResponse(ctx context.Context, id string) (secret string, ok bool) {
+	k := d.created(ctx, id, d.clk.Now())
+	if k == nil {
+		return "", false
+	}
+	return k.cred.Load().secret, true
 }
 
 // ResponseKey returns the secret of the key that created response id

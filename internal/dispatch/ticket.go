@@ -239,7 +239,7 @@ func (t *Ticket) Call(ctx context.Context, req *Request) (*Response, error) {
 		}
 	}
 	k := t.g.key
-	k.refund(surplus, now)
+	k.withdraw(w, surplus, now)
 	w.cost = w.cost.Sub(surplus)
 	if extra != (flow.Amount{}) {
 		wait, _, err := k.room(extra, flow.Keep{}, now)
@@ -343,8 +343,11 @@ func (d *Dispatcher) reseat(w *waiter, g *admission, now time.Time) (bool, error
 	// The ticket's reservation and slot on its key are given back, so
 	// that key competes on equal terms.
 	old := g.key
+	old.withdraw(w, w.cost, now) // never sent there
+	if old.out {
+		old.probing = false
+	}
 	old.answered(w)
-	d.unpick(old, w.cost, now)
 	old.inflight--
 	class := w.item.Class
 	deadline := w.deadline

@@ -225,6 +225,25 @@ func (l *Limiter) refund(amount Amount, unsent, now time.Time) {
 	l.buckets.put(amount, pending, held, now)
 }
 
+// Withdraw gives back amount of a reservation debited at debitedAt whose
+// request was not sent yet (a ticket whose real request costs less than
+// it reserved): credited as RefundPending credits (unsent as there), and
+// taken out of the debit account Observe compares the provider's reports
+// with, since the provider will never charge it. Only the positive parts
+// of amount are withdrawn.
+func (l *Limiter) Withdraw(amount Amount, debitedAt, unsent, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var back Amount
+	for i, a := range amount {
+		back[i] = max(a, 0)
+	}
+	if back != (Amount{}) {
+		l.est.withdraw(back, debitedAt)
+	}
+	l.refund(back, unsent, now)
+}
+
 // Unreserve takes back a reservation made at the same instant that could
 // not go ahead (another bucket refused it): the level is restored exactly,
 // unlike a Refund's credit, and the debit stays counted (the safe side for

@@ -371,3 +371,50 @@ func TestLimiterJitterAllowance(t *testing.T) {
 		level--
 	}
 }
+
+// TestLimiterWithdraw: a reservation cut before its request is sent (a
+// ticket whose request costs less than it reserved) is, for Observe, the
+// smaller reservation it became: a report made before it was sent is
+// brought forward with only what will be charged taken off, as for a
+// Limiter that reserved the smaller amount in the first place. A Refund
+// of the same surplus (a credit that may never have been charged) keeps
+// the whole debit counted and the clamp takes the level far lower.
+func TestLimiterWithdraw(t *testing.T) {
+	t.Parallel()
+	const depth = 6000.0 // 6,000 a minute, 60 s deep: 100 a second
+	run := func(reserve float64, back func(l *flow.Limiter, at, now time.Time)) float64 {
+		l := newLimiter(t, [flow.NumDims]float64{flow.InputTokens: depth}, 60)
+		// A request sent at t0, whose answer reports the provider's
+		// bucket as of its charge.
+		_, err := l.Reserve(flow.Amount{flow.InputTokens: 100}, t0)
+		require.NoError(t, err)
+		mark := l.Mark(t0)
+		// A ticket reserved after it, its real request known (and sent)
+		// 100 ms later.
+		at := t0.Add(100 * time.Millisecond)
+		_, err = l.Reserve(flow.Amount{flow.InputTokens: reserve}, at)
+		require.NoError(t, err)
+		if back != nil {
+			back(l, at, at.Add(100*time.Millisecond))
+		}
+		now := t0.Add(500 * time.Millisecond)
+		l.Observe(map[flow.Dim]flow.Observation{flow.InputTokens: {Limit: depth, Remaining: depth - 100}}, mark, now)
+		return l.State(now)[flow.InputTokens].Level
+	}
+	want := run(500, nil)
+	require.InDelta(t, depth-100-500+50, want, 1e-6, "the provider's 5,900 brought forward: the refill since, less the 500 the ticket will be charged")
+	withdrawn := run(3000, func(l *flow.Limiter, at, now time.Time) {
+		l.Withdraw(flow.Amount{flow.InputTokens: 2500}, at, now, now)
+	})
+	require.InDelta(t, want, withdrawn, 1e-6, "as if it had reserved 500")
+	refunded := run(3000, func(l *flow.Limiter, _, now time.Time) {
+		l.Refund(flow.Amount{flow.InputTokens: 2500}, now)
+	})
+	require.InDelta(t, want-2500, refunded, 1e-6, "a refund keeps the whole debit counted")
+
+	// Withdrawing nothing, or a negative part, changes nothing.
+	none := run(500, func(l *flow.Limiter, at, now time.Time) {
+		l.Withdraw(flow.Amount{flow.InputTokens: -100}, at, now, now)
+	})
+	require.InDelta(t, want, none, 1e-6)
+}

@@ -145,6 +145,12 @@ type estimator struct {
 	// recent history, for Observe's clamp.
 	credited Amount
 	credHist history
+	// withdrawn are debits taken back before their requests were sent
+	// (Limiter.Withdraw): the instant each was debited and what was taken
+	// back, the latest historyLen of them. The provider never charges
+	// them, so what was debited after an instant leaves them out; one
+	// forgotten counts its debit whole (the safe side).
+	withdrawn []withdrawal
 	// reported is the provider's last report per dimension (Observe),
 	// reportedAt when it came: the provider's view beside ours.
 	reported   [NumDims]Observation
@@ -166,19 +172,45 @@ func (e *estimator) giveBack(out float64, now time.Time) {
 	e.credHist.record(now, e.credited)
 }
 
+// withdrawal is a debit made at at, a part of which (amount) was taken
+// back before its request was sent.
+type withdrawal struct {
+	at     time.Time
+	amount Amount
+}
+
+// withdraw counts amount taken back from a debit made at at.
+func (e *estimator) withdraw(amount Amount, at time.Time) {
+	if len(e.withdrawn) == historyLen {
+		e.withdrawn = append(e.withdrawn[:0], e.withdrawn[1:]...)
+	}
+	e.withdrawn = append(e.withdrawn, withdrawal{at: at, amount: amount})
+}
+
+// withdrawnAfter is what was taken back from the debits made after t.
+func (e *estimator) withdrawnAfter(t time.Time) Amount {
+	var a Amount
+	for _, w := range e.withdrawn {
+		if w.at.After(t) {
+			a = a.Add(w.amount)
+		}
+	}
+	return a
+}
+
 // note keeps o as the provider's latest report of d.
 func (e *estimator) note(d Dim, o Observation, now time.Time) {
 	e.reported[d], e.reportedAt[d] = o, now
 }
 
-// debitedSince is what was debited after t; ok is false when the history
-// no longer reaches back to t.
+// debitedSince is what was debited after t, less what was withdrawn from
+// those debits; ok is false when the history no longer reaches back to t.
 func (e *estimator) debitedSince(t time.Time) (Amount, bool) {
 	before, ok := e.hist.before(t)
 	if !ok {
 		return Amount{}, false
 	}
-	return e.debited.Sub(before), true
+	return e.debited.Sub(before).Sub(e.withdrawnAfter(t)), true
 }
 
 // unsent is what a credit at now must leave room for: what was debited
@@ -216,11 +248,14 @@ func (e *estimator) broughtForward(d Dim, remaining, rate float64, since Mark, n
 	refill := rate * dt
 	// What was reserved from then on is surely not in R; what was
 	// reserved in between may be, and is left to our own buckets (they
-	// hold it already).
-	taken := e.debited[d] - since.debited[d]
+	// hold it already). What was withdrawn from those debits will never
+	// be charged (a withdrawal from a debit at the mark's instant is
+	// counted as before the mark: the safe side).
+	taken := e.debited[d] - since.debited[d] - e.withdrawnAfter(since.at)[d]
 	if e.allowance > 0 {
-		if before, ok := e.hist.before(since.at.Add(e.allowance - time.Nanosecond)); ok {
-			taken = e.debited[d] - before[d]
+		t := since.at.Add(e.allowance - time.Nanosecond)
+		if before, ok := e.hist.before(t); ok {
+			taken = e.debited[d] - before[d] - e.withdrawnAfter(t)[d]
 		}
 	}
 	return remaining + (refill - taken + e.creditedSince(d, since.at.Add(2*e.allowance)))
@@ -232,7 +267,8 @@ func (e *estimator) broughtForward(d Dim, remaining, rate float64, since Mark, n
 // allowance, or since.from if earlier: what the report may not count)
 // (docs/engine.md, "Observe"):
 //
-//	R'' = min(R − precision, depth) − (debited since the lookback)
+//	R'' = min(R − precision, depth) − (debited since the lookback, less
+//	      what was withdrawn from those debits)
 //
 // No refill is credited: the provider charged the request at some instant
 // before its answer, maybe well after we sent it. ok is false when the
@@ -246,7 +282,7 @@ func (e *estimator) raiseTo(d Dim, sure, depth float64, since Mark) (float64, bo
 	if !ok {
 		return 0, false
 	}
-	return math.Min(sure, depth) - (e.debited[d] - before[d]), true
+	return math.Min(sure, depth) - (e.debited[d] - before[d] - e.withdrawnAfter(lookback)[d]), true
 }
 
 // historyLen is how many recent entries a history keeps.

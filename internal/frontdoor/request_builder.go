@@ -151,13 +151,16 @@ func Build(in Input) (*dispatch.Request, *provider.RequestError) {
 }
 
 // BuildCountTokens turns in, a token-counting request (Anthropic POST
-// /v1/messages/count_tokens), into the request the engine's
-// Dispatcher.CountTokens sends: its body must be a valid counting request
-// (provider.EstimateFor prices nothing from it but checks it), the
-// headers are cleaned as Build cleans them, and the deadline is read the
-// same way; the class only bounds the default deadline.
+// /v1/messages/count_tokens, OpenAI POST /v1/responses/input_tokens), into
+// the request the engine's Dispatcher.CountTokens sends: its body must be
+// a valid counting request (provider.EstimateFor checks it; its Cost
+// charges nothing, but names the previous_response_id whose key alone can
+// count it), the headers are cleaned as Build cleans them, and the
+// deadline is read the same way; the class only bounds the default
+// deadline.
 func BuildCountTokens(in Input) (*dispatch.Request, *provider.RequestError) {
-	if _, err := provider.EstimateFor(in.Protocol, provider.EndpointCountTokens, in.Body, nil); err != nil {
+	cost, err := provider.EstimateFor(in.Protocol, provider.EndpointCountTokens, in.Body, nil)
+	if err != nil {
 		if re, ok := errors.AsType[*provider.RequestError](err); ok {
 			return nil, re
 		}
@@ -174,7 +177,8 @@ func BuildCountTokens(in Input) (*dispatch.Request, *provider.RequestError) {
 		deadline = dl
 	}
 	req := &dispatch.Request{Method: cmpOr(in.Method, http.MethodPost), Path: in.Path, Header: CleanHeader(in.Header), Body: in.Body,
-		Priority: prio, Client: cmpOr(in.Override.Client, in.Caller.Name), Deadline: deadline}
+		Priority: prio, Client: cmpOr(in.Override.Client, in.Caller.Name), Deadline: deadline,
+		Endpoint: provider.EndpointCountTokens, Cost: cost}
 	if in.RequestID != "" {
 		req.Header.Set(HeaderRequestID, in.RequestID)
 	}

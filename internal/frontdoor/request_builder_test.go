@@ -32,6 +32,7 @@ func TestBuild(t *testing.T) {
 		wantPriority llm.Priority
 		wantClient   string
 		wantDeadline time.Time
+		wantSession  string
 		wantErr      string
 	}{
 		{name: "in-process default", caller: frontdoor.InProcess, wantPriority: llm.Normal},
@@ -60,6 +61,8 @@ func TestBuild(t *testing.T) {
 		{name: "negative deadline", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Deadline": "-5s"}, wantErr: "must be positive"},
 		{name: "deadline already past", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Deadline": "2026-03-01T11:00:00Z"}, wantErr: "already past"},
 		{name: "deadline now", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Deadline": t0.Format(time.RFC3339)}, wantErr: "already past"},
+		{name: "session header", caller: frontdoor.InProcess, header: map[string]string{"X-Sluice-Session": "  conv-42 "},
+			wantPriority: llm.Normal, wantSession: "conv-42"},
 		{name: "override deadline already past", caller: frontdoor.InProcess, override: frontdoor.Override{Deadline: t0.Add(-time.Second)}, wantErr: "already past"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,7 +91,8 @@ func TestBuild(t *testing.T) {
 			require.Equal(t, "claude-sonnet-4-5", req.Cost.Model)
 			require.False(t, req.UsageInjected)
 			require.Equal(t, "2023-06-01", req.Header.Get("Anthropic-Version"))
-			for _, k := range []string{"Api-Key", "X-Priority", "X-Sluice-Deadline"} {
+			require.Equal(t, tc.wantSession, req.Session, "X-Sluice-Session names the session for cache affinity")
+			for _, k := range []string{"Api-Key", "X-Priority", "X-Sluice-Deadline", "X-Sluice-Session"} {
 				require.Empty(t, req.Header.Values(k), k)
 			}
 			require.Equal(t, tc.header["X-Stainless-Timeout"], req.Header.Get("X-Stainless-Timeout"), "the SDK's own headers are forwarded")

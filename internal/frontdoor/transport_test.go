@@ -218,40 +218,58 @@ func TestTransportReconcilesOpenAIStreams(t *testing.T) {
 }
 
 // TestTransportCountsTokensOnItsOwnBucket: through the in-process
-// Transport a token-counting request is sent as it is with the upstream's
-// key, answered with the provider's count, and takes nothing from the
-// messages quota (a bad counting body is the provider-shaped 400).
+// Transport a token-counting request (Anthropic count_tokens, OpenAI
+// responses/input_tokens) is sent as it is with the upstream's key,
+// answered with the provider's count, and takes nothing from the model
+// route's quota (a bad counting body is the provider-shaped 400).
 func TestTransportCountsTokensOnItsOwnBucket(t *testing.T) {
 	t.Parallel()
-	up := newCapture(t, http.StatusOK, "application/json", `{"input_tokens":12}`)
-	d := startDispatcher(t, llm.Anthropic, up.URL, func(c *dispatch.Config) { c.Limits.RequestsPerMinute = 60 })
-	client := &http.Client{Transport: frontdoor.NewTransport(d)}
-	body := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"count me"}]}`
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "https://api.anthropic.com/v1/messages/count_tokens", strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("x-api-key", "sk-client")
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.JSONEq(t, `{"input_tokens":12}`, string(b))
-	require.Equal(t, "1", resp.Header.Get(frontdoor.HeaderAttempts))
-	reqs, bodies := up.got()
-	require.Len(t, reqs, 1)
-	require.Equal(t, "/v1/messages/count_tokens", reqs[0].URL.Path)
-	require.Equal(t, "sk-upstream", reqs[0].Header.Get("x-api-key"))
-	require.JSONEq(t, body, bodies[0])
-	b0 := d.Snapshot().Buckets[flow.Requests]
-	require.InDelta(t, b0.Depth, b0.Level, 0.01, "the messages' request bucket is untouched")
+	tests := []struct {
+		proto                   llm.Protocol
+		url, path, body, answer string
+		bad                     string
+		keyHeader, key          string
+	}{
+		{llm.Anthropic, "https://api.anthropic.com", "/v1/messages/count_tokens",
+			`{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"count me"}]}`, `{"input_tokens":12}`,
+			`{"model":1}`, "x-api-key", "sk-upstream"},
+		{llm.OpenAI, "https://api.openai.com", "/v1/responses/input_tokens",
+			`{"model":"gpt-4.1","input":"count me"}`, `{"object":"response.input_tokens","input_tokens":12}`,
+			`{"input":5}`, "Authorization", "Bearer sk-upstream"},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.proto), func(t *testing.T) {
+			t.Parallel()
+			up := newCapture(t, http.StatusOK, "application/json", tt.answer)
+			d := startDispatcher(t, tt.proto, up.URL, func(c *dispatch.Config) { c.Limits.RequestsPerMinute = 60 })
+			client := &http.Client{Transport: frontdoor.NewTransport(d)}
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, tt.url+tt.path, strings.NewReader(tt.body))
+			require.NoError(t, err)
+			req.Header.Set(tt.keyHeader, "sk-client")
+			resp, err := client.Do(req)
+			require.NoError(t, err)
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.JSONEq(t, tt.answer, string(b))
+			require.Equal(t, "1", resp.Header.Get(frontdoor.HeaderAttempts))
+			reqs, bodies := up.got()
+			require.Len(t, reqs, 1)
+			require.Equal(t, tt.path, reqs[0].URL.Path)
+			require.Equal(t, tt.key, reqs[0].Header.Get(tt.keyHeader))
+			require.JSONEq(t, tt.body, bodies[0])
+			b0 := d.Snapshot().Buckets[flow.Requests]
+			require.InDelta(t, b0.Depth, b0.Level, 0.01, "the model route's request bucket is untouched")
 
-	bad, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "https://api.anthropic.com/v1/messages/count_tokens", strings.NewReader(`{"model":1}`))
-	require.NoError(t, err)
-	resp, err = client.Do(bad)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	reqs, _ = up.got()
-	require.Len(t, reqs, 1, "a bad body never reaches the provider")
+			bad, err := http.NewRequestWithContext(t.Context(), http.MethodPost, tt.url+tt.path, strings.NewReader(tt.bad))
+			require.NoError(t, err)
+			resp, err = client.Do(bad)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+			reqs, _ = up.got()
+			require.Len(t, reqs, 1, "a bad body never reaches the provider")
+		})
+	}
 }

@@ -103,7 +103,7 @@ func (r *batchRouter) reconcileHolds(ctx context.Context, groups []*jobstore.Gro
 		for _, j := range jobs {
 			if req, rerr := jobRequest(r.protocol, j, now); rerr == nil {
 				req.Client = lineClient(j)
-				holds[j.ID] = lineHold{hold: cfg.BatchPricer.HoldBatchLine(req)}
+				holds[j.ID] = lineHold{hold: cfg.BatchPricer.HoldBatchLine(r.protocol, req)}
 			}
 		}
 		r.holds[g.ID] = holds

@@ -140,7 +140,7 @@ type BatchPricer interface {
 	// an *admit.Refusal.
 	ReserveBatchLine(t admit.Target, req *dispatch.Request) (admit.BatchHold, error)
 	// HoldBatchLine holds a line sent before this router held its group.
-	HoldBatchLine(req *dispatch.Request) admit.BatchHold
+	HoldBatchLine(protocol llm.Protocol, req *dispatch.Request) admit.BatchHold
 	// ReleaseBatchLine gives back the hold of a line not billed.
 	ReleaseBatchLine(h admit.BatchHold)
 	PriceBatchLine(protocol llm.Protocol, model string, usage llm.Usage) admit.BatchLineCost

@@ -30,7 +30,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		x.sendFault(f)
 		return
 	}
-	a := s.quotas.admitCountTokens(x.key, x.now)
+	a := s.quotas.admitCountTokens(scopeCountTokens, x.key, x.now)
 	x.rl = a.header
 	if !a.ok {
 		x.fail(&apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error",

@@ -109,7 +109,8 @@ type Config struct {
 
 // Limits are per-minute quotas; 0 means unlimited. Anthropic's model
 // endpoint uses RPM, ITPM and OTPM, its count_tokens CountTokensRPM alone;
-// OpenAI endpoints (chat, responses, embeddings) share RPM and TPM.
+// OpenAI endpoints (chat, responses, embeddings) share RPM and TPM, and
+// its responses/input_tokens uses CountTokensRPM alone.
 type Limits struct {
 	// RPM is requests per minute. Defaults to 0 (unlimited).
 	RPM int64 `yaml:"rpm"`
@@ -119,8 +120,9 @@ type Limits struct {
 	OTPM int64 `yaml:"otpm"`
 	// TPM is OpenAI combined tokens per minute. Defaults to 0 (unlimited).
 	TPM int64 `yaml:"tpm"`
-	// CountTokensRPM is Anthropic's count_tokens requests per minute, a
-	// bucket of its own. Defaults to 0 (unlimited).
+	// CountTokensRPM is the token-counting requests per minute (Anthropic
+	// count_tokens, OpenAI responses/input_tokens), a bucket of its own on
+	// each key. Defaults to 0 (unlimited).
 	CountTokensRPM int64 `yaml:"count_tokens_rpm"`
 }
 

@@ -64,6 +64,14 @@ func FuzzParseRequests(f *testing.F) {
 		} else {
 			require.Equal(t, 400, err.status)
 		}
+		if r, err := parseInputTokens(body, prev); err == nil {
+			require.Equal(t, r.prompt.tokens(), r.inputTokens)
+			if created, err := parseResponses(body, 4096, prev); err == nil {
+				require.Equal(t, created.inputTokens, r.inputTokens, "the count is the create's input")
+			}
+		} else {
+			require.Equal(t, 400, err.status)
+		}
 		if r, err := parseEmbeddings(body); err == nil {
 			require.NotEmpty(t, r.inputs)
 			require.LessOrEqual(t, len(r.inputs), maxEmbeddingInputs)

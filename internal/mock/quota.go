@@ -35,17 +35,19 @@ type keyState struct {
 }
 
 // Quota scopes: a protocol's model endpoints share one set of buckets;
-// Anthropic's count_tokens has its own ("Token counting and message
-// creation have separate and independent rate limits").
+// token counting has its own on each protocol (Anthropic: "Token counting
+// and message creation have separate and independent rate limits"; the
+// mock treats OpenAI's responses/input_tokens alike).
 const (
 	scopeAnthropic   = protoAnthropic
 	scopeOpenAI      = protoOpenAI
 	scopeCountTokens = "anthropic-count_tokens"
+	scopeInputTokens = "openai-input_tokens"
 )
 
 // limitsFor is what of l applies in scope.
 func limitsFor(scope string, l Limits) Limits {
-	if scope == scopeCountTokens {
+	if scope == scopeCountTokens || scope == scopeInputTokens {
 		return Limits{RPM: l.CountTokensRPM}
 	}
 	return l
@@ -182,15 +184,21 @@ func (q *quotas) admitAnthropic(key string, r request, now time.Time) admission 
 	return a
 }
 
-// admitCountTokens takes one request from key's count_tokens bucket (and
-// its account's).
-func (q *quotas) admitCountTokens(key string, now time.Time) admission {
-	ks := q.state(scopeCountTokens, key, now)
+// admitCountTokens takes one request from key's token-counting bucket in
+// scope (scopeCountTokens, scopeInputTokens), and its account's.
+func (q *quotas) admitCountTokens(scope, key string, now time.Time) admission {
+	ks := q.state(scope, key, now)
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	ks.req.refill(now)
 	checks := []dimCheck{{&ks.req, 1, "requests", ""}}
-	if acct := q.account(scopeCountTokens, key, now); acct != nil {
+	headers := func() http.Header {
+		if scope == scopeInputTokens {
+			return ks.openAIHeaders()
+		}
+		return ks.anthropicHeaders(now)
+	}
+	if acct := q.account(scope, key, now); acct != nil {
 		acct.mu.Lock()
 		defer acct.mu.Unlock()
 		acct.req.refill(now)
@@ -202,15 +210,17 @@ func (q *quotas) admitCountTokens(key string, now time.Time) admission {
 			ks.req.chargeRejected()
 		}
 		i, w := worst(checks)
-		a.dim, a.limit, a.wait = checks[i].name, int64(checks[i].b.limit), w
-		a.header = ks.anthropicHeaders(now)
+		b := checks[i].b
+		a.dim, a.limit, a.wait = checks[i].name, int64(b.limit), w
+		a.used = int64(math.Round(b.limit - b.level))
+		a.header = headers()
 		return a
 	}
 	a.ok = true
 	for _, c := range checks {
 		c.b.charge(1)
 	}
-	a.header = ks.anthropicHeaders(now)
+	a.header = headers()
 	return a
 }
 
@@ -308,7 +318,7 @@ func (q *quotas) peekHeaders(scope, key string, now time.Time) http.Header {
 	for _, b := range []*bucket{&ks.req, &ks.in, &ks.out, &ks.tok} {
 		b.refill(now)
 	}
-	if scope == scopeOpenAI {
+	if scope == scopeOpenAI || scope == scopeInputTokens {
 		return ks.openAIHeaders()
 	}
 	return ks.anthropicHeaders(now)

@@ -168,10 +168,46 @@ func parseResponses(body []byte, defaultMax int64, prev func(id string) (*prompt
 	if present(top["metadata"]) {
 		r.metadata = top["metadata"]
 	}
+	if aerr := responsesPrompt(top, &r, p, prev); aerr != nil {
+		return responsesRequest{}, aerr
+	}
+	if !present(top["input"]) && r.previousID == "" {
+		return responsesRequest{}, openAIInvalid("input", "missing_required_parameter", "Missing required parameter: 'input'.")
+	}
+	r.prompt = p
+	r.inputTokens = p.tokens()
+	return r, nil
+}
+
+// parseInputTokens parses a POST /v1/responses/input_tokens body: the
+// fields of a create that make its prompt (model optional, no output), so
+// its count is the input the create would be charged. prev is as for
+// parseResponses.
+func parseInputTokens(body []byte, prev func(id string) (*prompt, *apiError)) (responsesRequest, *apiError) {
+	top, err := decodeObject(body)
+	if err != nil {
+		return responsesRequest{}, openAIInvalid("", "", "We could not parse the JSON body of your request. (%v)", err)
+	}
+	var r responsesRequest
+	if present(top["model"]) && json.Unmarshal(top["model"], &r.model) != nil {
+		return responsesRequest{}, openAIInvalid("model", "invalid_type", "Invalid type for 'model': expected a string.")
+	}
+	p := &prompt{model: r.model}
+	if aerr := responsesPrompt(top, &r, p, prev); aerr != nil {
+		return responsesRequest{}, aerr
+	}
+	r.prompt = p
+	r.inputTokens = p.tokens()
+	return r, nil
+}
+
+// responsesPrompt reads a Responses body's prompt into r and p: its
+// tools, instructions, previous turn and input.
+func responsesPrompt(top map[string]json.RawMessage, r *responsesRequest, p *prompt, prev func(id string) (*prompt, *apiError)) *apiError {
 	if present(top["tools"]) {
 		var tools []json.RawMessage
 		if json.Unmarshal(top["tools"], &tools) != nil {
-			return responsesRequest{}, openAIInvalid("tools", "invalid_type", "Invalid type for 'tools': expected an array.")
+			return openAIInvalid("tools", "invalid_type", "Invalid type for 'tools': expected an array.")
 		}
 		r.tools = top["tools"]
 		p.add(string(top["tools"]))
@@ -179,7 +215,7 @@ func parseResponses(body []byte, defaultMax int64, prev func(id string) (*prompt
 	if present(top["instructions"]) {
 		var s string
 		if json.Unmarshal(top["instructions"], &s) != nil {
-			return responsesRequest{}, openAIInvalid("instructions", "invalid_type", "Invalid type for 'instructions': expected a string.")
+			return openAIInvalid("instructions", "invalid_type", "Invalid type for 'instructions': expected a string.")
 		}
 		r.instructions = &s
 		p.add(s)
@@ -187,25 +223,21 @@ func parseResponses(body []byte, defaultMax int64, prev func(id string) (*prompt
 	r.convoFrom = len(p.blocks)
 	if present(top["previous_response_id"]) {
 		if json.Unmarshal(top["previous_response_id"], &r.previousID) != nil || r.previousID == "" {
-			return responsesRequest{}, openAIInvalid("previous_response_id", "invalid_type",
+			return openAIInvalid("previous_response_id", "invalid_type",
 				"Invalid type for 'previous_response_id': expected a string.")
 		}
 		convo, aerr := prev(r.previousID)
 		if aerr != nil {
-			return responsesRequest{}, aerr
+			return aerr
 		}
 		p.addAll(convo)
 	}
 	if present(top["input"]) {
 		items, aerr := responseItems(top["input"], p)
 		if aerr != nil {
-			return responsesRequest{}, aerr
+			return aerr
 		}
 		r.items = items
-	} else if r.previousID == "" {
-		return responsesRequest{}, openAIInvalid("input", "missing_required_parameter", "Missing required parameter: 'input'.")
 	}
-	r.prompt = p
-	r.inputTokens = p.tokens()
-	return r, nil
+	return nil
 }

@@ -167,6 +167,29 @@ func TestSDKAnthropicCountTokens(t *testing.T) {
 	require.Equal(t, "49", raw.Header.Get("anthropic-ratelimit-requests-remaining"), "count_tokens took nothing from messages")
 }
 
+// TestSDKResponsesInputTokens: openai-go's InputTokens.Count decodes the
+// mock's answer, whose count is the create's usage.input_tokens.
+func TestSDKResponsesInputTokens(t *testing.T) {
+	t.Parallel()
+	s := startMock(t, Config{Limits: Limits{RPM: 500, TPM: 200_000, CountTokensRPM: 60}})
+	c := openAIClient(s.URL())
+	var raw *http.Response
+	n, err := c.Responses.InputTokens.Count(t.Context(), responses.InputTokenCountParams{
+		Model: openai.String("gpt-4.1"), Instructions: openai.String("Answer briefly."),
+		Input: responses.InputTokenCountParamsInputUnion{OfString: openai.String("What colour is the sky?")},
+	}, ooption.WithResponseInto(&raw))
+	require.NoError(t, err)
+	require.Equal(t, "response.input_tokens", string(n.Object))
+	require.Equal(t, "60", raw.Header.Get("x-ratelimit-limit-requests"), "its own bucket")
+	r, err := c.Responses.New(t.Context(), responses.ResponseNewParams{
+		Model: "gpt-4.1", Instructions: openai.String("Answer briefly."), MaxOutputTokens: openai.Int(16),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("What colour is the sky?")},
+	}, ooption.WithResponseInto(&raw))
+	require.NoError(t, err)
+	require.Equal(t, r.Usage.InputTokens, n.InputTokens)
+	require.Equal(t, "499", raw.Header.Get("x-ratelimit-remaining-requests"), "counting took nothing from the Responses API")
+}
+
 // TestSDKAnthropicPromptCache sends the same cache_control request twice:
 // a 1h write, then a read that ITPM does not charge.
 func TestSDKAnthropicPromptCache(t *testing.T) {

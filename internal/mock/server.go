@@ -215,6 +215,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		route(http.MethodPost, s.handleEmbeddings)
 	case "/v1/responses":
 		route(http.MethodPost, s.handleResponses)
+	case "/v1/responses/input_tokens":
+		route(http.MethodPost, s.handleInputTokens)
 	case "/mock/stats":
 		route(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	case "/mock/reset":

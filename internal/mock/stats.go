@@ -38,6 +38,7 @@ const (
 	EndpointChat        = "chat_completions" // POST /v1/chat/completions
 	EndpointResponses   = "responses"        // POST /v1/responses
 	EndpointEmbeddings  = "embeddings"       // POST /v1/embeddings
+	EndpointInputTokens = "input_tokens"     // POST /v1/responses/input_tokens
 )
 
 // CacheCounts sum the prompt-cache outcome of admitted requests. The share
@@ -99,8 +100,9 @@ type ScopeStats struct {
 	FirstAdmission *time.Time `json:"first_admission,omitempty"`
 	LastAdmission  *time.Time `json:"last_admission,omitempty"`
 	// ByEndpoint counts admitted requests by endpoint (EndpointMessages,
-	// …). count_tokens requests are counted here only: they take nothing
-	// from the model quotas that Admitted and Max60s describe.
+	// …). count_tokens and input_tokens requests are counted here only:
+	// they take nothing from the model quotas that Admitted and Max60s
+	// describe.
 	ByEndpoint map[string]int64 `json:"by_endpoint"`
 	// ByServiceTier counts admitted model requests by the service tier that
 	// served them (Anthropic "standard"; OpenAI "default", "flex",
@@ -336,7 +338,7 @@ func (b *statsBook) admit(key string, now time.Time, info admitted) ticket {
 }
 
 // endpoint counts an answered request that takes no model quota
-// (count_tokens).
+// (count_tokens, input_tokens).
 func (b *statsBook) endpoint(key, endpoint string) {
 	o, k := b.scopes(key)
 	o.countEndpoint(endpoint)

@@ -43,7 +43,7 @@ func FuzzConfig(f *testing.F) {
 		if m.Price.Validate() != nil {
 			t.Fatalf("lookup %q gave an invalid price %+v", model, m.Price)
 		}
-		if m.Price.Worst(provider.Cost{InputTokens: 1 << 20, OutputTokens: 1 << 20}) < 0 ||
+		if m.Price.Worst(provider.Cost{InputTokens: 1 << 20, OutputTokens: 1 << 20}, provider.CachePrefix{}) < 0 ||
 			m.Price.Cost(llm.OpenAI, llm.Usage{InputTokens: 10, OutputTokens: 10, CacheReadInputTokens: 99}) < 0 {
 			t.Fatal("negative cost")
 		}

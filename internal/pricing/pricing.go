@@ -81,7 +81,7 @@ func (p Price) Scaled(f float64) Price {
 		return p
 	}
 	p = p.WithDefaults()
-	p.Input, p.Output, p.CacheRead, p.CacheWrite = p.Input*f, p.Output*f, p.CacheRead*f, p.CacheWrite*f
+	p.Input, p.Output, p.CacheRead, p.CacheWrite, p.CacheWrite1h = p.Input*f, p.Output*f, p.CacheRead*f, p.CacheWrite*f, p.CacheWrite1h*f
 	if p.LongContext != nil {
 		lc := p.LongContext.WithDefaults().Scaled(f)
 		p.LongContext = &lc
@@ -159,14 +159,25 @@ func (p Price) Cost(proto llm.Protocol, u llm.Usage) Amount {
 	return ceilAmount(n)
 }
 
-// Worst is the most a request estimated as c can cost at p: every input
-// token at the dearer of Input and CacheWrite (a prompt may be written to
-// the cache) and the whole output reservation (max_tokens, or the
-// protocol's default, times n) at Output; at the long-context price when
-// the estimate is above its threshold.
-func (p Price) Worst(c provider.Cost) Amount {
-	p = p.at(nonNeg(c.InputTokens))
-	n := float64(nonNeg(c.InputTokens))*perToken(max(p.Input, p.CacheWrite)) +
+// Worst is the most a request estimated as c, whose cacheable prefix is
+// prefix (the zero value for none), can cost at p: every input token at
+// the dearer of Input and CacheWrite (a prompt may be written to the
+// cache), those up to its last 1-hour breakpoint at the dearer of those
+// and CacheWrite1h (Anthropic writes them at the 1-hour price), and the
+// whole output reservation (max_tokens, or the protocol's default, times
+// n) at Output; at the long-context price when the estimate is above its
+// threshold.
+func (p Price) Worst(c provider.Cost, prefix provider.CachePrefix) Amount {
+	in := nonNeg(c.InputTokens)
+	p = p.at(in)
+	var written1h int64
+	for _, b := range prefix.Blocks {
+		if b.TTL == provider.CacheTTL1h {
+			written1h = min(nonNeg(b.Tokens), in)
+		}
+	}
+	n := float64(in-written1h)*perToken(max(p.Input, p.CacheWrite)) +
+		float64(written1h)*perToken(max(p.Input, p.CacheWrite, p.CacheWrite1h)) +
 		float64(nonNeg(c.OutputTokens))*perToken(p.Output)
 	return ceilAmount(n)
 }

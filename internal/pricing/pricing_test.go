@@ -3,6 +3,7 @@ package pricing_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,7 +85,7 @@ func TestCost(t *testing.T) {
 	u = llm.Usage{InputTokens: 1000, OutputTokens: 100, CacheReadInputTokens: 400}
 	require.Equal(t, pricing.FromDollars((600*2.5+400*1.25+100*10)/1e6), o.Cost(llm.OpenAI, u))
 	// Worst case: input at the dearer of input and cache write, all of max_tokens.
-	require.Equal(t, pricing.FromDollars((1000*3.75+4096*15)/1e6), p.Worst(provider.Cost{InputTokens: 1000, OutputTokens: 4096}))
+	require.Equal(t, pricing.FromDollars((1000*3.75+4096*15)/1e6), p.Worst(provider.Cost{InputTokens: 1000, OutputTokens: 4096}, provider.CachePrefix{}))
 	// Rounding is up, never down.
 	require.Equal(t, pricing.Amount(1), pricing.Price{Input: 0.0001}.Cost(llm.Anthropic, llm.Usage{InputTokens: 1}))
 	require.Zero(t, p.Cost(llm.Anthropic, llm.Usage{InputTokens: -5}))
@@ -130,7 +131,7 @@ func TestLongContextPrice(t *testing.T) {
 	require.Equal(t, pricing.FromDollars(0.3+0.03+0.015), m.Price.Cost(llm.Anthropic, short))
 	long := llm.Usage{InputTokens: 100_000, CacheReadInputTokens: 100_001, OutputTokens: 1000}
 	require.Equal(t, pricing.FromDollars(0.6+100_001*0.6/1e6+0.0225), m.Price.Cost(llm.Anthropic, long))
-	require.Equal(t, pricing.FromDollars(250_000*7.5/1e6+1000*22.5/1e6), m.Price.Worst(provider.Cost{InputTokens: 250_000, OutputTokens: 1000}))
+	require.Equal(t, pricing.FromDollars(250_000*7.5/1e6+1000*22.5/1e6), m.Price.Worst(provider.Cost{InputTokens: 250_000, OutputTokens: 1000}, provider.CachePrefix{}))
 
 	bad := pricing.Price{Input: 1, Output: 1, LongContextAbove: 10}
 	require.ErrorContains(t, bad.Validate(), "long_context: required")
@@ -183,4 +184,58 @@ func TestCacheWritePrices(t *testing.T) {
 	}
 	require.Equal(t, 3.75, pricing.Price{Input: 3, CacheWrite: 3.75}.WithDefaults().CacheWrite1h, "defaults to the 5-minute price")
 	require.ErrorContains(t, pricing.Price{Input: 1, Output: 1, CacheWrite1h: -1}.Validate(), "cache_write_1h")
+}
+
+// TestWorstPricesOneHourWrites: the worst case holds the prompt up to its
+// last 1-hour breakpoint at cache_write_1h (when that is the dearest
+// input rate), the rest at the dearer of input and cache_write; a prefix
+// without a 1-hour breakpoint changes nothing, and the 1-hour part is
+// bounded by the input estimate.
+func TestWorstPricesOneHourWrites(t *testing.T) {
+	t.Parallel()
+	p := pricing.Price{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75, CacheWrite1h: 6}
+	c := provider.Cost{InputTokens: 1000, OutputTokens: 100}
+	block := func(tokens int64, ttl time.Duration) provider.PrefixBlock {
+		return provider.PrefixBlock{Tokens: tokens, TTL: ttl}
+	}
+	tests := []struct {
+		name   string
+		p      pricing.Price
+		blocks []provider.PrefixBlock
+		want   float64 // USD
+		w1h    int64   // the most the provider can write at the 1-hour price
+	}{
+		{"no prefix", p, nil, (1000*3.75 + 100*15) / 1e6, 0},
+		{"5-minute breakpoints", p, []provider.PrefixBlock{block(400, provider.CacheTTL5m), block(800, provider.CacheTTL5m)}, (1000*3.75 + 100*15) / 1e6, 0},
+		{"1-hour then 5-minute", p, []provider.PrefixBlock{block(300, 0), block(400, provider.CacheTTL1h), block(800, provider.CacheTTL5m)},
+			(400*6 + 600*3.75 + 100*15) / 1e6, 400},
+		{"two 1-hour breakpoints", p, []provider.PrefixBlock{block(400, provider.CacheTTL1h), block(700, provider.CacheTTL1h)},
+			(700*6 + 300*3.75 + 100*15) / 1e6, 700},
+		{"prefix above the estimate", p, []provider.PrefixBlock{block(5000, provider.CacheTTL1h)}, (1000*6 + 100*15) / 1e6, 1000},
+		{"1-hour cheaper than input", pricing.Price{Input: 10, Output: 15, CacheWrite1h: 6}, []provider.PrefixBlock{block(400, provider.CacheTTL1h)},
+			(1000*10 + 100*15) / 1e6, 400},
+		{"1-hour defaults to cache_write", pricing.Price{Input: 3, Output: 15, CacheWrite: 3.75}, []provider.PrefixBlock{block(400, provider.CacheTTL1h)},
+			(1000*3.75 + 100*15) / 1e6, 400},
+	}
+	for _, tt := range tests {
+		got := tt.p.Worst(c, provider.CachePrefix{Blocks: tt.blocks})
+		require.Equal(t, pricing.FromDollars(tt.want), got, tt.name)
+		// The worst case covers the dearest charge the usage can report:
+		// the whole prompt written, its 1-hour part at the 1-hour price.
+		u := llm.Usage{CacheCreationInputTokens: 1000, CacheCreation1hInputTokens: tt.w1h, OutputTokens: 100}
+		require.LessOrEqual(t, tt.p.Cost(llm.Anthropic, u), got, tt.name)
+		require.LessOrEqual(t, tt.p.Cost(llm.Anthropic, llm.Usage{InputTokens: 1000, OutputTokens: 100}), got, tt.name)
+	}
+}
+
+// TestScaledScalesEveryPrice: a service tier's factor applies to the
+// 1-hour write price too.
+func TestScaledScalesEveryPrice(t *testing.T) {
+	t.Parallel()
+	p := pricing.Price{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75, CacheWrite1h: 6}.Scaled(2)
+	require.Equal(t, pricing.Price{Input: 6, Output: 30, CacheRead: 0.6, CacheWrite: 7.5, CacheWrite1h: 12}, p)
+	d := pricing.Price{Input: 3, Output: 15}.Scaled(0.5)
+	require.Equal(t, pricing.Price{Input: 1.5, Output: 7.5, CacheRead: 1.5, CacheWrite: 1.5, CacheWrite1h: 1.5}, d)
+	u := llm.Usage{CacheCreationInputTokens: 1000, CacheCreation1hInputTokens: 1000}
+	require.Equal(t, pricing.FromDollars(1000*12/1e6), p.Cost(llm.Anthropic, u))
 }

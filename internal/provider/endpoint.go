@@ -22,8 +22,9 @@ const (
 	EndpointResponses
 	// EndpointEmbeddings is OpenAI's POST /v1/embeddings.
 	EndpointEmbeddings
-	// EndpointCountTokens is Anthropic's POST /v1/messages/count_tokens:
-	// free, on its own request limit, no output.
+	// EndpointCountTokens is token counting: Anthropic's POST
+	// /v1/messages/count_tokens, OpenAI's POST /v1/responses/input_tokens.
+	// Free, on its own request limit, no output.
 	EndpointCountTokens
 )
 
@@ -39,7 +40,8 @@ func (e Endpoint) String() string {
 // EndpointOf returns the endpoint a request path creates on protocol p, by
 // its last segments, so that a base path in front (/openai/v1/responses)
 // does not matter: …/messages and …/messages/count_tokens on Anthropic;
-// …/chat/completions, …/responses and …/embeddings on OpenAI. Any other
+// …/chat/completions, …/responses, …/responses/input_tokens and
+// …/embeddings on OpenAI. Any other
 // path (a retrieval such as /v1/responses/{id}, batches, files, models) is
 // none of them: false.
 func EndpointOf(p llm.Protocol, path string) (Endpoint, bool) {
@@ -56,6 +58,8 @@ func EndpointOf(p llm.Protocol, path string) (Endpoint, bool) {
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
 		return EndpointChat, true
+	case strings.HasSuffix(path, "/responses/input_tokens"):
+		return EndpointCountTokens, true
 	case strings.HasSuffix(path, "/responses"):
 		return EndpointResponses, true
 	case strings.HasSuffix(path, "/embeddings"):
@@ -79,7 +83,8 @@ func (e Endpoint) Scheduled() bool {
 
 // Path returns the provider path of endpoint e on protocol p
 // (/v1/messages, /v1/chat/completions, /v1/responses, /v1/embeddings,
-// /v1/messages/count_tokens), or "" for an endpoint foreign to p.
+// /v1/messages/count_tokens, /v1/responses/input_tokens), or "" for an
+// endpoint foreign to p.
 func (e Endpoint) Path(p llm.Protocol) string {
 	switch {
 	case e == EndpointChat && p == llm.Anthropic:
@@ -88,6 +93,8 @@ func (e Endpoint) Path(p llm.Protocol) string {
 		return "/v1/chat/completions"
 	case e == EndpointCountTokens && p == llm.Anthropic:
 		return "/v1/messages/count_tokens"
+	case e == EndpointCountTokens && p == llm.OpenAI:
+		return "/v1/responses/input_tokens"
 	case e == EndpointResponses && p == llm.OpenAI:
 		return "/v1/responses"
 	case e == EndpointEmbeddings && p == llm.OpenAI:
@@ -162,10 +169,26 @@ func ProtocolAPI(p llm.Protocol) string {
 	return "the OpenAI API (Chat Completions, Responses, Embeddings)"
 }
 
+// CountsTokens reports whether a POST to path (its query ignored) is
+// token counting on either protocol: …/messages/count_tokens (Anthropic)
+// or …/responses/input_tokens (OpenAI). The providers charge it nothing.
+func CountsTokens(path string) bool {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	for _, p := range []llm.Protocol{llm.Anthropic, llm.OpenAI} {
+		if e, ok := EndpointOf(p, path); ok && e == EndpointCountTokens {
+			return true
+		}
+	}
+	return false
+}
+
 // ResponsesPathID returns the response id a path under /v1/responses/
 // names (GET or DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
 // GET /v1/responses/{id}/input_items; the query ignored), and false for
-// any other path. Only the key that created a response can reach it.
+// any other path (/v1/responses/input_tokens is token counting, not a
+// response). Only the key that created a response can reach it.
 func ResponsesPathID(path string) (string, bool) {
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
@@ -180,7 +203,7 @@ func ResponsesPathID(path string) (string, bool) {
 	default:
 		return "", false
 	}
-	if id == "" {
+	if id == "" || (sub == "" && id == "input_tokens") {
 		return "", false
 	}
 	return id, true

@@ -25,6 +25,8 @@ func TestScheduledEndpoint(t *testing.T) {
 		{llm.OpenAI, "", "/v1/embeddings", provider.EndpointEmbeddings, true},
 		{llm.OpenAI, "GET", "/v1/responses", 0, false},
 		{llm.OpenAI, "POST", "/v1/responses/resp_1/cancel", 0, false},
+		{llm.OpenAI, "POST", "/v1/responses/input_tokens", 0, false},
+		{llm.Anthropic, "POST", "/v1/messages/count_tokens", 0, false},
 		{llm.OpenAI, "POST", "/v1/files/responses", 0, false},
 		{llm.OpenAI, "POST", "/v1/messages", 0, false},
 		{llm.Anthropic, "POST", "/v1/messages", provider.EndpointChat, true},
@@ -55,6 +57,8 @@ func TestForeignEndpoint(t *testing.T) {
 		{llm.Anthropic, "POST", "/v1/embeddings", llm.OpenAI, true},
 		{llm.OpenAI, "POST", "/v1/messages", llm.Anthropic, true},
 		{llm.OpenAI, "POST", "/v1/messages/count_tokens", llm.Anthropic, true},
+		{llm.Anthropic, "POST", "/v1/responses/input_tokens", llm.OpenAI, true},
+		{llm.OpenAI, "POST", "/v1/responses/input_tokens", "", false},
 		{llm.Anthropic, "POST", "/v1/messages", "", false},
 		{llm.OpenAI, "POST", "/v1/chat/completions", "", false},
 		{llm.Anthropic, "GET", "/v1/chat/completions", "", false},
@@ -80,6 +84,8 @@ func TestResponsesPathID(t *testing.T) {
 		{"/v1/responses/resp_1/cancel", "resp_1", true},
 		{"/v1/responses/resp_1/input_items", "resp_1", true},
 		{"/v1/responses/resp_1/other", "", false},
+		{"/v1/responses/input_tokens", "", false},
+		{"/v1/responses/input_tokens?x=1", "", false},
 		{"/v1/responses/", "", false},
 		{"/v1/responses", "", false},
 		{"/v1/chat/completions/x", "", false},
@@ -88,6 +94,17 @@ func TestResponsesPathID(t *testing.T) {
 		id, ok := provider.ResponsesPathID(tt.path)
 		require.Equal(t, tt.ok, ok, tt.path)
 		require.Equal(t, tt.id, id, tt.path)
+	}
+}
+
+func TestCountsTokens(t *testing.T) {
+	t.Parallel()
+	for path, want := range map[string]bool{
+		"/v1/messages/count_tokens": true, "/anthropic/v1/messages/count_tokens?beta=true": true,
+		"/v1/responses/input_tokens": true, "/openai/v1/responses/input_tokens": true,
+		"/v1/messages": false, "/v1/responses": false, "/v1/responses/resp_1/input_items": false, "/v1/count_tokens": false,
+	} {
+		require.Equal(t, want, provider.CountsTokens(path), path)
 	}
 }
 

@@ -96,8 +96,8 @@ type estimator struct {
 	p      llm.Protocol
 	tc     TokenCounter
 	tokens int64
-	// countOnly prices an Anthropic count_tokens body: no max_tokens, no
-	// output.
+	// countOnly prices a token-counting body (Anthropic count_tokens,
+	// OpenAI responses/input_tokens): no max_tokens, no output.
 	countOnly bool
 }
 

@@ -17,9 +17,11 @@ var ErrUnknownEndpoint = errors.New("not an endpoint of the protocol")
 // (nil means ByteCounter{}):
 //
 //   - EndpointChat: EstimateWith.
-//   - EndpointCountTokens (Anthropic): the messages estimate of the body,
-//     which has no max_tokens; OutputTokens 0. The provider charges it
-//     nothing but a request of its own count_tokens limit.
+//   - EndpointCountTokens: Anthropic, the messages estimate of the body,
+//     which has no max_tokens; OpenAI (POST /v1/responses/input_tokens),
+//     the Responses estimate of its input (model optional, no output).
+//     OutputTokens 0: the provider charges it nothing but a request of its
+//     own counting limit.
 //   - EndpointResponses (OpenAI): instructions, tools (their names,
 //     descriptions and parameters, plus ToolUseSystemTokens), the input (a
 //     string, or items: a message counts MessageOverheadTokens and its text
@@ -47,6 +49,9 @@ func EstimateFor(p llm.Protocol, e Endpoint, body []byte, tc TokenCounter) (Cost
 	case p == llm.OpenAI && e == EndpointResponses:
 		est := estimator{p: p, tc: tc}
 		return est.responses(body)
+	case p == llm.OpenAI && e == EndpointCountTokens:
+		est := estimator{p: p, tc: tc, countOnly: true}
+		return est.responsesCount(body)
 	case p == llm.OpenAI && e == EndpointEmbeddings:
 		est := estimator{p: p, tc: tc}
 		return est.embeddings(body)
@@ -107,24 +112,53 @@ func (e *estimator) responses(body []byte) (Cost, error) {
 			MinMaxOutputTokens, mt)
 	}
 	c.OutputTokens = mt
-	if c.PreviousResponseID, _, err = e.stringField(top, "previous_response_id"); err != nil {
+	if err := e.responsesPrompt(top, &c); err != nil {
 		return Cost{}, err
+	}
+	return c, nil
+}
+
+// responsesCount prices an input-token count body (POST
+// /v1/responses/input_tokens): the prompt a Responses create of the same
+// fields would send; its model is optional and nothing is output.
+func (e *estimator) responsesCount(body []byte) (Cost, error) {
+	top, err := e.object(body)
+	if err != nil {
+		return Cost{}, err
+	}
+	var c Cost
+	if c.Model, _, err = e.stringField(top, "model"); err != nil {
+		return Cost{}, err
+	}
+	if err := e.responsesPrompt(top, &c); err != nil {
+		return Cost{}, err
+	}
+	return c, nil
+}
+
+// responsesPrompt counts a Responses body's prompt into c: its
+// instructions, input and tools, plus RequestOverheadTokens, and its
+// previous_response_id.
+func (e *estimator) responsesPrompt(top map[string]json.RawMessage, c *Cost) error {
+	var err error
+	if c.PreviousResponseID, _, err = e.stringField(top, "previous_response_id"); err != nil {
+		return err
 	}
 	if raw, ok := top["instructions"]; ok && !isNull(raw) {
 		if err := e.responseInput(raw, "instructions"); err != nil {
-			return Cost{}, err
+			return err
 		}
 	}
 	if raw, ok := top["input"]; ok && !isNull(raw) {
 		if err := e.responseInput(raw, "input"); err != nil {
-			return Cost{}, err
+			return err
 		}
 	}
 	if err := e.responseTools(top); err != nil {
-		return Cost{}, err
+		return err
 	}
 	c.InputTokens = e.tokens + RequestOverheadTokens
-	return c, nil
+	return nil
 }
 
 // responseInput counts a string or an array of input items.

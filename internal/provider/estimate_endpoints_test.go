@@ -46,6 +46,11 @@ func TestEstimateFor(t *testing.T) {
 		{"embeddings token arrays", llm.OpenAI, provider.EndpointEmbeddings, `{"model":"e","input":[[5,6],[7]]}`, provider.Cost{Model: "e", InputTokens: 3}},
 		{"count_tokens", llm.Anthropic, provider.EndpointCountTokens, `{"model":"claude-sonnet-4-5","system":"abcd","messages":[{"role":"user","content":"abcdefgh"}]}`,
 			provider.Cost{Model: "claude-sonnet-4-5", InputTokens: over + 2 + 1 + req}},
+		{"input_tokens", llm.OpenAI, provider.EndpointCountTokens,
+			`{"model":"gpt-4.1","instructions":"abcd","previous_response_id":"resp_1","input":"abcdefgh","tools":[{"type":"function","name":"abcd"}]}`,
+			provider.Cost{Model: "gpt-4.1", PreviousResponseID: "resp_1", InputTokens: (over + 1) + (over + 2) + provider.ToolUseSystemTokens + 1 + req}},
+		{"input_tokens without a model", llm.OpenAI, provider.EndpointCountTokens, `{"input":"abcdefgh"}`,
+			provider.Cost{InputTokens: over + 2 + req}},
 		{"chat is EstimateWith", llm.Anthropic, provider.EndpointChat, anthropicRequest, mustEstimate(t, llm.Anthropic, anthropicRequest)},
 	}
 	for _, tt := range tests {
@@ -86,6 +91,9 @@ func TestEstimateForErrors(t *testing.T) {
 		{"embeddings too many", llm.OpenAI, provider.EndpointEmbeddings, `{"model":"e","input":[` + strings.Repeat(`"a",`, 2048) + `"a"]}`, "maximum length of array is 2048"},
 		{"embeddings dimensions", llm.OpenAI, provider.EndpointEmbeddings, `{"model":"e","input":"a","dimensions":0}`, "Invalid 'dimensions'"},
 		{"count_tokens no messages", llm.Anthropic, provider.EndpointCountTokens, `{"model":"m"}`, "messages: Field required"},
+		{"input_tokens bad input", llm.OpenAI, provider.EndpointCountTokens, `{"model":"m","input":5}`, "Invalid type for 'input'"},
+		{"input_tokens bad model", llm.OpenAI, provider.EndpointCountTokens, `{"model":5,"input":"x"}`, "'model'"},
+		{"input_tokens not an object", llm.OpenAI, provider.EndpointCountTokens, `[]`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +103,7 @@ func TestEstimateForErrors(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
-	_, err := provider.EstimateFor(llm.OpenAI, provider.EndpointCountTokens, []byte(`{}`), nil)
+	_, err := provider.EstimateFor(llm.Anthropic, provider.EndpointEmbeddings, []byte(`{}`), nil)
 	require.ErrorIs(t, err, provider.ErrUnknownEndpoint)
 	require.False(t, errors.Is(err, provider.ErrInvalidRequest))
 	_, err = provider.EstimateFor(llm.Anthropic, provider.EndpointResponses, []byte(`{}`), nil)
@@ -117,6 +125,10 @@ func TestEndpointOf(t *testing.T) {
 		{llm.OpenAI, "/openai/v1/responses/", provider.EndpointResponses, true},
 		{llm.OpenAI, "/v1/responses/resp_1", 0, false},
 		{llm.OpenAI, "/v1/responses/resp_1/cancel", 0, false},
+		{llm.OpenAI, "/v1/responses/input_tokens", provider.EndpointCountTokens, true},
+		{llm.OpenAI, "/openai/v1/responses/input_tokens/", provider.EndpointCountTokens, true},
+		{llm.Anthropic, "/v1/responses/input_tokens", 0, false},
+		{llm.OpenAI, "/v1/messages/count_tokens", 0, false},
 		{llm.OpenAI, "/v1/embeddings", provider.EndpointEmbeddings, true},
 		{llm.OpenAI, "/v1/models", 0, false},
 	}
@@ -136,7 +148,7 @@ func FuzzEstimateFor(f *testing.F) {
 		`{"model":"gpt-4.1","input":"abcdefgh"}`, `{"model":"m","input":[{"role":"user","content":[{"type":"input_image"}]},{"type":"reasoning","summary":[]}]}`,
 		`{"model":"m","instructions":[{"role":"developer","content":"x"}],"tools":[{"type":"function","name":"f","parameters":{}}],"max_output_tokens":16}`,
 		`{"model":"e","input":[[1,2],[3]]}`, `{"model":"e","input":["a","b"]}`, `{"model":"m","messages":[{"role":"user","content":"x"}]}`,
-		`null`, `[]`, `{"model":"m","input":null,"previous_response_id":5}`,
+		`null`, `[]`, `{"model":"m","input":null,"previous_response_id":5}`, `{"input":[{"type":"function_call_output","output":[1]}]}`,
 	} {
 		for e := range 4 {
 			f.Add(s, uint8(e), true)
@@ -156,7 +168,9 @@ func FuzzEstimateFor(f *testing.F) {
 			}
 			return
 		}
-		require.NotEmpty(t, c.Model)
+		if !openai || ep != provider.EndpointCountTokens {
+			require.NotEmpty(t, c.Model) // a count's model is optional on OpenAI
+		}
 		require.GreaterOrEqual(t, c.InputTokens, int64(0))
 		require.GreaterOrEqual(t, c.OutputTokens, int64(0))
 		switch ep {

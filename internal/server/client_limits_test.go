@@ -231,7 +231,7 @@ func TestBudgetRefusedWithoutWaitingForTheClientLimit(t *testing.T) {
 	require.NoError(t, err)
 	m, err := tab.Lookup(cost.Model)
 	require.NoError(t, err)
-	worst := m.Price.Worst(cost)
+	worst := m.Price.Worst(cost, provider.CachePrefix{})
 	r := newMockRig(t, mock.Config{OutputTokens: mock.OutputRange{Min: 16, Max: 16}}, []clients.Config{{Name: "a", Key: "ck-a",
 		Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 1, BurstSeconds: 1}},
 		Budget: admit.Budget{Total: worst.Dollars() * 1.01}}})

@@ -9,7 +9,6 @@ import (
 	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/frontdoor"
-	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/provider"
 )
 
@@ -20,9 +19,10 @@ type tokenCounter interface {
 }
 
 // countsTokens reports whether rest is u's token-counting route and its
-// engine counts tokens: Anthropic POST /v1/messages/count_tokens.
+// engine counts tokens: Anthropic POST /v1/messages/count_tokens, OpenAI
+// POST /v1/responses/input_tokens.
 func (u *upstream) countsTokens(method, rest string) bool {
-	if method != http.MethodPost || u.cfg.Protocol != llm.Anthropic {
+	if method != http.MethodPost {
 		return false
 	}
 	if e, ok := provider.EndpointOf(u.cfg.Protocol, rest); !ok || e != provider.EndpointCountTokens {
@@ -33,9 +33,10 @@ func (u *upstream) countsTokens(method, rest string) bool {
 }
 
 // serveCountTokens forwards a token-counting request through the engine's
-// own counting bucket: never the messages queue, quota or budgets. The
-// client sees the provider's answer, or a 429 in Anthropic's shape with
-// retry-after when no key's counting bucket has room before its deadline.
+// own counting bucket: never the model endpoints' queue, quota or
+// budgets. The client sees the provider's answer, or a 429 in the
+// protocol's shape with retry-after when no key's counting bucket has
+// room before its deadline.
 func (s *Server) serveCountTokens(w http.ResponseWriter, r *http.Request, u *upstream, cl clients.Client, reqID, rest string) {
 	p := u.cfg.Protocol
 	body, err := readRequestBody(w, r, r.Body, s.cfg.MaxBodyBytes)

@@ -1,16 +1,23 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	ooption "github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -114,4 +121,89 @@ func TestCountTokensRefusedAt429WhenItsBucketIsEmpty(t *testing.T) {
 	require.Zero(t, f.mock.Stats().Overall.ByStatus["429"], "the provider never answered 429")
 	_, err := f.anthropic().Messages.New(t.Context(), messageParams("still served"))
 	require.NoError(t, err)
+}
+
+// TestSDKInputTokensThroughGateway: openai-go's Responses.InputTokens.Count
+// goes through the gateway on the route's own bucket (never the Responses
+// queue or quota): the count is the provider's, equal to what the create
+// of the same input is then charged, with the route's own rate-limit
+// headers and Sluice's.
+func TestSDKInputTokensThroughGateway(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t, mock.Limits{RPM: 600, TPM: 1_000_000, CountTokensRPM: 60}, 5, mock.Faults{},
+		func(c *upcfg.Config) { c.Limits.CountTokensPerMinute = 60 })
+	c := f.openai()
+	var raw *http.Response
+	count, err := c.Responses.InputTokens.Count(t.Context(), responses.InputTokenCountParams{
+		Model: openai.String("gpt-4.1"), Instructions: openai.String("Answer briefly."),
+		Input: responses.InputTokenCountParamsInputUnion{OfString: openai.String("how many tokens is this?")},
+	}, ooption.WithResponseInto(&raw))
+	require.NoError(t, err)
+	require.Equal(t, "response.input_tokens", string(count.Object))
+	require.Equal(t, "openai", raw.Header.Get("X-Sluice-Upstream"))
+	require.Equal(t, "1", raw.Header.Get("X-Sluice-Attempts"))
+	require.Equal(t, "60", raw.Header.Get("X-Ratelimit-Limit-Requests"), "the route's own rate-limit headers, passed through")
+	r, err := c.Responses.New(t.Context(), responses.ResponseNewParams{Model: "gpt-4.1", MaxOutputTokens: openai.Int(16),
+		Instructions: openai.String("Answer briefly."),
+		Input:        responses.ResponseNewParamsInputUnion{OfString: openai.String("how many tokens is this?")}})
+	require.NoError(t, err)
+	require.Equal(t, r.Usage.InputTokens, count.InputTokens)
+	st := f.mock.Stats()
+	require.EqualValues(t, 1, st.Overall.ByEndpoint[mock.EndpointInputTokens])
+	require.EqualValues(t, 1, st.Overall.ByEndpoint[mock.EndpointResponses])
+	require.EqualValues(t, 1, st.Overall.Admitted.Requests, "the count was not a model request")
+
+	// A bad body is the gateway's own 400, in OpenAI's shape.
+	_, err = c.Responses.InputTokens.Count(t.Context(), responses.InputTokenCountParams{},
+		ooption.WithJSONSet("input", 5))
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
+	require.EqualValues(t, 1, f.mock.Stats().Overall.ByEndpoint[mock.EndpointInputTokens], "it never reached the provider")
+}
+
+// TestCountingIsNeverCharged: a client with a budget counts tokens on
+// both protocols (Anthropic count_tokens, OpenAI responses/input_tokens)
+// through the gateway against the mock: served, and its spend and
+// reservations are unchanged; a create is then charged.
+func TestCountingIsNeverCharged(t *testing.T) {
+	t.Parallel()
+	m := startSpendMock(t)
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0", Prices: spendPrices, Clients: budgetClient(admit.Budget{Day: 10}),
+		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: "sk-a"},
+			{Name: "o", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: "sk-o"}}},
+		WithLogger(discardLogger()))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	tests := []struct {
+		name, count, create, body, createBody string
+	}{
+		{"anthropic", "/a/v1/messages/count_tokens", "/a/v1/messages",
+			`{"model":"claude-x","messages":[{"role":"user","content":"count me"}]}`,
+			`{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"count me"}]}`},
+		{"openai", "/o/v1/responses/input_tokens", "/o/v1/responses",
+			`{"model":"gpt-x","input":"count me"}`, `{"model":"gpt-x","max_output_tokens":16,"input":"count me"}`},
+	}
+	for _, tt := range tests {
+		before := clientSpend(t, readStatus(t, base, "ck-team"), "team")
+		for range 3 {
+			code, body := call(t, "POST", base+tt.count, "ck-team", tt.body)
+			require.Equal(t, http.StatusOK, code, "%s: %s", tt.name, body)
+			require.Contains(t, string(body), `"input_tokens"`)
+		}
+		after := clientSpend(t, readStatus(t, base, "ck-team"), "team")
+		require.Equal(t, before.Day.SpentUSD, after.Day.SpentUSD, "%s: counting is free", tt.name)
+		require.Zero(t, after.ReservedUSD, tt.name)
+		code, body := call(t, "POST", base+tt.create, "ck-team", tt.createBody)
+		require.Equal(t, http.StatusOK, code, "%s: %s", tt.name, body)
+		require.Eventually(t, func() bool {
+			s := clientSpend(t, readStatus(t, base, "ck-team"), "team")
+			return s.ReservedUSD == 0 && s.Day.SpentUSD > after.Day.SpentUSD
+		}, 10*time.Second, 10*time.Millisecond, "%s: the create is charged", tt.name)
+	}
+	st := m.Stats().Overall.ByEndpoint
+	require.EqualValues(t, 3, st[mock.EndpointCountTokens])
+	require.EqualValues(t, 3, st[mock.EndpointInputTokens])
 }

@@ -99,7 +99,9 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	}
 	if u.countsTokens(r.Method, rest) {
 		// Token counting: its own bucket, never the messages quota or a
-		// budget (count_tokens.go); counted as a pass-through.
+		// budget (count_tokens.go); counted as a pass-through, logged and
+		// traced as count_tokens.
+		rl.endpoint = provider.EndpointCountTokens.String()
 		s.view.CountPassthrough(name)
 		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
 		s.serveCountTokens(sw, r, u, cl, rl.id, rest)
@@ -124,6 +126,25 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 				cl.Name, strings.Join(provider.ScheduledPaths(u.cfg.Protocol), ", "), r.Method, rest)})
 		s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
 		return
+	}
+	if id, ok := provider.ResponsesPathID(rest); ok {
+		// A stored Response created through one of u's fallbacks is
+		// reached there, with the key that created it.
+		owner := s.responseOwner(r.Context(), u, id)
+		if owner != u {
+			if _, denied := errors.AsType[*admit.Refusal](s.admit.Permit(cl.Name, owner.cfg.Name, "")); denied {
+				s.outcome(rl, "", outcomeForbidden)
+				frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusNotFound,
+					Message: fmt.Sprintf("response %s was created through upstream %s (a fallback of %s), which client %s may not use",
+						id, owner.cfg.Name, name, cl.Name)})
+				s.logRequest(r.Context(), slog.LevelInfo, rl, sw.status)
+				return
+			}
+			r = r.Clone(r.Context())
+			r.URL.Path, r.URL.RawPath = "/"+owner.cfg.Name+rest, ""
+			sw.Header().Set(frontdoor.HeaderUpstream, owner.cfg.Name)
+			u = owner
+		}
 	}
 	s.servePassthrough(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rl.id)), u)
 	// Not counted in sluice_requests_total; logged at debug only.

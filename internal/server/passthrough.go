@@ -93,6 +93,38 @@ func (u *upstream) passKeyFor(ctx context.Context, path string) string {
 	return u.passKey()
 }
 
+// responseOwner returns the upstream a retrieval of stored Response id
+// sent to u is for: u when u created it or no upstream is known to have,
+// else the fallback of u (in the order of its fallbacks) that created it:
+// a create served by a fallback left its Response there.
+func (s *Server) responseOwner(ctx context.Context, u *upstream, id string) *upstream {
+	created := func(x *upstream) bool {
+		e, ok := x.engine.(responseCreator)
+		if !ok {
+			return false
+		}
+		_, ok = e.CreatedResponse(ctx, id)
+		return ok
+	}
+	if created(u) {
+		return u
+	}
+	for _, fb := range u.cfg.Fallbacks {
+		if f := s.upstreams[fb.Upstream]; f != nil && created(f) {
+			return f
+		}
+	}
+	return u
+}
+
+// responseCreator is an engine that knows whether its upstream created a
+// stored Response (*dispatch.Dispatcher).
+type responseCreator interface {
+	CreatedResponse(ctx context.Context, id string) (string, bool)
+}
+
+var _ responseCreator = (*dispatch.Dispatcher)(nil)
+
 // responseKeyer is an engine that knows which key created each stored
 // Response (*dispatch.Dispatcher).
 type responseKeyer interface {

@@ -172,11 +172,18 @@ func TestResponsesReachTheKeyThatCreatedThem(t *testing.T) {
 		items, err := c.Responses.InputItems.List(ctx, id, responses.InputItemListParams{})
 		require.NoError(t, err, "input_items %s", id)
 		require.Len(t, items.Data, 1)
+		// Counting the next turn goes to the key that holds this one, as
+		// the create does.
+		count, err := c.Responses.InputTokens.Count(ctx, responses.InputTokenCountParams{Model: openai.String("gpt-4.1"),
+			PreviousResponseID: openai.String(got.ID),
+			Input:              responses.InputTokenCountParamsInputUnion{OfString: openai.String("and then?")}})
+		require.NoError(t, err, "counting after %s", id)
 		next, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-4.1", MaxOutputTokens: openai.Int(16),
 			PreviousResponseID: openai.String(got.ID),
 			Input:              responses.ResponseNewParamsInputUnion{OfString: openai.String("and then?")}})
 		require.NoError(t, err, "continuing %s", id)
 		require.Greater(t, next.Usage.InputTokens, got.Usage.InputTokens)
+		require.Equal(t, next.Usage.InputTokens, count.InputTokens)
 		if i%2 == 1 {
 			// A finished background response cannot be cancelled: the
 			// provider's 400 says so, which proves the call found it (another

@@ -124,3 +124,62 @@ func TestTraces(t *testing.T) {
 	}
 	require.Equal(t, "job_"+job.ID.String(), jattrs["sluice.request_id"])
 }
+
+// TestTraceEndpointAttribute: a request's span names the endpoint it
+// created (sluice.endpoint): chat on both protocols, responses,
+// embeddings, count_tokens on both protocols, and other for a
+// pass-through.
+func TestTraceEndpointAttribute(t *testing.T) {
+	t.Parallel()
+	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", OutputTokens: mock.OutputRange{Min: 4, Max: 4}, Seed: 2})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	g, err := New(Config{Store: StoreNone, Listen: "127.0.0.1:0",
+		Upstreams: []upcfg.Config{{Name: "a", Protocol: llm.Anthropic, BaseURL: m.URL(), APIKey: upstreamKey},
+			{Name: "o", Protocol: llm.OpenAI, BaseURL: m.URL(), APIKey: upstreamKey}}},
+		WithLogger(discardLogger()), WithTracerProvider(tp))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	tests := []struct {
+		method, path, body, want string
+		code                     int
+	}{
+		{"POST", "/a/v1/messages", `{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, "chat", 200},
+		{"POST", "/o/v1/chat/completions", `{"model":"gpt-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, "chat", 200},
+		{"POST", "/o/v1/responses", `{"model":"gpt-x","max_output_tokens":16,"input":"hi"}`, "responses", 200},
+		{"POST", "/o/v1/embeddings", `{"model":"text-embedding-3-small","input":"hi"}`, "embeddings", 200},
+		{"POST", "/a/v1/messages/count_tokens", `{"model":"claude-x","messages":[{"role":"user","content":"hi"}]}`, "count_tokens", 200},
+		{"POST", "/o/v1/responses/input_tokens", `{"model":"gpt-x","input":"hi"}`, "count_tokens", 200},
+		{"GET", "/o/v1/models", "", "other", http.StatusNotFound}, // the mock has no models route
+	}
+	for i, tt := range tests {
+		code, body := call(t, tt.method, base+tt.path, "", tt.body)
+		require.Equal(t, tt.code, code, "%s %s: %s", tt.method, tt.path, body)
+		var span tracetest.SpanStub
+		require.Eventually(t, func() bool {
+			var ours []tracetest.SpanStub
+			for _, s := range exp.GetSpans() {
+				if s.SpanKind == trace.SpanKindServer {
+					ours = append(ours, s)
+				}
+			}
+			if len(ours) != i+1 {
+				return false
+			}
+			span = ours[i]
+			return true
+		}, 5*time.Second, 5*time.Millisecond)
+		attrs := map[string]any{}
+		for _, a := range span.Attributes {
+			attrs[string(a.Key)] = a.Value.AsInterface()
+		}
+		require.Equal(t, tt.path, attrs["url.path"])
+		require.Equal(t, tt.want, attrs["sluice.endpoint"], "%s %s", tt.method, tt.path)
+	}
+}
