@@ -30,7 +30,7 @@ var allowedImports = map[string][]string{
 	"internal/jobstore":              {"internal/clock", "internal/lifecycle", "internal/llm"},
 	"internal/jobstore/jobstoretest": {"internal/jobstore", "internal/llm"},
 	"internal/jobs":                  {"internal/admit", "internal/clock", "internal/dispatch", "internal/flow", "internal/frontdoor", "internal/jobsapi", "internal/jobstore", "internal/lifecycle", "internal/llm", "internal/provider", "internal/provider/batches", "internal/webhook", "upstream"},
-	"internal/jobsapi":               {"internal/clock", "internal/frontdoor", "internal/jobstore", "internal/llm"},
+	"internal/jobsapi":               {"internal/clock", "internal/frontdoor", "internal/jobstore", "internal/llm", "internal/provider"},
 	"internal/webhook":               {},
 	"internal/configfile":            {},
 	"internal/configfile/schemagen":  {"internal/server"},

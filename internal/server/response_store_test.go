@@ -145,7 +145,7 @@ func TestResponseKeysReachEveryNode(t *testing.T) {
 		require.Equal(t, len(ids), reachable(t, b, ids), "node b reaches the responses created on node a")
 		// A job continuing one goes to its key too (its ticket's call
 		// moves there).
-		for _, id := range ids[:2] {
+		for _, id := range ids[:min(2, len(ids))] { // however the creates landed on the keys
 			code, body := call(t, "POST", "http://"+b.Addr()+"/v1/jobs", "",
 				`{"upstream":"openai","path":"/v1/responses","request":{"model":"gpt-4.1","max_output_tokens":16,"previous_response_id":"`+id+`","input":"and then?"}}`)
 			require.Equal(t, http.StatusAccepted, code, string(body))
