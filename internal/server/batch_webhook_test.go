@@ -110,7 +110,10 @@ func TestBatchWebhooksFromTheSDKs(t *testing.T) {
 	failed, err := oa.Batches.New(ctx, openai.BatchNewParams{InputFileID: bad.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
 		CompletionWindow: openai.BatchNewParamsCompletionWindow24h}, ooption.WithHeader(jobsapi.WebhookHeader, hook))
 	require.NoError(t, err)
-	require.Equal(t, openai.BatchStatusFailed, failed.Status)
+	require.Equal(t, openai.BatchStatusValidating, failed.Status, "the create answers validating, as OpenAI's")
+	failed, err = oa.Batches.Get(ctx, failed.ID)
+	require.NoError(t, err)
+	require.Equal(t, openai.BatchStatusFailed, failed.Status, "the next read shows the file refused")
 	_, err = oa.Batches.New(ctx, openai.BatchNewParams{InputFileID: in.ID, Endpoint: openai.BatchNewParamsEndpointV1ChatCompletions,
 		CompletionWindow: openai.BatchNewParamsCompletionWindow24h, Metadata: shared.Metadata{jobsapi.WebhookMetadataKey: "http://10.1.2.3/x"}})
 	var oe *openai.Error
