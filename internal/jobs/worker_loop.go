@@ -27,6 +27,8 @@ import (
 // touch it. One turn of the loop (run) is its steps in order:
 //
 //	refreshBacklog  when due: the spool written back, the backlog per class read, the poll timer set
+//	askUrgent       when due: per class, an Acquire on the fallback that takes the jobs whose
+//	                deadline the upstream's predicted wait would miss
 //	topUp           Acquire calls asked, round robin over the classes with work
 //	offerHandoff    the free slots offered to jobs submitted meanwhile, or withdrawn
 //	wait            one event: a job done, grants (onGrants → claimAndStart), a
@@ -50,10 +52,14 @@ type workerLoop struct {
 	acquiring     sync.WaitGroup
 
 	pending [llm.NumPriorities]int // Acquire calls outstanding
-	backlog [llm.NumPriorities]int // available jobs known, less those claimed since
-	running int                    // jobs started here and not done
-	refresh bool                   // read the backlog before the next top-up
-	refused bool                   // an Acquire failed (the engine stopped): none until the next poll
+	urgent  [llm.NumPriorities]int // of them, urgent routes' (askUrgent): not counted against the backlog
+	// urgentDue: each class's urgent route is asked for at the next turn
+	// (once per backlog read).
+	urgentDue [llm.NumPriorities]bool
+	backlog   [llm.NumPriorities]int // available jobs known, less those claimed since
+	running   int                    // jobs started here and not done
+	refresh   bool                   // read the backlog before the next top-up
+	refused   bool                   // an Acquire failed (the engine stopped): none until the next poll
 }
 
 // loop runs the worker until ctx ends (the service stops claiming) or the
@@ -96,6 +102,7 @@ func (l *workerLoop) run() {
 		if l.refresh && !l.refreshBacklog() {
 			return
 		}
+		l.askUrgent()
 		l.topUp()
 		l.offerHandoff()
 		if !l.wait() {
@@ -142,6 +149,9 @@ func (l *workerLoop) refreshBacklog() bool {
 	} else {
 		l.backlog = b
 	}
+	for c := range l.urgentDue {
+		l.urgentDue[c] = true
+	}
 	l.resetPoll()
 	return true
 }
@@ -167,7 +177,7 @@ func (l *workerLoop) topUp() {
 	for free := l.free(); free > 0 && !l.refused; {
 		added := false
 		for c := range llm.NumPriorities {
-			if free > 0 && l.backlog[c] > l.pending[c] {
+			if free > 0 && l.backlog[c] > l.pending[c]-l.urgent[c] {
 				l.acquire(llm.Priority(c))
 				free--
 				added = true
@@ -193,16 +203,40 @@ func (l *workerLoop) pendingHandoffs() int {
 	return l.handoff.Pending()
 }
 
-// acquire asks the engine for an admission in class c; the ticket (or the
-// error) comes back through grants.
+// acquire asks the engine of class c's route for an admission; the ticket
+// (or the error) comes back through grants.
 func (l *workerLoop) acquire(c llm.Priority) {
+	l.acquireVia(c, l.w.routeFor(c))
+}
+
+// askUrgent asks, once per backlog read, for each class with a backlog
+// and a free slot, for an admission on the fallback the admission layer
+// names for the class's jobs whose deadline the upstream's predicted wait
+// would miss (admit.JobRoute.Urgent); its ticket claims only such jobs. It
+// waits no longer than that wait: past it, the upstream takes them as
+// soon.
+func (l *workerLoop) askUrgent() {
+	for c := range llm.NumPriorities {
+		if !l.urgentDue[c] || l.backlog[c] == 0 || l.urgent[c] > 0 || l.free() <= 0 {
+			continue
+		}
+		l.urgentDue[c] = false
+		if via, ok := l.w.urgentFor(llm.Priority(c)); ok {
+			l.urgent[c]++
+			l.acquireVia(llm.Priority(c), via)
+		}
+	}
+}
+
+// acquireVia asks via's engine for an admission in class c; the ticket
+// (or the error) comes back through grants.
+func (l *workerLoop) acquireVia(c llm.Priority, via route) {
 	l.pending[c]++
 	l.acquiring.Add(1)
 	w, ctx, grants := l.w, l.acqCtx, l.grants
-	via := w.routeFor(c)
 	go func() {
 		defer l.acquiring.Done()
-		t, err := via.dispatcher.Acquire(ctx, dispatch.AcquireParams{Priority: c, Client: jobsClient, Cost: w.costs.estimate(c)})
+		t, err := via.dispatcher.Acquire(ctx, dispatch.AcquireParams{Priority: c, Client: jobsClient, Cost: w.costs.estimate(c), Deadline: via.by})
 		grants <- grant{class: c, via: via, ticket: t, err: err}
 	}()
 }
@@ -246,16 +280,22 @@ func (l *workerLoop) wait() bool {
 }
 
 // onGrants files g and the other Acquire calls already returned by class,
-// then claims jobs for the tickets, class by class.
+// then claims jobs for the tickets, class by class: the urgent routes'
+// first.
 func (l *workerLoop) onGrants(g grant) {
-	var ready [llm.NumPriorities][]admission
-	l.collect(g, &ready)
+	var ready, urgent [llm.NumPriorities][]admission
+	l.collect(g, &ready, &urgent)
 	for drained := false; !drained; {
 		select {
 		case g := <-l.grants:
-			l.collect(g, &ready)
+			l.collect(g, &ready, &urgent)
 		default:
 			drained = true
+		}
+	}
+	for c, tickets := range urgent {
+		for _, a := range tickets {
+			l.claimUrgent(llm.Priority(c), a)
 		}
 	}
 	for c, tickets := range ready {
@@ -265,11 +305,19 @@ func (l *workerLoop) onGrants(g grant) {
 	}
 }
 
-// collect files a returned Acquire: a ticket by its class. An error (the
-// dispatcher stopped, or the loop is stopping) refuses further Acquire
-// calls until the next poll.
-func (l *workerLoop) collect(g grant, ready *[llm.NumPriorities][]admission) {
+// collect files a returned Acquire: a ticket by its class (an urgent
+// route's apart). An error (the dispatcher stopped, or the loop is
+// stopping) refuses further Acquire calls until the next poll; an urgent
+// route's (its wait outlived its jobs' deadlines) only ends that Acquire.
+func (l *workerLoop) collect(g grant, ready, urgent *[llm.NumPriorities][]admission) {
 	l.pending[g.class]--
+	if !g.via.by.IsZero() {
+		l.urgent[g.class]--
+		if g.err == nil {
+			urgent[g.class] = append(urgent[g.class], admission{ticket: g.ticket, via: g.via})
+		}
+		return
+	}
 	if g.err != nil {
 		if errors.Is(g.err, dispatch.ErrTooLarge) {
 			// A remembered cost no bucket can hold (its job died of it):
@@ -287,7 +335,7 @@ func (l *workerLoop) collect(g grant, ready *[llm.NumPriorities][]admission) {
 // the tickets left without a job.
 func (l *workerLoop) claimAndStart(class llm.Priority, tickets []admission) {
 	tickets = l.grantedAtOnce(class, tickets)
-	jobs := l.w.claim(l.ctx, class, len(tickets))
+	jobs := l.w.claim(l.ctx, class, len(tickets), time.Time{})
 	for i, j := range jobs {
 		l.start(j, tickets[i])
 	}
@@ -302,6 +350,19 @@ func (l *workerLoop) claimAndStart(class llm.Priority, tickets []admission) {
 	}
 	l.backlog[class] = max(l.backlog[class]-len(jobs), 0)
 	l.refresh = l.refresh || l.backlog[class] == 0 // used up: there may be more
+}
+
+// claimUrgent claims one job of class whose deadline is at or before the
+// urgent route's (a.via.by) and starts it with a, or gives a back when
+// there is none: the backlog may hold none such.
+func (l *workerLoop) claimUrgent(class llm.Priority, a admission) {
+	jobs := l.w.claim(l.ctx, class, 1, a.via.by)
+	if len(jobs) == 0 {
+		a.ticket.Release()
+		return
+	}
+	l.start(jobs[0], a)
+	l.backlog[class] = max(l.backlog[class]-1, 0)
 }
 
 // grantedAtOnce adds to tickets the ones the engine grants class at once,
@@ -323,7 +384,7 @@ func (l *workerLoop) grantedAtOnce(class llm.Priority, tickets []admission) []ad
 // once, and otherwise hands it back: it never waits under its lease.
 func (l *workerLoop) takeHanded(j *jobstore.Job) {
 	w := l.w
-	via := w.routeFor(j.Priority)
+	via := w.routeForJob(j.Priority, j.Deadline)
 	if t, ok := via.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: j.Priority, Client: j.Client,
 		Cost: w.costs.estimate(j.Priority)}); ok {
 		l.start(j, admission{ticket: t, via: via})
