@@ -158,7 +158,8 @@ func TestJobsFallBackWhileTheirUpstreamIsUnavailable(t *testing.T) {
 // and the log has no rate limit in it.
 func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
 	t.Parallel()
-	layer, err := admit.New(admit.Config{Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic}},
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	layer, err := admit.New(admit.Config{Clock: clk, Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic}},
 		Clients: []admit.Client{{Name: "acme", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 120, BurstSeconds: 0.5}}}}})
 	require.NoError(t, err)
 	d := succeed()
@@ -166,7 +167,9 @@ func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	s := newService(t, nil, d, nil, func(c *Config) {
+		c.Clock = clk
 		c.Admission = layer
+		c.RescueInterval = -1
 		c.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	var ids []int64
@@ -176,6 +179,18 @@ func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, code, string(body))
 		ids = append(ids, decode[jobsapi.JobView](t, body).ID)
 	}
+	// One every half second (a burst of one): the clock is stepped until
+	// the client's next turns come.
+	stepUntil(t, clk, 100*time.Millisecond, func() bool {
+		for _, id := range ids {
+			if !finished(t, s, id) {
+				return false
+			}
+		}
+		return true
+	})
+	require.GreaterOrEqual(t, clk.Now().Sub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), time.Second,
+		"the second and third waited their turns")
 	for _, id := range ids {
 		v := await(t, s, id)
 		require.Equal(t, "succeeded", string(v.State))
