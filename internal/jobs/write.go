@@ -28,118 +28,180 @@ const (
 // before any claim. When the spool cannot take the answer it is held in
 // memory (heldAnswers) and retried until the service stops.
 func (w *worker) write(ctx context.Context, j *jobstore.Job, v verdict, l *lease) AttemptOutcome {
-	s := w.s
-	cfg := s.cfg
+	rw := &resultWrite{w: w, ctx: ctx, j: j, v: v, l: l}
+	if keepable(v) && w.s.storeAway.Load() {
+		rw.triedSpool = true
+		rw.spooled = w.spoolFirst(j, v, errStoreAway)
+	}
+	defer rw.end()
 	wait := writeRetryFirst
-	holding := false
-	spooled := "" // the spool entry this worker owns, holding v
-	triedSpool := keepable(v) && s.storeAway.Load()
-	if triedSpool {
-		spooled = w.spoolFirst(j, v, errStoreAway)
-	}
-	// settle ends the spool entry's ownership: the store has the answer
-	// (or refuses it for good), or the write-back is to apply it.
-	settle := func(kept bool) {
-		switch {
-		case spooled == "":
-		case kept:
-			s.spool.release(spooled)
-		default:
-			if err := s.spool.remove(spooled); err != nil {
-				// Written back again later, the store's state stands.
-				cfg.Logger.Error("removing a job result's spool entry", "job", j.ID, "err", err)
-				s.spool.release(spooled)
-			}
-		}
-		spooled = ""
-	}
-	defer func() { settle(true) }() // no path leaves an entry owned
 	for tries := 1; ; tries++ {
-		st, err := w.writeOnce(j, v)
-		switch {
-		case err == nil:
-			s.storeAway.Store(false)
-			settle(false)
-			return w.recorded(j, v, st)
-		case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
-			if v.complete == nil || errors.Is(context.Cause(ctx), errJobCanceled) {
-				settle(false)
-				return AttemptLeaseLost
-			}
-			// The rescuer requeued the job while the store could not hear
-			// the heartbeats: offer the answer through CompleteSpooled,
-			// which takes it while the job is live, so that no claim here
-			// starts the job's call meanwhile.
-			taken, cerr := s.answers.completeLost(j.ID, j.Lease.Token, holding, cfg.Clock.Now(), cfg.LeaseFor,
-				func() error { return w.completeSpooled(j, v) })
-			switch {
-			case taken:
-				return AttemptLeaseLost // a claim here writes the answer
-			case cerr == nil:
-				settle(false)
-				return w.recorded(j, v, jobstore.StateSucceeded)
-			case spooled != "" && errors.Is(cerr, jobstore.ErrUnavailable):
-				settle(true) // the write-back completes it once the store answers
-				return AttemptStoreError
-			case !holding || !errors.Is(cerr, jobstore.ErrUnavailable):
-				settle(false)
-				return AttemptLeaseLost
-			}
-			err = cerr // the store went away again: keep holding
+		out, done, err := rw.try()
+		if done {
+			return out
 		}
-		if errors.Is(err, jobstore.ErrUnavailable) {
-			s.storeAway.Store(true)
-		}
-		if !triedSpool && keepable(v) {
-			// Kept on disk before anything else, so a crash while the
-			// store is away cannot lose a paid answer.
-			triedSpool = true
-			spooled = w.spoolFirst(j, v, err)
-		}
-		now := cfg.Clock.Now()
-		stopping := w.jobCtx.Err() != nil || s.stopping.Err() != nil
-		// Trust the lease only while one more heartbeat could renew it
-		// before it runs out (the rescuer goes by the store's copy).
-		trusted := now.Add(wait).Before(l.trustedUntil().Add(-cfg.HeartbeatEvery))
-		if stopping || !trusted {
-			if !keepable(v) {
-				// A retry or reschedule: the job is called again anyway.
-				cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
-				return AttemptStoreError
-			}
-			if spooled != "" {
-				settle(true) // the write-back applies it before any claim
-				cfg.Logger.Warn("kept a job result in the spool until the store answers", "job", j.ID, "err", err)
-				return AttemptStoreError
-			}
-			if w.spoolResult(j, v, err) {
-				return AttemptStoreError
-			}
-			if stopping {
-				cfg.Logger.Error("dropping a job result the store could not take: the job will be called again",
-					"job", j.ID, "err", err)
-				return AttemptStoreError
-			}
-			// The spool cannot take it (full, on the full disk, or none):
-			// hold it here and go on retrying. A claim of the job in this
-			// process (after a rescue) takes the answer instead of calling.
-			if !holding {
-				holding = true
-				s.answers.hold(j.ID, j.Lease.Token, v)
-				defer s.answers.unhold(j.ID, j.Lease.Token)
-			}
+		if out, done := rw.untrusted(err, wait); done {
+			return out
 		}
 		if tries == 1 {
-			cfg.Logger.Warn("recording job result; retrying while the lease holds", "job", j.ID, "err", err, "spooled", spooled != "")
+			w.s.cfg.Logger.Warn("recording job result; retrying while the lease holds", "job", j.ID, "err", err, "spooled", rw.spooled != "")
 		}
-		t := cfg.Clock.NewTimer(wait)
-		select {
-		case <-t.C():
-		case <-w.jobCtx.Done():
-		case <-s.stopping.Done(): // one last try, then the spool
-		}
-		t.Stop()
+		rw.pause(wait)
 		wait = min(2*wait, writeRetryMax)
+	}
+}
+
+// resultWrite is one write of a verdict (worker.write) and what it holds
+// across its tries.
+type resultWrite struct {
+	w   *worker
+	ctx context.Context
+	j   *jobstore.Job
+	v   verdict
+	l   *lease
+	// spooled is the spool entry this write owns, holding v ("": none);
+	// triedSpool says the spool was offered v already.
+	spooled    string
+	triedSpool bool
+	// holding: v is held in memory (heldAnswers) past the lease.
+	holding bool
+}
+
+// end leaves nothing owned: the answer held in memory is withdrawn (unless
+// a claim took it) and a spool entry still owned goes to the write-back.
+func (rw *resultWrite) end() {
+	if rw.holding {
+		rw.w.s.answers.unhold(rw.j.ID, rw.j.Lease.Token)
+	}
+	rw.settle(true)
+}
+
+// settle ends the spool entry's ownership: the store has the answer (or
+// refuses it for good: kept false, the entry is removed), or the
+// write-back is to apply it (kept true).
+func (rw *resultWrite) settle(kept bool) {
+	s := rw.w.s
+	switch {
+	case rw.spooled == "":
+	case kept:
+		s.spool.release(rw.spooled)
+	default:
+		if err := s.spool.remove(rw.spooled); err != nil {
+			// Written back again later, the store's state stands.
+			s.cfg.Logger.Error("removing a job result's spool entry", "job", rw.j.ID, "err", err)
+			s.spool.release(rw.spooled)
+		}
+	}
+	rw.spooled = ""
+}
+
+// try makes one store write of the verdict. done reports that the write
+// is over with out; otherwise err is why the store did not take it, and
+// the answer is on disk if it is worth keeping (spoolFirst).
+func (rw *resultWrite) try() (out AttemptOutcome, done bool, err error) {
+	w, s, j, v := rw.w, rw.w.s, rw.j, rw.v
+	st, err := w.writeOnce(j, v)
+	switch {
+	case err == nil:
+		s.storeAway.Store(false)
+		rw.settle(false)
+		return w.recorded(j, v, st), true, nil
+	case errors.Is(err, jobstore.ErrLeaseLost), errors.Is(err, jobstore.ErrNotFound):
+		if out, done, err = rw.lost(); done {
+			return out, true, nil
+		}
+	}
+	if errors.Is(err, jobstore.ErrUnavailable) {
+		s.storeAway.Store(true)
+	}
+	if !rw.triedSpool && keepable(v) {
+		// Kept on disk before anything else, so a crash while the store is
+		// away cannot lose a paid answer.
+		rw.triedSpool = true
+		rw.spooled = w.spoolFirst(j, v, err)
+	}
+	return "", false, err
+}
+
+// lost handles a write the store refused because the lease is lost: a
+// canceled job or a failure is dropped; a success whose job the rescuer
+// requeued while the store could not hear the heartbeats is offered
+// through CompleteSpooled, which takes it while the job is live, so that
+// no claim here starts the job's call meanwhile. done false: the store
+// went away again while the answer is held (err), keep trying.
+func (rw *resultWrite) lost() (out AttemptOutcome, done bool, err error) {
+	w, s, j, v := rw.w, rw.w.s, rw.j, rw.v
+	if v.complete == nil || errors.Is(context.Cause(rw.ctx), errJobCanceled) {
+		rw.settle(false)
+		return AttemptLeaseLost, true, nil
+	}
+	taken, cerr := s.answers.completeLost(j.ID, j.Lease.Token, rw.holding, s.cfg.Clock.Now(), s.cfg.LeaseFor,
+		func() error { return w.completeSpooled(j, v) })
+	switch {
+	case taken:
+		return AttemptLeaseLost, true, nil // a claim here writes the answer
+	case cerr == nil:
+		rw.settle(false)
+		return w.recorded(j, v, jobstore.StateSucceeded), true, nil
+	case rw.spooled != "" && errors.Is(cerr, jobstore.ErrUnavailable):
+		rw.settle(true) // the write-back completes it once the store answers
+		return AttemptStoreError, true, nil
+	case !rw.holding || !errors.Is(cerr, jobstore.ErrUnavailable):
+		rw.settle(false)
+		return AttemptLeaseLost, true, nil
+	}
+	return "", false, cerr
+}
+
+// untrusted decides, after a failed try (err) with wait to the next, what
+// happens once the lease can no longer be trusted (one more heartbeat
+// could not renew it before it runs out: the rescuer goes by the store's
+// copy) or the service stops: a retry or reschedule is dropped (the job is
+// called again anyway), a spooled answer is left to the write-back, an
+// answer not spooled yet is spooled; one the spool cannot take is dropped
+// at a stop and otherwise held in memory while the write goes on (done
+// false).
+func (rw *resultWrite) untrusted(err error, wait time.Duration) (out AttemptOutcome, done bool) {
+	w, s, j, v := rw.w, rw.w.s, rw.j, rw.v
+	cfg := s.cfg
+	stopping := w.jobCtx.Err() != nil || s.stopping.Err() != nil
+	trusted := cfg.Clock.Now().Add(wait).Before(rw.l.trustedUntil().Add(-cfg.HeartbeatEvery))
+	switch {
+	case !stopping && trusted:
+		return "", false
+	case !keepable(v):
+		cfg.Logger.Warn("recording job result", "job", j.ID, "err", err)
+		return AttemptStoreError, true
+	case rw.spooled != "":
+		rw.settle(true) // the write-back applies it before any claim
+		cfg.Logger.Warn("kept a job result in the spool until the store answers", "job", j.ID, "err", err)
+		return AttemptStoreError, true
+	case w.spoolResult(j, v, err):
+		return AttemptStoreError, true
+	case stopping:
+		cfg.Logger.Error("dropping a job result the store could not take: the job will be called again", "job", j.ID, "err", err)
+		return AttemptStoreError, true
+	}
+	// The spool cannot take it (full, on the full disk, or none): hold it
+	// here and go on retrying. A claim of the job in this process (after a
+	// rescue) takes the answer instead of calling.
+	if !rw.holding {
+		rw.holding = true
+		s.answers.hold(j.ID, j.Lease.Token, v)
+	}
+	return "", false
+}
+
+// pause waits out wait on the clock before the next try, or less when the
+// job's context ends or the service stops (one last try, then the spool).
+func (rw *resultWrite) pause(wait time.Duration) {
+	s := rw.w.s
+	t := s.cfg.Clock.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-rw.w.jobCtx.Done():
+	case <-s.stopping.Done():
 	}
 }
 
