@@ -63,7 +63,7 @@ const (
 
 // Dispatcher is what the runtime needs from an upstream's engine: an
 // admission (a ticket) in a priority class, waited for in the engine's
-// scheduler or granted only at once, each good for exactly one upstream
+// scheduler or admitted only at once, each good for exactly one upstream
 // call. *dispatch.Dispatcher implements it.
 type Dispatcher interface {
 	Acquire(ctx context.Context, p dispatch.AcquireParams) (*dispatch.Ticket, error)

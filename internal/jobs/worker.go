@@ -41,15 +41,16 @@ type worker struct {
 // live client.
 const jobsClient = "sluice-jobs"
 
-// grant is an Acquire that returned.
-type grant struct {
+// acquired is an Acquire that returned: its ticket (an admission), or why
+// there is none.
+type acquired struct {
 	class  llm.Priority
 	via    route
 	ticket *dispatch.Ticket
 	err    error
 }
 
-// admission is a granted ticket and where it was asked.
+// admission is an admitted ticket and where it was asked.
 type admission struct {
 	ticket *dispatch.Ticket
 	via    route

@@ -15,15 +15,15 @@ import (
 // workerLoop is one worker's loop and its state. It keeps up to
 // MaxInFlightPerUpstream admissions outstanding (Acquire calls waiting plus
 // calls in flight), spread round robin over the classes with a backlog and
-// never more per class than its backlog. When a ticket is granted it
-// collects the other tickets already granted, adds the ones the engine
-// grants at once (TryAcquire), and claims that many jobs of the class in
+// never more per class than its backlog. When a ticket is admitted it
+// collects the other tickets already admitted, adds the ones the engine
+// admits at once (TryAcquire), and claims that many jobs of the class in
 // one statement; tickets left without a job are given back. While it has
 // nothing to wait for it offers its free slots through a jobstore.Handoff,
 // so jobs submitted meanwhile start without a claim.
 //
 // Its state belongs to the loop's goroutine: the Acquire calls and the
-// jobs it starts report back through channels (grants, done) and never
+// jobs it starts report back through channels (returns, done) and never
 // touch it. One turn of the loop (run) is its steps in order:
 //
 //	refreshBacklog  when due: the spool written back, the backlog per class read, the poll timer set
@@ -31,7 +31,7 @@ import (
 //	                deadline the upstream's predicted wait would miss
 //	topUp           Acquire calls asked, round robin over the classes with work
 //	offerHandoff    the free slots offered to jobs submitted meanwhile, or withdrawn
-//	wait            one event: a job done, grants (onGrants → claimAndStart), a
+//	wait            one event: a job done, Acquire calls returned (onReturns → claimAndStart), a
 //	                handed-off job (takeHanded), a notification or the poll timer
 //
 // and close ends it.
@@ -41,7 +41,7 @@ type workerLoop struct {
 	limit int             // MaxInFlightPerUpstream
 
 	done    chan struct{} // a job started here finished
-	grants  chan grant    // an Acquire returned
+	returns chan acquired // an Acquire returned
 	notify  <-chan struct{}
 	poll    clock.Timer
 	handoff *jobstore.Handoff // nil: none could be registered
@@ -76,7 +76,7 @@ func (w *worker) newLoop(ctx context.Context) *workerLoop {
 	cfg := w.s.cfg
 	l := &workerLoop{w: w, ctx: ctx, limit: cfg.MaxInFlightPerUpstream, refresh: true}
 	l.done = make(chan struct{}, l.limit)
-	l.grants = make(chan grant, l.limit)
+	l.returns = make(chan acquired, l.limit)
 	l.notify = w.s.store.Notify(ctx, w.upstream)
 	l.poll = cfg.Clock.NewTimer(cfg.PollInterval)
 	l.acqCtx, l.stopAcquiring = context.WithCancel(ctx)
@@ -113,7 +113,7 @@ func (l *workerLoop) run() {
 
 // close ends the loop: the jobs leased to it through the handoff go back
 // to the queue, the Acquire calls still waiting are stopped, and the
-// tickets granted to them are released.
+// tickets admitted to them are released.
 func (l *workerLoop) close() {
 	if l.handoff != nil {
 		for _, j := range l.handoff.Close() {
@@ -122,8 +122,8 @@ func (l *workerLoop) close() {
 	}
 	l.stopAcquiring()
 	l.acquiring.Wait()
-	close(l.grants)
-	for g := range l.grants {
+	close(l.returns)
+	for g := range l.returns {
 		if g.ticket != nil {
 			g.ticket.Release()
 		}
@@ -204,7 +204,7 @@ func (l *workerLoop) pendingHandoffs() int {
 }
 
 // acquire asks the engine of class c's route for an admission; the ticket
-// (or the error) comes back through grants.
+// (or the error) comes back through returns.
 func (l *workerLoop) acquire(c llm.Priority) {
 	l.acquireVia(c, l.w.routeFor(c))
 }
@@ -229,15 +229,15 @@ func (l *workerLoop) askUrgent() {
 }
 
 // acquireVia asks via's engine for an admission in class c; the ticket
-// (or the error) comes back through grants.
+// (or the error) comes back through returns.
 func (l *workerLoop) acquireVia(c llm.Priority, via route) {
 	l.pending[c]++
 	l.acquiring.Add(1)
-	w, ctx, grants := l.w, l.acqCtx, l.grants
+	w, ctx, returns := l.w, l.acqCtx, l.returns
 	go func() {
 		defer l.acquiring.Done()
 		t, err := via.dispatcher.Acquire(ctx, dispatch.AcquireParams{Priority: c, Client: jobsClient, Cost: w.costs.estimate(c), Deadline: via.by})
-		grants <- grant{class: c, via: via, ticket: t, err: err}
+		returns <- acquired{class: c, via: via, ticket: t, err: err}
 	}()
 }
 
@@ -264,8 +264,8 @@ func (l *workerLoop) wait() bool {
 		return false
 	case <-l.done:
 		l.running--
-	case g := <-l.grants:
-		l.onGrants(g)
+	case g := <-l.returns:
+		l.onReturns(g)
 	case j := <-l.handed:
 		l.takeHanded(j)
 	case _, ok := <-l.notify:
@@ -279,15 +279,15 @@ func (l *workerLoop) wait() bool {
 	return true
 }
 
-// onGrants files g and the other Acquire calls already returned by class,
+// onReturns files g and the other Acquire calls already returned by class,
 // then claims jobs for the tickets, class by class: the urgent routes'
 // first.
-func (l *workerLoop) onGrants(g grant) {
+func (l *workerLoop) onReturns(g acquired) {
 	var ready, urgent [llm.NumPriorities][]admission
 	l.collect(g, &ready, &urgent)
 	for drained := false; !drained; {
 		select {
-		case g := <-l.grants:
+		case g := <-l.returns:
 			l.collect(g, &ready, &urgent)
 		default:
 			drained = true
@@ -309,7 +309,7 @@ func (l *workerLoop) onGrants(g grant) {
 // route's apart). An error (the dispatcher stopped, or the loop is
 // stopping) refuses further Acquire calls until the next poll; an urgent
 // route's (its wait outlived its jobs' deadlines) only ends that Acquire.
-func (l *workerLoop) collect(g grant, ready, urgent *[llm.NumPriorities][]admission) {
+func (l *workerLoop) collect(g acquired, ready, urgent *[llm.NumPriorities][]admission) {
 	l.pending[g.class]--
 	if !g.via.by.IsZero() {
 		l.urgent[g.class]--
@@ -331,10 +331,10 @@ func (l *workerLoop) collect(g grant, ready, urgent *[llm.NumPriorities][]admiss
 }
 
 // claimAndStart claims one job of class per ticket (with the tickets the
-// engine grants at once added), starts each with its ticket, and releases
+// engine admits at once added), starts each with its ticket, and releases
 // the tickets left without a job.
 func (l *workerLoop) claimAndStart(class llm.Priority, tickets []admission) {
-	tickets = l.grantedAtOnce(class, tickets)
+	tickets = l.admittedAtOnce(class, tickets)
 	jobs := l.w.claim(l.ctx, class, len(tickets), time.Time{})
 	for i, j := range jobs {
 		l.start(j, tickets[i])
@@ -365,10 +365,10 @@ func (l *workerLoop) claimUrgent(class llm.Priority, a admission) {
 	l.backlog[class] = max(l.backlog[class]-1, 0)
 }
 
-// grantedAtOnce adds to tickets the ones the engine grants class at once,
+// admittedAtOnce adds to tickets the ones the engine admits in class at once,
 // for one claim: up to ClaimBatch, and no more than the class's backlog
 // not already asked for.
-func (l *workerLoop) grantedAtOnce(class llm.Priority, tickets []admission) []admission {
+func (l *workerLoop) admittedAtOnce(class llm.Priority, tickets []admission) []admission {
 	w := l.w
 	for via := w.routeFor(class); len(tickets) < min(w.s.cfg.ClaimBatch, l.backlog[class]-l.pending[class]); {
 		t, ok := via.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: class, Client: jobsClient, Cost: w.costs.estimate(class)})
