@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admit"
 	"github.com/sluicehq/sluice/internal/clock"
-	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -222,7 +221,7 @@ func waitingLine(u opsview.UpstreamStatus, now time.Time) string {
 	switch {
 	case wo.Limit != "":
 		s += " (" + wo.Limit + ")"
-	case wo.Reason == dispatch.WaitClientLimit:
+	case wo.Reason == opsview.WaitClientLimit:
 		s += " (another client's)"
 	case wo.Dimension != "":
 		s += " (" + wo.Dimension + ")"

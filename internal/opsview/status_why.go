@@ -36,6 +36,10 @@ type WaitingOn struct {
 	Limit  string `json:"limit,omitempty"`
 }
 
+// WaitClientLimit is WaitingOn.Reason when every queued request is held
+// back by its client's own limit.
+const WaitClientLimit = dispatch.WaitClientLimit
+
 // BreakerEventStatus is one entry of an upstream's breaker history.
 type BreakerEventStatus struct {
 	At    time.Time `json:"at"`
