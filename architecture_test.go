@@ -3,7 +3,9 @@ package sluice_test
 import (
 	"bufio"
 	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -79,4 +81,36 @@ func TestArchitecture(t *testing.T) {
 		}
 	}
 	require.NoError(t, sc.Err())
+}
+
+// serverLinesMax bounds internal/server's production code (issue 23: the
+// server speaks HTTP; the engine assembly, the admission rules and the
+// operator read model live elsewhere).
+const serverLinesMax = 3500
+
+// TestServerStaysHTTP: internal/server's production files (its tests
+// aside) stay under serverLinesMax lines, and it imports none of the price
+// table, the spend ledger and the cluster (the admission layer and the
+// operator view reach them), whatever allowedImports says.
+func TestServerStaysHTTP(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("internal", "server", "*.go"))
+	require.NoError(t, err)
+	lines := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		lines += bytes.Count(b, []byte("\n"))
+	}
+	require.Positive(t, lines)
+	require.Less(t, lines, serverLinesMax, "internal/server has %d production lines: move what is not HTTP out of it", lines)
+
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-f", `{{join .Imports "\n"}}`, "./internal/server").Output()
+	require.NoError(t, err)
+	for _, banned := range []string{"internal/quota", "internal/pricing", "internal/cluster"} {
+		require.NotContains(t, strings.Fields(string(out)), "github.com/sluicehq/sluice/"+banned, "internal/server imports %s", banned)
+	}
 }

@@ -135,8 +135,12 @@ func listJobs(t *testing.T, base, state string) []jobsapi.JobView {
 // the same cost.
 type flatSpender float64
 
-func (f flatSpender) Route(upstream string, _ llm.Priority, _ string, _ provider.Cost, _ time.Time) (admit.Target, string, bool) {
-	return admit.Target{Upstream: upstream}, "", true
+func (f flatSpender) RouteJobs(upstream string, _ llm.Priority, _ string, _ provider.Cost) (admit.JobRoute, bool) {
+	return admit.JobRoute{Target: admit.Target{Upstream: upstream}}, true
+}
+
+func (f flatSpender) Reroute(admit.Target, llm.Priority, string, provider.Cost, time.Time, error) (admit.Target, bool) {
+	return admit.Target{}, false
 }
 
 func (f flatSpender) AdmitNow(admit.Target, *dispatch.Request) (admit.Settler, error) { return f, nil }

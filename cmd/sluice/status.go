@@ -106,8 +106,11 @@ func printStatus(w io.Writer, base string, st opsview.StatusResponse) {
 		if u.BreakerHeld {
 			breaker += " (held by an operator)"
 		}
-		fmt.Fprintf(w, "%s (%s)  breaker %s  %s\n", u.Name, u.Protocol, breaker, waitingLine(u.WaitingOn, now))
+		fmt.Fprintf(w, "%s (%s)  breaker %s  %s\n", u.Name, u.Protocol, breaker, waitingLine(u, now))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		if len(u.Fallbacks) > 0 {
+			fmt.Fprintf(tw, "  fallbacks\t%s\n", strings.Join(u.Fallbacks, ", "))
+		}
 		fmt.Fprintf(tw, "  in flight\t%d of %d\n", u.InFlight, u.ConcurrencyLimit)
 		if len(u.Oldest) > 0 {
 			o := u.Oldest[0]
@@ -122,6 +125,9 @@ func printStatus(w io.Writer, base string, st opsview.StatusResponse) {
 			q = append(q, s)
 		}
 		fmt.Fprintf(tw, "  queued\t%s\n", strings.Join(q, ", "))
+		for _, h := range u.Held {
+			fmt.Fprintf(tw, "  held by client limit\t%s\n", heldLine(h, now))
+		}
 		dims := make([]string, 0, len(u.Buckets))
 		for d := range u.Buckets {
 			dims = append(dims, d)
@@ -197,18 +203,48 @@ func left(ws admit.WindowSpend) string {
 	return usd(*ws.RemainingUSD) + " of " + usd(*ws.LimitUSD)
 }
 
-func waitingLine(wo *opsview.WaitingOn, now time.Time) string {
+// waitingLine says what u's queue waits on: "nothing waits" only when
+// nothing is queued.
+func waitingLine(u opsview.UpstreamStatus, now time.Time) string {
+	wo := u.WaitingOn
 	if wo == nil {
-		return "nothing waits"
+		queued := 0
+		for _, n := range u.Queued {
+			queued += n
+		}
+		if queued == 0 {
+			return "nothing waits"
+		}
+		return fmt.Sprintf("%d queued, being admitted", queued)
 	}
 	s := "waiting on " + wo.Reason
-	if wo.Dimension != "" {
+	switch {
+	case wo.Limit != "":
+		s += " (" + wo.Limit + ")"
+	case wo.Reason == opsview.WaitClientLimit:
+		s += " (another client's)"
+	case wo.Dimension != "":
 		s += " (" + wo.Dimension + ")"
 	}
-	if wo.Until != nil {
-		s += " until " + wo.Until.Local().Format(time.TimeOnly) + ", in " + seconds(max(wo.Until.Sub(now).Seconds(), 0))
+	return s + untilText(wo.Until, now)
+}
+
+// heldLine is one client held back by its own limit: its class, how many
+// of its requests wait, the limit and when it has room.
+func heldLine(h opsview.HeldClient, now time.Time) string {
+	until := untilText(h.Until, now)
+	if h.Until == nil {
+		until = " until one of its requests ends"
 	}
-	return s
+	return fmt.Sprintf("%s %s: %d queued, %s%s", h.Client, h.Priority, h.Queued, h.Limit, until)
+}
+
+// untilText is " until HH:MM:SS, in 1.5s", or "" without a time.
+func untilText(t *time.Time, now time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return " until " + t.Local().Format(time.TimeOnly) + ", in " + seconds(max(t.Sub(now).Seconds(), 0))
 }
 
 func throttleLine(t *opsview.ThrottleStatus, now time.Time) string {

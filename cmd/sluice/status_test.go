@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/server"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -85,4 +86,61 @@ func TestStatusAndBreakerCommands(t *testing.T) {
 	var wout, werr bytes.Buffer
 	require.Equal(t, 0, runMain(ctx, []string{"status", "--watch", "--interval", "50ms", "--server", base}, &wout, &werr), werr.String())
 	require.GreaterOrEqual(t, strings.Count(wout.String(), "sluice status  "), 2)
+}
+
+// TestStatusSaysWhatWaits: the upstream block never says "nothing waits"
+// while something is queued, names the client limit that holds a queue of
+// held clients only, lists each held client and the upstream's fallbacks.
+func TestStatusSaysWhatWaits(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	until := now.Add(2 * time.Second)
+	limit := "client acme's requests_per_minute (30) on claude"
+	upstream := func(edit func(u *opsview.UpstreamStatus)) opsview.StatusResponse {
+		u := opsview.UpstreamStatus{Name: "claude", Protocol: llm.Anthropic, Breaker: "closed",
+			Queued: map[string]int{"critical": 0, "high": 0, "normal": 0, "low": 0}, OldestWait: map[string]float64{}}
+		edit(&u)
+		return opsview.StatusResponse{Time: now, Upstreams: []opsview.UpstreamStatus{u}}
+	}
+	for _, tc := range []struct {
+		name    string
+		st      opsview.StatusResponse
+		want    []string
+		notWant []string
+	}{
+		{"nothing queued", upstream(func(*opsview.UpstreamStatus) {}), []string{"breaker closed  nothing waits"}, []string{"held by client limit", "fallbacks"}},
+		{"only held clients queued", upstream(func(u *opsview.UpstreamStatus) {
+			u.Queued["high"] = 1
+			u.WaitingOn = &opsview.WaitingOn{Reason: "client_limit", Client: "acme", Limit: limit, Until: &until}
+			u.Held = []opsview.HeldClient{{Client: "acme", Priority: "high", Queued: 1, Limit: limit, Until: &until}}
+		}), []string{
+			"breaker closed  waiting on client_limit (" + limit + ") until " + until.Local().Format(time.TimeOnly) + ", in 2s",
+			"held by client limit  acme high: 1 queued, " + limit + " until " + until.Local().Format(time.TimeOnly) + ", in 2s",
+		}, []string{"nothing waits"}},
+		{"another client's limit, cut for the caller", upstream(func(u *opsview.UpstreamStatus) {
+			u.Queued["low"] = 2
+			u.WaitingOn = &opsview.WaitingOn{Reason: "client_limit"}
+		}), []string{"waiting on client_limit (another client's)"}, []string{"nothing waits", "acme"}},
+		{"a concurrency hold lifts when a request ends", upstream(func(u *opsview.UpstreamStatus) {
+			u.Queued["normal"] = 1
+			u.WaitingOn = &opsview.WaitingOn{Reason: "client_limit", Client: "acme", Limit: "client acme's max_concurrency (1)"}
+			u.Held = []opsview.HeldClient{{Client: "acme", Priority: "normal", Queued: 1, Limit: "client acme's max_concurrency (1)"}}
+		}), []string{"acme normal: 1 queued, client acme's max_concurrency (1) until one of its requests ends"}, []string{"nothing waits"}},
+		{"queued, about to be admitted", upstream(func(u *opsview.UpstreamStatus) { u.Queued["critical"] = 3 }),
+			[]string{"breaker closed  3 queued, being admitted"}, []string{"nothing waits"}},
+		{"fallbacks listed", upstream(func(u *opsview.UpstreamStatus) { u.Fallbacks = []string{"claude-b", "claude-c"} }),
+			[]string{"fallbacks  claude-b, claude-c"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var b bytes.Buffer
+			printStatus(&b, "http://gw", tc.st)
+			for _, w := range tc.want {
+				require.Contains(t, b.String(), w)
+			}
+			for _, w := range tc.notWant {
+				require.NotContains(t, b.String(), w)
+			}
+		})
+	}
 }

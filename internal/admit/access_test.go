@@ -137,8 +137,9 @@ func TestAccessKeepsAFallbackOut(t *testing.T) {
 			require.NoError(t, resp.Body.Close())
 			require.Equal(t, tc.via, trail.ServedBy())
 
-			target, _, ok := r.l.Route("main", llm.High, "", request("acme").Cost, t0.Add(60e9))
+			route, ok := r.l.RouteJobs("main", llm.High, "", request("acme").Cost)
 			require.True(t, ok)
+			target := route.Target
 			require.Equal(t, "backup", target.Upstream)
 			require.True(t, target.Fallback())
 			req := target.Rewrite(*request("acme"))

@@ -18,9 +18,12 @@
 // Every door makes the same calls, decided by the same rules: a live
 // request calls Layer.Do (its client's limit is waited for in the engine's
 // queue, its fallback chosen by the router, its spend settled when the
-// answer ends); a job's call asks Layer.Route where to go, then
+// answer ends); the job worker asks Layer.RouteJobs where a class's next
+// jobs go (their upstream or a fallback, and a fallback for the jobs whose
+// deadline the upstream's predicted wait would miss), a job's call then
 // Layer.AdmitNow, which answers at once (a *Held says when to come back,
 // and the job waits in the store without burning an attempt), and settles
-// the Admission when the call has ended. A budget refusal (a *Refusal) is
+// the Admission when the call has ended; a call whose attempt failed in an
+// outage asks Layer.Reroute and is made again at once on the fallback. A budget refusal (a *Refusal) is
 // answered at once, never after waiting for a rate slot.
 package admit

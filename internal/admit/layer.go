@@ -271,13 +271,14 @@ type Admission struct {
 // AdmitNow admits a job's call to target t at once (req as t takes it:
 // Target.Rewrite): its client's allowed upstreams and models (a *Refusal,
 // for good; a *Held for a fallback it may not use, which it waits out for
-// its own upstream), its client's service
-// tier allow-list (a *Refusal, for good), its client's budget (a *Refusal when it cannot hold the call) and its
-// client's own limit on t (a *Held, saying when to come back, when the
-// client is over it: the job waits in the store without burning an
-// attempt, and is never recorded as a rate limit). A call admitted waits
-// for its budget's reservation to be written to the store (at most
-// Config.HoldTimeout).
+// its own upstream), its client's service tier allow-list (a *Refusal,
+// for good), its client's budget (a *Refusal when it cannot hold the
+// call) and its client's own limit on t (a *Held, saying when to come
+// back, when the client is over it: the job waits in the store without
+// burning an attempt, and is never recorded as a rate limit). A call
+// admitted waits for its budget's reservation to be written to the store
+// (at most Config.HoldTimeout); one admitted on a fallback is counted as
+// a fallback taken (Observer.FallbackTaken, with Target.Reason).
 func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 	if !l.allows(req.Client, t.Upstream, req.Cost.Model) {
 		if t.fallback {
@@ -312,6 +313,9 @@ func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 	}
 	// Bounded by the hold timeout; never fails without a context to end.
 	_ = l.spend.persist(context.Background(), h)
+	if t.fallback {
+		l.obs.FallbackTaken(t.of, t.Upstream, t.reason)
+	}
 	return &Admission{hold: h, gate: g, cost: req.Cost, clock: l.clock}, nil
 }
 

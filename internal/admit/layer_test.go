@@ -33,6 +33,7 @@ type engine struct {
 	unavailable bool
 	wait        time.Duration // PredictWait's answer
 	fail        error         // Do's error; nil answers 200
+	once        error         // the next Do's error only (failOnce)
 
 	mu   sync.Mutex
 	sent []dispatch.Request
@@ -41,7 +42,12 @@ type engine struct {
 func (e *engine) Do(_ context.Context, req *dispatch.Request) (*dispatch.Response, error) {
 	e.mu.Lock()
 	e.sent = append(e.sent, *req)
+	once := e.once
+	e.once = nil
 	e.mu.Unlock()
+	if once != nil {
+		return nil, once
+	}
 	if e.fail != nil {
 		return nil, e.fail
 	}
@@ -50,6 +56,13 @@ func (e *engine) Do(_ context.Context, req *dispatch.Request) (*dispatch.Respons
 }
 
 func (e *engine) Unavailable() bool { return e.unavailable }
+
+// failOnce makes the next Do fail with err.
+func (e *engine) failOnce(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.once = err
+}
 
 func (e *engine) PredictWait(provider.Cost, llm.Priority, string) (time.Duration, bool) {
 	return e.wait, e.unavailable
@@ -94,16 +107,24 @@ func request(client string) *dispatch.Request {
 }
 
 // TestLiveAndJobGetTheSameAnswer: for the same client, budget and
-// upstream state, a live request (Do) and a job's call (Route, then
-// AdmitNow) get the same refusal (status, error type, retry-after) and
-// go to the same upstream for the same reason.
+// upstream state, a live request (Do) and a job's call, taken the way the
+// job worker takes it (RouteJobs for its class, the route for its
+// deadline, AdmitNow there, and Reroute after a failed attempt), get the
+// same refusal (status, error type, retry-after) and go to the same
+// upstream for the same reason.
 func TestLiveAndJobGetTheSameAnswer(t *testing.T) {
 	t.Parallel()
+	// What a dispatcher answers a live request's FailFast attempt in a new
+	// outage, and a job's one attempt (a ticket's call).
+	overload := llm.Outcome{Kind: llm.Overload, Status: 529}
+	liveOutage := &dispatch.Error{Reason: dispatch.ErrUnavailable, Status: 529, Attempts: 1, Last: &overload}
+	jobOutage := &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 529, Attempts: 1, Last: &overload}
 	for _, tc := range []struct {
 		name     string
 		budget   admit.Budget
 		spent    int // requests of the same cost settled before
 		state    func(r *rig)
+		failMain bool   // main's first attempt fails in a new outage
 		status   int    // 0: admitted
 		typ      string // the error type of a refusal
 		retry    bool   // a refusal with a retry-after
@@ -113,6 +134,8 @@ func TestLiveAndJobGetTheSameAnswer(t *testing.T) {
 		{name: "admitted on its upstream", servedBy: "main"},
 		{name: "breaker open: the fallback at once", state: func(r *rig) { r.main.unavailable = true }, servedBy: "backup", reason: admit.FallbackUnavailable},
 		{name: "predicted past the deadline: the fallback", state: func(r *rig) { r.main.wait = time.Hour }, servedBy: "backup", reason: admit.FallbackDeadline},
+		{name: "predicted wait within the deadline: its upstream", state: func(r *rig) { r.main.wait = 30 * time.Second }, servedBy: "main"},
+		{name: "first failure of a new outage: the fallback after it", failMain: true, servedBy: "backup", reason: admit.FallbackUnavailable},
 		{name: "both unavailable: its own upstream", state: func(r *rig) { r.main.unavailable, r.backup.unavailable = true, true }, servedBy: "main"},
 		{name: "day budget exhausted: 429 until midnight", budget: admit.Budget{Day: 0.02}, spent: 1, status: 429, typ: "rate_limit_error", retry: true},
 		{name: "total budget exhausted: 402", budget: admit.Budget{Total: 0.02}, spent: 1, status: 402, typ: "billing_error"},
@@ -133,14 +156,29 @@ func TestLiveAndJobGetTheSameAnswer(t *testing.T) {
 			deadline := t0.Add(time.Minute)
 
 			// The live door.
+			if tc.failMain {
+				r.main.failOnce(liveOutage)
+			}
 			var trail admit.Trail
 			live := request("acme")
 			live.Deadline = deadline
 			resp, liveErr := r.l.Do(context.Background(), "main", live, false, &trail)
-			// The job door.
-			target, reason, ok := r.l.Route("main", llm.High, "acme", request("acme").Cost, deadline)
+			// The job door, as the worker takes it: the class's route, the
+			// one for the job's deadline (its urgent claim), then its call.
+			route, ok := r.l.RouteJobs("main", llm.High, "sluice-jobs", request("acme").Cost)
 			require.True(t, ok)
-			adm, jobErr := r.l.AdmitNow(target, request("acme"))
+			target := route.For(deadline)
+			reason := target.Reason()
+			job := target.Rewrite(*request("acme"))
+			adm, jobErr := r.l.AdmitNow(target, &job)
+			if tc.failMain && jobErr == nil {
+				adm.Settle(dispatch.End{}, false) // its attempt failed in the outage
+				next, ok := r.l.Reroute(target, llm.High, "sluice-jobs", request("acme").Cost, deadline, jobOutage)
+				require.True(t, ok, "the first failure of an outage sends the job on")
+				target, reason = next, next.Reason()
+				job = target.Rewrite(*request("acme"))
+				adm, jobErr = r.l.AdmitNow(target, &job)
+			}
 
 			if tc.status == 0 {
 				require.NoError(t, liveErr)
@@ -167,11 +205,50 @@ func TestLiveAndJobGetTheSameAnswer(t *testing.T) {
 	}
 }
 
+// TestRerouteOnlyAfterAnOutage: a job's failed attempt goes on to the
+// fallback only for a failure a fallback helps with, and only to a
+// fallback that can take it now.
+func TestRerouteOnlyAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	overload := llm.Outcome{Kind: llm.Overload, Status: 529}
+	rate := llm.Outcome{Kind: llm.Rate, Status: 429}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		state func(r *rig)
+		to    string // "": it stays
+	}{
+		{"overloaded: the fallback", &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 529, Last: &overload}, nil, "backup"},
+		{"rate limited: it stays", &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 429, Last: &rate}, nil, ""},
+		{"not sent: it stays", &dispatch.Error{Reason: dispatch.ErrNotAdmitted, Status: 429}, nil, ""},
+		{"the fallback unavailable too: it stays", &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 529, Last: &overload},
+			func(r *rig) { r.backup.unavailable = true }, ""},
+		{"the fallback predicted past the deadline: it stays", &dispatch.Error{Reason: dispatch.ErrCallFailed, Status: 529, Last: &overload},
+			func(r *rig) { r.backup.wait = time.Hour }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			if tc.state != nil {
+				tc.state(r)
+			}
+			from := mustRoute(t, r.l, "main")
+			next, ok := r.l.Reroute(from, llm.High, "sluice-jobs", provider.Cost{}, t0.Add(time.Minute), tc.err)
+			require.Equal(t, tc.to != "", ok)
+			require.Equal(t, tc.to, next.Upstream)
+			if ok {
+				_, again := r.l.Reroute(next, llm.High, "sluice-jobs", provider.Cost{}, t0.Add(time.Minute), tc.err)
+				require.False(t, again, "no fallback after the last one")
+			}
+		})
+	}
+}
+
 func mustRoute(t *testing.T, l *admit.Layer, name string) admit.Target {
 	t.Helper()
-	target, _, ok := l.Route(name, llm.High, "", provider.Cost{}, time.Time{})
+	route, ok := l.RouteJobs(name, llm.High, "", provider.Cost{})
 	require.True(t, ok)
-	return target
+	return route.Target
 }
 
 // TestFallbackAfterOneFailedAttempt: a live request whose upstream fails

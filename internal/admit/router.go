@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -37,8 +38,11 @@ type Target struct {
 	// Models rewrites the request's model ({from: to}) on a fallback;
 	// empty for the request's own upstream.
 	Models map[string]string
-	// fallback is set on a fallback of the request's upstream.
+	// fallback is set on a fallback of the request's upstream: of names
+	// that upstream, reason why the request was sent here instead.
 	fallback bool
+	of       string
+	reason   string
 	engine   Engine
 }
 
@@ -48,6 +52,10 @@ func (t Target) Engine() Engine { return t.engine }
 // Fallback reports whether t is a fallback of the request's upstream
 // rather than the upstream itself.
 func (t Target) Fallback() bool { return t.fallback }
+
+// Reason is why the request goes to this fallback rather than its own
+// upstream (FallbackUnavailable, FallbackDeadline; "" on its own).
+func (t Target) Reason() string { return t.reason }
 
 // model is the model a request for model is sent to t as.
 func (t Target) model(model string) string {
@@ -125,51 +133,143 @@ func (r *router) candidates(name string, class llm.Priority, noFallback bool, al
 	}
 	for _, f := range u.Fallbacks {
 		if t, ok := r.target(f.Upstream, f.Models); ok && (allowed == nil || allowed(t)) {
-			t.fallback = true
+			t.fallback, t.of = true, name
 			out = append(out, t)
 		}
 	}
 	return out
 }
 
-// choose returns the index of the first candidate that can take a request
-// of class and cost now before deadline (its engine available, its
-// predicted wait within the deadline), and why the ones before it were
-// passed over; 0 and "" when none can (the request waits on its own).
-func (r *router) choose(cands []Target, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (int, string) {
+// choose returns the index of the first candidate from cands[from] on
+// that can take a request of class and cost now before deadline (zero:
+// none): its engine available, its predicted wait ending before the
+// deadline. reason says why the ones before it were passed over; ok is
+// false when none can (the caller keeps the request where it is). It is
+// the one rule both doors route by: a live request before its first
+// attempt and after each failed one (Layer.Do), a job's class before its
+// admission and a job's call after a failed attempt (Layer.RouteJobs,
+// Layer.Reroute).
+func (r *router) choose(cands []Target, from int, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (i int, reason string, ok bool) {
 	now := r.clock.Now()
-	reason := ""
-	for i, t := range cands {
+	for i := from; i < len(cands); i++ {
+		t := cands[i]
 		if t.engine.Unavailable() {
 			reason = cmp.Or(reason, FallbackUnavailable)
 			continue
 		}
-		if p, ok := t.engine.(predictor); ok && !deadline.IsZero() {
-			if wait, _ := p.PredictWait(cost, class, client); now.Add(wait).After(deadline) {
+		if !deadline.IsZero() {
+			if wait, ok := r.predictWait(t, class, client, cost); ok && misses(now, wait, deadline) {
 				reason = cmp.Or(reason, FallbackDeadline)
 				continue
 			}
 		}
-		return i, reason
+		return i, reason, true
 	}
-	return 0, ""
+	return 0, "", false
 }
 
-// Route is where a call of class from client (the name it waits as in
-// the engine's queue), costing cost, with deadline (zero: none) goes now: its upstream, or the first fallback that can take it
-// when its upstream cannot (the same rule as a live request's), with the
-// reason ("" when it stays on its own upstream). ok is false when the
-// upstream has no engine.
-func (l *Layer) Route(upstreamName string, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (t Target, reason string, ok bool) {
-	cands := l.router.candidates(upstreamName, class, false, nil)
+// misses reports whether a request whose predicted wait from now is wait
+// misses deadline: it would be sent at or after it.
+func misses(now time.Time, wait time.Duration, deadline time.Time) bool {
+	return !now.Add(wait).Before(deadline)
+}
+
+// predictWait is t's engine's predicted queue wait for a request of class
+// and cost from client (ok false when the engine cannot predict).
+func (r *router) predictWait(t Target, class llm.Priority, client string, cost provider.Cost) (time.Duration, bool) {
+	p, ok := t.engine.(predictor)
+	if !ok {
+		return 0, false
+	}
+	wait, _ := p.PredictWait(cost, class, client)
+	return wait, true
+}
+
+// at returns cands[i] as the target chosen for reason.
+func at(cands []Target, i int, reason string) Target {
+	t := cands[i]
+	if t.fallback {
+		t.reason = reason
+	}
+	return t
+}
+
+// JobRoute is where the job door sends a class's next admissions. The
+// worker asks for its admission per class before it claims a job
+// (Layer.RouteJobs), so the route names the deadline at or before which a
+// job goes elsewhere rather than one job's target.
+type JobRoute struct {
+	// Target takes the class's jobs: their own upstream, or its first
+	// fallback that can take them when it is unavailable (Target.Reason
+	// says why).
+	Target Target
+	// Urgent, when UrgentBy is set, takes the jobs whose deadline is at
+	// or before UrgentBy: Target's predicted wait ends at UrgentBy, so
+	// such a job would miss its deadline there (FallbackDeadline). It is
+	// the first fallback whose own predicted wait ends sooner.
+	Urgent   Target
+	UrgentBy time.Time
+}
+
+// For is where a job with deadline (zero: none) goes by r: where a live
+// request with that deadline goes, except that a job neither upstream
+// can make goes to the one whose predicted wait is shorter.
+func (r JobRoute) For(deadline time.Time) Target {
+	if !r.UrgentBy.IsZero() && !deadline.IsZero() && !deadline.After(r.UrgentBy) {
+		return r.Urgent
+	}
+	return r.Target
+}
+
+// RouteJobs is where the jobs of class on upstreamName, waiting as client
+// in the engines' queues with cost as their estimate, go now (JobRoute):
+// the class's upstream unless it is unavailable, and for the jobs with a
+// deadline its predicted wait would miss, a fallback that can take them
+// sooner. ok is false when the upstream has no engine.
+func (l *Layer) RouteJobs(upstreamName string, class llm.Priority, client string, cost provider.Cost) (JobRoute, bool) {
+	r := l.router
+	cands := r.candidates(upstreamName, class, false, nil)
 	if len(cands) == 0 {
-		return Target{}, "", false
+		return JobRoute{}, false
 	}
-	i, reason := l.router.choose(cands, class, client, cost, deadline)
-	if i > 0 {
-		l.obs.FallbackTaken(upstreamName, cands[i].Upstream, reason)
+	i, reason, ok := r.choose(cands, 0, class, client, cost, time.Time{})
+	if !ok {
+		return JobRoute{Target: cands[0]}, true // every one unavailable: the jobs wait on their own
 	}
-	return cands[i], reason, true
+	out := JobRoute{Target: at(cands, i, reason)}
+	wait, ok := r.predictWait(cands[i], class, client, cost)
+	if !ok || wait <= 0 || i+1 >= len(cands) {
+		return out, true
+	}
+	by := r.clock.Now().Add(wait)
+	if j, _, ok := r.choose(cands, i+1, class, client, cost, by); ok {
+		out.Urgent, out.UrgentBy = at(cands, j, FallbackDeadline), by
+	}
+	return out, true
+}
+
+// Reroute is where a job's call of class, costing cost, with deadline
+// (zero: none), goes after its attempt on from failed with err: the next
+// fallback of its upstream that can take it now, when err is a failure a
+// fallback helps with (an outage: the first failure of a new one sends
+// the call there at once, as it sends a live request). ok is false when
+// the call stays where it failed (it retries there after its backoff).
+func (l *Layer) Reroute(from Target, class llm.Priority, client string, cost provider.Cost, deadline time.Time, err error) (Target, bool) {
+	reason := fallbackReason(err, from)
+	if reason == "" {
+		return Target{}, false
+	}
+	r := l.router
+	cands := r.candidates(cmp.Or(from.of, from.Upstream), class, false, nil)
+	pos := slices.IndexFunc(cands, func(t Target) bool { return t.Upstream == from.Upstream })
+	if pos < 0 {
+		return Target{}, false
+	}
+	i, _, ok := r.choose(cands, pos+1, class, client, cost, deadline)
+	if !ok {
+		return Target{}, false
+	}
+	return at(cands, i, reason), true
 }
 
 // do is Layer.Do: the candidates in order from the first that can take
@@ -193,14 +293,14 @@ func (r *router) do(ctx context.Context, name string, req *dispatch.Request, noF
 		// One end-to-end deadline: the upstream's class default, fixed now.
 		req.Deadline = r.clock.Now().Add(r.ups[name].Classes.Get(req.Priority).MaxWait)
 	}
-	first, reason := r.choose(cands, req.Priority, req.Client, req.Cost, req.Deadline)
+	i, reason, ok := r.choose(cands, 0, req.Priority, req.Client, req.Cost, req.Deadline)
+	if !ok {
+		i, reason = 0, "" // none can take it: it waits on its own upstream
+	}
 	var firstErr error
 	tried := 0 // attempts on the upstreams tried before
-	for i := first; i < len(cands); i++ {
-		if i > 0 && ctx.Err() != nil {
-			break
-		}
-		t := cands[i]
+	for {
+		t := at(cands, i, reason)
 		if i > 0 {
 			r.obs.FallbackTaken(name, t.Upstream, reason)
 		}
@@ -222,6 +322,9 @@ func (r *router) do(ctx context.Context, name string, req *dispatch.Request, noF
 		}
 		if reason == "" {
 			return nil, err // an answer no fallback changes (the client's own error, a budget)
+		}
+		if i, _, ok = r.choose(cands, i+1, req.Priority, req.Client, req.Cost, req.Deadline); !ok || ctx.Err() != nil {
+			break
 		}
 	}
 	if firstErr == nil {
@@ -245,6 +348,10 @@ func fallbackReason(err error, t Target) string {
 		return FallbackDeadline
 	case (errors.Is(de, dispatch.ErrRetriesExhausted) || errors.Is(de, dispatch.ErrRetryBudget)) &&
 		de.Status == dispatch.OutageStatus(t.Protocol):
+		return FallbackUnavailable
+	case errors.Is(de, dispatch.ErrCallFailed) && de.Outage():
+		// A job's one attempt (a ticket's call) failed as the FailFast
+		// attempt of a live request that falls back does.
 		return FallbackUnavailable
 	}
 	return ""

@@ -106,7 +106,7 @@ func (c *clientShare) Key() string { return c.key }
 func (g *Gate) asked() flow.Amount {
 	var a flow.Amount
 	if g.lim != nil {
-		a = g.lim.Debited()
+		a = g.lim.Cluster().Debited()
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -173,7 +173,7 @@ func (c *clientShare) attach(g *Gate, now time.Time) {
 // applyShare applies a cluster grant to the gate.
 func (g *Gate) applyShare(share float64, slots int, now time.Time) {
 	if g.lim != nil {
-		g.lim.SetShare(share, now)
+		g.lim.Cluster().SetShare(share, now)
 	}
 	if g.slots != nil {
 		g.slots.setCap(slots)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,8 +51,9 @@ func BenchmarkBudgetedAdmission(b *testing.B) {
 			l.Bind(map[string]admit.Engine{"main": &streamEngine{}})
 			require.NoError(b, l.Start(context.Background(), st))
 			b.Cleanup(func() { require.NoError(b, l.Stop(context.Background())) })
-			target, _, ok := l.Route("main", llm.High, "", call().Cost, time.Time{})
+			route, ok := l.RouteJobs("main", llm.High, "", call().Cost)
 			require.True(b, ok)
+			target := route.Target
 			one := func(client string) {
 				req := call()
 				req.Client = client

@@ -133,7 +133,7 @@ type Report struct {
 	// second. 0 when no dimension is limited (nothing is credited).
 	BurstSeconds float64
 	// Returned is the fraction of the burst the node dropped lowering its
-	// share since its previous sync (flow.Limiter.SetShare): it goes back
+	// share since its previous sync (flow.ClusterShare.SetShare): it goes back
 	// to the pool.
 	Returned float64
 }
@@ -179,7 +179,7 @@ type Grant struct {
 	// dimension.
 	Learned []flow.ClusterReport
 	// Credit is the fraction of the burst granted to the node out of the
-	// key's burst pool, to add to its buckets (flow.Limiter.Credit).
+	// key's burst pool, to add to its buckets (flow.ClusterShare.Credit).
 	Credit float64
 	// Pool is what is left in the burst pool after this sync.
 	Pool float64

@@ -48,20 +48,20 @@ func TestBurstPoolKeepsClusterWindowBound(t *testing.T) {
 				lim, err := flow.NewLimiter(flow.LimiterConfig{Limits: [flow.NumDims]float64{flow.Requests: rpm},
 					BurstSeconds: burst, SafetyMargin: 1}, t0)
 				require.NoError(t, err)
-				lim.SetShare(0, t0) // a node starts holding nothing
+				lim.Cluster().SetShare(0, t0) // a node starts holding nothing
 				nodes[i] = &node{lim: lim, starting: true, backlog: 5}
 			}
 			sync := func(i int, now time.Time) {
 				n := nodes[i]
-				lvl, secs := n.lim.BurstFill(now)
+				lvl, secs := n.lim.Cluster().BurstFill(now)
 				r := cluster.Report{Key: key, Node: fmt.Sprint(i), Incarnation: fmt.Sprint("inc-", i), Share: n.share, Demand: rng.Float64() * 2,
 					TTL: time.Second, Starting: n.starting, Backlog: n.backlog, Level: lvl, BurstSeconds: secs,
 					Returned: min(n.returned, 1)}
 				n.returned = 0
 				g, err := m.Sync(ctx, r)
 				require.NoError(t, err)
-				n.returned += n.lim.SetShare(g.Share, now)
-				n.lim.Credit(g.Credit, now)
+				n.returned += n.lim.Cluster().SetShare(g.Share, now)
+				n.lim.Cluster().Credit(g.Credit, now)
 				n.share, n.starting = g.Share, false
 			}
 			step := 10 * time.Millisecond

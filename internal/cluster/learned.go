@@ -25,7 +25,7 @@ func field(l flow.ClusterReport) string { return l.Account + "/" + strconv.Itoa(
 
 // Learner is a Member that shares what the provider's headers teach it:
 // the node publishes Heard's reports and applies every sync's Grant
-// through Adopt (flow.Limiter.Adopt: a learned limit at once, a remaining
+// through Adopt (flow.ClusterShare.Adopt: a learned limit at once, a remaining
 // only to lower the node's share).
 type Learner interface {
 	// Heard returns the member's own latest reports (LimitNode and

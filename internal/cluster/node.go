@@ -137,10 +137,10 @@ type Member interface {
 	Load() flow.ClusterLoad
 	// Apply sets its share of the quota and its slots (< 0: uncapped),
 	// and returns the fraction of its burst depth the change dropped
-	// (flow.Limiter.SetShare).
+	// (flow.ClusterShare.SetShare).
 	Apply(share float64, slots int) (dropped float64)
 	// Credit adds f of its whole burst depth to its buckets, capped at
-	// its own depth (flow.Limiter.Credit): a grant out of the key's burst
+	// its own depth (flow.ClusterShare.Credit): a grant out of the key's burst
 	// pool.
 	Credit(f float64)
 	// Pause pauses it until until (a pause another node published).

@@ -21,7 +21,7 @@ func (d *Dispatcher) ClusterLoad() flow.ClusterLoad {
 	}
 	first := true
 	for _, lim := range d.limiters() {
-		lvl, secs := lim.BurstFill(now)
+		lvl, secs := lim.Cluster().BurstFill(now)
 		if secs == 0 {
 			continue
 		}
@@ -34,11 +34,11 @@ func (d *Dispatcher) ClusterLoad() flow.ClusterLoad {
 		first = false
 	}
 	for i, k := range d.keys {
-		l.Debited = l.Debited.Add(k.lim.Debited())
-		for dim, v := range k.lim.BurstDepth() {
+		l.Debited = l.Debited.Add(k.lim.Cluster().Debited())
+		for dim, v := range k.lim.Cluster().BurstDepth() {
 			l.BurstDepth[dim] += v
 		}
-		share := k.lim.Share()
+		share := k.lim.Cluster().Share()
 		for dim, b := range k.lim.State(now) {
 			l.Capacity[dim] += b.Capacity / share
 		}
@@ -64,14 +64,14 @@ func (d *Dispatcher) ClusterLoad() flow.ClusterLoad {
 
 // SetClusterShare makes the dispatcher use share (in (0, 1]) of its
 // upstream's quota and at most slots requests in flight (slots < 0: no
-// cluster cap), as granted by the cluster (flow.Limiter.SetShare,
+// cluster cap), as granted by the cluster (flow.ClusterShare.SetShare,
 // flow.AIMD.SetShare), and wakes the admission loop. It returns the
 // fraction of the burst the change dropped (the least over the pool's
 // bucket sets), which the cluster takes back into its burst pool.
 func (d *Dispatcher) SetClusterShare(share float64, slots int) (dropped float64) {
 	now := d.clk.Now()
 	for i, lim := range d.limiters() {
-		dr := lim.SetShare(share, now)
+		dr := lim.Cluster().SetShare(share, now)
 		if i == 0 || dr < dropped {
 			dropped = dr
 		}
@@ -82,7 +82,7 @@ func (d *Dispatcher) SetClusterShare(share float64, slots int) (dropped float64)
 }
 
 // CreditCluster adds f of the whole burst to every bucket set of the pool
-// (flow.Limiter.Credit, capped at this node's depth), as granted out of
+// (flow.ClusterShare.Credit, capped at this node's depth), as granted out of
 // the cluster's burst pool, and wakes the admission loop.
 func (d *Dispatcher) CreditCluster(f float64) {
 	if !(f > 0) {
@@ -90,7 +90,7 @@ func (d *Dispatcher) CreditCluster(f float64) {
 	}
 	now := d.clk.Now()
 	for _, lim := range d.limiters() {
-		lim.Credit(f, now)
+		lim.Cluster().Credit(f, now)
 	}
 	d.kick()
 }

@@ -78,6 +78,8 @@ func TestGateHoldsItsClientInTheQueue(t *testing.T) {
 	x := d.Explain()
 	require.Len(t, x.Held, 1)
 	require.Equal(t, dispatch.HeldClient{Class: llm.Critical, Client: "a", Queued: 3, Limit: "client a's requests_per_minute (30)", Until: t0.Add(2 * time.Second)}, x.Held[0])
+	require.Equal(t, dispatch.WaitReason{Reason: dispatch.WaitClientLimit, Client: "a", Limit: "client a's requests_per_minute (30)",
+		Until: t0.Add(2 * time.Second)}, x.Waiting, "what waits is held by its client's limit, and the status says so")
 	for range 3 {
 		r := request()
 		r.Priority, r.Client = llm.Critical, "b"

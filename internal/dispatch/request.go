@@ -199,6 +199,11 @@ func (e *Error) Outcome() (llm.Outcome, bool) {
 	return *e.Last, true
 }
 
+// Outage reports whether the last call that reached the provider failed
+// as an outage does (an overload, a server error, a timeout, a broken
+// stream): the failures a fallback helps with.
+func (e *Error) Outage() bool { return outageKind(e.Last) }
+
 func (e *Error) Error() string {
 	return fmt.Sprintf("%v: %s (status %d after %d attempts)", e.Reason, e.Message, e.Status, e.Attempts)
 }

@@ -23,6 +23,9 @@ const (
 	// bursts; it refills enough at Until.
 	WaitUrgentRoom = "urgent_room"
 	WaitKeysOut    = "keys_out" // every key is out of the pool until its probe
+	// WaitClientLimit: every queued request is held back by its client's
+	// own limit; Client and Limit name the hold that lifts first.
+	WaitClientLimit = "client_limit"
 )
 
 // WaitReason says what the head of the queue waits on. The zero value
@@ -38,6 +41,9 @@ type WaitReason struct {
 	// Key is the fingerprint of the key the explanation is for: the one
 	// of the pool that would take the head soonest.
 	Key string
+	// Client and Limit name the client and its limit (client_limit only:
+	// "client acme's requests_per_minute (30) on claude").
+	Client, Limit string
 }
 
 // HeldClient is a client whose own limit holds its queued requests back
@@ -168,6 +174,19 @@ func (d *Dispatcher) Explain() Explain {
 	return e
 }
 
+// heldReason explains a queue whose every request is held back by its
+// client's own limit (the zero WaitReason when nothing is queued): the hold
+// that lifts first, one that lifts when a request ends last. d.mu held.
+func (d *Dispatcher) heldReason(now time.Time) WaitReason {
+	var r WaitReason
+	for _, h := range d.sched.HeldClients(now) {
+		if r.Reason == "" || !h.Until.IsZero() && (r.Until.IsZero() || h.Until.Before(r.Until)) {
+			r = WaitReason{Reason: WaitClientLimit, Client: h.Client, Limit: h.Front.Value.(*waiter).held.Limit, Until: h.Until}
+		}
+	}
+	return r
+}
+
 // whyLocked explains the head of the queue the way admit decides it: the
 // breaker, the concurrency limit, then the key that would take it soonest
 // (its pause, else the dimension whose bucket is the last to have room).
@@ -175,7 +194,7 @@ func (d *Dispatcher) Explain() Explain {
 func (d *Dispatcher) whyLocked(now time.Time) WaitReason {
 	it := d.sched.Peek(now)
 	if it == nil {
-		return WaitReason{}
+		return d.heldReason(now)
 	}
 	w := it.Value.(*waiter)
 	if ok, readyAt := d.brk.Ready(now); !ok {

@@ -22,7 +22,7 @@ type ClusterLoad struct {
 	Weights [llm.NumPriorities]float64
 	// InFlight is how many requests are being sent.
 	InFlight int
-	// Debited is the limiter's running sum of debits (Limiter.Debited).
+	// Debited is the limiter's running sum of debits (ClusterShare.Debited).
 	Debited Amount
 	// UrgentDebited is the running sum of the estimates admitted for the
 	// urgent classes (critical and high): the part of the node's use a
@@ -43,7 +43,7 @@ type ClusterLoad struct {
 	// BurstDepth, summed over the pool's keys); 0 unknown.
 	BurstDepth [NumDims]float64
 	// BurstLevel is the buckets' fill as a fraction of the whole burst
-	// (Limiter.BurstFill, the least over the pool's bucket sets), and
+	// (ClusterShare.BurstFill, the least over the pool's bucket sets), and
 	// BurstSeconds how long the whole rate takes to refill a whole burst
 	// (the least); both 0 when nothing is limited.
 	BurstLevel, BurstSeconds float64

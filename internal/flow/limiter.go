@@ -91,7 +91,8 @@ func (c LimiterConfig) validate() error {
 // level to it, learns the limits not configured and deepens or raises a
 // bucket the provider shows to hold more. In a cluster the Limiter uses
 // its node's share of every bucket and exchanges bursts and reports with
-// the other nodes (limiter_share.go, limiter_cluster.go). docs/engine.md
+// the other nodes through its ClusterShare (Cluster; limiter_share.go,
+// limiter_cluster.go). docs/engine.md
 // ("Token buckets") derives each rule.
 //
 // Every method takes the current instant as now and none reads a clock.

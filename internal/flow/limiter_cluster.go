@@ -48,13 +48,13 @@ type clusterReports struct {
 	adopted [NumDims]Heard
 }
 
-// Heard returns, per dimension, the latest report this Limiter's own
+// Heard returns, per dimension, the latest report the Limiter's own
 // Observe (or Clamp) received: what a cluster node publishes. Reports
 // taken from the cluster (Adopt) are not included.
-func (l *Limiter) Heard() [NumDims]Heard {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cluster.heard
+func (c ClusterShare) Heard() [NumDims]Heard {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.l.cluster.heard
 }
 
 // Adopt applies a report of dimension d that another node (or this one,
@@ -77,18 +77,18 @@ func (l *Limiter) Heard() [NumDims]Heard {
 // (docs/cluster.md, "Shared provider reports", derives it and its
 // slack). A report older than the debit history reaches back to is not
 // applied.
-func (l *Limiter) Adopt(d Dim, h Heard, now time.Time) {
+func (c ClusterShare) Adopt(d Dim, h Heard, now time.Time) {
 	if d < 0 || d >= NumDims {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buckets.refresh(now)
-	b := &l.buckets.b[d]
-	heard, adopted := &l.cluster.heard[d], &l.cluster.adopted[d]
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	c.l.buckets.refresh(now)
+	b := &c.l.buckets.b[d]
+	heard, adopted := &c.l.cluster.heard[d], &c.l.cluster.adopted[d]
 	if h.HasLimit() && h.LimitAt.After(heard.LimitAt) && h.LimitAt.After(adopted.LimitAt) {
 		adopted.Limit, adopted.LimitAt = h.Limit, h.LimitAt
-		l.buckets.learn(d, h.Limit, now)
+		c.l.buckets.learn(d, h.Limit, now)
 	}
 	if !h.HasRemaining() || !h.At.After(adopted.At) {
 		return
@@ -101,7 +101,7 @@ func (l *Limiter) Adopt(d Dim, h Heard, now time.Time) {
 	if from.IsZero() || from.After(h.At) {
 		from = h.At
 	}
-	taken, ok := l.est.debitedSince(from)
+	taken, ok := c.l.est.debitedSince(from)
 	if !ok {
 		return
 	}

@@ -33,14 +33,14 @@ func TestLimiterAdoptLimit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			l := newLimiter(t, [flow.NumDims]float64{flow.Requests: tt.configured}, 10)
-			l.SetShare(0.5, t0)
+			l.Cluster().SetShare(0.5, t0)
 			if tt.ownAt >= 0 {
 				l.Observe(map[flow.Dim]flow.Observation{flow.Requests: {Limit: 300, Remaining: -1}}, flow.Mark{}, t0.Add(tt.ownAt))
 			}
 			now := t0.Add(3 * time.Second)
-			l.Adopt(flow.Requests, flow.Heard{Limit: 600, LimitAt: t0.Add(tt.heardAt)}, now)
+			l.Cluster().Adopt(flow.Requests, flow.Heard{Limit: 600, LimitAt: t0.Add(tt.heardAt)}, now)
 			require.InDelta(t, tt.capacity, l.State(now)[flow.Requests].Capacity, 1e-9)
-			require.Zero(t, l.Heard()[flow.InputTokens], "nothing observed in that dimension")
+			require.Zero(t, l.Cluster().Heard()[flow.InputTokens], "nothing observed in that dimension")
 		})
 	}
 }
@@ -67,7 +67,7 @@ func TestLimiterAdoptRemainingOnlyLowers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 600}, 10)
-			l.SetShare(0.5, t0)
+			l.Cluster().SetShare(0.5, t0)
 			if tt.admitted > 0 {
 				w, err := l.Reserve(flow.Amount{flow.Requests: tt.admitted}, t0.Add(time.Second))
 				require.NoError(t, err)
@@ -75,10 +75,10 @@ func TestLimiterAdoptRemainingOnlyLowers(t *testing.T) {
 			}
 			now := t0.Add(4 * time.Second)
 			h := flow.Heard{Remaining: tt.remaining, SentAt: t0, At: t0.Add(2 * time.Second)}
-			l.Adopt(flow.Requests, h, now)
+			l.Cluster().Adopt(flow.Requests, h, now)
 			require.InDelta(t, tt.level, l.State(now)[flow.Requests].Level, 1e-9)
 			// The same report again, or an older one, changes nothing.
-			l.Adopt(flow.Requests, flow.Heard{Remaining: 0, SentAt: t0, At: t0.Add(time.Second)}, now)
+			l.Cluster().Adopt(flow.Requests, flow.Heard{Remaining: 0, SentAt: t0, At: t0.Add(time.Second)}, now)
 			require.InDelta(t, tt.level, l.State(now)[flow.Requests].Level, 1e-9)
 		})
 	}
@@ -112,7 +112,7 @@ func TestLimiterAdoptKeepsClusterWithinReported(t *testing.T) {
 			for i := range ls {
 				shares[i] /= sum
 				ls[i] = newLimiter(t, [flow.NumDims]float64{flow.Requests: rpm}, burst)
-				ls[i].SetShare(shares[i], t0)
+				ls[i].Cluster().SetShare(shares[i], t0)
 			}
 			step := 10 * time.Millisecond
 			admitted := make([]float64, n) // since sent
@@ -122,7 +122,7 @@ func TestLimiterAdoptKeepsClusterWithinReported(t *testing.T) {
 				now := t0.Add(time.Duration(k) * step)
 				if now.Equal(at.Add(200 * time.Millisecond)) {
 					for _, l := range ls {
-						l.Adopt(flow.Requests, flow.Heard{Remaining: remaining, SentAt: sent, At: at}, now)
+						l.Cluster().Adopt(flow.Requests, flow.Heard{Remaining: remaining, SentAt: sent, At: at}, now)
 					}
 				}
 				for i, l := range ls {

@@ -5,12 +5,24 @@ import (
 	"time"
 )
 
+// ClusterShare is the part of a Limiter a cluster of nodes shares
+// (internal/cluster): this node's share of every bucket (SetShare, Share),
+// its part of the cluster's burst pool (Credit, BurstFill, BurstDepth),
+// its use (Debited) and the provider's reports (Heard, Adopt,
+// limiter_cluster.go). It is a view of its Limiter, under the Limiter's
+// lock: the two act on the same buckets. Get one with Limiter.Cluster;
+// a gateway that is no cluster node never needs it.
+type ClusterShare struct{ l *Limiter }
+
+// Cluster returns l's cluster share.
+func (l *Limiter) Cluster() ClusterShare { return ClusterShare{l: l} }
+
 // MinShare is the smallest share SetShare applies: a node always keeps a
 // sliver of every bucket, so a request arriving at an idle node is
 // admitted (slowly) before the next share is granted.
 const MinShare = 1e-4
 
-// SetShare makes this Limiter use f, in (0, 1], of every bucket's rate and
+// SetShare makes the Limiter use f, in (0, 1], of every bucket's rate and
 // depth: the part of an upstream's quota a node of a cluster was granted
 // (internal/cluster). It is distinct from SlowDown's refill-rate cut; the
 // two multiply. Values outside (0, 1] are clamped.
@@ -27,14 +39,14 @@ const MinShare = 1e-4
 // (BurstFill): the least over the limited dimensions of the usable tokens
 // dropped over that dimension's burst depth (0 when raising). A cluster
 // gives that much back to its burst pool (Credit).
-func (l *Limiter) SetShare(f float64, now time.Time) (dropped float64) {
+func (c ClusterShare) SetShare(f float64, now time.Time) (dropped float64) {
 	if math.IsNaN(f) {
 		return 0
 	}
 	f = math.Min(math.Max(f, MinShare), 1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := &l.buckets
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	s := &c.l.buckets
 	s.refresh(now)
 	if f == s.share {
 		return 0
@@ -75,14 +87,14 @@ func (s *bucketSet) burstDepth(b *bucket) float64 {
 // within rate·t + depth once the pool is spent (docs/cluster.md, "The
 // burst pool"). A level already above the depth (a large request
 // accumulating) is left as it is.
-func (l *Limiter) Credit(f float64, now time.Time) {
+func (c ClusterShare) Credit(f float64, now time.Time) {
 	if !(f > 0) {
 		return
 	}
 	f = math.Min(f, 1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := &l.buckets
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	s := &c.l.buckets
 	s.refresh(now)
 	for i := range s.b {
 		b := &s.b[i]
@@ -100,10 +112,10 @@ func (l *Limiter) Credit(f float64, now time.Time) {
 // is at s), and seconds the least time the whole rate takes to refill a
 // whole burst depth (the pool's decay: the cluster's buckets together
 // refill no faster). Both are 0 when no dimension is limited.
-func (l *Limiter) BurstFill(now time.Time) (level, seconds float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := &l.buckets
+func (c ClusterShare) BurstFill(now time.Time) (level, seconds float64) {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	s := &c.l.buckets
 	s.refresh(now)
 	level, seconds = math.Inf(1), math.Inf(1)
 	for i := range s.b {
@@ -122,30 +134,30 @@ func (l *Limiter) BurstFill(now time.Time) (level, seconds float64) {
 
 // BurstDepth returns every limited bucket's whole burst depth (0 when
 // the dimension is not limited).
-func (l *Limiter) BurstDepth() [NumDims]float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func (c ClusterShare) BurstDepth() [NumDims]float64 {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
 	var d [NumDims]float64
-	for i := range l.buckets.b {
-		if b := &l.buckets.b[i]; b.capacity > 0 {
-			d[i] = l.buckets.burstDepth(b)
+	for i := range c.l.buckets.b {
+		if b := &c.l.buckets.b[i]; b.capacity > 0 {
+			d[i] = c.l.buckets.burstDepth(b)
 		}
 	}
 	return d
 }
 
 // Share returns the share SetShare last applied (1 by default).
-func (l *Limiter) Share() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buckets.share
+func (c ClusterShare) Share() float64 {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.l.buckets.share
 }
 
 // Debited returns the running sum of every debit since the Limiter was
-// made (see Mark): a cluster node's recent use is the difference between
+// made (see Limiter.Mark): a cluster node's recent use is the difference between
 // two readings.
-func (l *Limiter) Debited() Amount {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.est.debited
+func (c ClusterShare) Debited() Amount {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.l.est.debited
 }

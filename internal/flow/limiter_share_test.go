@@ -16,8 +16,8 @@ func TestLimiterSetShareScalesRateAndDepth(t *testing.T) {
 	// 600 RPM = 10/s, depth 1 s = 10 requests; a quarter share: 2.5/s, depth 2.5.
 	l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 600}, 1)
 	one := flow.Amount{flow.Requests: 1}
-	l.SetShare(0.25, t0)
-	require.InDelta(t, 0.25, l.Share(), 1e-12)
+	l.Cluster().SetShare(0.25, t0)
+	require.InDelta(t, 0.25, l.Cluster().Share(), 1e-12)
 	st := l.State(t0)[flow.Requests]
 	require.InDelta(t, 150, st.Capacity, 1e-9)
 	require.InDelta(t, 2.5, st.Depth, 1e-9)
@@ -32,65 +32,65 @@ func TestLimiterSetShareScalesRateAndDepth(t *testing.T) {
 	require.Equal(t, 200*time.Millisecond, w, "half a token missing at 2.5/s")
 
 	// Raising the share adds capacity that starts empty.
-	l.SetShare(1, t0)
+	l.Cluster().SetShare(1, t0)
 	require.InDelta(t, 0.5, l.State(t0)[flow.Requests].Level, 1e-9)
 	w, err = l.Reserve(one, t0)
 	require.NoError(t, err)
 	require.Equal(t, 50*time.Millisecond, w, "the new rate refills it: 0.5 token at 10/s")
 	// SlowDown and share multiply.
-	l.SetShare(0.5, t0)
+	l.Cluster().SetShare(0.5, t0)
 	l.SlowDown(0.5, time.Hour, t0)
 	w, err = l.Reserve(flow.Amount{flow.Requests: 1}, t0)
 	require.NoError(t, err)
 	require.Equal(t, 200*time.Millisecond, w, "0.5 token at 10 × 0.5 × 0.5 = 2.5/s")
 
 	// Out-of-range values are clamped.
-	l.SetShare(7, t0)
-	require.InDelta(t, 1, l.Share(), 1e-12)
-	l.SetShare(-1, t0)
-	require.InDelta(t, flow.MinShare, l.Share(), 1e-12)
+	l.Cluster().SetShare(7, t0)
+	require.InDelta(t, 1, l.Cluster().Share(), 1e-12)
+	l.Cluster().SetShare(-1, t0)
+	require.InDelta(t, flow.MinShare, l.Cluster().Share(), 1e-12)
 }
 
 func TestLimiterCreditAndBurstFill(t *testing.T) {
 	t.Parallel()
 	// 600 RPM = 10/s and 60k TPM = 1000/s, depth 2 s: 20 requests, 2000 tokens.
 	l := newLimiter(t, [flow.NumDims]float64{flow.Requests: 600, flow.Tokens: 60000}, 2)
-	lvl, secs := l.BurstFill(t0)
+	lvl, secs := l.Cluster().BurstFill(t0)
 	require.InDelta(t, 1, lvl, 1e-12, "a fresh limiter is full")
 	require.InDelta(t, 2, secs, 1e-12)
-	require.Equal(t, [flow.NumDims]float64{flow.Requests: 20, flow.Tokens: 2000}, l.BurstDepth())
+	require.Equal(t, [flow.NumDims]float64{flow.Requests: 20, flow.Tokens: 2000}, l.Cluster().BurstDepth())
 
 	// Lowering drops the tokens above the new depth: the least fraction
 	// over the dimensions.
 	_, err := l.Reserve(flow.Amount{flow.Requests: 1, flow.Tokens: 600}, t0) // 19/20 and 1400/2000 left
 	require.NoError(t, err)
-	dropped := l.SetShare(0.25, t0) // depth 5 and 500
+	dropped := l.Cluster().SetShare(0.25, t0) // depth 5 and 500
 	require.InDelta(t, (1400.0-500)/2000, dropped, 1e-12, "tokens: 0.45 of the burst; requests 0.7")
-	require.Zero(t, l.SetShare(0.5, t0), "raising drops nothing")
-	lvl, _ = l.BurstFill(t0)
+	require.Zero(t, l.Cluster().SetShare(0.5, t0), "raising drops nothing")
+	lvl, _ = l.Cluster().BurstFill(t0)
 	require.InDelta(t, 0.25, lvl, 1e-12, "5/20 and 500/2000")
 
 	// A credit adds its fraction of the whole depth, capped at the node's.
-	l.Credit(0.1, t0)
+	l.Cluster().Credit(0.1, t0)
 	st := l.State(t0)
 	require.InDelta(t, 7, st[flow.Requests].Level, 1e-9)
 	require.InDelta(t, 700, st[flow.Tokens].Level, 1e-9)
-	l.Credit(1, t0)
+	l.Cluster().Credit(1, t0)
 	st = l.State(t0)
 	require.InDelta(t, 10, st[flow.Requests].Level, 1e-9, "capped at share × depth")
 	require.InDelta(t, 1000, st[flow.Tokens].Level, 1e-9)
-	lvl, _ = l.BurstFill(t0)
+	lvl, _ = l.Cluster().BurstFill(t0)
 	require.InDelta(t, 0.5, lvl, 1e-12)
-	l.Credit(-1, t0)
-	l.Credit(math.NaN(), t0)
+	l.Cluster().Credit(-1, t0)
+	l.Cluster().Credit(math.NaN(), t0)
 	require.InDelta(t, 10, l.State(t0)[flow.Requests].Level, 1e-9, "nothing for a bad fraction")
 
 	// No limit known: nothing to fill or credit.
 	u := newLimiter(t, [flow.NumDims]float64{}, 1)
-	lvl, secs = u.BurstFill(t0)
+	lvl, secs = u.Cluster().BurstFill(t0)
 	require.Zero(t, lvl)
 	require.Zero(t, secs)
-	require.Zero(t, u.SetShare(0.5, t0))
+	require.Zero(t, u.Cluster().SetShare(0.5, t0))
 }
 
 // TestLimiterSharesKeepClusterWindowBound drives three limiters with
@@ -109,7 +109,7 @@ func TestLimiterSharesKeepClusterWindowBound(t *testing.T) {
 			shares := []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}
 			for i := range ls {
 				ls[i] = newLimiter(t, [flow.NumDims]float64{flow.Requests: rpm}, burst)
-				ls[i].SetShare(shares[i], t0)
+				ls[i].Cluster().SetShare(shares[i], t0)
 			}
 			step := 10 * time.Millisecond
 			sync := 50 // steps (500 ms)
@@ -127,13 +127,13 @@ func TestLimiterSharesKeepClusterWindowBound(t *testing.T) {
 					}
 					for i := range ls {
 						if next[i] < shares[i] {
-							ls[i].SetShare(next[i], now)
+							ls[i].Cluster().SetShare(next[i], now)
 							shares[i] = next[i]
 						}
 					}
 					for i := range ls {
 						if next[i] > shares[i] {
-							ls[i].SetShare(next[i], now)
+							ls[i].Cluster().SetShare(next[i], now)
 							shares[i] = next[i]
 						}
 					}

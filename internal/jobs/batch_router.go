@@ -456,7 +456,7 @@ func (r *batchRouter) line(ctx context.Context, id int64, res *BatchLineResult, 
 	case LineErrored:
 		if res.Status >= 400 && res.Status < 500 && res.Status != http.StatusTooManyRequests {
 			return jobstore.GroupLine{JobID: id, Dead: &jobstore.AttemptError{Status: res.Status, Kind: llm.ClientError.String(),
-				Message: "the provider's Batch API refused the request"},
+				Message: "the provider's Batch API refused the request", Upstream: r.upstream},
 				DeadResult: &jobstore.Result{Status: res.Status, Header: http.Header{"Content-Type": {"application/json"}}, Body: res.Body}}, nil, LineErrored, nil
 		}
 		line, err := r.retryLine(ctx, id, res, now)

@@ -63,7 +63,7 @@ const (
 
 // Dispatcher is what the runtime needs from an upstream's engine: an
 // admission (a ticket) in a priority class, waited for in the engine's
-// scheduler or granted only at once, each good for exactly one upstream
+// scheduler or admitted only at once, each good for exactly one upstream
 // call. *dispatch.Dispatcher implements it.
 type Dispatcher interface {
 	Acquire(ctx context.Context, p dispatch.AcquireParams) (*dispatch.Ticket, error)
@@ -152,9 +152,14 @@ type Config struct {
 // Admission is the admission layer as the job runtime asks it;
 // *admit.Layer implements it.
 type Admission interface {
-	// Route is where a call of class on upstream goes now (ok false: the
-	// upstream has no engine).
-	Route(upstream string, class llm.Priority, client string, cost provider.Cost, deadline time.Time) (admit.Target, string, bool)
+	// RouteJobs is where the jobs of class on upstream go now: their
+	// upstream or a fallback, and a fallback for the jobs whose deadline
+	// the upstream's predicted wait would miss (ok false: the upstream has
+	// no engine).
+	RouteJobs(upstream string, class llm.Priority, client string, cost provider.Cost) (admit.JobRoute, bool)
+	// Reroute is where a call whose attempt on from failed with err goes
+	// at once: a fallback, when err is an outage (ok false: it stays).
+	Reroute(from admit.Target, class llm.Priority, client string, cost provider.Cost, deadline time.Time, err error) (admit.Target, bool)
 	// AdmitNow admits a call to t at once: an *admit.Refusal from its
 	// client's budget, an *admit.Held from its client's own limit.
 	AdmitNow(t admit.Target, req *dispatch.Request) (admit.Settler, error)

@@ -17,8 +17,8 @@
 // classes with work, and asks the upstream's engine for each
 // (Dispatcher.Acquire): it waits in the same scheduler as live traffic, so
 // weighted fair queueing, quotas and the breaker apply across both. Only
-// once a ticket is granted does it claim a job of that class (with the
-// tickets granted meanwhile and those the engine grants at once, in one
+// once a ticket is admitted does it claim a job of that class (with the
+// tickets admitted meanwhile and those the engine admits at once, in one
 // claim of up to Config.ClaimBatch); a ticket left without a job is given
 // back. Waiting for quota, for a backoff or for an open breaker therefore
 // happens in the store (queued, available_at), never under a lease. When
@@ -39,7 +39,11 @@
 //	success (2xx, complete)                 → succeeded, response kept
 //	not sent (cost did not fit, stopped)    → requeued when it fits, no attempt burnt
 //	rate limit                              → requeued at its hint, one attempt burnt
-//	overload, transient, stream failure     → requeued with backoff, one attempt burnt
+//	overload, transient, stream failure     → requeued with backoff, one attempt burnt; or, on an
+//	                                          upstream with a fallback that can take it now, the
+//	                                          attempt recorded and the call made again at once
+//	                                          there, under the same lease (Config.Admission's
+//	                                          Reroute: the rule a live request falls back by)
 //	quota, client error, too large, x-should-retry: false → dead, the provider's error kept
 //	attempts or deadline exhausted          → dead
 //

@@ -17,8 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/admit"
+	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobsapi"
+	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
@@ -156,7 +158,8 @@ func TestJobsFallBackWhileTheirUpstreamIsUnavailable(t *testing.T) {
 // and the log has no rate limit in it.
 func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
 	t.Parallel()
-	layer, err := admit.New(admit.Config{Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic}},
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	layer, err := admit.New(admit.Config{Clock: clk, Upstreams: []upcfg.Config{{Name: "claude", Protocol: llm.Anthropic}},
 		Clients: []admit.Client{{Name: "acme", Limits: admit.ClientLimits{LimitValues: admit.LimitValues{RequestsPerMinute: 120, BurstSeconds: 0.5}}}}})
 	require.NoError(t, err)
 	d := succeed()
@@ -164,7 +167,9 @@ func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	s := newService(t, nil, d, nil, func(c *Config) {
+		c.Clock = clk
 		c.Admission = layer
+		c.RescueInterval = -1
 		c.Logger = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	var ids []int64
@@ -174,6 +179,18 @@ func TestJobHeldByItsClientLimitIsNoAttempt(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, code, string(body))
 		ids = append(ids, decode[jobsapi.JobView](t, body).ID)
 	}
+	// One every half second (a burst of one): the clock is stepped until
+	// the client's next turns come.
+	stepUntil(t, clk, 100*time.Millisecond, func() bool {
+		for _, id := range ids {
+			if !finished(t, s, id) {
+				return false
+			}
+		}
+		return true
+	})
+	require.GreaterOrEqual(t, clk.Now().Sub(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), time.Second,
+		"the second and third waited their turns")
 	for _, id := range ids {
 		v := await(t, s, id)
 		require.Equal(t, "succeeded", string(v.State))
@@ -203,4 +220,126 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// fallbackRig is a job service on a fake clock whose upstream "claude"
+// (a real dispatcher against a scripted provider) falls back to
+// "claude-b" (another), through the real admission layer.
+type fallbackRig struct {
+	s               *testService
+	clk             *clock.Fake
+	engine          *dispatch.Dispatcher // the primary's
+	primary, backup *scriptedUpstream
+	logs            *lockedWriter
+}
+
+func newFallbackRig(t *testing.T, primary func(*dispatch.Config), script ...answer) *fallbackRig {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	pd, pu, _ := realEngine(t, clk, primary, script...)
+	bd, bu, _ := realEngine(t, clk, func(c *dispatch.Config) { c.Name = "claude-b" }, answerOK)
+	layer, err := admit.New(admit.Config{Clock: clk, Upstreams: []upcfg.Config{
+		{Name: "claude", Protocol: llm.Anthropic, Fallbacks: []upcfg.Fallback{{Upstream: "claude-b"}}},
+		{Name: "claude-b", Protocol: llm.Anthropic}}})
+	require.NoError(t, err)
+	layer.Bind(map[string]admit.Engine{"claude": pd, "claude-b": bd})
+	logs := &lockedWriter{mu: &sync.Mutex{}, w: &bytes.Buffer{}}
+	s := newService(t, nil, pd, nil, func(c *Config) {
+		c.Clock = clk
+		c.Dispatchers["claude-b"] = bd
+		c.Protocols["claude-b"] = llm.Anthropic
+		c.Admission = layer
+		// A backoff no test waits out: a job served at once did not back off.
+		c.Retry.BaseDelay, c.Retry.MaxDelay = time.Hour, time.Hour
+		c.PollInterval = time.Second
+		c.RescueInterval = -1
+		c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	})
+	return &fallbackRig{s: s, clk: clk, engine: pd, primary: pu, backup: bu, logs: logs}
+}
+
+// log returns what was logged so far.
+func (r *fallbackRig) log() string {
+	r.logs.mu.Lock()
+	defer r.logs.mu.Unlock()
+	return r.logs.w.(*bytes.Buffer).String()
+}
+
+// TestFirstJobIntoANewOutageFallsBackAtOnce: the first job sent to an
+// upstream that starts answering 529 (its breaker still closed) is served
+// by the fallback after that one failed attempt, with no fake time
+// passing (no backoff); its record names the upstream of each attempt and
+// the one that served it, and the log has a line for each attempt.
+func TestFirstJobIntoANewOutageFallsBackAtOnce(t *testing.T) {
+	t.Parallel()
+	r := newFallbackRig(t, nil, answerOverload)
+	start := r.clk.Now()
+	j := submit(t, r.s, `,"priority":"high"`)
+	require.Eventually(t, func() bool { return finished(t, r.s, j.ID) }, 10*time.Second, time.Millisecond, "served without the clock moving")
+	v := await(t, r.s, j.ID)
+	require.Equal(t, jobstore.StateSucceeded, v.State)
+	require.Equal(t, start, r.clk.Now(), "no fake time passed: no backoff before the fallback")
+	require.EqualValues(t, 1, r.primary.calls.Load(), "one failed attempt on the upstream")
+	require.EqualValues(t, 1, r.backup.calls.Load())
+	require.Equal(t, 2, v.Attempts, "the failed attempt and the fallback's")
+	require.Equal(t, "claude-b", v.ServedBy)
+	require.Equal(t, "claude-b", v.Response.Headers[servedByHeader])
+	require.Len(t, v.Errors, 1)
+	require.Equal(t, jobsapi.AttemptView{Attempt: 1, Status: 529, Kind: llm.Overload.String(), Message: v.Errors[0].Message,
+		Upstream: "claude", At: start}, v.Errors[0])
+	require.Eventually(t, func() bool { return strings.Count(r.log(), `"msg":"job attempt"`) == 2 }, 5*time.Second, time.Millisecond)
+	require.Contains(t, r.log(), `"served_by":"claude","client":"","priority":"high","outcome":"fell_back","status":529,"attempt":1`)
+	require.Contains(t, r.log(), `"served_by":"claude-b","client":"","priority":"high","outcome":"success","status":200,"attempt":2`)
+}
+
+// TestJobWhosePredictedWaitMissesItsDeadlineFallsBack: with the upstream's
+// quota used up (its predicted wait about 30 s), a job whose deadline is
+// 10 s away is served by the fallback at once, while a job without a
+// deadline waits for its upstream and is served there; whether the urgent
+// job is claimed from the store (the worker's admission for the patient
+// one already waiting) or handed to the idle worker at its submit.
+func TestJobWhosePredictedWaitMissesItsDeadlineFallsBack(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		patientFirst bool
+	}{
+		{"claimed from the backlog", true},
+		{"handed off at its submit", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newFallbackRig(t, func(c *dispatch.Config) { c.Limits.RequestsPerMinute = 2 }, answerOK)
+			first := submit(t, r.s, `,"priority":"high"`)
+			require.Equal(t, "claude", await(t, r.s, first.ID).ServedBy, "the first uses up the quota")
+			start := r.clk.Now()
+			urgentBody := `,"priority":"high","deadline":"` + start.Add(10*time.Second).Format(time.RFC3339Nano) + `"`
+
+			var patient, urgent jobsapi.JobView
+			if tc.patientFirst {
+				patient = submit(t, r.s, `,"priority":"high"`)
+				// The worker's admission for it waits on the upstream, so
+				// the next job goes to the store, not to a handoff.
+				require.Eventually(t, func() bool { return r.engine.Snapshot().Queued[llm.High] == 1 }, 10*time.Second, time.Millisecond)
+				urgent = submit(t, r.s, urgentBody)
+			} else {
+				urgent = submit(t, r.s, urgentBody)
+				patient = submit(t, r.s, `,"priority":"high"`)
+			}
+			require.Eventually(t, func() bool { return finished(t, r.s, urgent.ID) }, 10*time.Second, time.Millisecond,
+				"served without the clock moving")
+			v := await(t, r.s, urgent.ID)
+			require.Equal(t, jobstore.StateSucceeded, v.State)
+			require.Equal(t, "claude-b", v.ServedBy, "its upstream would have made it miss its deadline")
+			require.Equal(t, 1, v.Attempts)
+			require.Empty(t, v.Errors)
+			require.Equal(t, start, r.clk.Now(), "served without waiting")
+			require.False(t, finished(t, r.s, patient.ID), "the job without a deadline waits for its upstream")
+
+			stepUntil(t, r.clk, time.Second, func() bool { return finished(t, r.s, patient.ID) })
+			require.Equal(t, "claude", await(t, r.s, patient.ID).ServedBy)
+			require.EqualValues(t, 2, r.primary.calls.Load())
+			require.EqualValues(t, 1, r.backup.calls.Load())
+		})
+	}
 }

@@ -85,6 +85,11 @@ const (
 	// AttemptRetry: overload, transient or stream failure; the job was
 	// requeued with backoff, one attempt burnt.
 	AttemptRetry AttemptOutcome = "retry"
+	// AttemptFellBack: overload, transient or stream failure on an
+	// upstream with a fallback that could take the job now: one attempt
+	// burnt, and the job's call made again at once on the fallback, under
+	// the same lease (its next attempt is counted on its own).
+	AttemptFellBack AttemptOutcome = "fell_back"
 	// AttemptDead: a terminal error (quota, client error, too large), or
 	// the job's attempts or deadline ran out; the job is dead.
 	AttemptDead AttemptOutcome = "dead"
@@ -105,7 +110,7 @@ const (
 )
 
 // AttemptOutcomes lists every attempt outcome.
-var AttemptOutcomes = []AttemptOutcome{AttemptSuccess, AttemptRateLimited, AttemptHeld, AttemptRetry, AttemptDead,
+var AttemptOutcomes = []AttemptOutcome{AttemptSuccess, AttemptRateLimited, AttemptHeld, AttemptRetry, AttemptFellBack, AttemptDead,
 	AttemptLeaseLost, AttemptCanceled, AttemptStopped, AttemptStoreError}
 
 // WebhookOutcome is how one webhook POST ended. Every POST this gateway

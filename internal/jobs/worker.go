@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/jobstore"
@@ -40,22 +41,24 @@ type worker struct {
 // live client.
 const jobsClient = "sluice-jobs"
 
-// grant is an Acquire that returned.
-type grant struct {
+// acquired is an Acquire that returned: its ticket (an admission), or why
+// there is none.
+type acquired struct {
 	class  llm.Priority
 	via    route
 	ticket *dispatch.Ticket
 	err    error
 }
 
-// admission is a granted ticket and where it was asked.
+// admission is an admitted ticket and where it was asked.
 type admission struct {
 	ticket *dispatch.Ticket
 	via    route
 }
 
-// claim claims up to limit available jobs of class.
-func (w *worker) claim(ctx context.Context, class llm.Priority, limit int) []*jobstore.Job {
+// claim claims up to limit available jobs of class; with deadlineBy set,
+// only jobs whose deadline is at or before it.
+func (w *worker) claim(ctx context.Context, class llm.Priority, limit int, deadlineBy time.Time) []*jobstore.Job {
 	cfg := w.s.cfg
 	if !w.s.replaySpool(ctx) {
 		return nil
@@ -71,6 +74,9 @@ func (w *worker) claim(ctx context.Context, class llm.Priority, limit int) []*jo
 	}
 	if w.routes(class) {
 		p.DeadlineBy = now.Add(w.route.MinTimeLeft)
+	}
+	if !deadlineBy.IsZero() && (p.DeadlineBy.IsZero() || deadlineBy.Before(p.DeadlineBy)) {
+		p.DeadlineBy = deadlineBy
 	}
 	jobs, err := w.s.store.Claim(ctx, p)
 	if err != nil && ctx.Err() == nil {

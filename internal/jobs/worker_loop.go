@@ -15,21 +15,23 @@ import (
 // workerLoop is one worker's loop and its state. It keeps up to
 // MaxInFlightPerUpstream admissions outstanding (Acquire calls waiting plus
 // calls in flight), spread round robin over the classes with a backlog and
-// never more per class than its backlog. When a ticket is granted it
-// collects the other tickets already granted, adds the ones the engine
-// grants at once (TryAcquire), and claims that many jobs of the class in
+// never more per class than its backlog. When a ticket is admitted it
+// collects the other tickets already admitted, adds the ones the engine
+// admits at once (TryAcquire), and claims that many jobs of the class in
 // one statement; tickets left without a job are given back. While it has
 // nothing to wait for it offers its free slots through a jobstore.Handoff,
 // so jobs submitted meanwhile start without a claim.
 //
 // Its state belongs to the loop's goroutine: the Acquire calls and the
-// jobs it starts report back through channels (grants, done) and never
+// jobs it starts report back through channels (returns, done) and never
 // touch it. One turn of the loop (run) is its steps in order:
 //
 //	refreshBacklog  when due: the spool written back, the backlog per class read, the poll timer set
+//	askUrgent       when due: per class, an Acquire on the fallback that takes the jobs whose
+//	                deadline the upstream's predicted wait would miss
 //	topUp           Acquire calls asked, round robin over the classes with work
 //	offerHandoff    the free slots offered to jobs submitted meanwhile, or withdrawn
-//	wait            one event: a job done, grants (onGrants → claimAndStart), a
+//	wait            one event: a job done, Acquire calls returned (onReturns → claimAndStart), a
 //	                handed-off job (takeHanded), a notification or the poll timer
 //
 // and close ends it.
@@ -39,7 +41,7 @@ type workerLoop struct {
 	limit int             // MaxInFlightPerUpstream
 
 	done    chan struct{} // a job started here finished
-	grants  chan grant    // an Acquire returned
+	returns chan acquired // an Acquire returned
 	notify  <-chan struct{}
 	poll    clock.Timer
 	handoff *jobstore.Handoff // nil: none could be registered
@@ -50,10 +52,14 @@ type workerLoop struct {
 	acquiring     sync.WaitGroup
 
 	pending [llm.NumPriorities]int // Acquire calls outstanding
-	backlog [llm.NumPriorities]int // available jobs known, less those claimed since
-	running int                    // jobs started here and not done
-	refresh bool                   // read the backlog before the next top-up
-	refused bool                   // an Acquire failed (the engine stopped): none until the next poll
+	urgent  [llm.NumPriorities]int // of them, urgent routes' (askUrgent): not counted against the backlog
+	// urgentDue: each class's urgent route is asked for at the next turn
+	// (once per backlog read).
+	urgentDue [llm.NumPriorities]bool
+	backlog   [llm.NumPriorities]int // available jobs known, less those claimed since
+	running   int                    // jobs started here and not done
+	refresh   bool                   // read the backlog before the next top-up
+	refused   bool                   // an Acquire failed (the engine stopped): none until the next poll
 }
 
 // loop runs the worker until ctx ends (the service stops claiming) or the
@@ -70,7 +76,7 @@ func (w *worker) newLoop(ctx context.Context) *workerLoop {
 	cfg := w.s.cfg
 	l := &workerLoop{w: w, ctx: ctx, limit: cfg.MaxInFlightPerUpstream, refresh: true}
 	l.done = make(chan struct{}, l.limit)
-	l.grants = make(chan grant, l.limit)
+	l.returns = make(chan acquired, l.limit)
 	l.notify = w.s.store.Notify(ctx, w.upstream)
 	l.poll = cfg.Clock.NewTimer(cfg.PollInterval)
 	l.acqCtx, l.stopAcquiring = context.WithCancel(ctx)
@@ -96,6 +102,7 @@ func (l *workerLoop) run() {
 		if l.refresh && !l.refreshBacklog() {
 			return
 		}
+		l.askUrgent()
 		l.topUp()
 		l.offerHandoff()
 		if !l.wait() {
@@ -106,7 +113,7 @@ func (l *workerLoop) run() {
 
 // close ends the loop: the jobs leased to it through the handoff go back
 // to the queue, the Acquire calls still waiting are stopped, and the
-// tickets granted to them are released.
+// tickets admitted to them are released.
 func (l *workerLoop) close() {
 	if l.handoff != nil {
 		for _, j := range l.handoff.Close() {
@@ -115,8 +122,8 @@ func (l *workerLoop) close() {
 	}
 	l.stopAcquiring()
 	l.acquiring.Wait()
-	close(l.grants)
-	for g := range l.grants {
+	close(l.returns)
+	for g := range l.returns {
 		if g.ticket != nil {
 			g.ticket.Release()
 		}
@@ -141,6 +148,9 @@ func (l *workerLoop) refreshBacklog() bool {
 		cfg.Logger.Warn("reading the job backlog", "upstream", l.w.upstream, "err", err)
 	} else {
 		l.backlog = b
+	}
+	for c := range l.urgentDue {
+		l.urgentDue[c] = true
 	}
 	l.resetPoll()
 	return true
@@ -167,7 +177,7 @@ func (l *workerLoop) topUp() {
 	for free := l.free(); free > 0 && !l.refused; {
 		added := false
 		for c := range llm.NumPriorities {
-			if free > 0 && l.backlog[c] > l.pending[c] {
+			if free > 0 && l.backlog[c] > l.pending[c]-l.urgent[c] {
 				l.acquire(llm.Priority(c))
 				free--
 				added = true
@@ -193,17 +203,41 @@ func (l *workerLoop) pendingHandoffs() int {
 	return l.handoff.Pending()
 }
 
-// acquire asks the engine for an admission in class c; the ticket (or the
-// error) comes back through grants.
+// acquire asks the engine of class c's route for an admission; the ticket
+// (or the error) comes back through returns.
 func (l *workerLoop) acquire(c llm.Priority) {
+	l.acquireVia(c, l.w.routeFor(c))
+}
+
+// askUrgent asks, once per backlog read, for each class with a backlog
+// and a free slot, for an admission on the fallback the admission layer
+// names for the class's jobs whose deadline the upstream's predicted wait
+// would miss (admit.JobRoute.Urgent); its ticket claims only such jobs. It
+// waits no longer than that wait: past it, the upstream takes them as
+// soon.
+func (l *workerLoop) askUrgent() {
+	for c := range llm.NumPriorities {
+		if !l.urgentDue[c] || l.backlog[c] == 0 || l.urgent[c] > 0 || l.free() <= 0 {
+			continue
+		}
+		l.urgentDue[c] = false
+		if via, ok := l.w.urgentFor(llm.Priority(c)); ok {
+			l.urgent[c]++
+			l.acquireVia(llm.Priority(c), via)
+		}
+	}
+}
+
+// acquireVia asks via's engine for an admission in class c; the ticket
+// (or the error) comes back through returns.
+func (l *workerLoop) acquireVia(c llm.Priority, via route) {
 	l.pending[c]++
 	l.acquiring.Add(1)
-	w, ctx, grants := l.w, l.acqCtx, l.grants
-	via := w.routeFor(c)
+	w, ctx, returns := l.w, l.acqCtx, l.returns
 	go func() {
 		defer l.acquiring.Done()
-		t, err := via.dispatcher.Acquire(ctx, dispatch.AcquireParams{Priority: c, Client: jobsClient, Cost: w.costs.estimate(c)})
-		grants <- grant{class: c, via: via, ticket: t, err: err}
+		t, err := via.dispatcher.Acquire(ctx, dispatch.AcquireParams{Priority: c, Client: jobsClient, Cost: w.costs.estimate(c), Deadline: via.by})
+		returns <- acquired{class: c, via: via, ticket: t, err: err}
 	}()
 }
 
@@ -230,8 +264,8 @@ func (l *workerLoop) wait() bool {
 		return false
 	case <-l.done:
 		l.running--
-	case g := <-l.grants:
-		l.onGrants(g)
+	case g := <-l.returns:
+		l.onReturns(g)
 	case j := <-l.handed:
 		l.takeHanded(j)
 	case _, ok := <-l.notify:
@@ -245,17 +279,23 @@ func (l *workerLoop) wait() bool {
 	return true
 }
 
-// onGrants files g and the other Acquire calls already returned by class,
-// then claims jobs for the tickets, class by class.
-func (l *workerLoop) onGrants(g grant) {
-	var ready [llm.NumPriorities][]admission
-	l.collect(g, &ready)
+// onReturns files g and the other Acquire calls already returned by class,
+// then claims jobs for the tickets, class by class: the urgent routes'
+// first.
+func (l *workerLoop) onReturns(g acquired) {
+	var ready, urgent [llm.NumPriorities][]admission
+	l.collect(g, &ready, &urgent)
 	for drained := false; !drained; {
 		select {
-		case g := <-l.grants:
-			l.collect(g, &ready)
+		case g := <-l.returns:
+			l.collect(g, &ready, &urgent)
 		default:
 			drained = true
+		}
+	}
+	for c, tickets := range urgent {
+		for _, a := range tickets {
+			l.claimUrgent(llm.Priority(c), a)
 		}
 	}
 	for c, tickets := range ready {
@@ -265,11 +305,19 @@ func (l *workerLoop) onGrants(g grant) {
 	}
 }
 
-// collect files a returned Acquire: a ticket by its class. An error (the
-// dispatcher stopped, or the loop is stopping) refuses further Acquire
-// calls until the next poll.
-func (l *workerLoop) collect(g grant, ready *[llm.NumPriorities][]admission) {
+// collect files a returned Acquire: a ticket by its class (an urgent
+// route's apart). An error (the dispatcher stopped, or the loop is
+// stopping) refuses further Acquire calls until the next poll; an urgent
+// route's (its wait outlived its jobs' deadlines) only ends that Acquire.
+func (l *workerLoop) collect(g acquired, ready, urgent *[llm.NumPriorities][]admission) {
 	l.pending[g.class]--
+	if !g.via.by.IsZero() {
+		l.urgent[g.class]--
+		if g.err == nil {
+			urgent[g.class] = append(urgent[g.class], admission{ticket: g.ticket, via: g.via})
+		}
+		return
+	}
 	if g.err != nil {
 		if errors.Is(g.err, dispatch.ErrTooLarge) {
 			// A remembered cost no bucket can hold (its job died of it):
@@ -283,11 +331,11 @@ func (l *workerLoop) collect(g grant, ready *[llm.NumPriorities][]admission) {
 }
 
 // claimAndStart claims one job of class per ticket (with the tickets the
-// engine grants at once added), starts each with its ticket, and releases
+// engine admits at once added), starts each with its ticket, and releases
 // the tickets left without a job.
 func (l *workerLoop) claimAndStart(class llm.Priority, tickets []admission) {
-	tickets = l.grantedAtOnce(class, tickets)
-	jobs := l.w.claim(l.ctx, class, len(tickets))
+	tickets = l.admittedAtOnce(class, tickets)
+	jobs := l.w.claim(l.ctx, class, len(tickets), time.Time{})
 	for i, j := range jobs {
 		l.start(j, tickets[i])
 	}
@@ -304,10 +352,23 @@ func (l *workerLoop) claimAndStart(class llm.Priority, tickets []admission) {
 	l.refresh = l.refresh || l.backlog[class] == 0 // used up: there may be more
 }
 
-// grantedAtOnce adds to tickets the ones the engine grants class at once,
+// claimUrgent claims one job of class whose deadline is at or before the
+// urgent route's (a.via.by) and starts it with a, or gives a back when
+// there is none: the backlog may hold none such.
+func (l *workerLoop) claimUrgent(class llm.Priority, a admission) {
+	jobs := l.w.claim(l.ctx, class, 1, a.via.by)
+	if len(jobs) == 0 {
+		a.ticket.Release()
+		return
+	}
+	l.start(jobs[0], a)
+	l.backlog[class] = max(l.backlog[class]-1, 0)
+}
+
+// admittedAtOnce adds to tickets the ones the engine admits in class at once,
 // for one claim: up to ClaimBatch, and no more than the class's backlog
 // not already asked for.
-func (l *workerLoop) grantedAtOnce(class llm.Priority, tickets []admission) []admission {
+func (l *workerLoop) admittedAtOnce(class llm.Priority, tickets []admission) []admission {
 	w := l.w
 	for via := w.routeFor(class); len(tickets) < min(w.s.cfg.ClaimBatch, l.backlog[class]-l.pending[class]); {
 		t, ok := via.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: class, Client: jobsClient, Cost: w.costs.estimate(class)})
@@ -323,7 +384,7 @@ func (l *workerLoop) grantedAtOnce(class llm.Priority, tickets []admission) []ad
 // once, and otherwise hands it back: it never waits under its lease.
 func (l *workerLoop) takeHanded(j *jobstore.Job) {
 	w := l.w
-	via := w.routeFor(j.Priority)
+	via := w.routeForJob(j.Priority, j.Deadline)
 	if t, ok := via.dispatcher.TryAcquire(dispatch.AcquireParams{Priority: j.Priority, Client: j.Client,
 		Cost: w.costs.estimate(j.Priority)}); ok {
 		l.start(j, admission{ticket: t, via: via})

@@ -140,65 +140,16 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, a.cfg.MaxBodyBytes, &req, "one JSON job") {
 		return
 	}
-	if req.Upstream == "" {
-		writeError(w, http.StatusBadRequest, "upstream is required (have %s)", strings.Join(a.upstreams, ", "))
-		return
-	}
-	if len(req.Request) == 0 || string(req.Request) == "null" {
-		writeError(w, http.StatusBadRequest, "request is required: the provider request body")
-		return
-	}
-	path := ""
-	if p, ok := a.cfg.Protocols[req.Upstream]; ok {
-		var err error
-		if path, err = checkPath(p, req.Path); err != nil {
-			writeError(w, http.StatusBadRequest, "%v", err)
+	p, err := a.submitParams(r, &req)
+	if err != nil {
+		if f, ok := errors.AsType[permissionError](err); ok {
+			writePermissionError(w, f.error)
 			return
 		}
-	}
-	model, err := a.checkRequest(req.Upstream, path, req.Request)
-	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	if err := a.permit(r, req.Upstream, model); err != nil {
-		writePermissionError(w, err)
-		return
-	}
-	key := req.IdempotencyKey
-	if h := r.Header.Get(IdempotencyKeyHeader); h != "" {
-		if key != "" && key != h {
-			writeError(w, http.StatusBadRequest, "idempotency_key and the Idempotency-Key header differ")
-			return
-		}
-		key = h
-	}
-	if len(key) > MaxIdempotencyKeyLen {
-		writeError(w, http.StatusBadRequest, "idempotency key longer than %d bytes", MaxIdempotencyKeyLen)
-		return
-	}
-	prio, dl, attempts, err := a.parseJobOptions(r, req.Priority, req.Deadline, req.MaxAttempts, req.WebhookURL)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, req.Request); err != nil {
-		writeError(w, http.StatusBadRequest, "request: %v", err)
-		return
-	}
-	res, err := a.store.Insert(r.Context(), jobstore.InsertParams{
-		IdempotencyKey: key,
-		Upstream:       req.Upstream,
-		Priority:       prio,
-		Client:         a.cfg.ClientOf(r),
-		Path:           path,
-		Body:           compact.Bytes(),
-		Deadline:       dl,
-		MaxAttempts:    attempts,
-		WebhookURL:     req.WebhookURL,
-		Now:            a.cfg.Clock.Now(),
-	})
+	res, err := a.store.Insert(r.Context(), p)
 	if err != nil {
 		if errors.Is(err, jobstore.ErrInvalid) {
 			writeError(w, http.StatusBadRequest, "%v", err)
@@ -209,17 +160,79 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusAccepted
 	if res.Existing {
-		if res.Job.Upstream != req.Upstream || !bytes.Equal(res.Job.Body, compact.Bytes()) {
+		if res.Job.Upstream != p.Upstream || !bytes.Equal(res.Job.Body, p.Body) {
 			writeError(w, http.StatusConflict, "idempotency key %q is already used by job %d with a different request or upstream: use a new key for a new request",
-				key, res.Job.ID)
+				p.IdempotencyKey, res.Job.ID)
 			return
 		}
 		status = http.StatusOK
 	} else {
-		a.cfg.Observer.Submitted(req.Upstream, 1)
+		a.cfg.Observer.Submitted(p.Upstream, 1)
 	}
 	w.Header().Set("Location", "/v1/jobs/"+formatID(res.Job.ID))
 	writeJSON(w, status, NewJobView(res.Job, false))
+}
+
+// permissionError is a submit the caller's client may not make (its allowed
+// upstreams and models): a 403, where every other bad submit is a 400.
+type permissionError struct{ error }
+
+// submitParams validates a submitted job and returns the store insert it
+// is: the upstream and its path, the request (a body the worker can send,
+// compacted), what the caller's client may use (a permissionError), the
+// idempotency key and the job's options.
+func (a *API) submitParams(r *http.Request, req *SubmitRequest) (jobstore.InsertParams, error) {
+	var p jobstore.InsertParams
+	if req.Upstream == "" {
+		return p, fmt.Errorf("upstream is required (have %s)", strings.Join(a.upstreams, ", "))
+	}
+	if len(req.Request) == 0 || string(req.Request) == "null" {
+		return p, errors.New("request is required: the provider request body")
+	}
+	path := ""
+	if proto, ok := a.cfg.Protocols[req.Upstream]; ok {
+		var err error
+		if path, err = checkPath(proto, req.Path); err != nil {
+			return p, err
+		}
+	}
+	model, err := a.checkRequest(req.Upstream, path, req.Request)
+	if err != nil {
+		return p, err
+	}
+	if err := a.permit(r, req.Upstream, model); err != nil {
+		return p, permissionError{err}
+	}
+	key, err := idempotencyKey(r, req.IdempotencyKey)
+	if err != nil {
+		return p, err
+	}
+	prio, dl, attempts, err := a.parseJobOptions(r, req.Priority, req.Deadline, req.MaxAttempts, req.WebhookURL)
+	if err != nil {
+		return p, err
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, req.Request); err != nil {
+		return p, fmt.Errorf("request: %w", err)
+	}
+	return jobstore.InsertParams{IdempotencyKey: key, Upstream: req.Upstream, Priority: prio, Client: a.cfg.ClientOf(r),
+		Path: path, Body: compact.Bytes(), Deadline: dl, MaxAttempts: attempts, WebhookURL: req.WebhookURL, Now: a.cfg.Clock.Now()}, nil
+}
+
+// idempotencyKey is a submit's idempotency key: its body's, or the
+// Idempotency-Key header's (the two must agree when both are given).
+func idempotencyKey(r *http.Request, inBody string) (string, error) {
+	key := inBody
+	if h := r.Header.Get(IdempotencyKeyHeader); h != "" {
+		if key != "" && key != h {
+			return "", errors.New("idempotency_key and the Idempotency-Key header differ")
+		}
+		key = h
+	}
+	if len(key) > MaxIdempotencyKeyLen {
+		return "", fmt.Errorf("idempotency key longer than %d bytes", MaxIdempotencyKeyLen)
+	}
+	return key, nil
 }
 
 // checkBody reports whether body would build into an engine request for

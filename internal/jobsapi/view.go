@@ -7,35 +7,41 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // JobView is a job as the API shows it.
 type JobView struct {
-	ID             int64           `json:"id"`
-	Object         string          `json:"object"`
-	State          jobstore.State  `json:"state"`
-	Upstream       string          `json:"upstream"`
-	Priority       string          `json:"priority"`
-	Client         string          `json:"client,omitempty"`
-	Path           string          `json:"path"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	BatchID        string          `json:"batch_id,omitempty"`
-	CustomID       string          `json:"custom_id,omitempty"`
-	Attempts       int             `json:"attempts"`
-	MaxAttempts    int             `json:"max_attempts"`
-	Stalls         int             `json:"stalls"`
-	Deadline       *time.Time      `json:"deadline,omitempty"`
-	AvailableAt    time.Time       `json:"available_at"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
-	WebhookURL     string          `json:"webhook_url,omitempty"`
-	Errors         []AttemptView   `json:"errors,omitempty"`
-	Request        json.RawMessage `json:"request,omitempty"`
-	Response       *ResponseView   `json:"response,omitempty"`
-	Error          *ErrorView      `json:"error,omitempty"`
+	ID             int64          `json:"id"`
+	Object         string         `json:"object"`
+	State          jobstore.State `json:"state"`
+	Upstream       string         `json:"upstream"`
+	Priority       string         `json:"priority"`
+	Client         string         `json:"client,omitempty"`
+	Path           string         `json:"path"`
+	IdempotencyKey string         `json:"idempotency_key,omitempty"`
+	BatchID        string         `json:"batch_id,omitempty"`
+	CustomID       string         `json:"custom_id,omitempty"`
+	// ServedBy names the upstream whose answer the job ended with: the
+	// one that served its result (its own, or a fallback), or the one
+	// whose failure it died of; empty while it is live or when no call
+	// was made.
+	ServedBy    string          `json:"served_by,omitempty"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	Stalls      int             `json:"stalls"`
+	Deadline    *time.Time      `json:"deadline,omitempty"`
+	AvailableAt time.Time       `json:"available_at"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	WebhookURL  string          `json:"webhook_url,omitempty"`
+	Errors      []AttemptView   `json:"errors,omitempty"`
+	Request     json.RawMessage `json:"request,omitempty"`
+	Response    *ResponseView   `json:"response,omitempty"`
+	Error       *ErrorView      `json:"error,omitempty"`
 	// WebhookDeliveries are the job's completion webhooks (GET
 	// /v1/jobs/{id} only; never in a webhook's own body).
 	WebhookDeliveries []DeliveryView `json:"webhook_deliveries,omitempty"`
@@ -79,9 +85,13 @@ type AttemptView struct {
 	Attempt int `json:"attempt"`
 	Status  int `json:"status,omitempty"`
 	// Kind is the attempt's outcome kind (overload, transient, rate, ...).
-	Kind    string    `json:"kind"`
-	Message string    `json:"message"`
-	At      time.Time `json:"at"`
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	// Upstream is where the attempt was sent: the job's own upstream or
+	// the fallback its call went to (empty on attempts recorded before
+	// it was kept).
+	Upstream string    `json:"upstream,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // ResponseView is a succeeded job's provider response.
@@ -121,8 +131,10 @@ func NewJobView(j *jobstore.Job, full bool) JobView {
 		v.FinishedAt = &f
 	}
 	for _, e := range j.Errors {
-		v.Errors = append(v.Errors, AttemptView{Attempt: e.Attempt, Status: e.Status, Kind: e.Kind, Message: e.Message, At: e.At})
+		v.Errors = append(v.Errors, AttemptView{Attempt: e.Attempt, Status: e.Status, Kind: e.Kind, Message: e.Message,
+			Upstream: e.Upstream, At: e.At})
 	}
+	v.ServedBy = servedBy(j)
 	if full && json.Valid(j.Body) {
 		v.Request = json.RawMessage(j.Body)
 	}
@@ -139,6 +151,23 @@ func NewJobView(j *jobstore.Job, full bool) JobView {
 		// Not finished: neither a response nor an error yet.
 	}
 	return v
+}
+
+// servedBy is the upstream whose answer j ended with: the one its kept
+// result names, else, for a dead job, the one its last attempt went to.
+func servedBy(j *jobstore.Job) string {
+	if !j.State.Finished() {
+		return ""
+	}
+	if j.Result != nil {
+		if u := j.Result.Header.Get(frontdoor.HeaderUpstream); u != "" {
+			return u
+		}
+	}
+	if n := len(j.Errors); j.State == jobstore.StateDead && n > 0 {
+		return j.Errors[n-1].Upstream
+	}
+	return ""
 }
 
 // deathOf explains a dead job: the provider's kept error, else the last

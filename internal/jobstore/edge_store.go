@@ -50,6 +50,10 @@ func (e edgeStore) Fail(ctx context.Context, p FailParams) (State, error) {
 	return r, unavailable(ctx, err)
 }
 
+func (e edgeStore) RecordAttempt(ctx context.Context, p RecordAttemptParams) error {
+	return unavailable(ctx, e.Store.RecordAttempt(ctx, p))
+}
+
 func (e edgeStore) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {
 	r, err := e.Store.Cancel(ctx, p)
 	return r, unavailable(ctx, err)

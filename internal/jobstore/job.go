@@ -125,6 +125,10 @@ type AttemptError struct {
 	Message string `json:"message"`
 	// RetryAfter is the provider's retry hint, zero for none.
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	// Upstream names the upstream the attempt was sent to: the job's own,
+	// or the fallback its call went to; empty on attempts recorded before
+	// it was kept.
+	Upstream string `json:"upstream,omitempty"`
 	// At is when the attempt failed.
 	At time.Time `json:"at"`
 }
@@ -172,6 +176,6 @@ func (k FailKind) String() string {
 	return fmt.Sprintf("failkind(%d)", int(k))
 }
 
-// unrecorded reports whether e is empty (no kind, no message): Fail then
-// adds nothing to the history, as for a job handed back before its call.
-func (e AttemptError) unrecorded() bool { return e.Kind == "" && e.Message == "" && e.Status == 0 }
+// Unrecorded reports whether e is empty (no kind, status or message): a
+// FailReschedule with it adds nothing to the history.
+func (e AttemptError) Unrecorded() bool { return e.Kind == "" && e.Message == "" && e.Status == 0 }

@@ -179,13 +179,24 @@ type attemptErrorJSON struct {
 	Class        string    `json:"class,omitempty"`
 	Message      string    `json:"message"`
 	RetryAfterMS int64     `json:"retry_after_ms,omitempty"`
+	Upstream     string    `json:"upstream,omitempty"`
 	At           time.Time `json:"at"`
 }
 
 func encodeAttemptError(e AttemptError) []byte {
 	b, _ := json.Marshal(attemptErrorJSON{Attempt: e.Attempt, Status: e.Status, Kind: e.Kind, Message: e.Message,
-		RetryAfterMS: e.RetryAfter.Milliseconds(), At: e.At.UTC()})
+		RetryAfterMS: e.RetryAfter.Milliseconds(), Upstream: e.Upstream, At: e.At.UTC()})
 	return b
+}
+
+// recordedError is e as the history keeps it: the attempt after the
+// attempts already made, at now, unless e names its own.
+func recordedError(e AttemptError, attempts int, now time.Time) AttemptError {
+	e.Attempt = cmpOr(e.Attempt, attempts+1)
+	if e.At.IsZero() {
+		e.At = storeTime(now)
+	}
+	return e
 }
 
 func decodeAttemptErrors(b []byte) ([]AttemptError, error) {
@@ -202,7 +213,7 @@ func decodeAttemptErrors(b []byte) ([]AttemptError, error) {
 	out := make([]AttemptError, len(raw))
 	for i, r := range raw {
 		out[i] = AttemptError{Attempt: r.Attempt, Status: r.Status, Kind: cmp.Or(r.Kind, r.Class), Message: r.Message,
-			RetryAfter: time.Duration(r.RetryAfterMS) * time.Millisecond, At: r.At}
+			RetryAfter: time.Duration(r.RetryAfterMS) * time.Millisecond, Upstream: r.Upstream, At: r.At}
 	}
 	return out, nil
 }

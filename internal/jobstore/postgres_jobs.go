@@ -252,11 +252,7 @@ func pgFailLeased(ctx context.Context, tx pgx.Tx, p FailParams) (state State, up
 		return "", "", false, err
 	}
 	state, attemptsAfter, retryAt := failOutcome(p, attempts, maxAttempts, fromPgTime(dl))
-	e := p.Error
-	e.Attempt = cmpOr(e.Attempt, attempts+1)
-	if e.At.IsZero() {
-		e.At = storeTime(p.Now)
-	}
+	e := recordedError(p.Error, attempts, p.Now)
 	fin := pgTime(time.Time{})
 	if state == StateDead {
 		fin = pgTime(p.Now)
@@ -268,7 +264,7 @@ func pgFailLeased(ctx context.Context, tx pgx.Tx, p FailParams) (state State, up
 		args = append(args, p.Result.Status, string(encodeHeader(p.Result.Header)), nonNil(p.Result.Body))
 	}
 	appendErr := `errors || jsonb_build_array($4::jsonb)`
-	if p.Kind == FailReschedule && p.Error.unrecorded() {
+	if p.Kind == FailReschedule && p.Error.Unrecorded() {
 		appendErr = `CASE WHEN $4::text IS NULL THEN errors ELSE errors END`
 	}
 	if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET state = $1, attempts = $2, available_at = $3,
@@ -277,6 +273,39 @@ func pgFailLeased(ctx context.Context, tx pgx.Tx, p FailParams) (state State, up
 		return "", "", false, err
 	}
 	return state, upstream, true, nil
+}
+
+func (s *postgresStore) RecordAttempt(ctx context.Context, p RecordAttemptParams) error {
+	if err := s.recordAttempt(ctx, p); err != nil {
+		return fmt.Errorf("recording an attempt of job %d: %w", p.ID, mapPgErr(err))
+	}
+	return nil
+}
+
+func (s *postgresStore) recordAttempt(ctx context.Context, p RecordAttemptParams) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var attempts, maxAttempts int
+	err = tx.QueryRow(ctx, `SELECT attempts, max_attempts FROM sluice_jobs
+		WHERE id = $1 AND lease_token = $2 AND state = 'running' FOR UPDATE`, p.ID, p.Token).Scan(&attempts, &maxAttempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return pgLeaseMiss(ctx, tx, p.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if attempts+1 >= maxAttempts {
+		return fmt.Errorf("%w: attempt %d is the job's last (max_attempts %d)", ErrConflict, attempts+1, maxAttempts)
+	}
+	e := recordedError(p.Error, attempts, p.Now)
+	if _, err := tx.Exec(ctx, `UPDATE sluice_jobs SET attempts = attempts + 1, errors = errors || jsonb_build_array($1::jsonb),
+		updated_at = $2 WHERE id = $3`, string(encodeAttemptError(e)), pgTime(p.Now), p.ID); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 func (s *postgresStore) Cancel(ctx context.Context, p CancelParams) (CancelResult, error) {

@@ -253,11 +253,7 @@ func sqliteFailLeased(ctx context.Context, tx sqliteTx, p FailParams) (state Sta
 		return "", "", false, err
 	}
 	state, attemptsAfter, retryAt := failOutcome(p, attempts, maxAttempts, fromMicros(deadline))
-	e := p.Error
-	e.Attempt = cmpOr(e.Attempt, attempts+1)
-	if e.At.IsZero() {
-		e.At = storeTime(p.Now)
-	}
+	e := recordedError(p.Error, attempts, p.Now)
 	now := micros(p.Now)
 	fin := sql.NullInt64{}
 	if state == StateDead {
@@ -271,7 +267,7 @@ func sqliteFailLeased(ctx context.Context, tx sqliteTx, p FailParams) (state Sta
 	}
 	args = append(args, p.ID)
 	appendErr := `json_insert(errors, '$[#]', json(?))`
-	if p.Kind == FailReschedule && p.Error.unrecorded() {
+	if p.Kind == FailReschedule && p.Error.Unrecorded() {
 		appendErr = `coalesce(?, errors)` // keeps the argument list
 		args[3] = nil
 	}
@@ -281,6 +277,31 @@ func sqliteFailLeased(ctx context.Context, tx sqliteTx, p FailParams) (state Sta
 		return "", "", false, err
 	}
 	return state, upstream, true, nil
+}
+
+func (s *sqliteStore) RecordAttempt(ctx context.Context, p RecordAttemptParams) error {
+	err := s.write(ctx, func(ctx context.Context, tx sqliteTx, _ *[]string) error {
+		var attempts, maxAttempts int
+		err := tx.QueryRowContext(ctx, `SELECT attempts, max_attempts FROM sluice_jobs
+			WHERE id = ? AND lease_token = ? AND state = 'running'`, p.ID, p.Token).Scan(&attempts, &maxAttempts)
+		if errors.Is(err, sql.ErrNoRows) {
+			return sqliteLeaseMiss(ctx, tx, p.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if attempts+1 >= maxAttempts {
+			return fmt.Errorf("%w: attempt %d is the job's last (max_attempts %d)", ErrConflict, attempts+1, maxAttempts)
+		}
+		e := recordedError(p.Error, attempts, p.Now)
+		_, err = tx.ExecContext(ctx, `UPDATE sluice_jobs SET attempts = attempts + 1, errors = json_insert(errors, '$[#]', json(?)),
+			updated_at = ? WHERE id = ?`, string(encodeAttemptError(e)), micros(p.Now), p.ID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recording an attempt of job %d: %w", p.ID, err)
+	}
+	return nil
 }
 
 func cmpOr(a, b int) int {

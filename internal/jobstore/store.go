@@ -75,6 +75,13 @@ type Store interface {
 	// Fail records a failed attempt and requeues the job or kills it,
 	// returning the state it ended in. ErrLeaseLost when the token is stale.
 	Fail(ctx context.Context, p FailParams) (State, error)
+	// RecordAttempt records a failed attempt of a running job whose lease
+	// goes on: the attempt burns and joins the history, and the job stays
+	// running, because its worker makes its call again at once elsewhere
+	// (a fallback of an upstream in an outage). ErrLeaseLost when the
+	// token is stale, ErrConflict when the job has no attempt left after
+	// it (the caller fails the job instead).
+	RecordAttempt(ctx context.Context, p RecordAttemptParams) error
 
 	// Cancel cancels a queued or running job. Canceling a canceled job is a
 	// no-op; canceling a succeeded or dead one is ErrConflict.
@@ -345,6 +352,17 @@ type HeartbeatParams struct {
 	Token    int64
 	LeaseFor time.Duration
 	Now      time.Time
+}
+
+// RecordAttemptParams records a failed attempt of a running job that goes
+// on under the same lease.
+type RecordAttemptParams struct {
+	ID    int64
+	Token int64
+	// Error is appended to the job's history (Attempt and At are filled
+	// in by the store when zero).
+	Error AttemptError
+	Now   time.Time
 }
 
 // CompleteParams finishes a running job with success.

@@ -43,6 +43,11 @@ func (st *StatusResponse) ForCaller(name string, admin bool) {
 				}
 			}
 			st.Upstreams[i].Held = own
+			if w := st.Upstreams[i].WaitingOn; w != nil && w.Client != name {
+				cut := *w
+				cut.Client, cut.Limit = "", ""
+				st.Upstreams[i].WaitingOn = &cut
+			}
 		}
 		st.ClientLimits = nil
 		if st.Spend != nil { // its own spend and budget only

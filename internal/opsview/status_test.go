@@ -90,3 +90,37 @@ func TestStatusReadsItsSources(t *testing.T) {
 	require.Equal(t, []admit.ClientSpend{{Client: "web"}}, st.Spend.Clients, "a client sees its own spend and budget only")
 	require.Empty(t, st.Upstreams[0].Oldest[0].Client)
 }
+
+// TestWaitingOnAClientLimitIsCutForOtherCallers: a queue held by a
+// client's own limit says so in waiting_on, naming the client and the
+// limit to an admin and to that client; another client sees the reason
+// and when it lifts, not whose limit it is.
+func TestWaitingOnAClientLimitIsCutForOtherCallers(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	limit := "client ops's requests_per_minute (1) on claude"
+	for _, tc := range []struct {
+		caller        string
+		admin         bool
+		client, limit string
+	}{
+		{"root", true, "ops", limit},
+		{"ops", false, "ops", limit},
+		{"web", false, "", ""},
+	} {
+		t.Run(tc.caller, func(t *testing.T) {
+			t.Parallel()
+			v := New(Config{Clock: clock.NewFake(t0), Upstreams: []upstream.Config{{Name: "claude", Protocol: llm.Anthropic}}})
+			e := &fakeEngine{}
+			e.snap.Queued[llm.High] = 1
+			e.x.Waiting = dispatch.WaitReason{Reason: dispatch.WaitClientLimit, Client: "ops", Limit: limit, Until: t0.Add(time.Minute)}
+			e.x.Held = []dispatch.HeldClient{{Class: llm.High, Client: "ops", Queued: 1, Limit: limit, Until: t0.Add(time.Minute)}}
+			v.Bind(Sources{Engines: map[string]Engine{"claude": e}})
+			st := v.Status(t.Context())
+			st.ForCaller(tc.caller, tc.admin)
+			until := t0.Add(time.Minute)
+			require.Equal(t, &WaitingOn{Reason: "client_limit", Client: tc.client, Limit: tc.limit, Until: &until}, st.Upstreams[0].WaitingOn)
+			require.Equal(t, tc.client != "", len(st.Upstreams[0].Held) == 1)
+		})
+	}
+}

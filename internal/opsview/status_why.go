@@ -19,7 +19,8 @@ import (
 // WaitingOn says what the head of an upstream's queue waits on; null in
 // /v1/status when nothing waits.
 type WaitingOn struct {
-	// Reason is quota, paused, breaker_open, concurrency or keys_out.
+	// Reason is quota, paused, breaker_open, concurrency, keys_out,
+	// urgent_room or client_limit.
 	Reason string `json:"reason"`
 	// Dimension names the bucket short of room (quota only).
 	Dimension string `json:"dimension,omitempty"`
@@ -28,7 +29,16 @@ type WaitingOn struct {
 	Until *time.Time `json:"until,omitempty"`
 	// Key is the fingerprint of the pool's key the explanation is for.
 	Key string `json:"key,omitempty"`
+	// Client and Limit name the client whose own limit holds what waits,
+	// and the limit (client_limit only; another client's are cut for a
+	// caller that is not an admin).
+	Client string `json:"client,omitempty"`
+	Limit  string `json:"limit,omitempty"`
 }
+
+// WaitClientLimit is WaitingOn.Reason when every queued request is held
+// back by its client's own limit.
+const WaitClientLimit = dispatch.WaitClientLimit
 
 // BreakerEventStatus is one entry of an upstream's breaker history.
 type BreakerEventStatus struct {
@@ -106,7 +116,8 @@ type HeldClient struct {
 func explain(st *UpstreamStatus, e Engine, now time.Time) {
 	x := e.Explain()
 	if x.Waiting.Reason != "" {
-		w := &WaitingOn{Reason: x.Waiting.Reason, Dimension: x.Waiting.Dimension, Key: x.Waiting.Key}
+		w := &WaitingOn{Reason: x.Waiting.Reason, Dimension: x.Waiting.Dimension, Key: x.Waiting.Key,
+			Client: x.Waiting.Client, Limit: x.Waiting.Limit}
 		if !x.Waiting.Until.IsZero() {
 			t := x.Waiting.Until.UTC()
 			w.Until = &t

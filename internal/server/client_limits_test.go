@@ -294,8 +294,9 @@ func TestClientLimitsHoldJobs(t *testing.T) {
 	ts := newTestServer(t, []clients.Config{{Name: "a", Key: "ck-a", Limits: perSecond}, {Name: "b", Key: "ck-b", Limits: perSecond},
 		{Name: "c", Key: "ck-c", Limits: one}, {Name: "d", Key: "ck-d", Limits: tiny}, {Name: "free", Key: "ck-free"}})
 	layer := ts.srv.admit
-	target, _, ok := layer.Route("a", llm.Low, "", provider.Cost{}, time.Time{})
+	route, ok := layer.RouteJobs("a", llm.Low, "", provider.Cost{})
 	require.True(t, ok)
+	target := route.Target
 	now := ts.clock.Now()
 	req := func(client string) *dispatch.Request {
 		return &dispatch.Request{Client: client, Priority: llm.Low, Cost: provider.Cost{Model: "claude-sonnet-4-5", InputTokens: 10, OutputTokens: 16}}

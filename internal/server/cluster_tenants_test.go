@@ -2,10 +2,11 @@ package server
 
 import (
 	"context"
-	"github.com/sluicehq/sluice/internal/admit"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/admit"
 
 	"github.com/stretchr/testify/require"
 
@@ -30,8 +31,8 @@ type clusterNode struct {
 // admitJob admits a job's call of client (in and out tokens) on upstream
 // a at once, as the job worker does.
 func (n *clusterNode) admitJob(client string, in, out int) (admit.Settler, error) {
-	target, _, _ := n.srv.admit.Route("a", llm.Low, "", provider.Cost{}, time.Time{})
-	return n.srv.admit.AdmitNow(target, tenantReq(client, in, out))
+	route, _ := n.srv.admit.RouteJobs("a", llm.Low, "", provider.Cost{})
+	return n.srv.admit.AdmitNow(route.Target, tenantReq(client, in, out))
 }
 
 func newClusterNode(t *testing.T, clk *clock.Fake, mem cluster.Backend, id string, clients []clients.Config, st jobstore.Store) *clusterNode {

@@ -232,10 +232,10 @@ func TestFallbackForACriticalDeadline(t *testing.T) {
 	}
 }
 
-// TestJobFallsBackThroughGateway: a job on an upstream in an outage is
-// retried on its fallback once the breaker opens, through the real
-// gateway, dispatchers and mocks; the primary sees only the call that
-// opened its breaker.
+// TestJobFallsBackThroughGateway: the first job into a new outage (its
+// upstream's breaker still closed) is served by the fallback after its one
+// failed attempt, through the real gateway, dispatchers and mocks; the
+// jobs API names the upstream of each attempt and the one that served.
 func TestJobFallsBackThroughGateway(t *testing.T) {
 	t.Parallel()
 	down, err := mock.New(mock.Config{Listen: "127.0.0.1:0", Faults: mock.Faults{Outages: []mock.Outage{{Duration: time.Hour}}}})
@@ -249,7 +249,6 @@ func TestJobFallsBackThroughGateway(t *testing.T) {
 	g, err := New(Config{Store: testStore(t), Listen: "127.0.0.1:0",
 		Upstreams: []upcfg.Config{
 			{Name: "primary", Protocol: llm.Anthropic, BaseURL: down.URL(), APIKey: "sk-p",
-				Breaker:   upcfg.Breaker{ConsecutiveFailures: 1, OpenTimeout: time.Hour},
 				Fallbacks: []upcfg.Fallback{{Upstream: "backup", Models: map[string]string{"claude-sonnet-4-5": "claude-haiku-4-5"}}}},
 			{Name: "backup", Protocol: llm.Anthropic, BaseURL: up.URL(), APIKey: "sk-b"},
 		},
@@ -266,6 +265,12 @@ func TestJobFallsBackThroughGateway(t *testing.T) {
 		ID       json.Number `json:"id"`
 		State    string      `json:"state"`
 		Upstream string      `json:"upstream"`
+		ServedBy string      `json:"served_by"`
+		Attempts int         `json:"attempts"`
+		Errors   []struct {
+			Status   int    `json:"status"`
+			Upstream string `json:"upstream"`
+		} `json:"errors"`
 		Response *struct {
 			Headers map[string]string `json:"headers"`
 		} `json:"response"`
@@ -278,7 +283,12 @@ func TestJobFallsBackThroughGateway(t *testing.T) {
 	}, 60*time.Second, time.Millisecond)
 	require.Equal(t, "primary", job.Upstream)
 	require.Equal(t, "backup", job.Response.Headers["X-Sluice-Upstream"])
-	require.Equal(t, int64(1), down.Stats().Overall.ByStatus["529"], "the primary saw the call that opened its breaker, then nothing")
+	require.Equal(t, "backup", job.ServedBy)
+	require.Equal(t, 2, job.Attempts, "its failed attempt and the fallback's")
+	require.Len(t, job.Errors, 1)
+	require.Equal(t, 529, job.Errors[0].Status)
+	require.Equal(t, "primary", job.Errors[0].Upstream)
+	require.Equal(t, int64(1), down.Stats().Overall.ByStatus["529"], "one failed attempt on the primary, then the fallback at once")
 	require.Equal(t, int64(1), up.Stats().Overall.ByStatus["200"])
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	"github.com/sluicehq/sluice/internal/opsview"
+	"github.com/sluicehq/sluice/internal/storelink"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -108,6 +109,12 @@ func TestLifecycleContract(t *testing.T) {
 			n, err := cluster.NewNode(clusterCfg, cluster.NewMemory(nil), nil, nil, discardLogger(), nil)
 			require.NoError(t, err)
 			return n
+		}},
+		{"store link", func(t *testing.T) lifecycle.Service {
+			l, err := storelink.New(storelink.Config{Name: "jobs", Open: func(context.Context) error { return nil },
+				Ping: func(context.Context) error { return nil }, Logger: discardLogger()})
+			require.NoError(t, err)
+			return l
 		}},
 		{"cluster tenants", func(t *testing.T) lifecycle.Service {
 			ts, err := cluster.NewTenants(clusterCfg, nil, cluster.NewMemory(nil), nil, discardLogger())

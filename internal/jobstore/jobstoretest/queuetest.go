@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"ClaimSkipsFutureAndExpired", testClaimSkips},
 		{"Fencing", testFencing},
 		{"FailKinds", testFailKinds},
+		{"RecordAttempt", testRecordAttempt},
 		{"Idempotency", testIdempotency},
 		{"ConcurrentIdempotency", testConcurrentIdempotency},
 		{"ConcurrentClaimers", testConcurrentClaimers},

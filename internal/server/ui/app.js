@@ -87,6 +87,7 @@ function waitingText(w, now) {
   if (!w) return `<span class="waiting none" data-k="waiting">nothing waits</span>`;
   let s = "waiting on " + w.reason.replace("_", " ");
   if (w.dimension) s += ": " + w.dimension;
+  if (w.limit) s += ": " + w.limit;
   if (w.until) s += " until " + clock(w.until) + " (in " + secs(Math.max((new Date(w.until) - now) / 1000, 0)) + ")";
   if (w.key) s += " · key " + w.key;
   return `<span class="waiting" data-k="waiting">${esc(s)}</span>`;
@@ -206,7 +207,7 @@ function renderWaits(status, now) {
   for (const u of status.upstreams) {
     if (u.waiting_on) {
       const w = u.waiting_on;
-      let msg = "the head of the queue waits" + (w.dimension ? " for " + w.dimension : "") + (w.until ? " until " + clock(w.until) : "") + (w.key ? " (key " + w.key + ")" : "");
+      let msg = "the head of the queue waits" + (w.dimension ? " for " + w.dimension : "") + (w.limit ? " on " + w.limit : "") + (w.until ? " until " + clock(w.until) : "") + (w.key ? " (key " + w.key + ")" : "");
       rows.push(`<tr data-kind="waiting"><td>now</td><td>waiting</td><td class="reason">${esc(w.reason)}</td><td class="muted">all</td><td>${esc(u.name)}</td><td class="num">${Object.values(u.queued).reduce((a, b) => a + b, 0)}</td><td>${esc(msg)}</td></tr>`);
     }
     for (const h of u.held_by_client_limit || []) {
