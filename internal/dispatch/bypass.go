@@ -4,15 +4,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/flow"
-	"github.com/sluicehq/sluice/internal/llm"
 )
 
 // Going past a waiting head (docs/engine.md, "Heavy tails: going past a
 // waiting head"). When the head of the queue must wait for its buckets
 // to refill, later requests of its class that fit now may be admitted
-// past it, each leaving the head's claim (flow.Limiter.Claim): what the
-// buckets held when it began waiting plus (1 − flow.BypassShare) of the
-// refill since, up to what it needs. So the head is admitted at most
+// past it within the head's claim (flow.Limiter.Claim): everything
+// reserved while it waits, the more urgent classes' admissions first,
+// stays within flow.BypassShare of the refill since it began waiting
+// plus what it did not need then. So the head is admitted at most
 // 1/(1 − BypassShare) times as late as alone, and never starved. An
 // overdue head is never passed, nor one the passing could make miss its
 // deadline.
@@ -81,42 +81,4 @@ func (d *Dispatcher) unclaim(head *flow.Item) {
 			k.org.lim.Unclaim()
 		}
 	}
-}
-
-// admitKeep is what queued request it must leave unused when admitted
-// at now: its class's headroom, strict (a cost too big to leave it does
-// not go at a full bucket, flow.Keep.Strict) until it loosens
-// (looseAt). d.mu must be held.
-func (d *Dispatcher) admitKeep(it *flow.Item, now time.Time) flow.Keep {
-	k := d.headroom(it.Class, now)
-	k.Strict = !d.looseRoom && now.Before(d.looseAt(it, now))
-	return k
-}
-
-// looseAt is when a request too big to leave the room its class keeps
-// for the more urgent classes may take it anyway, at a full bucket: once
-// every more urgent class has been quiet for its activity window (no
-// burst of theirs is about to need the room), or once the request has
-// waited half the time its deadline gave it, or its class's max wait
-// (aging), whichever comes first. At or before now when it already may.
-// d.mu must be held.
-func (d *Dispatcher) looseAt(it *flow.Item, now time.Time) time.Time {
-	w := it.Value.(*waiter)
-	at := it.Arrival.Add(d.cfg.MaxWait[it.Class])
-	if half := it.Arrival.Add(w.deadline.Sub(it.Arrival) / 2); half.Before(at) {
-		at = half
-	}
-	var quiet time.Time // when the last active more urgent class goes quiet
-	for u := llm.Critical; u < it.Class && u < llm.NumPriorities; u++ {
-		if d.seen[u].IsZero() {
-			continue
-		}
-		if end := d.seen[u].Add(d.activeWindow(u)); end.After(now) && end.After(quiet) {
-			quiet = end
-		}
-	}
-	if quiet.Before(at) {
-		at = quiet
-	}
-	return at
 }
