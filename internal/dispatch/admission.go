@@ -121,8 +121,8 @@ func (d *Dispatcher) admit() time.Duration {
 		}
 		var past *flow.Item // the head a request of its class goes past
 		if key == nil {
-			if keep.Strict {
-				// It may wait for the room to loosen rather than for refill.
+			if keep.Strict && d.keptOut(w, keep, now) {
+				// It waits for the room to loosen, not for refill.
 				wait = min(wait, max(d.looseAt(it, now).Sub(now), time.Nanosecond))
 			}
 			other, okey := d.urgentFit(it, now)

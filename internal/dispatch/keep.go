@@ -21,6 +21,22 @@ func (d *Dispatcher) admitKeep(it *flow.Item, now time.Time) flow.Keep {
 	return k
 }
 
+// keptOut reports whether w cannot fit keep (strict) on any usable key
+// of the pool, its own or its org's buckets, by refill alone. d.mu must
+// be held.
+func (d *Dispatcher) keptOut(w *waiter, keep flow.Keep, now time.Time) bool {
+	for _, k := range d.keys {
+		if !k.usable(now) {
+			continue
+		}
+		cost := d.costOn(k, w, now)
+		if !k.lim.KeptOut(cost, keep, now) && (k.org == nil || !k.org.lim.KeptOut(cost, keep, now)) {
+			return false
+		}
+	}
+	return true
+}
+
 // looseAt is when a request too big to leave the room its class keeps
 // for the more urgent classes may take it anyway, at a full bucket: once
 // every more urgent class has been quiet for its activity window (no

@@ -75,6 +75,16 @@ func (l *Limiter) Unclaim() {
 	l.buckets.claim = claim{}
 }
 
+// KeptOut reports whether cost cannot fit while leaving keep, strict, at
+// all (in some bucket it is too big to leave it below a full bucket):
+// only the keep changing lets it go, not refill.
+func (l *Limiter) KeptOut(cost Amount, keep Keep, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buckets.refresh(now)
+	return l.buckets.keptOut(cost, keep)
+}
+
 // keptOut reports whether cost cannot fit while leaving a strict keep at
 // all: in some bucket it is too big to leave it below a full bucket.
 func (s *bucketSet) keptOut(cost Amount, keep Keep) bool {
