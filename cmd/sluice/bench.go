@@ -43,7 +43,7 @@ func runBench(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 		"); trace: the mock's limit table instead of --limits (e.g. anthropic-tier4)")
 	maxTokens := fs.Int("max-tokens", 0, "goodput: each request's max_tokens (default 200; the replies' lengths keep their distribution)")
 	learnLimits := fs.Bool("learn-limits", false, "goodput: configure no limits on the gateway's upstream, so it learns them from the mock's rate-limit headers")
-	reservation := fs.String("output-reservation", "", "goodput: the gateway's output_reservation, max_tokens or learned (default max_tokens)")
+	reservation := fs.String("output-reservation", "", "goodput, trace: the gateway's output_reservation, max_tokens or learned (default max_tokens)")
 	otpmMode := fs.String("otpm-mode", "", "goodput, trace: the mock's output accounting, reserve_max_tokens or realtime (goodput: default realtime with --output-reservation learned; else reserve_max_tokens)")
 	rates := fs.String("rates", "", "overhead: open-loop rates in req/s, comma-separated (default 500,1000,2000)")
 	rounds := fs.Int("rounds", 0, "overhead: rounds per system and rate; figures are medians (default 3)")

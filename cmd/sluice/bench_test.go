@@ -44,6 +44,7 @@ func TestBenchAndDemoCommandLine(t *testing.T) {
 		{[]string{"bench", "trace", "--preset", "nosuch"}, 2, "", `--preset: unknown preset "nosuch"`},
 		{[]string{"bench", "trace", "--profile", "fast"}, 2, "", `bench options: Replay.Profile: unknown profile "fast"`},
 		{[]string{"bench", "trace", "--otpm-mode", "lazy"}, 2, "", `bench options: OTPMMode must be`},
+		{[]string{"bench", "trace", "--output-reservation", "some"}, 2, "", `bench options: OutputReservation must be`},
 		{[]string{"bench", "trace", "--speed", "0"}, 2, "", "--speed must be in (0, 1000]"},
 		{[]string{"bench", "trace", "--token-scale", "-1"}, 2, "", "--token-scale must be in (0, 1000]"},
 		{[]string{"bench", "trace", "--window", "0s"}, 2, "", "--window must be positive"},

@@ -111,22 +111,36 @@ func (d *Dispatcher) admit() time.Duration {
 			d.sched.Hold(it, until)
 			continue
 		}
-		key, wait, err := d.pick(w, d.headroom(w.req.Priority, now), now)
+		keep := d.admitKeep(it, now)
+		key, wait, err := d.pick(w, keep, now)
 		if err != nil {
 			// Limits learned from headers after it was queued make it too large.
 			d.sched.Remove(it)
 			w.admission <- admission{err: err}
 			continue
 		}
+		var past *flow.Item // the head a request of its class goes past
 		if key == nil {
-			urgent, ukey := d.urgentFit(it, now)
-			if urgent == nil {
+			if keep.Strict && d.keptOut(w, keep, now) {
+				// It waits for the room to loosen, not for refill.
+				wait = min(wait, max(d.looseAt(it, now).Sub(now), time.Nanosecond))
+			}
+			other, okey := d.urgentFit(it, now)
+			if other == nil {
+				var soon time.Duration
+				if other, okey, soon = d.passFit(it, keep, wait, now); other != nil {
+					past = it
+				} else if soon > 0 && soon < wait {
+					wait = soon // a request behind it fits its claim then
+				}
+			}
+			if other == nil {
 				if r := untilRelease(d.sched.NextRelease(now), now); r > 0 && r < wait {
 					return r // a held client, maybe of a more urgent class, may go first
 				}
 				return wait
 			}
-			it, w, key = urgent, urgent.Value.(*waiter), ukey
+			it, w, key = other, other.Value.(*waiter), okey
 		}
 		state, _ := d.brk.State(now)
 		gen, err := d.brk.Allow(now)
@@ -134,7 +148,12 @@ func (d *Dispatcher) admit() time.Duration {
 			d.unpick(key, w.cost, now)
 			continue // the state moved under us; Ready will say what to wait for
 		}
-		d.sched.Take(it)
+		if past != nil {
+			d.sched.TakePast(it, past)
+		} else {
+			d.unclaim(it)
+			d.sched.Take(it)
+		}
 		d.inflight++
 		key.inflight++
 		key.noteReserved(w, now)
@@ -261,7 +280,7 @@ func (d *Dispatcher) urgentFit(head *flow.Item, now time.Time) (*flow.Item, *poo
 		if gw, err := d.gate(w, now); err != nil || gw.Waits() {
 			continue // the next admission step holds it back, or fails it
 		}
-		if k, _, err := d.pick(w, d.headroom(c, now), now); err == nil && k != nil {
+		if k, _, err := d.pick(w, d.admitKeep(it, now), now); err == nil && k != nil {
 			return it, k
 		}
 	}

@@ -2,6 +2,8 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,11 +17,32 @@ import (
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
-// arrivalGroup is n requests of a class arriving together at t0+at.
+// arrivalGroup is n requests of a class arriving together at t0+at:
+// request()'s, or with tokens set, of that many input tokens (as the
+// mock counts them and as estimated), from client, each with a deadline
+// of deadline after it arrives (0: an hour after t0).
 type arrivalGroup struct {
-	at    time.Duration
-	class llm.Priority
-	n     int
+	at       time.Duration
+	class    llm.Priority
+	n        int
+	client   string
+	tokens   int64
+	deadline time.Duration
+}
+
+// groupRequest is one request of g.
+func groupRequest(g arrivalGroup) *dispatch.Request {
+	r := request()
+	r.Priority, r.Deadline, r.Client = g.class, t0.Add(time.Hour), g.client
+	if g.deadline > 0 {
+		r.Deadline = t0.Add(g.at + g.deadline)
+	}
+	if g.tokens > 0 {
+		r.Body = []byte(fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":%q}]}`,
+			strings.Repeat("x", int(4*g.tokens))))
+		r.Cost.InputTokens = g.tokens
+	}
+	return r
 }
 
 // replay sends each group at its instant on the rig's fake clock, driving
@@ -40,8 +63,7 @@ func (p *poolRig) replay(t *testing.T, groups []arrivalGroup, quiet func(now tim
 		for next < len(groups) && !p.fc.Now().Before(t0.Add(groups[next].at)) {
 			g := groups[next]
 			for range g.n {
-				r := request()
-				r.Priority, r.Deadline = g.class, t0.Add(time.Hour)
+				r := groupRequest(g)
 				ch := make(chan result, 1)
 				inner := doAsync(context.Background(), p.d, r)
 				go func() { res := <-inner; done.Add(1); ch <- res }()
@@ -86,9 +108,9 @@ func TestUrgentBurstFindsRoomAfterALongBatch(t *testing.T) {
 	// 60 RPM: 1 a second, 10 in the 10 s bucket (9.8 after the margin).
 	// A burst of 4 critical requests needs 4 s of refill.
 	const batch = 800
-	groups := []arrivalGroup{{0, llm.Low, batch}, {30 * time.Second, llm.Critical, 4}}
+	groups := []arrivalGroup{{at: 0, class: llm.Low, n: batch}, {at: 30 * time.Second, class: llm.Critical, n: 4}}
 	for i := range 4 {
-		groups = append(groups, arrivalGroup{5*time.Minute + time.Duration(30*i)*time.Second, llm.Critical, 4})
+		groups = append(groups, arrivalGroup{at: 5*time.Minute + time.Duration(30*i)*time.Second, class: llm.Critical, n: 4})
 	}
 	run := func(room float64) ([][]result, float64) {
 		p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: 10},
@@ -150,7 +172,7 @@ func TestSaturatingClassLeavesTheBatchItsShare(t *testing.T) {
 	const normal, low = 400, 200
 	p := newPoolRig(t, mock.Config{Limits: mock.Limits{RPM: 60}, BurstSeconds: 10},
 		upcfg.Config{Limits: upcfg.Limits{RequestsPerMinute: 60}, BurstSeconds: 10})
-	res := p.replay(t, []arrivalGroup{{0, llm.Normal, normal}, {0, llm.Low, low}}, nil)
+	res := p.replay(t, []arrivalGroup{{at: 0, class: llm.Normal, n: normal}, {at: 0, class: llm.Low, n: low}}, nil)
 	require.Zero(t, status429(p.mock.Stats()), "no provider 429")
 	const window = 2 * time.Minute
 	served := func(rs []result) (n int) {

@@ -21,10 +21,12 @@ import (
 // allows, a concurrency slot is free and every quota bucket has room for
 // its estimated cost; otherwise it sleeps on the clock until the earliest
 // instant that could change that (bucket refill, pause end, breaker
-// half-open) or until woken by an arrival or a completion. The head is not
-// skipped for a smaller request that would fit: it keeps its turn, so a big
-// request is never starved by a stream of small ones. Attempts run in the
-// callers' goroutines (Do).
+// half-open) or until woken by an arrival or a completion. While the head
+// waits for refill, a more urgent class's request that fits its headroom,
+// or a later one of its own class that fits the head's claim on the
+// buckets, may go first (bypass.go): the head waits at most twice as long
+// as alone, so a big request is never starved by a stream of small ones.
+// Attempts run in the callers' goroutines (Do).
 //
 // Create one with New, then Start it; Stop fails every queued request with
 // ErrStopped.
@@ -59,13 +61,22 @@ type Dispatcher struct {
 	// unreachableScan is the breaker opening (its half-open instant) whose
 	// queue was last scanned for requests it leaves no time for.
 	unreachableScan time.Time
-	seen            [llm.NumPriorities]time.Time     // last arrival per class, for headroom
-	backlogFrom     [llm.NumPriorities]time.Time     // when each class's queue last became non-empty (saturation.go)
-	room            *flow.BurstRoom                  // the room learned for urgent bursts
-	sessions        *expiring[*poolKey]              // the key each session last went to (prompt_cache.go)
-	gap             [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
-	arrivals        [llm.NumPriorities]int           // arrivals per class (gap known from 2)
-	inflight        int
+	seen            [llm.NumPriorities]time.Time // last arrival per class, for headroom
+	backlogFrom     [llm.NumPriorities]time.Time // when each class's queue last became non-empty (saturation.go)
+	room            *flow.BurstRoom              // the room learned for urgent bursts
+	// claimed is the head whose claim the pool's limiters hold against
+	// the requests going past it (bypass.go); noBypass turns that off
+	// (tests of the old behaviour).
+	claimed  *flow.Item
+	noBypass bool
+	// looseRoom lets a request too big to leave the room kept for the
+	// more urgent classes take it at a full bucket at once (tests of the
+	// old behaviour: admitKeep).
+	looseRoom bool
+	sessions  *expiring[*poolKey]              // the key each session last went to (prompt_cache.go)
+	gap       [llm.NumPriorities]time.Duration // moving average of each class's inter-arrival time
+	arrivals  [llm.NumPriorities]int           // arrivals per class (gap known from 2)
+	inflight  int
 	// reserved sums the estimated cost of the requests in flight, for
 	// operators (Snapshot.Reserved); urgentDebited the estimates ever
 	// admitted for critical and high (ClusterLoad.UrgentDebited).

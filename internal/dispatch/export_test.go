@@ -47,3 +47,20 @@ func PickAndGiveBack(d *Dispatcher, cost flow.Amount) bool {
 
 // Overshoot exposes the 429 cause classification.
 var Overshoot = overshoot
+
+// LooseRoom lets a request too big to leave the room kept for the more
+// urgent classes take it at once at a full bucket: the old behaviour,
+// for tests that compare.
+func LooseRoom(d *Dispatcher) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.looseRoom = true
+}
+
+// NoBypass turns off going past a waiting head (bypass.go): the old
+// behaviour, for tests that compare.
+func NoBypass(d *Dispatcher) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.noBypass = true
+}

@@ -94,7 +94,7 @@ func (d *Dispatcher) TryAcquire(p AcquireParams) (*Ticket, bool) {
 	if ok, _ := d.brk.Ready(now); !ok {
 		return nil, false
 	}
-	key, _, err := d.pick(w, d.headroom(w.item.Class, now), now)
+	key, _, err := d.pick(w, d.admitKeep(&w.item, now), now)
 	if err != nil || key == nil {
 		return nil, false
 	}

@@ -203,7 +203,7 @@ func (d *Dispatcher) whyLocked(now time.Time) WaitReason {
 	if d.inflight >= d.aimd.Limit() {
 		return WaitReason{Reason: WaitConcurrency}
 	}
-	keep := d.headroom(w.req.Priority, now)
+	keep := d.admitKeep(it, now)
 	var best *poolKey
 	bestWait := time.Duration(-1)
 	full, out := 0, 0
@@ -272,5 +272,11 @@ func (d *Dispatcher) whyLocked(now time.Time) WaitReason {
 		longest = bestWait
 	}
 	r.Until = now.Add(longest)
+	if keep.Strict && r.Reason == WaitUrgentRoom {
+		// Too big to leave the room: it goes when the room loosens.
+		if at := d.looseAt(it, now); at.Before(r.Until) {
+			r.Until = at
+		}
+	}
 	return r
 }

@@ -76,14 +76,19 @@ func (b *bucket) settle(now time.Time) {
 
 // wait returns how long until cost fits while leaving hold (tokens) in
 // the bucket; 0 when it fits now. A request too big to leave the headroom
-// only needs the bucket full.
-func (b *bucket) wait(cost, hold float64, now time.Time) time.Duration {
+// only needs the bucket full, unless strict: it then does not fit, and
+// the wait is until the bucket is full, at least StrictRecheck (what
+// lets it go is the keep changing, which the caller knows).
+func (b *bucket) wait(cost, hold float64, strict bool, now time.Time) time.Duration {
 	if b.capacity == 0 || cost <= 0 {
 		return 0
 	}
 	c := math.Max(b.dep(), cost)
 	need := math.Min(cost+hold, c)
 	lvl := b.at(now, c)
+	if strict && cost+hold > c {
+		return max(secs((c-lvl)/b.rate()), StrictRecheck)
+	}
 	if lvl >= need {
 		return 0
 	}
@@ -115,6 +120,9 @@ type bucketSet struct {
 	// the last 429 (Pause), zero when none was seen.
 	margin  float64
 	widened time.Time
+	// claim is a waiting head's claim against the admissions past it
+	// (claim.go).
+	claim claim
 }
 
 // newBucketSet returns full buckets for cfg's known limits at now.
@@ -232,7 +240,10 @@ func (s *bucketSet) timeUntil(cost Amount, keep Keep, now time.Time) (time.Durat
 		if b.capacity > 0 && cost[i] > b.capacity {
 			return 0, fmt.Errorf("%w: %s cost %.0f > capacity %.0f", ErrTooLarge, Dim(i), cost[i], b.capacity)
 		}
-		w = max(w, b.wait(cost[i], s.hold(Dim(i), keep), now))
+		w = max(w, b.wait(cost[i], s.hold(Dim(i), keep), keep.strict(), now))
+	}
+	if keep.Past {
+		w = max(w, s.passWait(cost, now))
 	}
 	if p := s.pausedUntil.Sub(now); p > w {
 		w = p
@@ -240,8 +251,10 @@ func (s *bucketSet) timeUntil(cost Amount, keep Keep, now time.Time) (time.Durat
 	return w, nil
 }
 
-// take debits cost from every limited bucket; timeUntil said it fits.
+// take debits cost from every limited bucket, and counts it against a
+// waiting head's claim; timeUntil said it fits.
 func (s *bucketSet) take(cost Amount, now time.Time) {
+	s.took(cost)
 	for i := range s.b {
 		b := &s.b[i]
 		if b.capacity == 0 {
@@ -277,6 +290,7 @@ func (s *bucketSet) put(amount, pending Amount, held bool, now time.Time) {
 
 // restore gives back a reservation made at the same instant, exactly.
 func (s *bucketSet) restore(cost Amount, now time.Time) {
+	s.took(Amount{}.Sub(cost))
 	for i := range s.b {
 		b := &s.b[i]
 		if b.capacity == 0 {

@@ -18,10 +18,22 @@ type Keep struct {
 	// Cap bounds the learned room to this share, in [0, 1], of the
 	// bucket's depth, so the lower classes keep most of every bucket.
 	Cap float64
+	// Strict makes a cost too big to leave the keep below a full bucket
+	// not fit at all; otherwise it only needs the bucket full. It is set
+	// while a more urgent class may need the room soon (docs/engine.md,
+	// "Room for bursts").
+	Strict bool
+	// Past marks an admission that goes past a head of its class waiting
+	// for refill: it must also fit the head's claim on the Limiter
+	// (Claim), and fit strictly.
+	Past bool
 }
 
-// hold is the tokens k leaves in bucket d: the larger of the configured
-// headroom and the learned room (capped).
+// strict reports whether a cost too big to leave k does not fit at all.
+func (k Keep) strict() bool { return k.Strict || k.Past }
+
+// hold is the tokens k leaves in bucket d: the larger of the
+// configured headroom and the learned room (capped).
 func (s *bucketSet) hold(d Dim, k Keep) float64 {
 	b := &s.b[d]
 	h := k.Share * b.roomDepth(s.headroomDepth(b))
@@ -69,12 +81,15 @@ func (l *Limiter) Room(cost Amount, keep Keep, now time.Time) (time.Duration, fl
 			_, err := s.timeUntil(cost, keep, now)
 			return 0, 0, err
 		}
-		if bw := b.wait(cost[i], s.hold(Dim(i), keep), now); bw > 0 {
+		if bw := b.wait(cost[i], s.hold(Dim(i), keep), keep.strict(), now); bw > 0 {
 			w = max(w, bw)
 			continue
 		}
 		lvl := b.at(now, math.Max(b.dep(), cost[i]))
 		room = math.Min(room, (lvl-cost[i])/b.capacity)
+	}
+	if keep.Past {
+		w = max(w, s.passWait(cost, now))
 	}
 	if p := s.pausedUntil.Sub(now); p > w {
 		w = p

@@ -73,7 +73,9 @@ type classQueue struct {
 //
 // Peek names the next item without removing it; the caller then Takes it
 // when it can be sent. Peek is stable while nothing changes, so the caller
-// waits for that item to fit instead of letting smaller items overtake it.
+// can wait for that item to fit; Behind names the items of its class the
+// caller may serve past it meanwhile (TakePast), within a budget the
+// caller keeps.
 // PutBack puts a retried item back in its original place. A Scheduler is
 // not safe for concurrent use: its owner serialises access.
 type Scheduler struct {
@@ -406,7 +408,17 @@ func (s *Scheduler) Overdue(it *Item, now time.Time) bool {
 // Take removes it as served: its class's tags and the virtual time advance
 // by its size over the class weight, and its client goes to the back of
 // the round robin.
-func (s *Scheduler) Take(it *Item) {
+func (s *Scheduler) Take(it *Item) { s.take(it, true) }
+
+// TakePast is Take for an item served past head, the head of its class
+// waiting for room (Behind): its class's tags advance the same, and its
+// client goes to the back of the round robin unless it is head's, which
+// keeps its turn.
+func (s *Scheduler) TakePast(it, head *Item) {
+	s.take(it, !head.queued || it.client != head.client)
+}
+
+func (s *Scheduler) take(it *Item, rotate bool) {
 	if !it.queued {
 		return
 	}
@@ -415,12 +427,58 @@ func (s *Scheduler) Take(it *Item) {
 	cq.finish = cq.start + math.Max(it.Size, 1)/s.weights[it.Class]
 	cl := it.client
 	s.unlink(it)
-	if cl.ringElem != nil {
+	if cl.ringElem != nil && rotate {
 		cq.ring.MoveToBack(cl.ringElem)
 	}
 	if cq.byArrival.Len() > 0 {
 		cq.start = cq.finish
 	}
+}
+
+// Behind returns up to n items of head's class that may be served past
+// head while it waits for room, in the order the class would serve them:
+// round by round over its clients in round-robin order from head's
+// (passing over those held back at now), each client's items in arrival
+// order, head left out.
+func (s *Scheduler) Behind(head *Item, now time.Time, n int) []*Item {
+	if !head.queued || n <= 0 {
+		return nil
+	}
+	cq := &s.classes[head.Class]
+	next := func(e *list.Element) *list.Element {
+		if e != nil && e.Value.(*Item) == head {
+			e = e.Next()
+		}
+		return e
+	}
+	// One cursor per client, at most n of them, from head's.
+	var cursors []*list.Element
+	e := head.client.ringElem
+	for i := 0; e != nil && i < cq.ring.Len() && len(cursors) < n; i++ {
+		if cl := e.Value.(*clientQueue); !cl.waits(now) {
+			if f := next(cl.items.Front()); f != nil {
+				cursors = append(cursors, f)
+			}
+		}
+		if e = e.Next(); e == nil {
+			e = cq.ring.Front()
+		}
+	}
+	var out []*Item
+	for len(cursors) > 0 && len(out) < n {
+		kept := cursors[:0]
+		for _, c := range cursors {
+			if len(out) == n {
+				break
+			}
+			out = append(out, c.Value.(*Item))
+			if c = next(c.Next()); c != nil {
+				kept = append(kept, c)
+			}
+		}
+		cursors = kept
+	}
+	return out
 }
 
 // Remove takes it out of the queue without serving it (cancelled, expired,

@@ -292,3 +292,41 @@ func TestSchedulerHoldPassesOverAClient(t *testing.T) {
 	s.Take(s.Peek(late))
 	require.Zero(t, s.Len())
 }
+
+// TestSchedulerBehindAndTakePast: the requests behind a waiting head are
+// offered round by round over its class's clients from the head's,
+// passing over held clients, the head left out; one served past the head
+// advances the class's tags like any (another class may then have its
+// turn), and the head keeps its turn in its class even when it is of the
+// head's own client.
+func TestSchedulerBehindAndTakePast(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(t)
+	item := func(client string, size float64) *flow.Item {
+		it := &flow.Item{Class: llm.Normal, Client: client, Size: size, Cost: flow.Amount{flow.Tokens: size}, Arrival: t0}
+		s.Push(it)
+		return it
+	}
+	head := item("a", 9000)
+	a2, a3 := item("a", 10), item("a", 11)
+	b1, b2 := item("b", 20), item("b", 21)
+	c1 := item("c", 30)
+	other := &flow.Item{Class: llm.Low, Client: "a", Size: 1, Arrival: t0}
+	s.Push(other)
+	require.Same(t, head, s.Peek(t0))
+	require.Equal(t, []*flow.Item{a2, b1, c1, a3, b2}, s.Behind(head, t0, 10))
+	require.Equal(t, []*flow.Item{a2, b1}, s.Behind(head, t0, 2))
+	s.Hold(b1, t0.Add(time.Minute))
+	require.Equal(t, []*flow.Item{a2, c1, a3}, s.Behind(head, t0, 10), "a held client is passed over")
+	s.Release("b")
+
+	s.TakePast(a2, head)
+	require.Same(t, head, s.PeekClass(llm.Normal, t0), "its own client's request went past: the head keeps its turn")
+	require.Same(t, other, s.Peek(t0), "the class's tags advanced: low's turn")
+	s.TakePast(b1, head)
+	require.Same(t, head, s.PeekClass(llm.Normal, t0))
+	require.Equal(t, []*flow.Item{a3, c1, b2}, s.Behind(head, t0, 10), "b went to the back of the round robin")
+	require.Nil(t, s.Behind(other, t0, 10), "nothing behind the only request of its class")
+	s.Take(head)
+	require.Nil(t, s.Behind(head, t0, 10), "a head no longer queued has nothing behind it")
+}

@@ -299,13 +299,15 @@ type replayPlan struct {
 	timeout, batchTimeout time.Duration
 	window                time.Duration
 	otpmMode              string
+	outputReservation     string // the sluice run's output_reservation
 }
 
 // planReplay loads the traces and builds the run's requests.
 func planReplay(o Options) (*replayPlan, error) {
 	given := o.Replay
 	ro := given.WithDefaults()
-	p := &replayPlan{ro: ro, quick: o.Quick, batchGroup: -1, otpmMode: cmp.Or(o.OTPMMode, mock.OTPMReserve)}
+	p := &replayPlan{ro: ro, quick: o.Quick, batchGroup: -1, otpmMode: cmp.Or(o.OTPMMode, mock.OTPMReserve),
+		outputReservation: cmp.Or(o.OutputReservation, upstream.OutputReservationDefault)}
 	if o.Quick {
 		if len(given.Traces) == 0 && given.From == 0 {
 			ro.From = replayQuickFrom
@@ -489,8 +491,8 @@ func runTrace(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("naive run: %w", err)
 	}
 	o.progress("trace: sluice: %d requests through the gateway (profile %s)", len(p.items), p.ro.Profile)
-	gw := &gatewaySetup{profile: upstream.Profile(p.ro.Profile), limits: upstream.Limits{RequestsPerMinute: p.limits.RPM,
-		InputTokensPerMinute: p.limits.ITPM, OutputTokensPerMinute: p.limits.OTPM}}
+	gw := &gatewaySetup{profile: upstream.Profile(p.ro.Profile), outputReservation: p.outputReservation,
+		limits: upstream.Limits{RequestsPerMinute: p.limits.RPM, InputTokensPerMinute: p.limits.ITPM, OutputTokensPerMinute: p.limits.OTPM}}
 	sl, err := runSide(ctx, o, sideConfig{name: "sluice", mock: mcfg, gateway: gw, run: drive(p.items)})
 	if err != nil {
 		return nil, fmt.Errorf("sluice run: %w", err)

@@ -125,7 +125,7 @@ func (p *replayPlan) report(runs []replayRun) *Result {
 			r.figure(name+"_failed", float64(cs.count-cs.ok))
 		}
 	}
-	r.Tables = append(r.Tables, t)
+	r.Tables = append(r.Tables, t, p.heavyTail(r, runs))
 
 	cols := []string{"naive", "sluice", "oracle_strict", "oracle_room"}
 	labels := map[string]string{}
@@ -192,6 +192,7 @@ func (p *replayPlan) report(runs []replayRun) *Result {
 			"strict priority (a class's head that does not fit stops the scan, FIFO within a class); burst room: high leaves 10 % and normal and low 95 % of each bucket's depth unused after admission (a larger request waits for a full bucket); "+
 			"latency = wait + TTFT + per-token × (output - 1), as the mock replies",
 		"input quota used: input tokens admitted / (the bucket's depth + ITPM/60 × the time to the last answer), the most the provider could have admitted",
+		fmt.Sprintf("heavy tails: a class's requests whose input exceeds %dx the class's median input, and the rest; a heavy p95 far above its unloaded value means the big requests are starved, a rest p95 far above its unloaded value that the small ones are blocked behind them", ReplayHeavyFactor),
 		"batch drain: from the batch's first send to its last answer (served or not); requests sent upstream counts every answer the mock gave, 429s included")
 	for _, run := range runs {
 		if run.key != "sluice" {
@@ -271,8 +272,8 @@ func (p *replayPlan) setup() []string {
 	lines = append(lines,
 		fmt.Sprintf("every request: a non-streaming Anthropic Messages call, max_tokens max(%d, %d x output) unless the trace records it; the mock answers with exactly the recorded output (X-Mock-Output-Tokens)",
 			ReplayMaxTokensMin, ReplayMaxTokensFactor),
-		fmt.Sprintf("runs, one after the other, each on a fresh mock: unloaded (the traces alone, unlimited key, through the gateway); naive (one client per service, 5 attempts with full jitter, the batch all at once); sluice (profile %s, limits set to the mock's, X-Priority sent)",
-			ro.Profile),
+		fmt.Sprintf("runs, one after the other, each on a fresh mock: unloaded (the traces alone, unlimited key, through the gateway); naive (one client per service, 5 attempts with full jitter, the batch all at once); sluice (profile %s, output_reservation %s, limits set to the mock's, X-Priority sent)",
+			ro.Profile, p.outputReservation),
 		fmt.Sprintf("clients time out at %v (interactive) and %v (batch)", p.timeout, p.batchTimeout))
 	if ro.Speed != 1 {
 		lines = append(lines, fmt.Sprintf("speed x%g: arrivals, reply times, the bucket depth and the timeouts are divided by %g and the limits multiplied by it, so the load relative to the quota is unchanged; times below are the sped-up run's (multiply by %g for the trace's)",

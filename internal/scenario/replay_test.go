@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 func TestParseTraceSpec(t *testing.T) {
@@ -159,6 +161,13 @@ func TestPlanReplayDefaults(t *testing.T) {
 	require.Equal(t, [llm.NumPriorities]bool{true, true, false, false}, p.interactive)
 	share := float64(p.services[0].input+p.services[1].input) / (float64(ReplayLimitsDefault.ITPM) * 4)
 	require.InDelta(t, 0.41, share, 0.05, "the interactive traffic needs about 41 %% of the input quota")
+	require.Equal(t, mock.OTPMReserve, p.otpmMode)
+	require.Equal(t, upstream.OutputReservationMaxTokens, p.outputReservation)
+	p, err = planReplay(Options{OTPMMode: mock.OTPMRealtime, OutputReservation: upstream.OutputReservationLearned})
+	require.NoError(t, err)
+	require.Equal(t, mock.OTPMRealtime, p.otpmMode, "the mock's and the oracles' output accounting")
+	require.Equal(t, upstream.OutputReservationLearned, p.outputReservation, "the gateway's")
+	require.Contains(t, strings.Join(p.setup(), "\n"), "output_reservation learned")
 
 	dir := t.TempDir()
 	file := dir + "/t.csv"

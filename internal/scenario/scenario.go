@@ -62,11 +62,13 @@ type Options struct {
 	// configured, so it learns them from the provider's rate-limit
 	// headers. Defaults to false (limits set to the mock's).
 	LearnLimits bool
-	// OutputReservation is the goodput gateway's output_reservation
-	// (max_tokens or learned). Defaults to the gateway's own default.
+	// OutputReservation is the goodput and trace gateways'
+	// output_reservation (max_tokens or learned). Defaults to the
+	// gateway's own default.
 	OutputReservation string
-	// OTPMMode is the goodput mock's output accounting (mock.OTPMReserve or
-	// mock.OTPMRealtime). Defaults to realtime with a learned output
+	// OTPMMode is the goodput and trace mocks' output accounting
+	// (mock.OTPMReserve or mock.OTPMRealtime; the trace's oracles follow
+	// it). Defaults, for goodput, to realtime with a learned output
 	// reservation, else to the mock's default (reserve max_tokens).
 	OTPMMode string
 	// Replay configures the trace scenario. Defaults to issue 22's case

@@ -29,7 +29,8 @@ func TestScenariosSmoke(t *testing.T) {
 		"overhead": {"sluice_added_p99_ms_200", "bare_added_p99_ms_200", "direct_p99_ms_200", "sluice_added_cpu_s_per_1k_200"},
 		"mock":     {"requests_per_s"},
 		"trace": {"unloaded_critical_p95_ms", "sluice_critical_p95_ms", "oracle_room_critical_p95_ms", "oracle_strict_high_p95_ms",
-			"sluice_batch_drain_s", "oracle_room_batch_drain_s", "sluice_provider_429", "sluice_input_utilisation"},
+			"sluice_batch_drain_s", "oracle_room_batch_drain_s", "sluice_provider_429", "sluice_input_utilisation",
+			"unloaded_critical_rest_p95_ms", "sluice_critical_rest_p95_ratio"},
 	}
 	for _, s := range Scenarios() {
 		if s.Name == "batch-route" {
