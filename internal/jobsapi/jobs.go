@@ -215,7 +215,8 @@ type ListResponse struct {
 
 func (a *API) serveList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id"), NewestFirst: true}
+	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id"), RunID: q.Get("run_id"),
+		NewestFirst: true}
 	switch v := q.Get("order"); v {
 	case "", ListOrderNewest:
 	case ListOrderOldest:

@@ -40,6 +40,15 @@ type SubmitRequest struct {
 	// /v1/responses, /v1/embeddings; Anthropic /v1/messages). Defaults to
 	// the protocol's chat path.
 	Path string `json:"path,omitempty"`
+	// RunID puts the job in a run: jobs submitted one by one as one
+	// whole (`sluice batch run` names its run so), listed with GET
+	// /v1/jobs?run_id= and canceled together with POST /v1/jobs/cancel
+	// (checkRunID). A job met again by its idempotency key keeps the run
+	// it was submitted in.
+	RunID string `json:"run_id,omitempty"`
+	// CustomID names the job within its run (a batch file's custom_id),
+	// at most MaxCustomIDLen bytes.
+	CustomID string `json:"custom_id,omitempty"`
 }
 
 // pathFor is the provider path a protocol's jobs are sent to when they
@@ -171,6 +180,14 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if err := checkRunID(req.RunID); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if len(req.CustomID) > MaxCustomIDLen {
+		writeError(w, http.StatusBadRequest, "custom_id longer than %d bytes", MaxCustomIDLen)
+		return
+	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, req.Request); err != nil {
 		writeError(w, http.StatusBadRequest, "request: %v", err)
@@ -186,6 +203,8 @@ func (a *API) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		Deadline:       dl,
 		MaxAttempts:    attempts,
 		WebhookURL:     req.WebhookURL,
+		RunID:          req.RunID,
+		CustomID:       req.CustomID,
 		Now:            a.cfg.Clock.Now(),
 	})
 	if err != nil {

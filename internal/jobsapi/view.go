@@ -22,6 +22,7 @@ type JobView struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	BatchID        string          `json:"batch_id,omitempty"`
 	CustomID       string          `json:"custom_id,omitempty"`
+	RunID          string          `json:"run_id,omitempty"`
 	Attempts       int             `json:"attempts"`
 	MaxAttempts    int             `json:"max_attempts"`
 	Stalls         int             `json:"stalls"`
@@ -104,7 +105,7 @@ type ErrorView struct {
 func NewJobView(j *jobstore.Job, full bool) JobView {
 	v := JobView{
 		ID: j.ID, Object: "job", State: j.State, Upstream: j.Upstream, Priority: j.Priority.String(),
-		Client: j.Client, Path: j.Path, IdempotencyKey: j.IdempotencyKey, BatchID: j.BatchID, CustomID: j.CustomID,
+		Client: j.Client, Path: j.Path, IdempotencyKey: j.IdempotencyKey, BatchID: j.BatchID, CustomID: j.CustomID, RunID: j.RunID,
 		Attempts: j.Attempts, MaxAttempts: j.MaxAttempts, Stalls: j.Stalls, AvailableAt: j.AvailableAt,
 		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, WebhookURL: j.WebhookURL,
 	}
