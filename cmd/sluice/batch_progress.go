@@ -134,7 +134,7 @@ func (r *batchRun) afterInterrupt(ctx context.Context, cancel func(n int) bool) 
 			return
 		}
 		fmt.Fprintf(r.stderr, "batch: %d submitted job(s)%s keep running on the gateway and will be paid for: rerun the same command to collect their results, "+
-			"or cancel them with `sluice jobs cancel ID` (ids %s); lines not yet submitted were not sent\n", len(ids), maybe, joinIDs(ids))
+			"or cancel them all with `sluice batch cancel %s` (ids %s); lines not yet submitted were not sent\n", len(ids), maybe, r.runID, joinIDs(ids))
 		return
 	}
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
