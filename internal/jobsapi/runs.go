@@ -69,5 +69,6 @@ func (a *API) serveCancelRun(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, "canceling the run", err)
 		return
 	}
+	a.logAdminAction(w, r, actionCancelRun, "run_id", req.RunID, "canceled", res.Total())
 	writeJSON(w, http.StatusOK, CancelRunResponse{RunID: req.RunID, Canceled: res.Total()})
 }
