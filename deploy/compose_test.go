@@ -183,6 +183,89 @@ func TestCompose(t *testing.T) {
 	dashDir, ok := mounted[prov.Providers[0].Options.Path]
 	require.True(t, ok, "the dashboards' folder %s is mounted", prov.Providers[0].Options.Path)
 	require.FileExists(t, repoFile("deploy", path.Join(dashDir, "sluice.json")))
+
+	// The commands docs/deploy.md and the file's own comments give run as
+	// written: each sets every variable the file requires (${VAR:?…}).
+	deployDoc, err := os.ReadFile(repoFile("docs", "deploy.md"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(deployDoc), "\n## Docker Compose\n")
+	require.True(t, ok, "docs/deploy.md has a Docker Compose section")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var comments strings.Builder
+	for line := range strings.SplitSeq(string(composeText), "\n") {
+		if c, ok := strings.CutPrefix(line, "#"); ok {
+			comments.WriteString(strings.TrimPrefix(c, " ") + "\n")
+		}
+	}
+	required := requiredComposeVars(string(composeText))
+	require.Contains(t, required, "SLUICE_SCRAPE_KEY")
+	for where, text := range map[string]string{"docs/deploy.md": shBlocks(section), "deploy/compose.yaml's comments": comments.String()} {
+		cmds := composeCommands(text)
+		require.NotEmpty(t, cmds, "%s gives docker compose commands", where)
+		for _, c := range cmds {
+			for _, v := range required {
+				require.Contains(t, c.set, v, "%s: `%s` leaves %s unset, which deploy/compose.yaml requires", where, c.line, v)
+			}
+		}
+	}
+}
+
+// requiredComposeVars lists the variables a compose file interpolates as
+// ${VAR:?message}: Compose refuses to start without them.
+func requiredComposeVars(compose string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*):\?`).FindAllStringSubmatch(compose, -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// shBlocks is the ```sh blocks of a Markdown text, separated by a line
+// "---" (a new shell).
+func shBlocks(md string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(md, "```sh\n")[1:] {
+		code, _, _ := strings.Cut(part, "```")
+		b.WriteString(code + "---\n")
+	}
+	return b.String()
+}
+
+// composeCommand is one `docker compose` command line and the variables
+// set for it: exported earlier in its shell (a line "---" starts a new
+// one; a blank line too, in comments) or assigned before the command.
+type composeCommand struct {
+	line string
+	set  []string
+}
+
+// composeCommands reads the docker compose commands of shell text.
+func composeCommands(text string) []composeCommand {
+	assign := regexp.MustCompile(`(?:^|\s)([A-Za-z_][A-Za-z0-9_]*)=`)
+	var out []composeCommand
+	var exported []string
+	text = strings.ReplaceAll(text, "\\\n", " ")
+	for line := range strings.SplitSeq(text, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "---" || line == "":
+			exported = nil
+		case strings.HasPrefix(line, "export "):
+			for _, m := range assign.FindAllStringSubmatch(line, -1) {
+				exported = append(exported, m[1])
+			}
+		case strings.Contains(line, "docker compose"):
+			prefix, _, _ := strings.Cut(line, "docker compose")
+			set := slices.Clone(exported)
+			for _, m := range assign.FindAllStringSubmatch(prefix, -1) {
+				set = append(set, m[1])
+			}
+			out = append(out, composeCommand{line: line, set: set})
+		}
+	}
+	return out
 }
 
 // TestDashboard: every query of the Grafana dashboard names metrics the

@@ -94,6 +94,43 @@ func TestHelmChartRefusesSQLiteReplicas(t *testing.T) {
 	require.ErrorContains(t, err, "config.listen: set port instead")
 }
 
+// TestHelmChartSetsExpectedNodes: with several replicas the chart sets
+// cluster.expected_nodes to replicaCount, keeping the config's other
+// cluster fields, unless the config sets it; one replica leaves the
+// config's cluster section as it is.
+func TestHelmChartSetsExpectedNodes(t *testing.T) {
+	t.Parallel()
+	pg, err := chartutil.ReadValuesFile(filepath.Join(chartDir, "values-postgres.yaml"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		cluster  map[string]any // config.cluster
+		want     map[string]any // the rendered cluster section (nil: none)
+	}{
+		{"five replicas", 5, nil, map[string]any{"expected_nodes": float64(5)}},
+		{"other cluster fields kept", 4, map[string]any{"sync_interval": "250ms"},
+			map[string]any{"expected_nodes": float64(4), "sync_interval": "250ms"}},
+		{"the config's own value wins", 3, map[string]any{"expected_nodes": 6}, map[string]any{"expected_nodes": float64(6)}},
+		{"one replica", 1, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			set := map[string]any{"replicaCount": tc.replicas}
+			if tc.cluster != nil {
+				set["config"] = map[string]any{"cluster": tc.cluster}
+			}
+			vals := chartutil.CoalesceTables(set, maps.Clone(pg))
+			cm := decode[corev1.ConfigMap](t, renderChart(t, vals), "ConfigMap/sluice")
+			var cfg struct {
+				Cluster map[string]any `json:"cluster"`
+			}
+			require.NoError(t, yaml.Unmarshal([]byte(cm.Data["sluice.yaml"]), &cfg))
+			require.Equal(t, tc.want, cfg.Cluster, cm.Data["sluice.yaml"])
+		})
+	}
+}
+
 // render is `helm template sluice deploy/helm/sluice` with vals.
 func render(vals map[string]any) (string, error) {
 	chrt, err := loader.Load(chartDir)
@@ -170,8 +207,17 @@ func checkRendered(t *testing.T, hc helmCase, bin string, flags map[string]bool,
 		Listen        string `json:"listen"`
 		Store         string `json:"store"`
 		ShutdownGrace string `json:"shutdown_grace"`
+		Cluster       struct {
+			ExpectedNodes *int `json:"expected_nodes"`
+		} `json:"cluster"`
 	}
 	require.NoError(t, yaml.Unmarshal([]byte(cfgText), &cfg))
+	// A replica that starts before the shared store answers runs on
+	// 1/expected_nodes of each quota: the replicas, not the default 1.
+	if *dep.Spec.Replicas > 1 {
+		require.NotNil(t, cfg.Cluster.ExpectedNodes, "cluster.expected_nodes is set with %d replicas:\n%s", *dep.Spec.Replicas, cfgText)
+		require.Equal(t, int(*dep.Spec.Replicas), *cfg.Cluster.ExpectedNodes, "cluster.expected_nodes follows replicaCount")
+	}
 
 	// The arguments: flags of sluice serve.
 	for _, a := range ctr.Args {

@@ -55,6 +55,11 @@ func imageSources(t *testing.T) map[string]imageSource {
 	}
 }
 
+// imageSizeMax bounds the image's compressed layers: a static binary, the
+// CA bundle and the default config (docs/deploy.md gives the size
+// measured).
+const imageSizeMax = 20 << 20
+
 // TestImage builds the Dockerfile's final stage without Docker: each COPY
 // a layer (from the same sources the build stage makes), the config from
 // the stage's instructions, written as an OCI image layout with
@@ -64,7 +69,7 @@ func imageSources(t *testing.T) map[string]imageSource {
 // into an empty root and runs the entrypoint there, as the image's user,
 // with the image's environment: the health check must pass, /readyz must
 // answer 200 with the SQLite store in the volume, and SIGTERM must stop it
-// cleanly.
+// cleanly. Its compressed layers stay within imageSizeMax.
 func TestImage(t *testing.T) {
 	t.Parallel()
 	stages, err := parseDockerfile(repoFile("Dockerfile"))
@@ -131,6 +136,8 @@ func TestImage(t *testing.T) {
 		size += n
 	}
 	t.Logf("image %s: %d layers, %.1f MiB compressed", im.Manifests[0].Digest, len(layers), float64(size)/(1<<20))
+	require.LessOrEqual(t, size, int64(imageSizeMax), "the image stays small: %.1f MiB compressed, over %d MiB",
+		float64(size)/(1<<20), imageSizeMax>>20)
 
 	// The config.
 	uid, gid, err := parseUser(c.User)

@@ -43,7 +43,7 @@ func (k *Key) UnmarshalYAML(n *yaml.Node) error {
 		return n.Decode(&k.Key)
 	case yaml.MappingNode:
 	default:
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s into upstream.Key (a key, or {key, limits, org})", n.Line, n.ShortTag())}}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s into an API key (a key, or {key, limits, org})", n.Line, n.ShortTag())}}
 	}
 	if errs := unknownFields(n, reflect.TypeFor[Key]()); len(errs) > 0 {
 		return &yaml.TypeError{Errors: errs}

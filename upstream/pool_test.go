@@ -115,7 +115,7 @@ func TestKeyRefusesUnknownFields(t *testing.T) {
 	for _, tt := range []struct{ doc, want string }{
 		{"api_keys:\n  - k1\n  - {key: k2, orgg: a}", "line 3: field orgg not found in type upstream.Key"},
 		{"api_keys:\n  - {key: k2, limits: {rpm: 1}}", "line 2: field rpm not found in type upstream.Limits"},
-		{"api_keys: [[k]]", "line 1: cannot unmarshal !!seq into upstream.Key"},
+		{"api_keys: [[k]]", "line 1: cannot unmarshal !!seq into an API key"},
 		{"api_keys: [{key: [k]}]", "line 1: cannot unmarshal !!seq into string"},
 	} {
 		dec := yaml.NewDecoder(bytes.NewReader([]byte(tt.doc)))

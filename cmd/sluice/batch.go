@@ -30,7 +30,7 @@ func init() {
 	register(command{
 		name:    "batch",
 		summary: "run a JSONL batch file through the gateway's job queue, resumably",
-		usage:   "run input.jsonl -o results.jsonl [--server URL] [--key KEY] [--store DSN --config FILE] [--upstream NAME] [--priority low] [--cancel-on-interrupt] | status ID | cancel ID",
+		usage:   "run input.jsonl -o results.jsonl [--server URL] [--key KEY] [--store DSN --config FILE] [--upstream NAME] [--priority low] [--cancel-on-interrupt] | status ID|RUN | cancel ID|RUN",
 		run:     runBatch,
 		subs:    []string{"run", "status", "cancel"},
 	})
@@ -41,6 +41,7 @@ type batchRun struct {
 	c        *apiClient
 	file     *jobsapi.BatchFile
 	hash     string
+	runID    string // the run's id: every job of it carries it (runIDPrefix + hash)
 	upstream string
 	priority string
 	stderr   io.Writer
@@ -106,7 +107,8 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	}
 	sum := sha256.Sum256(data)
 	stderr := stderrOf(ctx)
-	r := &batchRun{file: f, hash: hex.EncodeToString(sum[:8]), upstream: cmp.Or(*upstream, string(f.Format)), priority: *priority,
+	hash := hex.EncodeToString(sum[:8])
+	r := &batchRun{file: f, hash: hash, runID: runIDPrefix + hash, upstream: cmp.Or(*upstream, string(f.Format)), priority: *priority,
 		stderr: stderr, terminal: writerIsTerminal(stderr), clk: clock.Real(), pending: map[string]int64{}, submitting: map[string][]byte{}}
 
 	if *store != "" {
@@ -130,6 +132,11 @@ func runBatch(ctx context.Context, fs *flag.FlagSet, args []string, out io.Write
 	}
 	return r.run(ctx, *output, *concurrency, interrupt)
 }
+
+// runIDPrefix starts the id of a `sluice batch run`: what `sluice batch
+// cancel` and `status` tell a run by from a batch of POST /v1/batches
+// (batch_…).
+const runIDPrefix = "run_"
 
 // idempotencyKey ties a job to this input file's content and a custom_id,
 // so a rerun never queues a request twice.
@@ -190,6 +197,8 @@ func (r *batchRun) run(ctx context.Context, output string, concurrency int, canc
 	}
 	r.already = len(r.file.Lines) - len(todo)
 	r.start = r.clk.Now()
+	fmt.Fprintf(r.stderr, "batch: run %s, %d line(s) (`sluice batch status %s` counts its jobs, `sluice batch cancel %s` cancels those not finished)\n",
+		r.runID, len(r.file.Lines), r.runID, r.runID)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	work := make(chan jobsapi.BatchLine)
@@ -243,7 +252,7 @@ func (r *batchRun) one(ctx context.Context, l jobsapi.BatchLine) error {
 		path = "" // the default: understood by gateways older than the path field
 	}
 	body, err := json.Marshal(jobsapi.SubmitRequest{Upstream: r.upstream, Request: l.Body, Priority: r.priority,
-		IdempotencyKey: r.idempotencyKey(l.CustomID), Path: path})
+		IdempotencyKey: r.idempotencyKey(l.CustomID), Path: path, RunID: r.runID, CustomID: l.CustomID})
 	if err != nil {
 		return fmt.Errorf("encoding line %d: %w", l.Line, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/jobsapi"
+	"github.com/sluicehq/sluice/internal/jobstore"
 )
 
 // Progress output of `sluice batch run` on stderr: on a terminal a bar
@@ -133,7 +134,7 @@ func (r *batchRun) afterInterrupt(ctx context.Context, cancel func(n int) bool) 
 			return
 		}
 		fmt.Fprintf(r.stderr, "batch: %d submitted job(s)%s keep running on the gateway and will be paid for: rerun the same command to collect their results, "+
-			"or cancel them with `sluice jobs cancel ID` (ids %s); lines not yet submitted were not sent\n", len(ids), maybe, joinIDs(ids))
+			"or cancel them all with `sluice batch cancel %s` (ids %s); lines not yet submitted were not sent\n", len(ids), maybe, r.runID, joinIDs(ids))
 		return
 	}
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -226,15 +227,70 @@ func humanCount(n int64) string {
 }
 
 // batchServerCommand runs `sluice batch status|cancel ID` against a batch
-// created with POST /v1/batches.
+// created with POST /v1/batches, or against a run of `sluice batch run`
+// (an id starting with runIDPrefix): its status counts the run's jobs per
+// state, its cancel cancels every job of it not yet finished (POST
+// /v1/jobs/cancel).
 func batchServerCommand(ctx context.Context, gw *gatewayFlags, action, id string, out io.Writer) error {
 	c, err := gw.client()
 	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(id, runIDPrefix) {
+		if action == "cancel" {
+			body, _ := json.Marshal(jobsapi.CancelRunRequest{RunID: id})
+			return printJSON(ctx, c, out, "POST", "/v1/jobs/cancel", body)
+		}
+		return batchRunStatus(ctx, c, out, id)
 	}
 	path := "/v1/batches/" + url.PathEscape(id)
 	if action == "cancel" {
 		return printJSON(ctx, c, out, "POST", path+"/cancel", nil)
 	}
 	return printJSON(ctx, c, out, "GET", path, nil)
+}
+
+// runStatusView is what `sluice batch status RUN` prints.
+type runStatusView struct {
+	RunID  string              `json:"run_id"`
+	Total  int                 `json:"total"`
+	Counts jobsapi.StateCounts `json:"counts"`
+}
+
+// batchRunStatus counts the jobs of run id per state, reading every page of
+// GET /v1/jobs?run_id=.
+func batchRunStatus(ctx context.Context, c *apiClient, out io.Writer, id string) error {
+	v := runStatusView{RunID: id}
+	q := url.Values{"run_id": {id}, "order": {jobsapi.ListOrderOldest}, "limit": {fmt.Sprint(jobstore.ListLimitMax)}}
+	for {
+		var page jobsapi.ListResponse
+		if _, err := c.call(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, nil, &page); err != nil {
+			return err
+		}
+		for _, j := range page.Data {
+			v.Total++
+			switch j.State {
+			case jobstore.StateQueued:
+				v.Counts.Queued++
+			case jobstore.StateRunning:
+				v.Counts.Running++
+			case jobstore.StateSucceeded:
+				v.Counts.Succeeded++
+			case jobstore.StateDead:
+				v.Counts.Dead++
+			case jobstore.StateCanceled:
+				v.Counts.Canceled++
+			}
+		}
+		if !page.HasMore {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+	if v.Total == 0 {
+		return fmt.Errorf("no run %q: no job of it on the gateway (or none of yours)", id)
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	_, err := fmt.Fprintf(out, "%s\n", b)
+	return err
 }

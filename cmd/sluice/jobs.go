@@ -30,7 +30,7 @@ func init() {
 	register(command{
 		name:    "jobs",
 		summary: "list, inspect, cancel and retry durable jobs on a running gateway",
-		usage:   "ls [--state S] [--upstream U] [--limit N] [--cursor C] [--oldest-first] | get ID [--wait 30s] | cancel ID | retry ID|--all [--server URL] [--key KEY]",
+		usage:   "ls [--state S] [--upstream U] [--run RUN] [--limit N] [--cursor C] [--oldest-first] | get ID [--wait 30s] | cancel ID | retry ID|--all [--server URL] [--key KEY]",
 		run:     runJobs,
 		subs:    []string{"ls", "list", "get", "cancel", "retry"},
 	})
@@ -96,6 +96,7 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 	gw := addGatewayFlags(fs)
 	state := fs.String("state", "", "ls: only jobs in this state (queued, running, succeeded, dead, canceled)")
 	upstream := fs.String("upstream", "", "ls: only jobs of this upstream; retry --all: only this upstream")
+	run := fs.String("run", "", "ls: only the jobs of this run (the run_… id `sluice batch run` prints)")
 	limit := fs.Int("limit", 50, "ls: page size (1-1000)")
 	cursor := fs.String("cursor", "", "ls: next_cursor of the previous page")
 	oldest := fs.Bool("oldest-first", false, "ls: list the oldest jobs first (default: the newest first)")
@@ -125,7 +126,7 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 		if *oldest {
 			order = jobsapi.ListOrderOldest
 		}
-		for k, v := range map[string]string{"state": *state, "upstream": *upstream, "cursor": *cursor, "limit": fmt.Sprint(*limit), "order": order} {
+		for k, v := range map[string]string{"state": *state, "upstream": *upstream, "run_id": *run, "cursor": *cursor, "limit": fmt.Sprint(*limit), "order": order} {
 			if v != "" {
 				q.Set(k, v)
 			}
@@ -135,9 +136,10 @@ func runJobs(ctx context.Context, fs *flag.FlagSet, args []string, out io.Writer
 			return err
 		}
 		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATE\tUPSTREAM\tPRIORITY\tATTEMPTS\tCUSTOM_ID\tCREATED")
+		fmt.Fprintln(tw, "ID\tSTATE\tUPSTREAM\tPRIORITY\tATTEMPTS\tRUN\tCUSTOM_ID\tCREATED")
 		for _, j := range page.Data {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.State, j.Upstream, j.Priority, j.Attempts, j.MaxAttempts, cmp.Or(j.CustomID, "-"), j.CreatedAt.Format(time.RFC3339))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", j.ID, j.State, j.Upstream, j.Priority, j.Attempts, j.MaxAttempts,
+				cmp.Or(j.RunID, j.BatchID, "-"), cmp.Or(j.CustomID, "-"), j.CreatedAt.Format(time.RFC3339))
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("writing the list: %w", err)

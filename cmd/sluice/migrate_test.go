@@ -22,10 +22,12 @@ func TestMigrateCommand(t *testing.T) {
 	}{
 		{[]string{"migrate", "--store", dsn, "status"}, 0, "no store at " + strings.TrimPrefix(dsn, "sqlite:") + " (nothing applied yet)", ""},
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "nothing to revert (no store at", ""},
-		{[]string{"migrate", "--store", dsn, "up"}, 0, "applied 0001\napplied 0002\napplied 0003\napplied 0004\napplied 0005\napplied 0006\napplied 0007\napplied 0008\napplied 0009", ""},
+		{[]string{"migrate", "--store", dsn, "up"}, 0, "applied 0001\napplied 0002\napplied 0003\napplied 0004\napplied 0005\napplied 0006\napplied 0007\napplied 0008\napplied 0009\napplied 0010\napplied 0011", ""},
 		{[]string{"migrate", "--store", dsn, "up"}, 0, "schema is up to date", ""},
-		{[]string{"migrate", "--store", dsn, "status"}, 0, "current version: 9", ""},
-		{[]string{"migrate", "status", "--store", dsn}, 0, "current version: 9", ""}, // as the README writes it
+		{[]string{"migrate", "--store", dsn, "status"}, 0, "current version: 11", ""},
+		{[]string{"migrate", "status", "--store", dsn}, 0, "current version: 11", ""}, // as the README writes it
+		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0011", ""},
+		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0010", ""},
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0009", ""},
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0008", ""},
 		{[]string{"migrate", "--store", dsn, "down"}, 0, "reverted 0007", ""},

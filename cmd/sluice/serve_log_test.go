@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -63,5 +67,49 @@ func TestServeBadLogFlagIsAOneLineUsageError(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", args, stderr.String())
 		require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "%v: %q", args, stderr.String())
 		require.Contains(t, stderr.String(), args[1], args)
+	}
+}
+
+// TestServeWarnsOfExpectedNodesOne: with a cluster store configured and
+// cluster.expected_nodes left at 1, `sluice serve` says at start that a
+// node starting before the store answers takes the whole quota; with it
+// set, or without a cluster store, it says nothing of it. The store here
+// never answers (nothing listens): serve starts anyway.
+func TestServeWarnsOfExpectedNodesOne(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, yaml string
+		warns      bool
+	}{
+		{"cluster store, expected_nodes unset", "store: none\ncluster:\n  store: postgres://sluice@127.0.0.1:1/sluice?sslmode=disable\n", true},
+		{"cluster store, expected_nodes 1", "store: none\ncluster:\n  store: redis://127.0.0.1:1/0\n  expected_nodes: 1\n", true},
+		{"cluster store, expected_nodes 3", "store: none\ncluster:\n  store: redis://127.0.0.1:1/0\n  expected_nodes: 3\n", false},
+		{"no cluster store", "store: none\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "sluice.yaml")
+			require.NoError(t, os.WriteFile(path, []byte("listen: 127.0.0.1:0\n"+tc.yaml+
+				"upstreams:\n  - name: anthropic\n    protocol: anthropic\n    base_url: http://127.0.0.1:1\n    api_key: sk-test\n"), 0o600))
+			ctx, stop := context.WithCancel(context.Background())
+			var stdout, stderr syncBuffer
+			code := make(chan int, 1)
+			go func() {
+				code <- runMain(ctx, []string{"serve", "--config", path, "--log-format", "json"}, &stdout, &stderr)
+			}()
+			require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "listening on http://") }, 10*time.Second,
+				2*time.Millisecond, stderr.String())
+			stop()
+			require.Equal(t, 0, <-code, stderr.String())
+			warned := false
+			for line := range strings.SplitSeq(strings.TrimSpace(stderr.String()), "\n") {
+				var rec map[string]any
+				if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(fmt.Sprint(rec["msg"]), "cluster.expected_nodes is 1") {
+					require.Equal(t, "WARN", rec["level"], line)
+					warned = true
+				}
+			}
+			require.Equal(t, tc.warns, warned, stderr.String())
+		})
 	}
 }

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +146,57 @@ func TestStatusSaysWhatWaits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStatusShowsSpend: `sluice status` with an admin key prints a row per
+// client with a budget or spend: what it spent today, this month and in
+// all, what is left of each window's budget ("-" without one) and what
+// its requests in flight hold, from the gateway's own ledger.
+func TestStatusShowsSpend(t *testing.T) {
+	t.Parallel()
+	m, err := mock.New(mock.Config{Listen: "127.0.0.1:0", OutputTokens: mock.OutputRange{Min: 40, Max: 40}})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, m.Stop(context.Background())) })
+	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`listen: 127.0.0.1:0
+store: none
+upstreams:
+  - {name: claude, protocol: anthropic, base_url: `+m.URL()+`, api_key: sk-up}
+prices:
+  models:
+    claude-x: {input: 100, output: 1000}
+clients:
+  - {name: team, key: ck-team-0123456789, budget: {day: 1, total: 5}}
+  - {name: ops, key: ck-ops-0123456789, role: admin}
+`), 0o600))
+	cfg, err := server.LoadConfig(cfgPath, os.LookupEnv)
+	require.NoError(t, err)
+	g, err := server.New(cfg, server.WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.NoError(t, g.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, g.Stop(context.Background())) })
+	base := "http://" + g.Addr()
+	for range 3 {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", base+"/claude/v1/messages",
+			strings.NewReader(`{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("x-api-key", "ck-team-0123456789")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	// What the provider billed, priced here (not by the gateway's ledger).
+	st := m.Stats().Overall
+	spent := (float64(st.Admitted.InputTokens)*100 + float64(st.Admitted.OutputTokens)*1000) / 1e6
+	require.EqualValues(t, 120, st.Admitted.OutputTokens)
+	money := func(v float64) string { return fmt.Sprintf(`\$%.4f`, v) }
+
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, runMain(t.Context(), []string{"status", "--server", base, "--key", "ck-ops-0123456789"}, &out, &errOut), errOut.String())
+	require.Regexp(t, `CLIENT\s+SPENT TODAY\s+LEFT TODAY\s+SPENT MONTH\s+LEFT MONTH\s+SPENT TOTAL\s+LEFT TOTAL\s+IN FLIGHT\n`, out.String())
+	require.Regexp(t, `(?m)^team\s+`+money(spent)+`\s+`+money(1-spent)+` of \$1\.0000\s+`+money(spent)+`\s+-\s+`+
+		money(spent)+`\s+`+money(5-spent)+` of \$5\.0000\s+\$0\.0000$`, out.String())
+	require.NotRegexp(t, `(?m)^ops\s+\$`, out.String(), "a client with no budget and no spend has no row")
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,4 +98,65 @@ func TestAbandonedStreamIsReadOnToItsUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAbandonedStreamIsCutAtItsByteBound: a stream its reader left that
+// goes on sending without its usage (here endless deltas) is read on only
+// to dispatch.AbandonedDrainBytes, however long abandoned_stream_drain
+// is: then the upstream is closed and the stream is settled at its worst
+// case (no usage; the whole output reservation stands).
+func TestAbandonedStreamIsCutAtItsByteBound(t *testing.T) {
+	t.Parallel()
+	left := make(chan struct{})
+	var sent atomic.Int64
+	ended := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		defer func() { ended <- struct{}{} }()
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n"+
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n")
+		w.(http.Flusher).Flush()
+		<-left
+		delta := []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" +
+			strings.Repeat("x", 4000) + "\"}}\n\n")
+		for r.Context().Err() == nil {
+			n, err := w.Write(delta)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	d, _, _ := start(t, &upstream{Server: &httptest.Server{URL: srv.URL}}, func(c *dispatch.Config) {
+		c.AbandonedStreamDrain = time.Hour // the byte bound ends it first
+		c.Limits.OutputTokensPerMinute = 60_000
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	req := request()
+	req.Body = []byte(`{"model":"claude-sonnet-4-5","max_tokens":4000,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	req.Cost.OutputTokens = 4000
+	resp, err := d.Do(ctx, req)
+	require.NoError(t, err)
+	_, err = resp.Body.Read(make([]byte, 64))
+	require.NoError(t, err)
+	before := d.Snapshot().Buckets[flow.OutputTokens].Level
+	cancel() // the reader leaves; the provider streams on without end
+	require.NoError(t, resp.Body.Close())
+	close(left)
+	select {
+	case <-resp.Ended():
+	case <-time.After(time.Minute):
+		t.Fatal("the abandoned stream was never cut")
+	}
+	<-ended
+	end, ok := resp.End()
+	require.True(t, ok)
+	require.True(t, end.Abandoned)
+	require.False(t, end.HasUsage, "cut before its usage")
+	require.GreaterOrEqual(t, sent.Load(), int64(dispatch.AbandonedDrainBytes), "read on to its byte bound")
+	require.InDelta(t, before, d.Snapshot().Buckets[flow.OutputTokens].Level, 1,
+		"settled at its worst case: the whole reservation stands (the fake clock never moved)")
 }

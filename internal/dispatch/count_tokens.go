@@ -205,7 +205,8 @@ func (d *Dispatcher) countTokensAwait(ctx context.Context, answered <-chan struc
 // and returns the provider's answer (a 2xx or its error, passed through;
 // the caller closes the Body). It fails with an *Error whose Reason is
 // ErrShed (no key's counting bucket has room before the deadline: a 429
-// with RetryAfter), ErrStopped, or ctx's cause.
+// with RetryAfter), ErrUnavailable (the provider rejected every key of the
+// pool: PassOutage), ErrStopped, or ctx's cause.
 func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, error) {
 	if req == nil {
 		return nil, errors.New("counting tokens: nil request")
@@ -231,6 +232,11 @@ func (d *Dispatcher) CountTokens(ctx context.Context, req *Request) (*Response, 
 	for {
 		if err := d.countTokensRunning(); err != nil {
 			return nil, err
+		}
+		if e := d.PassOutage(); e != nil {
+			// Every key rejected: the outage, not the provider's 401.
+			e.Attempts, e.QueueWait = attempts, queued
+			return nil, e
 		}
 		now = d.clk.Now()
 		i, mark, probe, wait, answered := d.countTokensTake(now, only)

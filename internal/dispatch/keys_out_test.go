@@ -49,6 +49,7 @@ func TestEveryKeyRejectedIsAnOutage(t *testing.T) {
 					c.APIKey, c.APIKeys = "", keys(tt.keys)
 				}
 			})
+			require.Nil(t, d.PassOutage(), "a key is in: pass-throughs go on")
 			r := request()
 			if tt.protocol == llm.OpenAI {
 				r.Path = "/v1/chat/completions"
@@ -66,6 +67,11 @@ func TestEveryKeyRejectedIsAnOutage(t *testing.T) {
 			require.Equal(t, 0, de.Attempts-tt.keys, "one try per key, none burnt on a retry")
 			require.EqualValues(t, tt.keys, u.calls.Load())
 			require.True(t, d.Unavailable())
+			po := d.PassOutage() // what a pass-through is answered now
+			require.ErrorIs(t, po, dispatch.ErrUnavailable)
+			require.Equal(t, tt.status, po.Status)
+			require.Contains(t, po.Message, tt.cause)
+			require.Equal(t, time.Minute, po.RetryAfter)
 			for _, k := range d.Keys() {
 				require.True(t, k.Out, "%+v", k)
 			}

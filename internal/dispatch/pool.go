@@ -697,9 +697,29 @@ func (k *poolKey) pause(until, now time.Time) {
 	}
 }
 
+// PassOutage is the answer to a request the engine does not schedule
+// (models, files, count_tokens: a pass-through) while the provider rejects
+// every key of the pool (keysOut): ErrUnavailable in the protocol's outage
+// shape naming the cause, as a scheduled request gets (describeOutage),
+// never the provider's 401/403 sent with a key known to be rejected. It is
+// nil while a key is in. A pass-through is no key's probe: a key comes back
+// only through its probe (a scheduled request or a job).
+func (d *Dispatcher) PassOutage() *Error {
+	d.mu.Lock()
+	out, _ := d.keysOut()
+	d.mu.Unlock()
+	if !out {
+		return nil
+	}
+	e := &Error{Reason: ErrUnavailable}
+	d.describeOutage(e, d.clk.Now(), 0)
+	e.Type = errorTypeFor(d.cfg.Protocol, e.Status)
+	return e
+}
+
 // PassKey returns the key requests the engine does not schedule (models,
-// count_tokens, files) are sent with: the first key in the pool, else the
-// first key.
+// count_tokens, files) are sent with: the first key in the pool, else (a
+// key came back or went out since PassOutage was asked) the first key.
 func (d *Dispatcher) PassKey() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()

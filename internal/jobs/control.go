@@ -52,6 +52,27 @@ func (s *Service) CancelBatch(ctx context.Context, id string) (jobstore.CancelBa
 	return res, nil
 }
 
+// CancelRun cancels the live jobs of run id (of client, unless client is
+// ""), as Cancel does each.
+func (s *Service) CancelRun(ctx context.Context, id, client string) (jobstore.CancelRunResult, error) {
+	res, err := s.store.CancelRun(ctx, jobstore.CancelRunParams{RunID: id, Client: client, Now: s.cfg.Clock.Now()})
+	if err != nil {
+		return res, fmt.Errorf("canceling run %s: %w", id, err)
+	}
+	for _, jid := range res.Running {
+		s.abort(jid, errJobCanceled)
+	}
+	if res.Total() == 0 {
+		return res, nil
+	}
+	s.announce()
+	s.hooks.kick() // jobs with a webhook_url got their outbox rows
+	for upstream, n := range res.Canceled {
+		s.cfg.Observer.Finished(upstream, jobstore.StateCanceled, n)
+	}
+	return res, nil
+}
+
 // observeBatchCanceled reports n jobs of batch id canceled. A batch's jobs
 // share one upstream (the API creates them so), read from its first job.
 // The cancel is done: a caller that goes away now must not lose its count.

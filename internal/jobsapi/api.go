@@ -21,6 +21,11 @@ type Runtime interface {
 	// CancelBatch cancels the live jobs of batch id, aborting those running
 	// in this process. jobstore.ErrNotFound comes back wrapped.
 	CancelBatch(ctx context.Context, id string) (jobstore.CancelBatchResult, error)
+	// CancelRun cancels the live jobs of run id (of client only, unless
+	// client is ""), aborting those running in this process.
+	// jobstore.ErrNotFound (the run has no job of client) comes back
+	// wrapped.
+	CancelRun(ctx context.Context, id, client string) (jobstore.CancelRunResult, error)
 	// Redeliver makes job id's latest webhook delivery pending and due at
 	// once, with the same id, and wakes the webhook sender.
 	// jobstore.ErrNotFound (no job, or no delivery) comes back wrapped.
@@ -91,6 +96,7 @@ func (a *API) routes() *http.ServeMux {
 	mux.HandleFunc("POST /v1/jobs/{id}/retry", a.serveRetry)
 	mux.HandleFunc("POST /v1/jobs/{id}/webhook/redeliver", a.serveRedeliver)
 	mux.HandleFunc("POST /v1/jobs/retry", a.serveRetryBulk)
+	mux.HandleFunc("POST /v1/jobs/cancel", a.serveCancelRun)
 	mux.HandleFunc("POST /v1/upstreams/{name}/{action}", a.servePause)
 	mux.HandleFunc("GET /v1/upstreams/paused", a.servePaused)
 	mux.HandleFunc("POST /v1/batches", a.serveBatchCreate)

@@ -321,7 +321,7 @@ func (a *API) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 	if _, ok := a.getBatch(w, r); !ok {
 		return
 	}
-	_, err := a.rt.CancelBatch(r.Context(), id)
+	res, err := a.rt.CancelBatch(r.Context(), id)
 	switch {
 	case errors.Is(err, jobstore.ErrNotFound):
 		writeError(w, http.StatusNotFound, "no batch %q", id)
@@ -330,6 +330,7 @@ func (a *API) serveBatchCancel(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, "canceling the batch", err)
 		return
 	}
+	a.logAdminAction(w, r, actionCancelBatch, "batch_id", id, "canceled", res.Canceled)
 	b, ok := a.getBatch(w, r)
 	if !ok {
 		return

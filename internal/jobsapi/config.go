@@ -117,9 +117,10 @@ type Config struct {
 	// answered 403 permission_error at submit, before anything is
 	// queued. Defaults to permitting every request.
 	Permit func(client, upstream, model string) error
-	// Logger logs the store failures the API answers as 5xx and an
-	// upstream's job queue paused or resumed. Defaults to
-	// slog.Default().
+	// Logger logs the store failures the API answers as 5xx, an
+	// upstream's job queue paused or resumed, and every change an admin
+	// makes to jobs (cancel, retry, requeue, a batch's or a run's cancel:
+	// "job admin action"). Defaults to slog.Default().
 	Logger *slog.Logger
 	// Observer receives the API's events for metrics (submits). Defaults
 	// to none.

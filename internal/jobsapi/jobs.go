@@ -105,6 +105,7 @@ func (a *API) serveCancel(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.storeError(w, "canceling the job", err)
 	default:
+		a.logAdminAction(w, r, actionCancel, "job", id, "client", j.Client)
 		writeJSON(w, http.StatusOK, NewJobView(j, false))
 	}
 }
@@ -131,6 +132,7 @@ func (a *API) serveRetry(w http.ResponseWriter, r *http.Request) {
 	case n == 0:
 		writeError(w, http.StatusConflict, "job %d is %s; only dead jobs can be retried", id, j.State)
 	default:
+		a.logAdminAction(w, r, actionRetry, "job", id, "client", j.Client)
 		writeJSON(w, http.StatusOK, NewJobView(j, false))
 	}
 }
@@ -194,6 +196,7 @@ func (a *API) serveRetryBulk(w http.ResponseWriter, r *http.Request) {
 		a.requeueError(w, err)
 		return
 	}
+	a.logAdminAction(w, r, actionRequeue, "ids", req.IDs, "upstream", req.Upstream, "batch_id", req.BatchID, "all", req.All, "requeued", n)
 	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
 }
 
@@ -215,7 +218,8 @@ type ListResponse struct {
 
 func (a *API) serveList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id"), NewestFirst: true}
+	p := jobstore.ListParams{Upstream: q.Get("upstream"), Client: q.Get("client"), BatchID: q.Get("batch_id"), RunID: q.Get("run_id"),
+		NewestFirst: true}
 	switch v := q.Get("order"); v {
 	case "", ListOrderNewest:
 	case ListOrderOldest:

@@ -41,6 +41,15 @@ type SubmitRequest struct {
 	// /v1/responses, /v1/embeddings; Anthropic /v1/messages). Defaults to
 	// the protocol's chat path.
 	Path string `json:"path,omitempty"`
+	// RunID puts the job in a run: jobs submitted one by one as one
+	// whole (`sluice batch run` names its run so), listed with GET
+	// /v1/jobs?run_id= and canceled together with POST /v1/jobs/cancel
+	// (checkRunID). A job met again by its idempotency key keeps the run
+	// it was submitted in.
+	RunID string `json:"run_id,omitempty"`
+	// CustomID names the job within its run (a batch file's custom_id),
+	// at most MaxCustomIDLen bytes.
+	CustomID string `json:"custom_id,omitempty"`
 }
 
 // pathFor is the provider path a protocol's jobs are sent to when they
@@ -211,12 +220,19 @@ func (a *API) submitParams(r *http.Request, req *SubmitRequest) (jobstore.Insert
 	if err != nil {
 		return p, err
 	}
+	if err := checkRunID(req.RunID); err != nil {
+		return p, err
+	}
+	if len(req.CustomID) > MaxCustomIDLen {
+		return p, fmt.Errorf("custom_id longer than %d bytes", MaxCustomIDLen)
+	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, req.Request); err != nil {
 		return p, fmt.Errorf("request: %w", err)
 	}
 	return jobstore.InsertParams{IdempotencyKey: key, Upstream: req.Upstream, Priority: prio, Client: a.cfg.ClientOf(r),
-		Path: path, Body: compact.Bytes(), Deadline: dl, MaxAttempts: attempts, WebhookURL: req.WebhookURL, Now: a.cfg.Clock.Now()}, nil
+		Path: path, Body: compact.Bytes(), Deadline: dl, MaxAttempts: attempts, WebhookURL: req.WebhookURL,
+		RunID: req.RunID, CustomID: req.CustomID, Now: a.cfg.Clock.Now()}, nil
 }
 
 // idempotencyKey is a submit's idempotency key: its body's, or the

@@ -108,6 +108,11 @@ func (e edgeStore) CancelBatch(ctx context.Context, p CancelBatchParams) (Cancel
 	return r, unavailable(ctx, err)
 }
 
+func (e edgeStore) CancelRun(ctx context.Context, p CancelRunParams) (CancelRunResult, error) {
+	r, err := e.Store.CancelRun(ctx, p)
+	return r, unavailable(ctx, err)
+}
+
 func (e edgeStore) DeleteBatch(ctx context.Context, id string) error {
 	return unavailable(ctx, e.Store.DeleteBatch(ctx, id))
 }

@@ -237,5 +237,5 @@ func insertedJob(p InsertParams, id int64) *Job {
 	return &Job{ID: id, IdempotencyKey: p.IdempotencyKey, Upstream: p.Upstream,
 		Priority: p.Priority, Client: p.Client, Path: p.Path, Body: p.Body, Deadline: p.Deadline,
 		MaxAttempts: p.MaxAttempts, State: StateQueued, AvailableAt: p.AvailableAt, WebhookURL: p.WebhookURL,
-		CreatedAt: p.Now, UpdatedAt: p.Now}
+		CustomID: p.CustomID, RunID: p.RunID, CreatedAt: p.Now, UpdatedAt: p.Now}
 }

@@ -88,9 +88,14 @@ type Job struct {
 	// Result is the provider response once succeeded, or the terminal
 	// error response once dead by a terminal error; nil otherwise.
 	Result *Result
-	// BatchID and CustomID are set for jobs created by CreateBatch.
+	// BatchID and CustomID are set for jobs created by CreateBatch;
+	// CustomID also for a job of a run that names one (InsertParams).
 	BatchID  string
 	CustomID string
+	// RunID names the run the job was submitted in (InsertParams.RunID):
+	// jobs inserted one by one as one whole, listed and canceled together
+	// (ListParams.RunID, CancelRun). Empty for none.
+	RunID string
 	// WebhookURL is called by the runtime when the job finishes; empty for
 	// none.
 	WebhookURL string

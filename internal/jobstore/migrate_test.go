@@ -60,7 +60,7 @@ func testMigrations(t *testing.T, dsn string, names []string, bump func(t *testi
 func TestMigrationsSQLite(t *testing.T) {
 	t.Parallel()
 	dsn := sqliteDSN(t)
-	testMigrations(t, dsn, []string{"0001_jobs", "0002_webhook_outbox", "0003_ownership", "0004_spend", "0005_spend_holds", "0006_provider_batches", "0007_clients", "0008_response_keys", "0009_provider_groups", "0010_batch_webhooks"}, func(t *testing.T) {
+	testMigrations(t, dsn, []string{"0001_jobs", "0002_webhook_outbox", "0003_ownership", "0004_spend", "0005_spend_holds", "0006_provider_batches", "0007_clients", "0008_response_keys", "0009_provider_groups", "0010_batch_webhooks", "0011_job_runs"}, func(t *testing.T) {
 		db, err := sql.Open("sqlite", strings.TrimPrefix(dsn, "sqlite:"))
 		require.NoError(t, err)
 		defer db.Close()
@@ -72,7 +72,7 @@ func TestMigrationsSQLite(t *testing.T) {
 func TestMigrationsPostgres(t *testing.T) {
 	t.Parallel()
 	dsn := jobstoretest.PostgresDSN(t)
-	testMigrations(t, dsn, []string{"0001_jobs", "0002_leaner_indexes", "0003_lease_index_predicate", "0004_webhook_outbox", "0005_ownership", "0006_spend", "0007_spend_holds", "0008_provider_batches", "0009_clients", "0010_response_keys", "0011_provider_groups", "0012_batch_webhooks"}, func(t *testing.T) {
+	testMigrations(t, dsn, []string{"0001_jobs", "0002_leaner_indexes", "0003_lease_index_predicate", "0004_webhook_outbox", "0005_ownership", "0006_spend", "0007_spend_holds", "0008_provider_batches", "0009_clients", "0010_response_keys", "0011_provider_groups", "0012_batch_webhooks", "0013_job_runs"}, func(t *testing.T) {
 		c, err := pgx.Connect(context.Background(), dsn)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, c.Close(context.Background())) }()

@@ -32,6 +32,8 @@ func (p *InsertParams) validate() error {
 		return invalid("Priority", "%d is not 0..3", int(p.Priority))
 	case p.MaxAttempts < 1:
 		return invalid("MaxAttempts", "%d is below 1", p.MaxAttempts)
+	case len(p.RunID) > MaxRunIDLen:
+		return invalid("RunID", "longer than %d bytes", MaxRunIDLen)
 	case p.Now.IsZero():
 		return invalid("Now", "required")
 	case p.Dead != nil && p.WebhookURL != "":
@@ -127,10 +129,23 @@ func (p *CreateBatchParams) validate() error {
 		if j.CustomID == "" {
 			return invalid(fmt.Sprintf("Jobs[%d].CustomID", i), "required")
 		}
+		if j.RunID != "" {
+			return invalid(fmt.Sprintf("Jobs[%d].RunID", i), "a batch's jobs belong to their batch, not a run")
+		}
 		if _, dup := seen[j.CustomID]; dup {
 			return invalid(fmt.Sprintf("Jobs[%d].CustomID", i), "%q is used twice", j.CustomID)
 		}
 		seen[j.CustomID] = struct{}{}
+	}
+	return nil
+}
+
+func (p *CancelRunParams) validate() error {
+	switch {
+	case p.RunID == "":
+		return invalid("RunID", "required")
+	case p.Now.IsZero():
+		return invalid("Now", "required")
 	}
 	return nil
 }

@@ -25,14 +25,16 @@ const pgInsertGroup = `WITH u AS MATERIALIZED (
 		SELECT nextval(pg_get_serial_sequence('sluice_jobs', 'id')) AS id, u.*,
 			u.ow IS NOT NULL AND u.up <> ALL (ARRAY(SELECT upstream FROM sluice_paused_upstreams)) AS leased
 		FROM unnest($1::text[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::bytea[],
-			$7::timestamptz[], $8::int[], $9::timestamptz[], $10::text[], $11::timestamptz[], $13::text[], $14::timestamptz[])
-			WITH ORDINALITY AS u(k, up, pr, cl, pa, bo, dl, ma, av, wh, nw, ow, ex, ord)),
+			$7::timestamptz[], $8::int[], $9::timestamptz[], $10::text[], $11::timestamptz[], $13::text[], $14::timestamptz[],
+			$15::text[], $16::text[])
+			WITH ORDINALITY AS u(k, up, pr, cl, pa, bo, dl, ma, av, wh, nw, ow, ex, cu, ru, ord)),
 	ins AS (
 		INSERT INTO sluice_jobs (id, idempotency_key, upstream, priority, client, path, body, deadline, max_attempts,
-			state, available_at, webhook_url, created_at, updated_at, lease_token, lease_owner, lease_expires_at)
+			state, available_at, webhook_url, created_at, updated_at, lease_token, lease_owner, lease_expires_at,
+			custom_id, run_id)
 		SELECT u.id, u.k, u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, CASE WHEN u.leased THEN 'running' ELSE 'queued' END,
 			u.av, u.wh, u.nw, u.nw, CASE WHEN u.leased THEN 1 ELSE 0 END, CASE WHEN u.leased THEN u.ow ELSE '' END,
-			CASE WHEN u.leased THEN u.ex END
+			CASE WHEN u.leased THEN u.ex END, u.cu, u.ru
 		FROM u ORDER BY u.ord
 		ON CONFLICT (client, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id),
 	n AS (SELECT pg_notify('` + notifyChannel + `', x) FROM unnest($12::text[]) x)
@@ -73,6 +75,7 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	bodies := make([][]byte, n)
 	deadlines, avails, nows := make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
 	owners, expires := make([]*string, n), make([]pgtype.Timestamptz, n)
+	customs, runs := make([]*string, n), make([]*string, n)
 	takers := make([]*Handoff, n)
 	var queuedUps []string
 	for i, p := range items {
@@ -85,6 +88,7 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 			k := p.IdempotencyKey
 			keys[i] = &k
 		}
+		customs[i], runs[i] = textOrNil(p.CustomID), textOrNil(p.RunID)
 		ups[i], clients[i], paths[i], hooks[i] = p.Upstream, p.Client, p.Path, p.WebhookURL
 		prios[i], maxes[i], bodies[i] = int16(p.Priority), int32(p.MaxAttempts), p.Body
 		deadlines[i], avails[i], nows[i] = pgTime(p.Deadline), pgTime(p.AvailableAt), pgTime(p.Now)
@@ -97,10 +101,10 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 	if !slices.ContainsFunc(keys, func(k *string) bool { return k != nil }) {
 		// No idempotency keys: the lean statement, which executes faster.
 		err = s.queryInsertPlain(ctx, ids, inserted, leased,
-			ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
+			ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires, customs, runs)
 	} else {
 		err = s.queryInsertGroup(ctx, ids, inserted, leased,
-			keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires)
+			keys, ups, prios, clients, paths, bodies, deadlines, maxes, avails, hooks, nows, due, owners, expires, customs, runs)
 	}
 	for i, h := range takers {
 		if h != nil && (err != nil || !inserted[i] || !leased[i]) {
@@ -148,14 +152,15 @@ func (s *postgresStore) flushInserts(ctx context.Context, items []InsertParams) 
 const pgInsertPlain = `WITH u AS (
 		SELECT u.*, u.ow IS NOT NULL AND u.up <> ALL (ARRAY(SELECT upstream FROM sluice_paused_upstreams)) AS leased
 		FROM unnest($1::text[], $2::smallint[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::int[],
-			$8::timestamptz[], $9::text[], $10::timestamptz[], $12::text[], $13::timestamptz[])
-			AS u(up, pr, cl, pa, bo, dl, ma, av, wh, nw, ow, ex)),
+			$8::timestamptz[], $9::text[], $10::timestamptz[], $12::text[], $13::timestamptz[], $14::text[], $15::text[])
+			AS u(up, pr, cl, pa, bo, dl, ma, av, wh, nw, ow, ex, cu, ru)),
 	ins AS (
 		INSERT INTO sluice_jobs (upstream, priority, client, path, body, deadline, max_attempts,
-			state, available_at, webhook_url, created_at, updated_at, lease_token, lease_owner, lease_expires_at)
+			state, available_at, webhook_url, created_at, updated_at, lease_token, lease_owner, lease_expires_at,
+			custom_id, run_id)
 		SELECT u.up, u.pr, u.cl, u.pa, u.bo, u.dl, u.ma, CASE WHEN u.leased THEN 'running' ELSE 'queued' END,
 			u.av, u.wh, u.nw, u.nw, CASE WHEN u.leased THEN 1 ELSE 0 END, CASE WHEN u.leased THEN u.ow ELSE '' END,
-			CASE WHEN u.leased THEN u.ex END
+			CASE WHEN u.leased THEN u.ex END, u.cu, u.ru
 		FROM u
 		RETURNING id, state = 'running'),
 	n AS (SELECT pg_notify('` + notifyChannel + `', x) FROM unnest($11::text[]) x)
@@ -347,4 +352,12 @@ func (s *postgresStore) flushCompletes(ctx context.Context, items []CompletePara
 		}
 	}
 	return out, errs
+}
+
+// textOrNil is s for a text array, NULL when empty.
+func textOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -76,6 +76,7 @@ func (s *postgresStore) List(ctx context.Context, p ListParams) (JobPage, error)
 	if p.BatchID != "" {
 		w.add(pgInBatch, p.BatchID)
 	}
+	w.addIf("run_id", p.RunID)
 	limit := pageLimit(p.Limit)
 	w.args = append(w.args, limit+1)
 	// Planned for these values (see newPgPool): which filters are set, and

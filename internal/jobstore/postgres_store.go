@@ -216,7 +216,7 @@ func pgText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""
 // values it holds.
 type pgJobScan struct {
 	j                                         Job
-	key, batch, custom                        pgtype.Text
+	key, batch, custom, run                   pgtype.Text
 	deadline, avail, lease, created, upd, fin pgtype.Timestamptz
 	state                                     string
 	priority                                  int16
@@ -232,7 +232,7 @@ func newPgJobScan() *pgJobScan {
 	sc.dest = []any{&j.ID, &sc.key, &j.Upstream, &sc.priority, &j.Client, &j.Path, &sc.body, &sc.deadline,
 		&j.MaxAttempts, &j.Attempts, &j.Stalls, &sc.state, &sc.avail, &j.Lease.Token, &j.Lease.Owner,
 		&sc.lease, &sc.errs, &sc.status, &sc.header, &sc.resultBody, &sc.usage[0], &sc.usage[1], &sc.usage[2], &sc.usage[3],
-		&sc.batch, &sc.custom, &j.WebhookURL, &sc.created, &sc.upd, &sc.fin}
+		&sc.batch, &sc.custom, &j.WebhookURL, &sc.created, &sc.upd, &sc.fin, &sc.run}
 	return sc
 }
 
@@ -250,7 +250,7 @@ func (sc *pgJobScan) scan(row pgx.Row) (*Job, error) {
 	j := sc.j
 	j.Body = nonNil(sc.body)
 	j.Priority = priorityOf(sc.priority)
-	j.IdempotencyKey, j.BatchID, j.CustomID = sc.key.String, sc.batch.String, sc.custom.String
+	j.IdempotencyKey, j.BatchID, j.CustomID, j.RunID = sc.key.String, sc.batch.String, sc.custom.String, sc.run.String
 	j.State = State(sc.state)
 	j.Deadline, j.AvailableAt, j.Lease.ExpiresAt = fromPgTime(sc.deadline), fromPgTime(sc.avail), fromPgTime(sc.lease)
 	j.CreatedAt, j.UpdatedAt, j.FinishedAt = fromPgTime(sc.created), fromPgTime(sc.upd), fromPgTime(sc.fin)

@@ -10,8 +10,8 @@ import (
 )
 
 const sqliteInsert = `INSERT INTO sluice_jobs (idempotency_key, upstream, priority, client, path, body,
-	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`
+	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at, run_id)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)`
 
 // sqliteInsertLeased inserts a job already leased to a Handoff's worker,
 // unless its upstream is paused (then it queues, as sqliteInsert would);
@@ -21,16 +21,16 @@ const sqliteInsert = `INSERT INTO sluice_jobs (idempotency_key, upstream, priori
 // ("WHERE true" keeps SQLite from reading the ON CONFLICT that follows as
 // a join constraint.)
 const sqliteInsertLeased = `INSERT INTO sluice_jobs (idempotency_key, upstream, priority, client, path, body,
-	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at,
+	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at, run_id,
 	lease_token, lease_owner, lease_expires_at)
-	SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, CASE WHEN paused THEN 'queued' ELSE 'running' END, ?9, ?10, ?11, ?12, ?13, ?14,
-		CASE WHEN paused THEN 0 ELSE 1 END, CASE WHEN paused THEN '' ELSE ?15 END, CASE WHEN paused THEN NULL ELSE ?16 END
+	SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, CASE WHEN paused THEN 'queued' ELSE 'running' END, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+		CASE WHEN paused THEN 0 ELSE 1 END, CASE WHEN paused THEN '' ELSE ?16 END, CASE WHEN paused THEN NULL ELSE ?17 END
 	FROM (SELECT EXISTS (SELECT 1 FROM sluice_paused_upstreams WHERE upstream = ?2) AS paused) WHERE true`
 
 func sqliteInsertArgs(p InsertParams, batchID string) []any {
 	return []any{nullString(p.IdempotencyKey), p.Upstream, int(p.Priority), p.Client, p.Path, p.Body,
 		nullMicros(p.Deadline), p.MaxAttempts, micros(p.AvailableAt), nullString(batchID), nullString(p.CustomID),
-		p.WebhookURL, micros(p.Now), micros(p.Now)}
+		p.WebhookURL, micros(p.Now), micros(p.Now), nullString(p.RunID)}
 }
 
 func (s *sqliteStore) Insert(ctx context.Context, p InsertParams) (InsertResult, error) {
@@ -95,7 +95,7 @@ func (s *sqliteStore) List(ctx context.Context, p ListParams) (JobPage, error) {
 			args = []any{int64(math.MaxInt64)}
 		}
 	}
-	for _, f := range []struct{ col, val string }{{"state", string(p.State)}, {"upstream", p.Upstream}, {"client", p.Client}, {"batch_id", p.BatchID}} {
+	for _, f := range []struct{ col, val string }{{"state", string(p.State)}, {"upstream", p.Upstream}, {"client", p.Client}, {"batch_id", p.BatchID}, {"run_id", p.RunID}} {
 		if f.val != "" {
 			where = append(where, f.col+" = ?")
 			args = append(args, f.val)

@@ -273,14 +273,14 @@ const jobColumns = `id, idempotency_key, upstream, priority, client, path, body,
 	max_attempts, attempts, stalls, state, available_at, lease_token, lease_owner,
 	lease_expires_at, errors, result_status, result_header, result_body, usage_input,
 	usage_output, usage_cache_creation, usage_cache_read, batch_id, custom_id,
-	webhook_url, created_at, updated_at, finished_at`
+	webhook_url, created_at, updated_at, finished_at, run_id`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
 func scanSQLiteJob(row rowScanner) (*Job, error) {
 	var (
 		j                                         Job
-		key, batch, custom                        sql.NullString
+		key, batch, custom, run                   sql.NullString
 		deadline, avail, lease, created, upd, fin sql.NullInt64
 		state                                     string
 		errs                                      []byte
@@ -291,14 +291,14 @@ func scanSQLiteJob(row rowScanner) (*Job, error) {
 	err := row.Scan(&j.ID, &key, &j.Upstream, &j.Priority, &j.Client, &j.Path, &j.Body, &deadline,
 		&j.MaxAttempts, &j.Attempts, &j.Stalls, &state, &avail, &j.Lease.Token, &j.Lease.Owner,
 		&lease, &errs, &status, &header, &body, &usage[0], &usage[1], &usage[2], &usage[3],
-		&batch, &custom, &j.WebhookURL, &created, &upd, &fin)
+		&batch, &custom, &j.WebhookURL, &created, &upd, &fin, &run)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNotFound
 		}
 		return nil, fmt.Errorf("reading job: %w", err)
 	}
-	j.IdempotencyKey, j.BatchID, j.CustomID = key.String, batch.String, custom.String
+	j.IdempotencyKey, j.BatchID, j.CustomID, j.RunID = key.String, batch.String, custom.String, run.String
 	j.State = State(state)
 	j.Deadline, j.AvailableAt, j.Lease.ExpiresAt = fromMicros(deadline), fromMicros(avail), fromMicros(lease)
 	j.CreatedAt, j.UpdatedAt, j.FinishedAt = fromMicros(created), fromMicros(upd), fromMicros(fin)

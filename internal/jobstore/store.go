@@ -114,6 +114,9 @@ type Store interface {
 	// CancelBatch cancels every live job of a batch, and dates the first
 	// cancel asked for (Batch.CancelRequestedAt).
 	CancelBatch(ctx context.Context, p CancelBatchParams) (CancelBatchResult, error)
+	// CancelRun cancels every live job of a run (of its Client, when
+	// set). ErrNotFound when the run has no job (of that client).
+	CancelRun(ctx context.Context, p CancelRunParams) (CancelRunResult, error)
 	// DeleteBatch deletes an ended batch and its jobs (their webhook
 	// deliveries with them). ErrNotFound when there is no such batch,
 	// ErrConflict while a job of it is queued or running.
@@ -270,8 +273,12 @@ type InsertParams struct {
 	MaxAttempts int
 	// AvailableAt is when the job may first run; zero means Now.
 	AvailableAt time.Time
-	// CustomID identifies the job inside its batch (CreateBatch only).
+	// CustomID identifies the job inside its batch (CreateBatch) or its
+	// run (Insert with RunID).
 	CustomID string
+	// RunID puts the job in a run (Job.RunID): at most MaxRunIDLen bytes;
+	// empty for none. Insert only (a batch's jobs belong to their batch).
+	RunID string
 	// WebhookURL is optional.
 	WebhookURL string
 	// Dead, on a job of CreateBatch, inserts it already dead with this
@@ -287,6 +294,9 @@ type InsertParams struct {
 	Now time.Time
 }
 
+// MaxRunIDLen bounds InsertParams.RunID.
+const MaxRunIDLen = 128
+
 // InsertResult is the job inserted, or the one that already had the key.
 type InsertResult struct {
 	Job *Job
@@ -300,6 +310,7 @@ type ListParams struct {
 	Upstream string
 	Client   string
 	BatchID  string
+	RunID    string
 	// After is the cursor (a JobPage.Next): only jobs after it in the
 	// page order, a larger id (a smaller one with NewestFirst). Zero
 	// starts at the beginning.
@@ -594,4 +605,30 @@ type CancelBatchParams struct {
 type CancelBatchResult struct {
 	Canceled int
 	Running  []int64
+}
+
+// CancelRunParams cancels a run's live jobs.
+type CancelRunParams struct {
+	RunID string
+	// Client limits the cancel to that client's jobs of the run; empty
+	// means every client's (an admin's cancel).
+	Client string
+	Now    time.Time
+}
+
+// CancelRunResult counts the jobs CancelRun canceled per upstream and
+// names the running ones, whose calls the runtime aborts.
+type CancelRunResult struct {
+	Canceled map[string]int
+	// Running is in id order.
+	Running []int64
+}
+
+// Total is how many jobs were canceled.
+func (r CancelRunResult) Total() int {
+	n := 0
+	for _, c := range r.Canceled {
+		n += c
+	}
+	return n
 }

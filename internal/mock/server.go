@@ -31,6 +31,8 @@ type Server struct {
 	batches *batchStore
 	// revoked are the keys revoked at run time (keys.go).
 	revoked revocations
+	// mux routes requests (routes.go).
+	mux *http.ServeMux
 
 	life   lifecycle.Base // Start and Stop; runs the HTTP server
 	mu     sync.Mutex
@@ -59,7 +61,7 @@ func New(cfg Config) (*Server, error) {
 			q.accountOf[k] = name
 		}
 	}
-	return &Server{
+	s := &Server{
 		cfg:    cfg,
 		clock:  c,
 		quotas: q,
@@ -68,7 +70,9 @@ func New(cfg Config) (*Server, error) {
 
 		responses: newResponseStore(),
 		batches:   newBatchStore(),
-	}, nil
+	}
+	s.mux = s.newMux()
+	return s, nil
 }
 
 // Limits returns the effective per-minute limits (preset plus overrides).
@@ -195,41 +199,6 @@ const (
 	protoAnthropic = "anthropic"
 	protoOpenAI    = "openai"
 )
-
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	route := func(method string, h func(http.ResponseWriter, *http.Request)) {
-		if r.Method != method {
-			s.notFound(w, r, http.StatusMethodNotAllowed)
-			return
-		}
-		h(w, r)
-	}
-	switch r.URL.Path {
-	case "/v1/messages":
-		route(http.MethodPost, s.handleMessages)
-	case "/v1/messages/count_tokens":
-		route(http.MethodPost, s.handleCountTokens)
-	case "/v1/chat/completions":
-		route(http.MethodPost, s.handleChat)
-	case "/v1/embeddings":
-		route(http.MethodPost, s.handleEmbeddings)
-	case "/v1/responses":
-		route(http.MethodPost, s.handleResponses)
-	case "/v1/responses/input_tokens":
-		route(http.MethodPost, s.handleInputTokens)
-	case "/mock/stats":
-		route(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
-	case "/mock/reset":
-		route(http.MethodPost, func(w http.ResponseWriter, _ *http.Request) {
-			s.Reset()
-			writeJSON(w, http.StatusOK, map[string]bool{"reset": true})
-		})
-	default:
-		if !s.handleKeys(w, r) && !s.handleResponsePath(w, r) && !s.handleBatchPath(w, r) {
-			s.notFound(w, r, http.StatusNotFound)
-		}
-	}
-}
 
 // protocolOf guesses which protocol a request speaks, for errors on paths
 // that belong to neither: OpenAI for OpenAI-looking paths or a bearer token

@@ -417,7 +417,7 @@ func (e *estimator) intField(top map[string]json.RawMessage, key string) (int64,
 
 func (e *estimator) notJSON() *RequestError {
 	if e.p == llm.OpenAI {
-		return invalidRequest("We could not parse the JSON body of your request. The llm.OpenAI API expects a JSON payload, but what was sent was not valid JSON.")
+		return invalidRequest("We could not parse the JSON body of your request. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.")
 	}
 	return invalidRequest("There was an issue with your request body: it is not valid JSON.")
 }

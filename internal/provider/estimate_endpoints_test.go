@@ -165,6 +165,7 @@ func FuzzEstimateFor(f *testing.F) {
 		if err != nil {
 			if !errors.Is(err, provider.ErrUnknownEndpoint) {
 				require.ErrorIs(t, err, provider.ErrInvalidRequest)
+				require.NotRegexp(t, goIdentifier, err.Error())
 			}
 			return
 		}

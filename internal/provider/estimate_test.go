@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -257,12 +258,47 @@ func TestEnsureStreamUsageKeepsTextBytes(t *testing.T) {
 	require.Contains(t, string(out), `"a <b> & c"`)
 }
 
+// goIdentifier matches what a Go program's own names look like in a
+// message: a package-qualified identifier (llm.OpenAI, json.Number) or
+// encoding/json's "Go value" / "Go struct field".
+var goIdentifier = regexp.MustCompile(`\b(llm|provider|json|strconv|sluice|upstream|dispatch)\.[A-Z]\w*|\bGo (value|struct field)`)
+
+// TestEstimateErrorsNameNoGoIdentifiers: the messages a client gets for a
+// body Sluice refuses name the protocol and the field, never a Go
+// identifier (issue 27: "The llm.OpenAI API expects a JSON payload").
+func TestEstimateErrorsNameNoGoIdentifiers(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		p    llm.Protocol
+		body string
+		want string
+	}{
+		{llm.OpenAI, `{`, "The OpenAI API expects a JSON payload"},
+		{llm.OpenAI, `not json`, "The OpenAI API expects a JSON payload"},
+		{llm.Anthropic, `{`, "not valid JSON"},
+		{llm.OpenAI, `[]`, ""},
+		{llm.Anthropic, `"x"`, ""},
+		{llm.OpenAI, `{"model":5,"messages":[]}`, ""},
+		{llm.Anthropic, `{"model":"m","max_tokens":"ten","messages":[]}`, ""},
+		{llm.OpenAI, `{"model":"m","n":1.5,"messages":[]}`, ""},
+		{llm.Anthropic, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":7}]}`, ""},
+		{llm.OpenAI, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":5}]}]}`, ""},
+	} {
+		_, err := provider.Estimate(tt.p, []byte(tt.body))
+		var re *provider.RequestError
+		require.ErrorAs(t, err, &re, "%s %s", tt.p, tt.body)
+		require.NotRegexp(t, goIdentifier, re.Message, "%s %s", tt.p, tt.body)
+		require.Contains(t, re.Message, tt.want, "%s %s", tt.p, tt.body)
+	}
+}
+
 func FuzzEstimate(f *testing.F) {
 	f.Add(true, []byte(anthropicRequest))
 	f.Add(false, []byte(openAIRequest))
 	f.Add(true, []byte(`{"model":"m","max_tokens":10,"tools":[{"name":"t","input_schema":{}}],"messages":[{"role":"user","content":[{"type":"image"},{"type":"tool_result","content":[{"type":"text","text":"x"}]}]}]}`))
 	f.Add(false, []byte(`{"model":"m","n":0,"messages":[]}`))
 	f.Add(true, []byte(`[`))
+	f.Add(false, []byte(`{`))
 	f.Add(false, []byte(`{"model":"m","messages":[{"content":[{"type":"text","text":5}]}]}`))
 	f.Fuzz(func(t *testing.T, anthropic bool, body []byte) {
 		p := llm.OpenAI
@@ -275,6 +311,7 @@ func FuzzEstimate(f *testing.F) {
 			require.ErrorAs(t, err, &re)
 			require.Equal(t, 400, re.Status)
 			require.NotEmpty(t, re.Message)
+			require.NotRegexp(t, goIdentifier, re.Message)
 			return
 		}
 		require.NotEmpty(t, c.Model)

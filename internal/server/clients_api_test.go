@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -212,8 +213,10 @@ func TestClientsAPIWithoutStoreOrConfigClients(t *testing.T) {
 }
 
 // TestClientsReachEveryNode: two gateways on one PostgreSQL store; a
-// client created on one is accepted by the other within its poll, and a
-// revocation on the other is refused by the first.
+// client created on one is accepted by the other within its poll; a
+// rotation on the first (with a grace period) makes the other accept the
+// new key and, once the grace is over and not before, refuse the old one;
+// and a revocation on the other is refused by the first.
 func TestClientsReachEveryNode(t *testing.T) {
 	t.Parallel()
 	dsn := jobstoretest.PostgresDSN(t)
@@ -236,10 +239,38 @@ func TestClientsReachEveryNode(t *testing.T) {
 		return code == http.StatusOK
 	}, 30*time.Second, 20*time.Millisecond, "node b never accepted the client created on node a")
 
+	// Rotate on a, the old key kept for a grace period.
+	const grace = 2 * time.Second
+	var rotated clientsapi.ClientInfo
+	rotatedAt := time.Now()
+	code, body = adminCall(t, a, "POST", "/v1/clients/shared/rotate", opsKey, fmt.Sprintf(`{"grace_seconds":%g}`, grace.Seconds()), &rotated)
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.NotEqual(t, created.Key, rotated.Key)
+	require.Eventually(t, func() bool {
+		code, _ := proxied(t, b, rotated.Key)
+		return code == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "node b never accepted the key rotated on node a")
+	var refusedAt time.Time
+	require.Eventually(t, func() bool {
+		code, answer := proxied(t, b, created.Key)
+		if code == http.StatusOK {
+			return false
+		}
+		refusedAt = time.Now()
+		require.Equal(t, http.StatusUnauthorized, code, string(answer))
+		requireProviderError(t, llm.Anthropic, answer, "authentication_error")
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "node b kept accepting the key rotated away on node a")
+	require.GreaterOrEqual(t, refusedAt.Sub(rotatedAt), grace, "node b refused the old key before its grace was over")
+	t.Logf("rotation on a: b accepted the new key, and refused the old one %v after the rotation (grace %v)",
+		refusedAt.Sub(rotatedAt).Round(time.Millisecond), grace)
+	code, _ = proxied(t, b, rotated.Key)
+	require.Equal(t, http.StatusOK, code, "the new key outlives the grace")
+
 	code, body = adminCall(t, b, "DELETE", "/v1/clients/shared", opsKey, "", nil)
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.Eventually(t, func() bool {
-		code, _ := proxied(t, a, created.Key)
+		code, _ := proxied(t, a, rotated.Key)
 		return code == http.StatusUnauthorized
 	}, 30*time.Second, 20*time.Millisecond, "node a kept accepting a client revoked on node b")
 }

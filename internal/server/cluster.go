@@ -30,6 +30,13 @@ func (s *Server) startCluster(ctx context.Context) error {
 	if dsn == "" && s.clusterGiven == nil {
 		return nil
 	}
+	if dsn != "" && s.cfg.Cluster.WithDefaults().ExpectedNodes == 1 {
+		// A node that starts while the store is down serves on
+		// 1/expected_nodes of each quota until it reaches it: with the
+		// default of 1, the whole quota on every such node.
+		s.log.Warn("cluster.expected_nodes is 1: a node that starts before the shared store answers takes each upstream's whole quota until it does; set it to the number of nodes the cluster runs",
+			"expected_nodes", 1)
+	}
 	engines := map[string]*dispatch.Dispatcher{}
 	for name, u := range s.upstreams {
 		if d, ok := u.engine.(*dispatch.Dispatcher); ok {

@@ -146,7 +146,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 			u = owner
 		}
 	}
-	s.servePassthrough(sw, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, rl.id)), u)
+	s.servePassthrough(sw, r, u, rl.id)
 	// Not counted in sluice_requests_total; logged at debug only.
 	rl.outcome = outcomeFor(sw.status)
 	s.logRequest(r.Context(), slog.LevelDebug, rl, sw.status)

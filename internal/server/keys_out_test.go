@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/frontdoor"
 	"github.com/sluicehq/sluice/internal/llm"
 	"github.com/sluicehq/sluice/internal/mock"
 	upcfg "github.com/sluicehq/sluice/upstream"
@@ -110,5 +113,70 @@ func TestEveryKeyRevokedIsAnOutageAndJobsWait(t *testing.T) {
 		}, 60*time.Second, time.Millisecond, "job %s", id)
 		require.Equal(t, "succeeded", j.State, "job %s", id)
 		require.Equal(t, 1, j.Attempts, "job %s: the rejections burnt nothing", id)
+	}
+}
+
+// TestPassThroughWhileEveryKeyIsOut: once the provider has rejected every
+// key of the pool, the routes Sluice does not schedule (models, a stored
+// response, token counting) answer the same outage as the scheduled ones
+// (529 overloaded_error / 503 server_error naming the cause, with
+// retry-after at the next key probe) without a call to the provider,
+// never its 401, which a client reads as its own key being wrong. Before
+// that they are forwarded as they are.
+func TestPassThroughWhileEveryKeyIsOut(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	revoking := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		if r.Header.Get("Authorization") != "" { // OpenAI's key header
+			_, _ = w.Write([]byte(`{"error":{"message":"Incorrect API key provided: sk-upstr****","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`))
+	}))
+	t.Cleanup(revoking.Close)
+	ts, _ := realEngineServer(t, revoking.URL, func(u *upcfg.Config) { u.KeyProbeInterval = time.Minute })
+	for _, tt := range []struct {
+		name, scheduled, body, errType, cause string
+		p                                     llm.Protocol
+		status                                int
+		pass                                  [][2]string // method, path
+	}{
+		{"anthropic", "/a/v1/messages", anthropicBody, "overloaded_error", "invalid x-api-key", llm.Anthropic, 529,
+			[][2]string{{"GET", "/a/v1/models"}, {"POST", "/a/v1/messages/count_tokens"}}},
+		{"openai", "/o/v1/chat/completions", openAIBody, "server_error", "Incorrect API key", llm.OpenAI, http.StatusServiceUnavailable,
+			[][2]string{{"GET", "/o/v1/models"}, {"GET", "/o/v1/responses/resp_1"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// A key still in: the pass-through is the provider's own answer.
+			before := calls.Load()
+			r, body := ts.do(t, tt.pass[0][0], tt.pass[0][1], "", nil)
+			require.Equal(t, http.StatusUnauthorized, r.StatusCode, "%s", body)
+			require.Equal(t, before+1, calls.Load())
+
+			// A scheduled request meets the rejection: the pool's only key is out.
+			r, body = ts.do(t, http.MethodPost, tt.scheduled, tt.body, nil)
+			require.Equal(t, tt.status, r.StatusCode, "%s", body)
+			require.Contains(t, requireProviderError(t, tt.p, body, tt.errType), "rejected every key")
+
+			before = calls.Load()
+			for _, pass := range tt.pass {
+				body := ""
+				if pass[0] == http.MethodPost {
+					body = anthropicBody
+				}
+				r, b := ts.do(t, pass[0], pass[1], body, nil)
+				require.Equal(t, tt.status, r.StatusCode, "%s %s: an outage, not the provider's 401: %s", pass[0], pass[1], b)
+				msg := requireProviderError(t, tt.p, b, tt.errType)
+				require.Contains(t, msg, "rejected every key", "%s %s", pass[0], pass[1])
+				require.Contains(t, msg, tt.cause, "%s %s: the cause is named", pass[0], pass[1])
+				require.Contains(t, msg, "next key probe in 1m0s", "%s %s", pass[0], pass[1])
+				require.Equal(t, "60", r.Header.Get("Retry-After"), "%s %s", pass[0], pass[1])
+				require.NotEmpty(t, r.Header.Get(frontdoor.RequestIDHeader(tt.p)), "%s %s", pass[0], pass[1])
+			}
+			require.Equal(t, before, calls.Load(), "no pass-through is sent with a key known to be rejected")
+		})
 	}
 }

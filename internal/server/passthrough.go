@@ -71,11 +71,28 @@ func (s *Server) newPassthrough(u *upstream, transport http.RoundTripper) *httpu
 	}
 }
 
-// servePassthrough forwards r to the upstream as it is.
-func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request, u *upstream) {
+// servePassthrough forwards r to the upstream as it is; while the
+// provider rejects every key of the pool it answers the upstream's outage
+// instead (passOutager), as the scheduled routes do.
+func (s *Server) servePassthrough(w http.ResponseWriter, r *http.Request, u *upstream, reqID string) {
 	s.view.CountPassthrough(u.cfg.Name)
-	u.proxy.ServeHTTP(w, r)
+	if e, ok := u.engine.(passOutager); ok {
+		if out := e.PassOutage(); out != nil {
+			pr, _ := frontdoor.ProblemFor(out)
+			frontdoor.WriteProblem(w, u.cfg.Protocol, reqID, pr)
+			return
+		}
+	}
+	u.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, reqID)))
 }
+
+// passOutager is an engine that knows when the provider rejects every key
+// of its pool (*dispatch.Dispatcher.PassOutage).
+type passOutager interface {
+	PassOutage() *dispatch.Error
+}
+
+var _ passOutager = (*dispatch.Dispatcher)(nil)
 
 // passKeyFor is the key a pass-through request to path is sent with: for
 // a stored response (GET or DELETE /v1/responses/{id}, its cancel and

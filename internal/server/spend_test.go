@@ -526,3 +526,52 @@ func TestReloadAppliesBudgets(t *testing.T) {
 	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
 	require.Equal(t, http.StatusTooManyRequests, r.StatusCode, string(body))
 }
+
+// TestBudgetRefusalOnTheDashboard: a request refused for its client's
+// budget is in /v1/status's admission section, which the dashboard's
+// "Waits and refusals" table renders (app.js renderWaits reads kind,
+// reason, client, upstream, count and last_message): a refused row with
+// reason budget and the refusal's message, for an admin and for the
+// client itself, and none for another client (issue 27: the dashboard
+// showed no reason for budget refusals).
+func TestBudgetRefusalOnTheDashboard(t *testing.T) {
+	t.Parallel()
+	worst := worstOf(t, llm.Anthropic, anthropicBody)
+	ts := newTestServer(t, budgetClient(admit.Budget{Day: 1.5 * worst.Dollars()}), func(c *Config) { c.Prices = spendPrices })
+	h := map[string]string{"x-api-key": "ck-team"}
+	r, body := ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
+	require.Equal(t, http.StatusOK, r.StatusCode, string(body))
+	for range 2 {
+		r, body = ts.do(t, "POST", "/a/v1/messages", anthropicBody, h)
+		require.Equal(t, http.StatusTooManyRequests, r.StatusCode, string(body))
+	}
+	type row struct {
+		Kind        string `json:"kind"`
+		Reason      string `json:"reason"`
+		Client      string `json:"client"`
+		Upstream    string `json:"upstream"`
+		Count       int    `json:"count"`
+		LastMessage string `json:"last_message"`
+	}
+	rows := func(key string) []row {
+		r, body := ts.do(t, "GET", "/v1/status", "", map[string]string{"x-api-key": key})
+		require.Equal(t, http.StatusOK, r.StatusCode, string(body))
+		var st struct {
+			Admission []row `json:"admission"`
+		}
+		require.NoError(t, json.Unmarshal(body, &st), string(body))
+		return st.Admission
+	}
+	for _, key := range []string{"ck-admin", "ck-team"} {
+		got := rows(key)
+		require.Len(t, got, 1, "as %s: %+v", key, got)
+		require.Equal(t, "refused", got[0].Kind)
+		require.Equal(t, "budget", got[0].Reason)
+		require.Equal(t, "team", got[0].Client)
+		require.Equal(t, "a", got[0].Upstream)
+		require.Equal(t, 2, got[0].Count)
+		require.Contains(t, got[0].LastMessage, "daily budget")
+		require.Contains(t, got[0].LastMessage, "client team")
+	}
+	require.Empty(t, rows("ck-free"), "another client sees none of team's refusals")
+}

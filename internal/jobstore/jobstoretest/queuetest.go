@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) jobstore.Store) {
 		{"Requeue", testRequeue},
 		{"Pause", testPause},
 		{"Batches", testBatches},
+		{"Runs", testRuns},
 		{"Pagination", testPagination},
 		{"LongPayload", testLongPayload},
 		{"Notify", testNotify},

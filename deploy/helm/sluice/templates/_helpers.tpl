@@ -27,7 +27,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 The gateway's sluice.yaml: .Values.config with listen and shutdown_grace
 set from .Values.port and .Values.shutdownGraceSeconds, the one source of
 both (the Service, the probes and terminationGracePeriodSeconds use them
-too).
+too), and, with several replicas, cluster.expected_nodes from
+.Values.replicaCount unless the config sets it (a replica that starts
+before the shared store answers then runs on 1/replicaCount of each quota,
+not the whole).
 */}}
 {{- define "sluice.config" -}}
 {{- if hasKey .Values.config "listen" -}}
@@ -42,5 +45,12 @@ too).
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.port)) -}}
 {{- $_ = set $cfg "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)) -}}
+{{- if gt (int .Values.replicaCount) 1 -}}
+{{- $cluster := default (dict) (get $cfg "cluster") -}}
+{{- if not (hasKey $cluster "expected_nodes") -}}
+{{- $_ = set $cluster "expected_nodes" (int .Values.replicaCount) -}}
+{{- end -}}
+{{- $_ = set $cfg "cluster" $cluster -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}

@@ -1,0 +1,2 @@
+DROP INDEX sluice_jobs_run;
+ALTER TABLE sluice_jobs DROP COLUMN run_id;

@@ -1,0 +1,5 @@
+-- Runs: jobs submitted one by one as one whole (`sluice batch run`), named
+-- by the submitter's run id, so they can be listed and canceled together.
+-- Partial, so jobs outside a run cost the index nothing.
+ALTER TABLE sluice_jobs ADD COLUMN run_id TEXT;
+CREATE INDEX sluice_jobs_run ON sluice_jobs (run_id, id) WHERE run_id IS NOT NULL;
