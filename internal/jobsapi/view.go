@@ -14,35 +14,35 @@ import (
 
 // JobView is a job as the API shows it.
 type JobView struct {
-	ID             int64           `json:"id"`
-	Object         string          `json:"object"`
-	State          jobstore.State  `json:"state"`
-	Upstream       string          `json:"upstream"`
-	Priority       string          `json:"priority"`
-	Client         string          `json:"client,omitempty"`
-	Path           string          `json:"path"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	BatchID        string          `json:"batch_id,omitempty"`
-	CustomID       string          `json:"custom_id,omitempty"`
-	RunID          string          `json:"run_id,omitempty"`
+	ID             int64          `json:"id"`
+	Object         string         `json:"object"`
+	State          jobstore.State `json:"state"`
+	Upstream       string         `json:"upstream"`
+	Priority       string         `json:"priority"`
+	Client         string         `json:"client,omitempty"`
+	Path           string         `json:"path"`
+	IdempotencyKey string         `json:"idempotency_key,omitempty"`
+	BatchID        string         `json:"batch_id,omitempty"`
+	CustomID       string         `json:"custom_id,omitempty"`
+	RunID          string         `json:"run_id,omitempty"`
 	// ServedBy names the upstream whose answer the job ended with: the
 	// one that served its result (its own, or a fallback), or the one
 	// whose failure it died of; empty while it is live or when no call
 	// was made.
-	ServedBy       string          `json:"served_by,omitempty"`
-	Attempts       int             `json:"attempts"`
-	MaxAttempts    int             `json:"max_attempts"`
-	Stalls         int             `json:"stalls"`
-	Deadline       *time.Time      `json:"deadline,omitempty"`
-	AvailableAt    time.Time       `json:"available_at"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
-	WebhookURL     string          `json:"webhook_url,omitempty"`
-	Errors         []AttemptView   `json:"errors,omitempty"`
-	Request        json.RawMessage `json:"request,omitempty"`
-	Response       *ResponseView   `json:"response,omitempty"`
-	Error          *ErrorView      `json:"error,omitempty"`
+	ServedBy    string          `json:"served_by,omitempty"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	Stalls      int             `json:"stalls"`
+	Deadline    *time.Time      `json:"deadline,omitempty"`
+	AvailableAt time.Time       `json:"available_at"`
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	WebhookURL  string          `json:"webhook_url,omitempty"`
+	Errors      []AttemptView   `json:"errors,omitempty"`
+	Request     json.RawMessage `json:"request,omitempty"`
+	Response    *ResponseView   `json:"response,omitempty"`
+	Error       *ErrorView      `json:"error,omitempty"`
 	// WebhookDeliveries are the job's completion webhooks (GET
 	// /v1/jobs/{id} only; never in a webhook's own body).
 	WebhookDeliveries []DeliveryView `json:"webhook_deliveries,omitempty"`
