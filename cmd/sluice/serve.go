@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/membudget"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -273,7 +274,7 @@ func describeUpstreams(cfg server.Config) string {
 }
 
 // setMemoryLimit gives the Go runtime a soft memory limit of
-// server.DefaultMemoryLimitPercent of the machine's (or cgroup's) memory
+// membudget.DefaultMemoryLimitPercent of the machine's (or cgroup's) memory
 // when the environment sets no GOMEMLIMIT, so that garbage from large
 // bodies is collected before the process outgrows its memory. It returns
 // what it did, for the start-up output.
@@ -281,12 +282,12 @@ func setMemoryLimit(lookup server.LookupEnv) string {
 	if v, ok := lookup("GOMEMLIMIT"); ok && v != "" {
 		return "GOMEMLIMIT=" + v + " (from the environment)"
 	}
-	limit, ok := server.DefaultMemoryLimit()
+	limit, ok := membudget.DefaultMemoryLimit()
 	if !ok {
 		return "no GOMEMLIMIT (the machine's memory could not be read)"
 	}
 	debug.SetMemoryLimit(limit)
-	return fmt.Sprintf("GOMEMLIMIT set to %s (%d%% of memory; set GOMEMLIMIT to override)", formatBytes(limit), server.DefaultMemoryLimitPercent)
+	return fmt.Sprintf("GOMEMLIMIT set to %s (%d%% of memory; set GOMEMLIMIT to override)", formatBytes(limit), membudget.DefaultMemoryLimitPercent)
 }
 
 // formatBytes writes n in MiB (or bytes below 1 MiB).

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/frontdoor"
+	"github.com/sluicehq/sluice/internal/membudget"
 )
 
 // The request-bytes limit (max_request_bytes_in_flight) bounds the memory
@@ -37,7 +34,7 @@ const bodyBytesRetryAfter = time.Second
 const chunkedStep = 256 << 10
 
 // errBodyBytesFull is returned when a reservation found no room in time.
-var errBodyBytesFull = errors.New("the gateway's limit of request bytes in flight is reached")
+var errBodyBytesFull = membudget.ErrFull
 
 // bodyBytesError is errBodyBytesFull as seen by the jobs API's body reader: it
 // carries the Problem to answer (see jobs.bodyError).
@@ -59,104 +56,10 @@ func bodyBytesProblem(limit int64) frontdoor.Problem {
 	}
 }
 
-// bodyBytes counts the bytes of request bodies in flight.
-type bodyBytes struct {
-	limit int64
-	wait  time.Duration
-	clock clock.Clock
-
-	mu   sync.Mutex
-	used int64
-	// freed is closed (and replaced) whenever bytes are released, waking
-	// the reservations waiting for room.
-	freed chan struct{}
-
-	inFlight prometheus.Gauge
-	refused  prometheus.Counter
-}
-
-func newBodyBytes(limit int64, wait time.Duration, c clock.Clock, reg prometheus.Registerer) *bodyBytes {
-	b := &bodyBytes{
-		limit: limit, wait: wait, clock: clock.Or(c), freed: make(chan struct{}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_request_bytes_in_flight",
-			Help: "Bytes of request bodies reserved by requests in flight (max_request_bytes_in_flight bounds them).",
-		}),
-	}
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_requests_refused_total",
-		Help: "Requests refused by the gateway before scheduling, by reason.",
-	}, []string{"reason"})
-	b.refused = refused.WithLabelValues("memory")
-	if reg != nil {
-		reg.MustRegister(b.inFlight, refused)
-	}
-	return b
-}
-
-// fits reports whether n more bytes fit. A body larger than the whole
-// limit fits only when nothing else is in flight. b.mu must be held.
-func (b *bodyBytes) fits(n int64) bool {
-	return b.used+n <= b.limit || b.used == 0
-}
-
-// take reserves n bytes. force skips the check (small requests). It waits
-// up to b.wait for room, then fails with errBodyBytesFull; it returns ctx's
-// error if ctx ends first.
-func (b *bodyBytes) take(ctx context.Context, n int64, force bool) error {
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		b.mu.Lock()
-		if force || b.fits(n) {
-			b.used += n
-			b.mu.Unlock()
-			b.inFlight.Add(float64(n))
-			return nil
-		}
-		freed := b.freed
-		b.mu.Unlock()
-		if timer == nil {
-			timer = b.clock.NewTimer(b.wait)
-		}
-		select {
-		case <-freed:
-		case <-timer.C():
-			b.refused.Inc()
-			return errBodyBytesFull
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-}
-
-func (b *bodyBytes) release(n int64) {
-	if n == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
-	b.mu.Unlock()
-	b.inFlight.Sub(float64(n))
-}
-
-// inUse returns the bytes reserved now.
-func (b *bodyBytes) inUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
-
 // reservation is one request's share of the limit. Release it once, when
 // the request is finished.
 type reservation struct {
-	b    *bodyBytes
+	b    *membudget.Bytes
 	ctx  context.Context
 	held int64
 }
@@ -165,7 +68,7 @@ type reservation struct {
 // Content-Length when known (a request below SmallRequestBytes is never
 // refused), else nothing yet (a chunked body reserves as it is read, see
 // body). It fails with errBodyBytesFull when there was no room in time.
-func (b *bodyBytes) reserve(r *http.Request) (*reservation, error) {
+func reserveBody(b *membudget.Bytes, r *http.Request) (*reservation, error) {
 	res := &reservation{b: b, ctx: r.Context()}
 	if r.ContentLength > 0 {
 		if err := res.grow(r.ContentLength); err != nil {
@@ -178,7 +81,7 @@ func (b *bodyBytes) reserve(r *http.Request) (*reservation, error) {
 // grow adds n bytes to the reservation: free up to SmallRequestBytes in
 // all, checked against the limit beyond.
 func (res *reservation) grow(n int64) error {
-	if err := res.b.take(res.ctx, n, res.held+n <= SmallRequestBytes); err != nil {
+	if err := res.b.Take(res.ctx, n, res.held+n <= SmallRequestBytes); err != nil {
 		return err
 	}
 	res.held += n
@@ -190,7 +93,7 @@ func (res *reservation) release() {
 	if res == nil {
 		return
 	}
-	res.b.release(res.held)
+	res.b.Release(res.held)
 	res.held = 0
 }
 
@@ -223,7 +126,7 @@ func (br *bodyBytesReader) Read(p []byte) (int, error) {
 		}
 		if err := br.res.grow(step); err != nil {
 			if errors.Is(err, errBodyBytesFull) {
-				return 0, bodyBytesError{limit: br.res.b.limit}
+				return 0, bodyBytesError{limit: br.res.b.Limit()}
 			}
 			return 0, err
 		}

@@ -4,66 +4,19 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"math"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/clock"
 	"github.com/sluicehq/sluice/internal/dispatch"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/membudget"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
-
-func TestBodyBytes(t *testing.T) {
-	t.Parallel()
-	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	b := newBodyBytes(1000, 2*time.Second, clk, prometheus.NewRegistry())
-	ctx := t.Context()
-
-	require.NoError(t, b.take(ctx, 800, false))
-	require.NoError(t, b.take(ctx, 100, true), "a small request is never refused")
-	require.NoError(t, b.take(ctx, 100, false))
-	require.EqualValues(t, 1000, b.inUse())
-
-	// Full: a large request waits request_bytes_wait on the clock, then is refused.
-	refused := make(chan error, 1)
-	go func() { refused <- b.take(ctx, 500, false) }()
-	require.True(t, clk.WaitForTimers(1, 5*time.Second))
-	clk.Advance(2 * time.Second)
-	require.ErrorIs(t, <-refused, errBodyBytesFull)
-	require.EqualValues(t, 1, metricValue(t, b.refused))
-
-	// Room made while it waits: it gets in.
-	admitted := make(chan error, 1)
-	go func() { admitted <- b.take(ctx, 500, false) }()
-	require.True(t, clk.WaitForTimers(1, 5*time.Second))
-	b.release(800)
-	require.NoError(t, <-admitted)
-	require.EqualValues(t, 700, b.inUse())
-	require.EqualValues(t, 700, metricValue(t, b.inFlight))
-
-	// A client that leaves while waiting is not counted as refused.
-	cctx, cancel := context.WithCancel(ctx)
-	left := make(chan error, 1)
-	go func() { left <- b.take(cctx, 900, false) }()
-	require.True(t, clk.WaitForTimers(1, 5*time.Second))
-	cancel()
-	require.ErrorIs(t, <-left, context.Canceled)
-	require.EqualValues(t, 1, metricValue(t, b.refused))
-
-	// A body larger than the whole limit gets in alone.
-	b.release(700)
-	require.NoError(t, b.take(ctx, 5000, false))
-	b.release(5000)
-	require.Zero(t, b.inUse())
-	require.Zero(t, clk.Timers())
-}
 
 // chunked hides a reader's length so that the request is sent chunked.
 type chunked struct{ io.Reader }
@@ -71,14 +24,14 @@ type chunked struct{ io.Reader }
 func TestChunkedBodyReservesAsItIsRead(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	b := newBodyBytes(SmallRequestBytes+chunkedStep, time.Second, clk, nil)
+	b := membudget.NewBytes(SmallRequestBytes+chunkedStep, time.Second, clk, nil)
 	body := bytes.Repeat([]byte("x"), SmallRequestBytes+chunkedStep+1)
 	r, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "/", chunked{bytes.NewReader(body)})
 	require.NoError(t, err)
 	r.ContentLength = -1
-	res, err := b.reserve(r)
+	res, err := reserveBody(b, r)
 	require.NoError(t, err)
-	require.Zero(t, b.inUse())
+	require.Zero(t, b.InUse())
 
 	// The body fits the limit but for its last byte: once the rest of the
 	// limit is taken, that byte waits and is refused.
@@ -88,14 +41,14 @@ func TestChunkedBodyReservesAsItIsRead(t *testing.T) {
 		got <- err
 	}()
 	require.True(t, clk.WaitForTimers(1, 5*time.Second))
-	require.EqualValues(t, SmallRequestBytes+chunkedStep, b.inUse())
+	require.EqualValues(t, SmallRequestBytes+chunkedStep, b.InUse())
 	clk.Advance(time.Second)
 	err = <-got
 	var be bodyBytesError
 	require.ErrorAs(t, err, &be)
 	require.Equal(t, http.StatusServiceUnavailable, be.Problem().Status)
 	res.release()
-	require.Zero(t, b.inUse())
+	require.Zero(t, b.InUse())
 }
 
 func TestReadRequestBody(t *testing.T) {
@@ -160,7 +113,7 @@ func TestLargeRequestsWaitThenGet503(t *testing.T) {
 		first <- rep
 	}()
 	<-entered
-	require.EqualValues(t, len(bigBody), ts.srv.bodyBytes.inUse())
+	require.EqualValues(t, len(bigBody), ts.srv.bodyBytes.InUse())
 
 	second := make(chan struct {
 		rep  httpReply
@@ -187,53 +140,28 @@ func TestLargeRequestsWaitThenGet503(t *testing.T) {
 
 	close(release)
 	require.Equal(t, http.StatusOK, (<-first).StatusCode)
-	require.Zero(t, ts.srv.bodyBytes.inUse())
-	require.EqualValues(t, 1, metricValue(t, ts.srv.bodyBytes.refused))
+	require.Zero(t, ts.srv.bodyBytes.InUse())
+	require.EqualValues(t, 1, refusedForMemory(t, ts.srv))
 }
 
-func TestMemoryFrom(t *testing.T) {
-	t.Parallel()
-	const meminfo = "MemTotal:       24684096 kB\nMemFree:         1000000 kB\n"
-	for _, tc := range []struct {
-		name            string
-		cgroup, meminfo string
-		want            int64
-		ok              bool
-	}{
-		{name: "cgroup limit", cgroup: "2147483648\n", meminfo: meminfo, want: 2 << 30, ok: true},
-		{name: "cgroup without limit", cgroup: "max\n", meminfo: meminfo, want: 24684096 * 1024, ok: true},
-		{name: "cgroup above the machine", cgroup: "99999999999999\n", meminfo: meminfo, want: 24684096 * 1024, ok: true},
-		{name: "no cgroup file", meminfo: meminfo, want: 24684096 * 1024, ok: true},
-		{name: "cgroup only", cgroup: "1073741824", want: 1 << 30, ok: true},
-		{name: "nothing", ok: false},
-		{name: "broken meminfo", meminfo: "MemTotal: lots kB\n", ok: false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got, ok := memoryFrom(tc.cgroup, tc.meminfo)
-			require.Equal(t, tc.ok, ok)
-			require.Equal(t, tc.want, got)
-		})
-	}
-}
-
-func TestDefaultBudget(t *testing.T) {
-	t.Parallel()
-	require.EqualValues(t, 200<<20, defaultBodyBytes(400<<20, 8<<30, true), "half of GOMEMLIMIT")
-	require.EqualValues(t, 2<<30, defaultBodyBytes(math.MaxInt64, 8<<30, true), "a quarter of memory without GOMEMLIMIT")
-	require.EqualValues(t, MaxRequestBytesInFlightDefault, defaultBodyBytes(-1, 0, false))
-	require.EqualValues(t, SmallRequestBytes, defaultBodyBytes(1000, 0, false))
-}
-
-// metricValue reads a gauge's or counter's value.
-func metricValue(t *testing.T, m prometheus.Metric) float64 {
+// refusedForMemory reads g's sluice_requests_refused_total{reason="memory"}.
+func refusedForMemory(t *testing.T, g *Server) float64 {
 	t.Helper()
-	var d dto.Metric
-	require.NoError(t, m.Write(&d))
-	if d.Gauge != nil {
-		return d.Gauge.GetValue()
+	mfs, err := g.registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_requests_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == "memory" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
 	}
-	return d.Counter.GetValue()
+	return 0
 }
 
 // TestJobSubmissionsUseTheBodyBytesLimit: POST /v1/jobs reserves its body until the
@@ -255,7 +183,7 @@ func TestJobSubmissionsUseTheBodyBytesLimit(t *testing.T) {
 		strings.Repeat("x", 100<<10) + `"}]}}`
 
 	// Another request holds most of the limit.
-	require.NoError(t, g.bodyBytes.take(t.Context(), 100<<10, false))
+	require.NoError(t, g.bodyBytes.Take(t.Context(), 100<<10, false))
 	for _, length := range []int64{int64(len(body)), -1} {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/jobs", chunked{strings.NewReader(body)})
 		require.NoError(t, err)
@@ -271,11 +199,11 @@ func TestJobSubmissionsUseTheBodyBytesLimit(t *testing.T) {
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
 		require.Contains(t, string(got), "max_request_bytes_in_flight")
 	}
-	require.EqualValues(t, 100<<10, g.bodyBytes.inUse(), "refused requests give their bytes back")
+	require.EqualValues(t, 100<<10, g.bodyBytes.InUse(), "refused requests give their bytes back")
 
-	g.bodyBytes.release(100 << 10)
+	g.bodyBytes.Release(100 << 10)
 	code, got := call(t, http.MethodPost, base+"/v1/jobs", "", body)
 	require.Equal(t, http.StatusAccepted, code, string(got))
-	require.Zero(t, g.bodyBytes.inUse(), "released once the job is stored")
-	require.EqualValues(t, 2, metricValue(t, g.bodyBytes.refused))
+	require.Zero(t, g.bodyBytes.InUse(), "released once the job is stored")
+	require.EqualValues(t, 2, refusedForMemory(t, g))
 }

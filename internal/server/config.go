@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/internal/jobs"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/membudget"
 	upcfg "github.com/sluicehq/sluice/upstream"
 )
 
@@ -31,7 +32,7 @@ const (
 	// scheduled route: Anthropic's own Messages limit (32 MB).
 	MaxBodyBytesDefault = 32 << 20
 	// MaxRequestBytesInFlightDefault is the request-bytes limit when the
-	// memory available cannot be read (see DefaultMaxRequestBytesInFlight).
+	// memory available cannot be read (see membudget.DefaultRequestBytes).
 	MaxRequestBytesInFlightDefault = 1 << 30
 	// RequestBytesWaitDefault is how long a large request waits for room
 	// under the request-bytes limit before it is refused with a 503.
@@ -85,7 +86,7 @@ type Config struct {
 	// to RequestBytesWait and is then answered 503 with retry-after.
 	// Requests under 64 KiB are never refused. Defaults to half of
 	// GOMEMLIMIT when it is set, else a quarter of the machine's (or
-	// cgroup's) memory, else 1 GiB (DefaultMaxRequestBytesInFlight).
+	// cgroup's) memory, else 1 GiB (membudget.DefaultRequestBytes).
 	MaxRequestBytesInFlight int64 `yaml:"max_request_bytes_in_flight"`
 	// RequestBytesWait is how long a large request waits for room in
 	// MaxRequestBytesInFlight before it is refused. Defaults to 2s.
@@ -216,7 +217,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxHeaderBytes = cmp.Or(c.MaxHeaderBytes, MaxHeaderBytesDefault)
 	c.MaxConnections = cmp.Or(c.MaxConnections, MaxConnectionsDefault)
 	if c.MaxRequestBytesInFlight == 0 {
-		c.MaxRequestBytesInFlight = DefaultMaxRequestBytesInFlight()
+		c.MaxRequestBytesInFlight = membudget.DefaultRequestBytes(MaxRequestBytesInFlightDefault, SmallRequestBytes)
 	}
 	c.RequestBytesWait = cmp.Or(c.RequestBytesWait, RequestBytesWaitDefault)
 	c.ClientsPoll = cmp.Or(c.ClientsPoll, ClientsPollDefault)

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clients"
 	"github.com/sluicehq/sluice/internal/configfile"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/membudget"
 	upcfg "github.com/sluicehq/sluice/upstream"
 	"github.com/stretchr/testify/require"
 )
@@ -93,7 +94,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	require.Equal(t, StoreDefault, cfg.Store)
 	require.Equal(t, int64(MaxBodyBytesDefault), cfg.MaxBodyBytes)
 	require.Equal(t, ShutdownGraceDefault, cfg.ShutdownGrace)
-	require.Equal(t, DefaultMaxRequestBytesInFlight(), cfg.MaxRequestBytesInFlight)
+	require.Equal(t, membudget.DefaultRequestBytes(MaxRequestBytesInFlightDefault, SmallRequestBytes), cfg.MaxRequestBytesInFlight)
 	require.Equal(t, RequestBytesWaitDefault, cfg.RequestBytesWait)
 	require.Equal(t, upcfg.OpenAIBaseURLDefault, cfg.Upstreams[0].BaseURL)
 	require.Equal(t, "normal", cfg.Clients[0].DefaultPriority)

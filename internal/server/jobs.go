@@ -84,10 +84,10 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && (r.URL.Path == "/v1/jobs" || r.URL.Path == "/v1/batches") {
 		// Submissions hold their body until it is stored: reserve it first,
 		// give it back once the handler (and so the store write) is done.
-		res, err := s.bodyBytes.reserve(r)
+		res, err := reserveBody(s.bodyBytes, r)
 		if err != nil {
 			if errors.Is(err, errBodyBytesFull) {
-				jobsapi.WriteAPIError(w, bodyBytesProblem(s.bodyBytes.limit), nil)
+				jobsapi.WriteAPIError(w, bodyBytesProblem(s.bodyBytes.Limit()), nil)
 			}
 			return
 		}
@@ -104,10 +104,10 @@ func (s *Server) serveProviderBatch(w http.ResponseWriter, r *http.Request, q *j
 	r.Header.Set(headerClient, cl.Name)
 	if r.Method == http.MethodPost {
 		// A create holds its body until it is stored (as on /v1/batches).
-		res, err := s.bodyBytes.reserve(r)
+		res, err := reserveBody(s.bodyBytes, r)
 		if err != nil {
 			if errors.Is(err, errBodyBytesFull) {
-				frontdoor.WriteProblem(w, s.upstreams[name].cfg.Protocol, frontdoor.NewRequestID(), bodyBytesProblem(s.bodyBytes.limit))
+				frontdoor.WriteProblem(w, s.upstreams[name].cfg.Protocol, frontdoor.NewRequestID(), bodyBytesProblem(s.bodyBytes.Limit()))
 			}
 			return
 		}

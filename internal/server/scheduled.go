@@ -25,7 +25,7 @@ func (s *Server) serveScheduled(w http.ResponseWriter, r *http.Request, u *upstr
 	reqID := rl.id
 	// Reserve the body's bytes before reading it; they are given back
 	// when the answer has been relayed and the body is garbage.
-	res, err := s.bodyBytes.reserve(r)
+	res, err := reserveBody(s.bodyBytes, r)
 	if err != nil {
 		s.refuseForMemory(w, r, u, rl, err)
 		return
@@ -153,5 +153,5 @@ func (s *Server) refuseForMemory(w http.ResponseWriter, r *http.Request, u *upst
 		return
 	}
 	s.outcome(rl, "", outcomeGaveUp)
-	frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, bodyBytesProblem(s.bodyBytes.limit))
+	frontdoor.WriteProblem(w, u.cfg.Protocol, rl.id, bodyBytesProblem(s.bodyBytes.Limit()))
 }

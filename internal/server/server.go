@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/jobstore"
 	"github.com/sluicehq/sluice/internal/lifecycle"
 	"github.com/sluicehq/sluice/internal/llm"
+	"github.com/sluicehq/sluice/internal/membudget"
 	"github.com/sluicehq/sluice/internal/opsview"
 	"github.com/sluicehq/sluice/internal/provider"
 	"github.com/sluicehq/sluice/internal/storelink"
@@ -110,10 +111,10 @@ type Server struct {
 	clientsAPI *clientsapi.API                // /v1/clients (internal/clientsapi)
 	reloadMu   sync.Mutex                     // serializes Reload (reload.go)
 	registry   *prometheus.Registry
-	view       *opsview.View  // status, history, metrics (internal/opsview)
-	bodyBytes  *bodyBytes     // request bytes in flight (body_bytes.go)
-	reloads    *reloadMetrics // reload.go
-	admit      *admit.Layer   // client limits, budgets, fallbacks, cluster (internal/admit)
+	view       *opsview.View    // status, history, metrics (internal/opsview)
+	bodyBytes  *membudget.Bytes // request bytes in flight (body_bytes.go)
+	reloads    *reloadMetrics   // reload.go
+	admit      *admit.Layer     // client limits, budgets, fallbacks, cluster (internal/admit)
 	handler    http.Handler
 	noListen   bool
 
@@ -253,7 +254,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	s.view = opsview.New(opsview.Config{Upstreams: cfg.Upstreams, Clients: clientNames, AnonymousClient: clients.Anonymous,
 		Registry: s.registry, Jobs: cfg.Store != StoreNone || s.store != nil, Clock: s.clock, Logger: s.log})
-	s.bodyBytes = newBodyBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
+	s.bodyBytes = membudget.NewBytes(cfg.MaxRequestBytesInFlight, cfg.RequestBytesWait, s.clock, s.registry)
 	s.reloads = newReloadMetrics(s.registry)
 	layer, err := admit.New(admit.Config{Clients: clients.Admitted(cfg.Clients), Prices: cfg.Prices, Upstreams: cfg.Upstreams,
 		SharedSpend: isPostgres(cfg.Store) || o.sharedStore, Clock: s.clock, Logger: s.log, Observer: s.view.AdmitObserver()})

@@ -1,4 +1,4 @@
-package server
+package membudget
 
 import (
 	"bufio"
@@ -55,23 +55,23 @@ func memTotal(meminfo string) (int64, bool) {
 	return 0, false
 }
 
-// DefaultMaxRequestBytesInFlight is Config.MaxRequestBytesInFlight's
-// default: half of the Go runtime's memory limit (GOMEMLIMIT, or the limit
-// sluice serve sets) when there is one, else a quarter of SystemMemory,
-// else MaxRequestBytesInFlightDefault.
-func DefaultMaxRequestBytesInFlight() int64 {
+// DefaultRequestBytes is the default limit of request bytes in flight:
+// half of the Go runtime's memory limit (GOMEMLIMIT, or the limit sluice
+// serve sets) when there is one, else a quarter of SystemMemory, else
+// unknown; never below floor.
+func DefaultRequestBytes(unknown, floor int64) int64 {
 	mem, ok := SystemMemory()
-	return defaultBodyBytes(debug.SetMemoryLimit(-1), mem, ok)
+	return defaultRequestBytes(debug.SetMemoryLimit(-1), mem, ok, unknown, floor)
 }
 
-func defaultBodyBytes(goLimit, mem int64, haveMem bool) int64 {
+func defaultRequestBytes(goLimit, mem int64, haveMem bool, unknown, floor int64) int64 {
 	switch {
 	case goLimit > 0 && goLimit < math.MaxInt64:
-		return max(goLimit/2, SmallRequestBytes)
+		return max(goLimit/2, floor)
 	case haveMem:
-		return max(mem/4, SmallRequestBytes)
+		return max(mem/4, floor)
 	}
-	return MaxRequestBytesInFlightDefault
+	return max(unknown, floor)
 }
 
 // DefaultMemoryLimitPercent is the share of SystemMemory that sluice serve
