@@ -60,9 +60,9 @@ func (s *sqliteStore) CreateBatch(ctx context.Context, p CreateBatchParams) (*Ba
 // its arguments are sqliteInsertArgs then its errors (a JSON array), its
 // kept error answer (status, header, body: NULL for none) and its finish.
 const sqliteInsertDead = `INSERT INTO sluice_jobs (idempotency_key, upstream, priority, client, path, body,
-	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at,
+	deadline, max_attempts, state, available_at, batch_id, custom_id, webhook_url, created_at, updated_at, run_id,
 	errors, result_status, result_header, result_body, finished_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'dead', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'dead', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func sqliteInsertDeadArgs(p InsertParams, batchID string) []any {
 	args := append(sqliteInsertArgs(p, batchID), "["+string(encodeAttemptError(p.deadError()))+"]")
