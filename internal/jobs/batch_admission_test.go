@@ -67,6 +67,44 @@ func TestBatchRouteErroredLineEndsAtMaxAttempts(t *testing.T) {
 	}
 }
 
+// TestBatchRouteExpiredLineEndsAtMaxAttempts: a line the provider lets
+// expire unprocessed is not billed, but costs its job an attempt, so a job
+// without a deadline that the provider keeps expiring ends at its
+// max_attempts instead of going round provider batches for ever.
+func TestBatchRouteExpiredLineEndsAtMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(batchT0)
+	st := openStore(t)
+	api := newFakeBatchAPI(clk, 10*time.Minute)
+	api.expire = true
+	route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MinGroup: 1, PollInterval: time.Minute}
+	j := insertLow(t, st, clk.Now(), time.Time{}) // 3 attempts
+	sync := succeed()
+	s := routedService(t, st, clk, api, "node", route, sync)
+	var got *jobstore.Job
+	for range 200 {
+		s.routers[0].turn(ctx)
+		var err error
+		got, err = st.Get(ctx, j.ID)
+		require.NoError(t, err)
+		if got.State.Finished() {
+			break
+		}
+		clk.Advance(time.Minute)
+	}
+	require.Equal(t, jobstore.StateDead, got.State, "ends instead of cycling")
+	require.Equal(t, 3, got.Attempts)
+	require.Equal(t, 3, api.createCount(), "one provider batch per attempt")
+	for _, e := range got.Errors {
+		require.Contains(t, e.Message, "expire")
+		require.Equal(t, "claude", e.Upstream)
+	}
+	require.Zero(t, sync.Calls())
+	nanos, _ := spendNanos(t, st)
+	require.Zero(t, nanos, "an expired line is not billed")
+}
+
 // budgetCheckedAPI is a fake Batch API that checks, at each create, that
 // the client's budget holds every line in flight: what is spent plus the
 // worst cases reserved (this batch's lines included) within the limit.

@@ -35,8 +35,8 @@ import (
 // Every write is fenced by the group's token and each line is written back
 // once with its spend (jobstore.FinishGroupLines), so polls, retries,
 // restarts and several nodes never charge a line twice. A line canceled or
-// expired at the provider costs nothing and its job goes back to the
-// queue, where the synchronous worker takes it once it is too near its
+// expired at the provider costs nothing; an expired one costs its job an
+// attempt (as an errored one does). Its job goes back to the queue, where the synchronous worker takes it once it is too near its
 // deadline to route (ClaimParams.DeadlineBy), or the router groups it
 // again.
 type batchRouter struct {
@@ -461,9 +461,29 @@ func (r *batchRouter) line(ctx context.Context, id int64, res *BatchLineResult, 
 		}
 		line, err := r.retryLine(ctx, id, res, now)
 		return line, nil, LineErrored, err
-	default: // canceled, expired: never billed
+	case LineExpired:
+		// Never billed, but the provider did not process it in its
+		// window: an attempt, as an errored line, so that a job the
+		// provider keeps expiring ends at its max_attempts.
+		line, err := r.expiredLine(ctx, id, now)
+		return line, nil, LineExpired, err
+	default: // canceled (by the router's pull-back or the job's client): never billed
 		return jobstore.GroupLine{JobID: id, Release: true}, nil, res.Outcome, nil
 	}
+}
+
+// expiredLine is the write-back of job id's line that the provider let
+// expire unprocessed: an attempt with a 408-like error of its own (no
+// answer from the provider to keep), requeued after the job's backoff.
+func (r *batchRouter) expiredLine(ctx context.Context, id int64, now time.Time) (jobstore.GroupLine, error) {
+	j, err := r.s.store.Get(ctx, id)
+	if err != nil {
+		return jobstore.GroupLine{}, err
+	}
+	return jobstore.GroupLine{JobID: id, Fail: &jobstore.FailParams{Kind: jobstore.FailRetry,
+		Error: jobstore.AttemptError{Kind: llm.Transient.String(), Upstream: r.upstream,
+			Message: "the provider's Batch API let the request expire unprocessed"},
+		RetryAt: now.Add(r.s.backoff.Delay(j.Attempts, r.s.uniform()))}}, nil
 }
 
 // retryLine is the write-back of job id's line that the provider answered
@@ -482,7 +502,7 @@ func (r *batchRouter) retryLine(ctx context.Context, id int64, res *BatchLineRes
 		kind = llm.Rate
 	}
 	return jobstore.GroupLine{JobID: id, Fail: &jobstore.FailParams{Kind: jobstore.FailRetry,
-		Error: jobstore.AttemptError{Status: status, Kind: kind.String(),
+		Error: jobstore.AttemptError{Status: status, Kind: kind.String(), Upstream: r.upstream,
 			Message: "the provider's Batch API answered the request with status " + strconv.Itoa(status)},
 		RetryAt: now.Add(r.s.backoff.Delay(j.Attempts, r.s.uniform())),
 		Result:  &jobstore.Result{Status: status, Header: http.Header{"Content-Type": {"application/json"}}, Body: res.Body}}}, nil

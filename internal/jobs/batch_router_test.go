@@ -43,6 +43,9 @@ type fakeBatchAPI struct {
 	attempts int
 	// errStatus, when set, answers every line errored with it.
 	errStatus int
+	// expire, when set, answers every line expired (the provider's window
+	// ran out before it was processed).
+	expire bool
 	// usage, when set, is what each line bills instead of lineUsage.
 	usage *llm.Usage
 }
@@ -112,6 +115,8 @@ func (f *fakeBatchAPI) Results(_ context.Context, id string) ([]BatchLineResult,
 		switch {
 		case !b.canceled.IsZero():
 			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineCanceled}
+		case f.expire:
+			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineExpired}
 		case f.errStatus != 0:
 			out[i] = BatchLineResult{CustomID: l.CustomID, Outcome: LineErrored, Status: f.errStatus,
 				Body: []byte(`{"type":"error","error":{"type":"api_error","message":"internal error"}}`)}
