@@ -30,7 +30,6 @@ func TestBatchRouteErroredLineEndsAtMaxAttempts(t *testing.T) {
 	for _, status := range []int{http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
 		t.Run(http.StatusText(status), func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			clk := clock.NewFake(batchT0)
 			st := openStore(t)
 			api := newFakeBatchAPI(clk, 10*time.Minute)
@@ -39,17 +38,7 @@ func TestBatchRouteErroredLineEndsAtMaxAttempts(t *testing.T) {
 			j := insertLow(t, st, clk.Now(), time.Time{}) // 3 attempts
 			sync := succeed()
 			s := routedService(t, st, clk, api, "node", route, sync)
-			var got *jobstore.Job
-			for range 200 {
-				s.routers[0].turn(ctx)
-				var err error
-				got, err = st.Get(ctx, j.ID)
-				require.NoError(t, err)
-				if got.State.Finished() {
-					break
-				}
-				clk.Advance(time.Minute)
-			}
+			got := routeUntilFinished(t, s, st, clk, j.ID)
 			require.Equal(t, jobstore.StateDead, got.State, "ends instead of cycling")
 			require.Equal(t, 3, got.Attempts)
 			require.Equal(t, 3, api.createCount(), "one provider batch per attempt")
@@ -73,7 +62,6 @@ func TestBatchRouteErroredLineEndsAtMaxAttempts(t *testing.T) {
 // max_attempts instead of going round provider batches for ever.
 func TestBatchRouteExpiredLineEndsAtMaxAttempts(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	clk := clock.NewFake(batchT0)
 	st := openStore(t)
 	api := newFakeBatchAPI(clk, 10*time.Minute)
@@ -82,17 +70,7 @@ func TestBatchRouteExpiredLineEndsAtMaxAttempts(t *testing.T) {
 	j := insertLow(t, st, clk.Now(), time.Time{}) // 3 attempts
 	sync := succeed()
 	s := routedService(t, st, clk, api, "node", route, sync)
-	var got *jobstore.Job
-	for range 200 {
-		s.routers[0].turn(ctx)
-		var err error
-		got, err = st.Get(ctx, j.ID)
-		require.NoError(t, err)
-		if got.State.Finished() {
-			break
-		}
-		clk.Advance(time.Minute)
-	}
+	got := routeUntilFinished(t, s, st, clk, j.ID)
 	require.Equal(t, jobstore.StateDead, got.State, "ends instead of cycling")
 	require.Equal(t, 3, got.Attempts)
 	require.Equal(t, 3, api.createCount(), "one provider batch per attempt")
@@ -103,6 +81,24 @@ func TestBatchRouteExpiredLineEndsAtMaxAttempts(t *testing.T) {
 	require.Zero(t, sync.Calls())
 	nanos, _ := spendNanos(t, st)
 	require.Zero(t, nanos, "an expired line is not billed")
+}
+
+// routeUntilFinished turns s's router a minute of clk apart until job id
+// has finished (at most 200 turns) and returns it.
+func routeUntilFinished(t *testing.T, s *testService, st jobstore.Store, clk *clock.Fake, id int64) *jobstore.Job {
+	t.Helper()
+	var got *jobstore.Job
+	for range 200 {
+		s.routers[0].turn(context.Background())
+		var err error
+		got, err = st.Get(context.Background(), id)
+		require.NoError(t, err)
+		if got.State.Finished() {
+			break
+		}
+		clk.Advance(time.Minute)
+	}
+	return got
 }
 
 // budgetCheckedAPI is a fake Batch API that checks, at each create, that
