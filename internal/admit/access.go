@@ -41,7 +41,7 @@ type Access struct {
 // then, for its own upstream or another fallback.
 const AccessHeldFor = 5 * time.Second
 
-// Refusal reasons (Refusal.Reason).
+// RefusalError reasons (RefusalError.Reason).
 const (
 	// RefusedBudget: the client's spend budget (or the price table).
 	RefusedBudget = "budget"
@@ -120,10 +120,10 @@ func MatchModel(pattern, model string) bool {
 	return len(rest) >= len(last) && strings.HasSuffix(rest, last)
 }
 
-// accessRefusal is the Refusal of a request of client to upstream for
+// accessRefusal is the RefusalError of a request of client to upstream for
 // model that its allow-list does not hold: 403 permission_error, never
 // retried (a job dies with it).
-func accessRefusal(client, upstream, model string, a Access) *Refusal {
+func accessRefusal(client, upstream, model string, a Access) *RefusalError {
 	var msg string
 	if !a.allowsUpstream(upstream) {
 		msg = fmt.Sprintf("client %s may not use upstream %s: it may use %s only (allowed_upstreams in its settings)",
@@ -132,11 +132,11 @@ func accessRefusal(client, upstream, model string, a Access) *Refusal {
 		msg = fmt.Sprintf("client %s may not use model %q: it may use the models %s only (allowed_models in its settings; '*' matches any run of characters)",
 			client, model, strings.Join(a.Models, ", "))
 	}
-	return &Refusal{Reason: RefusedAccess, Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error", Message: msg},
+	return &RefusalError{Reason: RefusedAccess, Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error", Message: msg},
 		err: ErrNotAllowed}
 }
 
-// ErrNotAllowed is wrapped by the Refusal of a request its client's
+// ErrNotAllowed is wrapped by the RefusalError of a request its client's
 // allowed upstreams or models do not hold.
 var ErrNotAllowed = errors.New("not allowed for this client")
 
@@ -147,7 +147,7 @@ func (l *Layer) allows(client, upstream, model string) bool {
 	return a.allowsUpstream(upstream) && a.allowsModel(model)
 }
 
-// Permit refuses (a *Refusal, 403 permission_error) a request of client
+// Permit refuses (a *RefusalError, 403 permission_error) a request of client
 // to upstream for model ("" when the request names none: only the
 // upstream is checked) that the client's allowed upstreams and models do
 // not hold; nil when they do. The doors that queue work for later (a
@@ -162,14 +162,14 @@ func (l *Layer) Permit(client, upstream, model string) error {
 
 // refused tells the observer of rf, a refusal of client's request to
 // upstream, and returns it.
-func (l *Layer) refused(client, upstream string, rf *Refusal) *Refusal {
+func (l *Layer) refused(client, upstream string, rf *RefusalError) *RefusalError {
 	l.obs.Refused(client, upstream, rf.Reason, rf.Problem.Message)
 	return rf
 }
 
 // held tells the observer of h, a job's call of client held back on
 // upstream for reason, and returns it.
-func (l *Layer) held(client, upstream, reason string, h *Held) *Held {
+func (l *Layer) held(client, upstream, reason string, h *HeldError) *HeldError {
 	l.obs.Held(client, upstream, reason, h.Limit)
 	return h
 }

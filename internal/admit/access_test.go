@@ -97,7 +97,7 @@ func TestAccessOnEveryDoor(t *testing.T) {
 				return
 			}
 			for _, err := range []error{liveErr, jobErr, permitErr} {
-				var rf *admit.Refusal
+				var rf *admit.RefusalError
 				require.ErrorAs(t, err, &rf)
 				require.ErrorIs(t, err, admit.ErrNotAllowed)
 				require.Equal(t, http.StatusForbidden, rf.Problem.Status)
@@ -149,7 +149,7 @@ func TestAccessKeepsAFallbackOut(t *testing.T) {
 				adm.Settle(dispatch.End{}, false)
 				return
 			}
-			var held *admit.Held
+			var held *admit.HeldError
 			require.ErrorAs(t, err, &held)
 			require.Equal(t, t0.Add(admit.AccessHeldFor), held.RetryAt)
 			require.Contains(t, held.Limit, "the fallback backup")

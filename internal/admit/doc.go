@@ -21,9 +21,9 @@
 // answer ends); the job worker asks Layer.RouteJobs where a class's next
 // jobs go (their upstream or a fallback, and a fallback for the jobs whose
 // deadline the upstream's predicted wait would miss), a job's call then
-// Layer.AdmitNow, which answers at once (a *Held says when to come back,
+// Layer.AdmitNow, which answers at once (a *HeldError says when to come back,
 // and the job waits in the store without burning an attempt), and settles
 // the Admission when the call has ended; a call whose attempt failed in an
-// outage asks Layer.Reroute and is made again at once on the fallback. A budget refusal (a *Refusal) is
+// outage asks Layer.Reroute and is made again at once on the fallback. A budget refusal (a *RefusalError) is
 // answered at once, never after waiting for a rate slot.
 package admit

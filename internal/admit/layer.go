@@ -196,7 +196,7 @@ func (l *Layer) gate(client, upstream string) (*Gate, error) {
 }
 
 // Do sends a live request: its client's allowed upstreams and models
-// (Access) and its budget are checked at once (a *Refusal otherwise), its client's own limit on each upstream
+// (Access) and its budget are checked at once (a *RefusalError otherwise), its client's own limit on each upstream
 // is waited for in that upstream's queue (the Gate), and the router sends
 // it to its upstream or, when that is unavailable or cannot make the
 // deadline, to a fallback (Target.Models rewrites the model). The answer
@@ -212,7 +212,7 @@ func (l *Layer) Do(ctx context.Context, upstreamName string, req *dispatch.Reque
 }
 
 // send admits req on target t and hands it to t's engine: the client's
-// service tier allow-list (a *Refusal), the budget's
+// service tier allow-list (a *RefusalError), the budget's
 // reservation (refused at once, then written to the store), the client's
 // gate on t (waited for in the engine's queue), then the engine; the
 // reservation is settled when the body ends, or refunded when the engine
@@ -269,11 +269,11 @@ type Admission struct {
 }
 
 // AdmitNow admits a job's call to target t at once (req as t takes it:
-// Target.Rewrite): its client's allowed upstreams and models (a *Refusal,
-// for good; a *Held for a fallback it may not use, which it waits out for
-// its own upstream), its client's service tier allow-list (a *Refusal,
-// for good), its client's budget (a *Refusal when it cannot hold the
-// call) and its client's own limit on t (a *Held, saying when to come
+// Target.Rewrite): its client's allowed upstreams and models (a *RefusalError,
+// for good; a *HeldError for a fallback it may not use, which it waits out for
+// its own upstream), its client's service tier allow-list (a *RefusalError,
+// for good), its client's budget (a *RefusalError when it cannot hold the
+// call) and its client's own limit on t (a *HeldError, saying when to come
 // back, when the client is over it: the job waits in the store without
 // burning an attempt, and is never recorded as a rate limit). A call
 // admitted waits for its budget's reservation to be written to the store
@@ -282,7 +282,7 @@ type Admission struct {
 func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 	if !l.allows(req.Client, t.Upstream, req.Cost.Model) {
 		if t.fallback {
-			return nil, l.held(req.Client, t.Upstream, HeldFallbackAccess, &Held{RetryAt: l.clock.Now().Add(AccessHeldFor),
+			return nil, l.held(req.Client, t.Upstream, HeldFallbackAccess, &HeldError{RetryAt: l.clock.Now().Add(AccessHeldFor),
 				Limit: fmt.Sprintf("client %s's allowed upstreams and models (the fallback %s)", req.Client, t.Upstream)})
 		}
 		return nil, l.refused(req.Client, t.Upstream, accessRefusal(req.Client, t.Upstream, req.Cost.Model, l.client(req.Client).Access))
@@ -308,7 +308,7 @@ func (l *Layer) AdmitNow(t Target, req *dispatch.Request) (Settler, error) {
 		}
 		if gw.Waits() {
 			h.refund()
-			return nil, l.held(req.Client, t.Upstream, HeldClientLimit, &Held{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit})
+			return nil, l.held(req.Client, t.Upstream, HeldClientLimit, &HeldError{RetryAt: g.turn(now, gw.For, amount(req.Cost)), Limit: gw.Limit})
 		}
 	}
 	// Bounded by the hold timeout; never fails without a context to end.
@@ -349,14 +349,14 @@ func (a *Admission) Reserved() float64 {
 
 // Held is a job's call its client's own limit holds back: it comes back
 // at RetryAt, its client's next free turn, without an attempt.
-type Held struct {
+type HeldError struct {
 	RetryAt time.Time
 	// Limit names the limit ("client acme's requests_per_minute (30) on
 	// claude").
 	Limit string
 }
 
-func (h *Held) Error() string {
+func (h *HeldError) Error() string {
 	return fmt.Sprintf("held back by %s until %s", h.Limit, h.RetryAt.UTC().Format(time.RFC3339))
 }
 

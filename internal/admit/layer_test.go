@@ -190,7 +190,7 @@ func TestLiveAndJobGetTheSameAnswer(t *testing.T) {
 				adm.Settle(dispatch.End{}, false)
 				return
 			}
-			var lr, jr *admit.Refusal
+			var lr, jr *admit.RefusalError
 			require.ErrorAs(t, liveErr, &lr)
 			require.ErrorAs(t, jobErr, &jr)
 			require.Equal(t, tc.status, lr.Problem.Status)
@@ -291,7 +291,7 @@ func TestJobHeldByItsClientLimit(t *testing.T) {
 	target := mustRoute(t, r.l, "main")
 	a, err := r.l.AdmitNow(target, request("acme"))
 	require.NoError(t, err, "one request fits the 30 s bucket of 2 a minute")
-	var h1, h2 *admit.Held
+	var h1, h2 *admit.HeldError
 	_, err = r.l.AdmitNow(target, request("acme"))
 	require.ErrorAs(t, err, &h1)
 	require.Equal(t, t0.Add(30*time.Second), h1.RetryAt)

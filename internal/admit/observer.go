@@ -34,7 +34,7 @@ type Observer interface {
 	// RefusedServiceTier, RefusedAccess), message what the caller was
 	// told.
 	Refused(client, upstream, reason, message string)
-	// Held is called for each job's call the layer held back (a *Held):
+	// Held is called for each job's call the layer held back (a *HeldError):
 	// reason is HeldClientLimit or HeldFallbackAccess, limit names it.
 	Held(client, upstream, reason, limit string)
 	// FlexSpent is called when an answer served in OpenAI's flex tier

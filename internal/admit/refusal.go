@@ -12,12 +12,12 @@ import (
 	"github.com/sluicehq/sluice/internal/quota"
 )
 
-// Refusal is a request the admission layer refused before anything was
+// RefusalError is a request the admission layer refused before anything was
 // sent, answered the same on every door: the proxy renders Problem; a job
 // waits in the store until RetryAt without an attempt, or dies with the
 // refusal when RetryAt is zero (a budget that never resets, a request its
 // budget can never hold, an unpriced model).
-type Refusal struct {
+type RefusalError struct {
 	Problem frontdoor.Problem
 	RetryAt time.Time
 	// Reason is what refused it: RefusedBudget, RefusedServiceTier or
@@ -26,14 +26,14 @@ type Refusal struct {
 	err    error
 }
 
-func (r *Refusal) Error() string { return r.Problem.Message }
-func (r *Refusal) Unwrap() error { return r.err }
+func (r *RefusalError) Error() string { return r.Problem.Message }
+func (r *RefusalError) Unwrap() error { return r.err }
 
-// refusal is the Refusal of a request to t that its budget (or the price
+// refusal is the RefusalError of a request to t that its budget (or the price
 // table) refused with err.
-func (l *Layer) refusal(t Target, err error) *Refusal {
+func (l *Layer) refusal(t Target, err error) *RefusalError {
 	now := l.clock.Now()
-	r := &Refusal{Reason: RefusedBudget, Problem: spendProblem(t.Protocol, err, now), err: err}
+	r := &RefusalError{Reason: RefusedBudget, Problem: spendProblem(t.Protocol, err, now), err: err}
 	if r.Problem.RetryAfter > 0 {
 		r.RetryAt = now.Add(r.Problem.RetryAfter)
 	}

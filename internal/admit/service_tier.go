@@ -46,22 +46,22 @@ func (s ServiceTiers) allows(tier string) bool {
 	return len(s) == 0 || slices.Contains(s, cmp.Or(tier, ServiceTierUnset))
 }
 
-// tierRefusal is the Refusal of a request of client whose service tier
+// tierRefusal is the RefusalError of a request of client whose service tier
 // its allow-list does not hold: 403 permission_error, never retried (a
 // job dies with it).
-func tierRefusal(p llm.Protocol, client string, allowed ServiceTiers, tier string) *Refusal {
+func tierRefusal(p llm.Protocol, client string, allowed ServiceTiers, tier string) *RefusalError {
 	asked := "service_tier " + tier
 	if tier == "" {
 		asked = "no service_tier (" + ServiceTierUnset + ")"
 	}
-	return &Refusal{Reason: RefusedServiceTier, Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
+	return &RefusalError{Reason: RefusedServiceTier, Problem: frontdoor.Problem{Status: http.StatusForbidden, Type: "permission_error",
 		Message: fmt.Sprintf("client %s may use the service tiers %s only (service_tiers in its config); this request asks for %s",
 			client, strings.Join(allowed, ", "), asked)}}
 }
 
 // checkTier refuses req when its client's allow-list does not hold the
 // tier it asks for (nil: it does).
-func (l *Layer) checkTier(p llm.Protocol, client, tier string) *Refusal {
+func (l *Layer) checkTier(p llm.Protocol, client, tier string) *RefusalError {
 	allowed := l.client(client).ServiceTiers
 	if allowed.allows(tier) {
 		return nil

@@ -50,7 +50,7 @@ func TestServiceTierAllowList(t *testing.T) {
 			s.Settle(dispatch.End{}, false)
 			continue
 		}
-		var rf *Refusal
+		var rf *RefusalError
 		require.ErrorAs(t, err, &rf, "%+v", tt)
 		require.Equal(t, http.StatusForbidden, rf.Problem.Status)
 		require.Equal(t, "permission_error", rf.Problem.Type)

@@ -64,9 +64,9 @@ func (h BatchHold) Amount() pricing.Amount { return h.h.Amount() }
 
 // ReserveBatchLine admits req, a routed job's call to upstream t, to a
 // provider batch: its client's allowed upstreams and models, its service
-// tier allow-list (a *Refusal, for good), and its budget, which must hold
+// tier allow-list (a *RefusalError, for good), and its budget, which must hold
 // its worst case at the batch price (BatchTier) in every window, as any
-// door's request (a *Refusal: RetryAt set when the window resets or the
+// door's request (a *RefusalError: RetryAt set when the window resets or the
 // reservations in flight settle, zero when it never will). Nothing is
 // sent for a refused line. The client's own rate limits are the
 // synchronous path's and are not taken.

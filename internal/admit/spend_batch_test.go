@@ -47,7 +47,7 @@ func TestReserveBatchLine(t *testing.T) {
 	require.Equal(t, batchWorst*2, l.Account("acme", now).Day.Reserved)
 
 	_, err = l.ReserveBatchLine(t0, req("acme", "claude-sonnet-4-5"))
-	var rf *Refusal
+	var rf *RefusalError
 	require.ErrorAs(t, err, &rf, "a third line does not fit while two are in flight")
 	require.Equal(t, RefusedBudget, rf.Reason)
 	require.Equal(t, http.StatusTooManyRequests, rf.Problem.Status)

@@ -234,7 +234,7 @@ func TestCrashChargesTheRequestsInFlight(t *testing.T) {
 	for range 20 {
 		adm, err := b.AdmitNow(mustRoute(t, b, "main"), call())
 		if err != nil {
-			var r *admit.Refusal
+			var r *admit.RefusalError
 			require.ErrorAs(t, err, &r)
 			refused = true
 			break

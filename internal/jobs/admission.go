@@ -31,10 +31,10 @@ func (w *worker) admitCall(via route, req *dispatch.Request) (admit.Settler, err
 // notAdmitted is the verdict of a call the admission layer held back or
 // refused: nothing was sent, so no attempt burns.
 //
-//   - its client's own limit (*admit.Held): the job comes back at its
+//   - its client's own limit (*admit.HeldError): the job comes back at its
 //     client's next free turn, with no entry in its history (the history
 //     lists calls) and never recorded as a rate limit;
-//   - its client's budget (*admit.Refusal) that resets, or is held by
+//   - its client's budget (*admit.RefusalError) that resets, or is held by
 //     calls in flight: rescheduled for then, with the refusal in its
 //     history (kind "budget");
 //   - a budget that never will (a total cap, a request larger than the
@@ -44,7 +44,7 @@ func (w *worker) notAdmitted(err error) verdict { return notAdmitted(err, w.s.cf
 
 // notAdmitted is the verdict of a call refused at now (worker.notAdmitted).
 func notAdmitted(err error, now time.Time) verdict {
-	if h, ok := errors.AsType[*admit.Held](err); ok {
+	if h, ok := errors.AsType[*admit.HeldError](err); ok {
 		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailReschedule, RetryAt: h.RetryAt}, outcome: AttemptHeld, heldBy: h.Limit}
 	}
 	if de, ok := errors.AsType[*dispatch.Error](err); ok {
@@ -53,7 +53,7 @@ func notAdmitted(err error, now time.Time) verdict {
 		e := jobstore.AttemptError{Status: de.Status, Kind: llm.ClientError.String(), Message: de.Message}
 		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: e}, outcome: AttemptDead}
 	}
-	r, ok := errors.AsType[*admit.Refusal](err)
+	r, ok := errors.AsType[*admit.RefusalError](err)
 	if !ok {
 		e := jobstore.AttemptError{Status: http.StatusInternalServerError, Kind: budgetKind, Message: "admitting the call: " + err.Error()}
 		return verdict{fail: &jobstore.FailParams{Kind: jobstore.FailTerminal, Error: e}, outcome: AttemptDead}

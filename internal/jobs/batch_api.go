@@ -59,7 +59,7 @@ var (
 	// ErrBatchRefused: the provider refused the batch whole for its
 	// content (a malformed line, a body it does not take): nothing was
 	// queued. The router halves its groups; a refused group of one line
-	// kills its job with the provider's error (a *BatchRefusal).
+	// kills its job with the provider's error (a *BatchRefusalError).
 	ErrBatchRefused = errors.New("provider batch refused")
 	// ErrBatchUndecided: Find saw a batch that may be the one sought but
 	// cannot tell yet (Anthropic batches show their lines only once
@@ -67,9 +67,9 @@ var (
 	ErrBatchUndecided = errors.New("provider batch not identified yet")
 )
 
-// BatchRefusal is the provider's refusal of a whole batch; it wraps
+// BatchRefusalError is the provider's refusal of a whole batch; it wraps
 // ErrBatchRefused.
-type BatchRefusal struct {
+type BatchRefusalError struct {
 	// Status and Body are the provider's answer, in its protocol's error
 	// shape: what a refused one-line group's job ends with.
 	Status int
@@ -77,10 +77,10 @@ type BatchRefusal struct {
 	Err    error
 }
 
-func (e *BatchRefusal) Error() string { return e.Err.Error() }
+func (e *BatchRefusalError) Error() string { return e.Err.Error() }
 
 // Unwrap returns ErrBatchRefused and the provider's error.
-func (e *BatchRefusal) Unwrap() []error { return []error{ErrBatchRefused, e.Err} }
+func (e *BatchRefusalError) Unwrap() []error { return []error{ErrBatchRefused, e.Err} }
 
 // BatchLine is one request of a provider batch.
 type BatchLine struct {
@@ -137,7 +137,7 @@ const (
 // of what the store recorded; *admit.Layer implements it.
 type BatchPricer interface {
 	// ReserveBatchLine admits req to a provider batch on t; a refusal is
-	// an *admit.Refusal.
+	// an *admit.RefusalError.
 	ReserveBatchLine(t admit.Target, req *dispatch.Request) (admit.BatchHold, error)
 	// HoldBatchLine holds a line sent before this router held its group.
 	HoldBatchLine(protocol llm.Protocol, req *dispatch.Request) admit.BatchHold

@@ -208,6 +208,9 @@ func (r *batchRouter) advance(ctx context.Context, g *jobstore.Group) {
 		if g.State == jobstore.GroupSubmitted && !g.PullBackAt.IsZero() && !cfg.Clock.Now().Before(g.PullBackAt) {
 			r.pullBack(ctx, g)
 		}
+	case jobstore.GroupEnded:
+		// Written back: nothing is left to move (the lease pass does not
+		// hand out ended groups).
 	}
 }
 
@@ -260,7 +263,7 @@ func (r *batchRouter) submit(ctx context.Context, g *jobstore.Group, jobs []*job
 // refusal.
 func (r *batchRouter) refused(ctx context.Context, g *jobstore.Group, err error) bool {
 	cfg := r.s.cfg
-	var refusal *BatchRefusal
+	var refusal *BatchRefusalError
 	switch {
 	case errors.As(err, &refusal) && g.Jobs == 1:
 		// The provider refuses this one request: the job ends with its

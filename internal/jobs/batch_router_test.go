@@ -323,11 +323,13 @@ func TestBatchRouteQueueFull(t *testing.T) {
 	_ = http.StatusOK
 }
 
-// queueFullHint is a queue-full answer with the provider's Retry-After.
-type queueFullHint struct{ wait time.Duration }
+// queueFullHintError is a queue-full answer with the provider's Retry-After.
+type queueFullHintError struct{ wait time.Duration }
 
-func (e queueFullHint) Error() string                     { return "batch requests in the processing queue: limit reached" }
-func (e queueFullHint) RetryAfter() (time.Duration, bool) { return e.wait, true }
+func (e queueFullHintError) Error() string {
+	return "batch requests in the processing queue: limit reached"
+}
+func (e queueFullHintError) RetryAfter() (time.Duration, bool) { return e.wait, true }
 
 // TestBatchRouteQueueFullRetryAfter: a queue-full answer with the
 // provider's Retry-After holds the router's next batch until it has
@@ -338,7 +340,7 @@ func TestBatchRouteQueueFullRetryAfter(t *testing.T) {
 	clk := clock.NewFake(batchT0)
 	st := openStore(t)
 	api := newFakeBatchAPI(clk, time.Hour)
-	api.refuse = fmt.Errorf("%w: %w", ErrBatchQueueFull, queueFullHint{wait: 10 * time.Minute})
+	api.refuse = fmt.Errorf("%w: %w", ErrBatchQueueFull, queueFullHintError{wait: 10 * time.Minute})
 	route := upstream.BatchRoute{Route: "provider", Classes: []string{"low"}, MinGroup: 10, MaxRequests: 40, PollInterval: time.Minute}
 	for range 40 {
 		insertLow(t, st, clk.Now(), time.Time{})

@@ -160,8 +160,8 @@ type Admission interface {
 	// Reroute is where a call whose attempt on from failed with err goes
 	// at once: a fallback, when err is an outage (ok false: it stays).
 	Reroute(from admit.Target, class llm.Priority, client string, cost provider.Cost, deadline time.Time, err error) (admit.Target, bool)
-	// AdmitNow admits a call to t at once: an *admit.Refusal from its
-	// client's budget, an *admit.Held from its client's own limit.
+	// AdmitNow admits a call to t at once: an *admit.RefusalError from its
+	// client's budget, an *admit.HeldError from its client's own limit.
 	AdmitNow(t admit.Target, req *dispatch.Request) (admit.Settler, error)
 }
 

@@ -72,7 +72,7 @@ func (a *providerBatchAPI) Create(ctx context.Context, tag string, lines []Batch
 	for i, l := range lines {
 		if l.Path != p.Endpoint {
 			// The router groups by path; a mix is a bug, refused whole.
-			return ProviderBatch{}, &BatchRefusal{Status: http.StatusBadRequest, Err: fmt.Errorf(
+			return ProviderBatch{}, &BatchRefusalError{Status: http.StatusBadRequest, Err: fmt.Errorf(
 				"creating a provider batch: lines to %s and %s: a batch carries one endpoint", p.Endpoint, l.Path)}
 		}
 		p.Lines[i] = batches.Line{CustomID: l.CustomID, Body: l.Body}
@@ -96,7 +96,7 @@ func (a *providerBatchAPI) Create(ctx context.Context, tag string, lines []Batch
 
 // mapErr maps the client's sentinels to BatchAPI's: the provider's limits
 // to ErrBatchQueueFull, a refusal of the batch's content to a
-// *BatchRefusal, a missing batch to ErrBatchNotFound; anything else
+// *BatchRefusalError, a missing batch to ErrBatchNotFound; anything else
 // (unavailable, rejected key, quota, transport) stays as it is, for the
 // router to retry.
 func (a *providerBatchAPI) mapErr(err error) error {
@@ -111,7 +111,7 @@ func (a *providerBatchAPI) mapErr(err error) error {
 		if errors.As(err, &be) && be.Outcome.Status != 0 {
 			status = be.Outcome.Status
 		}
-		return &BatchRefusal{Status: status, Body: provider.ErrorBody(a.c.Protocol(), status, "invalid_request_error", msg, ""), Err: err}
+		return &BatchRefusalError{Status: status, Body: provider.ErrorBody(a.c.Protocol(), status, "invalid_request_error", msg, ""), Err: err}
 	}
 	return err
 }

@@ -125,7 +125,7 @@ func TestProviderBatchAPIFind(t *testing.T) {
 
 // TestProviderBatchAPIRefusals: the provider's queue limit is
 // ErrBatchQueueFull; a batch refused for its content (here: more lines
-// than it takes) is a *BatchRefusal with the provider's answer.
+// than it takes) is a *BatchRefusalError with the provider's answer.
 func TestProviderBatchAPIRefusals(t *testing.T) {
 	t.Parallel()
 	api, _ := mockBatchAPI(t, llm.Anthropic, mock.BatchConfig{QueueRequests: 4, MaxRequests: 6})
@@ -133,7 +133,7 @@ func TestProviderBatchAPIRefusals(t *testing.T) {
 	require.ErrorIs(t, err, ErrBatchQueueFull)
 
 	_, err = api.Create(t.Context(), "grp_bad", mockLines(llm.Anthropic, 1, 7))
-	var refusal *BatchRefusal
+	var refusal *BatchRefusalError
 	require.ErrorAs(t, err, &refusal)
 	require.ErrorIs(t, err, ErrBatchRefused)
 	require.Equal(t, 400, refusal.Status)

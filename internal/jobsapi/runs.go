@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/sluicehq/sluice/internal/jobstore"
 )
@@ -19,7 +20,7 @@ func checkRunID(id string) error {
 		return fmt.Errorf("run_id longer than %d bytes", jobstore.MaxRunIDLen)
 	}
 	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && !strings.ContainsRune("._:-", c) {
 			return fmt.Errorf("run_id %q: want letters, digits, '.', '_', ':' or '-'", id)
 		}
 	}

@@ -54,19 +54,8 @@ func (s *sqliteStore) CreateGroup(ctx context.Context, p CreateGroupParams) (Cre
 		if err != nil {
 			return err
 		}
-		var cands []groupCandidate
-		for rows.Next() {
-			var c groupCandidate
-			var avail, dl sql.NullInt64
-			if err := rows.Scan(&c.id, &c.bytes, &avail, &dl); err != nil {
-				rows.Close()
-				return err
-			}
-			c.available, c.deadline = fromMicros(avail), fromMicros(dl)
-			cands = append(cands, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		cands, err := scanGroupCandidates(rows)
+		if err != nil {
 			return err
 		}
 		chosen, ok := chooseGroup(p, cands)
@@ -328,4 +317,21 @@ func sqliteApplyLine(ctx context.Context, tx sqliteTx, l GroupLine, token int64,
 		return "", nil
 	}
 	return state, nil
+}
+
+// scanGroupCandidates reads the candidates of a group from rows (id,
+// bytes, available_at, deadline), closing them.
+func scanGroupCandidates(rows *sql.Rows) ([]groupCandidate, error) {
+	defer rows.Close()
+	var cands []groupCandidate
+	for rows.Next() {
+		var c groupCandidate
+		var avail, dl sql.NullInt64
+		if err := rows.Scan(&c.id, &c.bytes, &avail, &dl); err != nil {
+			return nil, err
+		}
+		c.available, c.deadline = fromMicros(avail), fromMicros(dl)
+		cands = append(cands, c)
+	}
+	return cands, rows.Err()
 }

@@ -137,7 +137,6 @@ func TestBatchWebhooksFromTheSDKs(t *testing.T) {
 		}
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = resp.Body.Close() })
 		return resp
 	}
 	native := func(upstream string) string {
@@ -146,6 +145,7 @@ func TestBatchWebhooksFromTheSDKs(t *testing.T) {
 			fmt.Fprintf(&lines, `{"custom_id":"n%d","params":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}}`+"\n", i)
 		}
 		resp := post("/v1/batches?upstream="+upstream, lines.String(), jobsapi.WebhookHeader, hook)
+		defer resp.Body.Close()
 		v := readJSON[jobsapi.BatchView](t, resp)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Equal(t, hook, v.WebhookURL)
@@ -153,12 +153,22 @@ func TestBatchWebhooksFromTheSDKs(t *testing.T) {
 	}
 	nb := native("anthropic")
 	// A batch on a paused upstream, canceled before any of it runs.
-	require.Equal(t, http.StatusOK, post("/v1/upstreams/held/pause", "").StatusCode)
+	status := func(path, body string, hdr ...string) int {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+g.Addr()+path, strings.NewReader(body))
+		require.NoError(t, err)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, status("/v1/upstreams/held/pause", ""))
 	cb := native("held")
-	require.Equal(t, http.StatusOK, post("/v1/batches/"+cb+"/cancel", "").StatusCode)
-	resp := post("/v1/batches?upstream=anthropic", `{"custom_id":"x","params":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[]}}`,
-		jobsapi.WebhookHeader, "http://169.254.169.254/latest")
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, http.StatusOK, status("/v1/batches/"+cb+"/cancel", ""))
+	require.Equal(t, http.StatusBadRequest, status("/v1/batches?upstream=anthropic", `{"custom_id":"x","params":{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[]}}`,
+		jobsapi.WebhookHeader, "http://169.254.169.254/latest"))
 
 	want := map[string][]string{ob.ID: {"batch.completed"}, failed.ID: {"batch.failed"}, ab.ID: {"batch.completed"},
 		nb: {"batch.completed"}, cb: {"batch.cancelled"}}

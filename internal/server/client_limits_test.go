@@ -281,7 +281,7 @@ func TestClientMaxConcurrency(t *testing.T) {
 }
 
 // TestClientLimitsHoldJobs: a job's call is admitted under its client's
-// limits without waiting. Over them it is held back (an *admit.Held, not
+// limits without waiting. Over them it is held back (an *admit.HeldError, not
 // a refusal, nothing sent) until the client's next free turn (each held
 // job a later one, at the client's rate, so they do not all come back at
 // once); another client is not affected; a finished call frees its
@@ -306,7 +306,7 @@ func TestClientLimitsHoldJobs(t *testing.T) {
 	var turns []time.Time
 	for range 3 {
 		_, err := layer.AdmitNow(target, req("a"))
-		var held *admit.Held
+		var held *admit.HeldError
 		require.ErrorAs(t, err, &held)
 		require.Equal(t, "client a's requests_per_minute (60) on a", held.Limit)
 		turns = append(turns, held.RetryAt)
@@ -322,7 +322,7 @@ func TestClientLimitsHoldJobs(t *testing.T) {
 	hc, err := layer.AdmitNow(target, req("c"))
 	require.NoError(t, err)
 	_, err = layer.AdmitNow(target, req("c"))
-	var held *admit.Held
+	var held *admit.HeldError
 	require.ErrorAs(t, err, &held, "c is at its max_concurrency")
 	require.Equal(t, "client c's max_concurrency (1) on a", held.Limit)
 	hc.Settle(dispatch.End{}, false)

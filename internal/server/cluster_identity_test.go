@@ -34,7 +34,7 @@ func TestClusterStatusShowsARenamedNode(t *testing.T) {
 			h.Settle(dispatch.End{}, true)
 			continue
 		}
-		var held *admit.Held
+		var held *admit.HeldError
 		require.ErrorAs(t, err, &held)
 	}
 	for range 2 {

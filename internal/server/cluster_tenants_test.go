@@ -96,7 +96,7 @@ func floodClientLimit(t *testing.T, clk *clock.Fake, nodes []*clusterNode, flood
 			for range 5 {
 				h, err := n.admitJob("a", 10, 10)
 				if err != nil {
-					var held *admit.Held
+					var held *admit.HeldError
 					require.ErrorAs(t, err, &held)
 					continue
 				}

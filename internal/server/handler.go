@@ -47,7 +47,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rl.client = cl.Name
-	if rf, denied := errors.AsType[*admit.Refusal](s.admit.Permit(cl.Name, name, "")); denied {
+	if rf, denied := errors.AsType[*admit.RefusalError](s.admit.Permit(cl.Name, name, "")); denied {
 		// Not an upstream of this client's (allowed_upstreams): none of
 		// its routes, scheduled, batch or pass-through.
 		s.outcome(rl, "", outcomeForbidden)
@@ -132,7 +132,7 @@ func (s *Server) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		// reached there, with the key that created it.
 		owner := s.responseOwner(r.Context(), u, id)
 		if owner != u {
-			if _, denied := errors.AsType[*admit.Refusal](s.admit.Permit(cl.Name, owner.cfg.Name, "")); denied {
+			if _, denied := errors.AsType[*admit.RefusalError](s.admit.Permit(cl.Name, owner.cfg.Name, "")); denied {
 				s.outcome(rl, "", outcomeForbidden)
 				frontdoor.WriteProblem(sw, u.cfg.Protocol, rl.id, frontdoor.Problem{Status: http.StatusNotFound,
 					Message: fmt.Sprintf("response %s was created through upstream %s (a fallback of %s), which client %s may not use",

@@ -123,7 +123,7 @@ func TestEveryKeyRevokedIsAnOutageAndJobsWait(t *testing.T) {
 // retry-after at the next key probe) without a call to the provider,
 // never its 401, which a client reads as its own key being wrong. Before
 // that they are forwarded as they are.
-func TestPassThroughWhileEveryKeyIsOut(t *testing.T) {
+func TestPassThroughWhileEveryKeyIsOut(t *testing.T) { //nolint:tparallel // the subtests count the one provider's calls in turn
 	t.Parallel()
 	var calls atomic.Int64
 	revoking := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

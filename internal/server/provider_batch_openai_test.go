@@ -229,11 +229,8 @@ func TestProviderBatchesOpenAISDK(t *testing.T) {
 		if statuses[len(statuses)-1] != b.Status {
 			statuses = append(statuses, b.Status)
 		}
-		switch b.Status {
-		case openai.BatchStatusCompleted, openai.BatchStatusFailed, openai.BatchStatusExpired, openai.BatchStatusCancelled:
-			return true
-		}
-		return false
+		return slices.Contains([]openai.BatchStatus{openai.BatchStatusCompleted, openai.BatchStatusFailed,
+			openai.BatchStatusExpired, openai.BatchStatusCancelled}, b.Status)
 	}, time.Minute, 20*time.Millisecond)
 	order := []openai.BatchStatus{openai.BatchStatusValidating, openai.BatchStatusInProgress, openai.BatchStatusFinalizing, openai.BatchStatusCompleted}
 	require.Subset(t, order, statuses)

@@ -104,7 +104,7 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 	p := u.cfg.Protocol
 	reqID := rl.id
 	prio := req.Priority.String()
-	if rf, ok := errors.AsType[*admit.Refusal](err); ok {
+	if rf, ok := errors.AsType[*admit.RefusalError](err); ok {
 		s.outcome(rl, prio, refusalOutcome(rf))
 		frontdoor.WriteProblem(w, p, reqID, rf.Problem)
 		return
@@ -137,7 +137,7 @@ func (s *Server) writeEngineError(w http.ResponseWriter, r *http.Request, u *ups
 }
 
 // refusalOutcome is the outcome of a request the admission layer refused.
-func refusalOutcome(rf *admit.Refusal) string {
+func refusalOutcome(rf *admit.RefusalError) string {
 	if rf.Reason == admit.RefusedBudget {
 		return outcomeBudget
 	}
