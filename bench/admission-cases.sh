@@ -52,6 +52,15 @@ one() { # t0 key priority
 	rm -f "$hdr"
 }
 
+# collect waits until the case's N requests have each written their line, then
+# joins them into requests.tsv under a header, sorted on column KEY.
+collect() {
+	local dir=$1 n=$2 key=$3
+	while [ "$(cat "$dir"/req-*.tsv 2>/dev/null | wc -l)" -lt "$n" ]; do sleep 0.2; done
+	printf 'start_s\tlatency_s\tstatus\tqueue_ms\tattempts\tupstream\n' >"$dir/requests.tsv"
+	cat "$dir"/req-*.tsv | sort -n -k"$key" >>"$dir/requests.tsv"; rm -f "$dir"/req-*.tsv
+}
+
 case_a() { # name burst_line
 	dir=$OUT/$1; mkdir -p "$dir"
 	GW=$((BASE)); local M=$((BASE + 1))
@@ -71,18 +80,19 @@ EOF
 	sleep 3
 	"$BIN" status --server "http://127.0.0.1:$GW" --key "$ADMIN" >"$dir/status.txt" 2>&1 || true
 	curl -s -H "x-api-key: $ADMIN" "http://127.0.0.1:$GW/v1/status" >"$dir/status.json" || true
-	while [ "$(cat "$dir"/req-*.tsv 2>/dev/null | wc -l)" -lt 15 ]; do sleep 0.2; done
-	printf 'start_s\tlatency_s\tstatus\tqueue_ms\tattempts\tupstream\n' >"$dir/requests.tsv"
-	cat "$dir"/req-*.tsv | sort -n -k2 >>"$dir/requests.tsv"; rm -f "$dir"/req-*.tsv
+	collect "$dir" 15 2
 	stop_all
 }
 
-case_b() {
-	dir=$OUT/b; mkdir -p "$dir"
-	GW=$((BASE + 10)); local P=$((BASE + 11)) B=$((BASE + 12))
+# start_outage writes DIR's config (store STORE; a primary on $P answering 529
+# to everything, its same-protocol fallback on $B) and starts both mocks and
+# the gateway on $GW.
+start_outage() {
+	local dir=$1 store=$2
+	mkdir -p "$dir"
 	cat >"$dir/config.yaml" <<EOF
 listen: 127.0.0.1:$GW
-store: none
+store: $store
 upstreams:
   - {name: claude, protocol: anthropic, base_url: "http://127.0.0.1:$P", api_key: sk-p, fallbacks: [{upstream: backup}]}
   - {name: backup, protocol: anthropic, base_url: "http://127.0.0.1:$B", api_key: sk-b}
@@ -90,29 +100,22 @@ EOF
 	mock "$P" --outage 0s+1h
 	mock "$B"
 	serve "$dir/config.yaml"
+}
+
+case_b() {
+	dir=$OUT/b; GW=$((BASE + 10)); local P=$((BASE + 11)) B=$((BASE + 12))
+	start_outage "$dir" none
 	local t0; t0=$(date +%s.%N)
 	for i in $(seq 1 60); do one "$t0" "" "" >"$dir/req-$i.tsv" & sleep 0.25; done
-	while [ "$(cat "$dir"/req-*.tsv 2>/dev/null | wc -l)" -lt 60 ]; do sleep 0.2; done
-	printf 'start_s\tlatency_s\tstatus\tqueue_ms\tattempts\tupstream\n' >"$dir/requests.tsv"
-	cat "$dir"/req-*.tsv | sort -n -k1 >>"$dir/requests.tsv"; rm -f "$dir"/req-*.tsv
+	collect "$dir" 60 1
 	curl -s "http://127.0.0.1:$P/mock/stats" >"$dir/primary-stats.json"
 	curl -s "http://127.0.0.1:$B/mock/stats" >"$dir/backup-stats.json"
 	stop_all
 }
 
 case_c() {
-	dir=$OUT/c; mkdir -p "$dir"
-	GW=$((BASE + 20)); local P=$((BASE + 21)) B=$((BASE + 22))
-	cat >"$dir/config.yaml" <<EOF
-listen: 127.0.0.1:$GW
-store: sqlite:$dir/sluice.db
-upstreams:
-  - {name: claude, protocol: anthropic, base_url: "http://127.0.0.1:$P", api_key: sk-p, fallbacks: [{upstream: backup}]}
-  - {name: backup, protocol: anthropic, base_url: "http://127.0.0.1:$B", api_key: sk-b}
-EOF
-	mock "$P" --outage 0s+1h
-	mock "$B"
-	serve "$dir/config.yaml"
+	dir=$OUT/c; GW=$((BASE + 20)); local P=$((BASE + 21)) B=$((BASE + 22))
+	start_outage "$dir" "sqlite:$dir/sluice.db"
 	local t0; t0=$(date +%s.%N)
 	for i in $(seq 1 20); do
 		curl -s -H 'content-type: application/json' -d "{\"upstream\":\"claude\",\"priority\":\"high\",\"request\":$BODY}" \
