@@ -69,6 +69,10 @@ type node struct {
 	cmd  *exec.Cmd
 	base string
 	done chan error
+	// fallbacks counts the node's "falling back to a local share"
+	// warnings: a sync that missed its lease, which a loaded machine can
+	// cause without any store fault.
+	fallbacks atomic.Int64
 }
 
 // stores says where a test node keeps its jobs and its shared state.
@@ -76,6 +80,7 @@ type stores struct {
 	jobs    string // store:
 	cluster string // cluster.store: ("": the job store's PostgreSQL)
 	sync    string // cluster.sync_interval ("": 100ms)
+	ttl     string // cluster.lease_ttl ("": 1s)
 }
 
 // postgresStores: jobs and shared state on one PostgreSQL schema.
@@ -131,6 +136,9 @@ func startNode(t *testing.T, bin, dir, name string, st stores, upstream string, 
 	if st.sync == "" {
 		st.sync = "100ms"
 	}
+	if st.ttl == "" {
+		st.ttl = "1s"
+	}
 	if st.cluster != "" {
 		clusterStore = fmt.Sprintf("store: %q", st.cluster)
 	}
@@ -140,7 +148,7 @@ cluster:
   %s
   node_id: %s
   sync_interval: %s
-  lease_ttl: 1s
+  lease_ttl: %s
 upstreams:
   - name: anthropic
     protocol: anthropic
@@ -151,7 +159,7 @@ upstreams:
     limits:
       requests_per_minute: %d
       max_concurrency: %d
-`, st.jobs, clusterStore, name, st.sync, upstream, rpm, maxConc), 0o600))
+`, st.jobs, clusterStore, name, st.sync, st.ttl, upstream, rpm, maxConc), 0o600))
 	cmd := exec.Command(bin, "serve", "--config", cfg)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -168,6 +176,9 @@ upstreams:
 	require.NotEmpty(t, n.base, "node %s did not start", name)
 	go func() {
 		for lines.Scan() {
+			if strings.Contains(lines.Text(), "falling back to a local share") {
+				n.fallbacks.Add(1)
+			}
 		}
 		n.done <- cmd.Wait()
 	}()
@@ -215,8 +226,15 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 	t.Cleanup(up.Close)
 	dir := t.TempDir()
 	var nodes []*node
+	const maxConc = 4
 	for _, name := range []string{"a", "b", "c"} {
-		nodes = append(nodes, startNode(t, bin, dir, name, storesOf(name), up.URL, rpm, 4))
+		st := storesOf(name)
+		// A lease that outlives a sync slowed by a loaded machine (each
+		// store call is bounded by a third of it): a node that misses its
+		// lease falls back to a local share, which the cap check below
+		// allows for as documented.
+		st.ttl = "2s"
+		nodes = append(nodes, startNode(t, bin, dir, name, st, up.URL, rpm, maxConc))
 	}
 
 	body := `{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
@@ -287,7 +305,22 @@ func threeNodesShareOneQuota(t *testing.T, storesOf func(name string) stores) {
 		st.ByStatus, st.Admitted.Requests, st.PeakInFlight, gw429.Load(), elapsed)
 	provider429 := st.ByStatus["429"]
 	require.LessOrEqual(t, float64(provider429), 0.01*float64(total), "the provider's 429s")
-	require.LessOrEqual(t, st.PeakInFlight, int64(4), "max_concurrency is cluster-wide")
+	// max_concurrency is cluster-wide. A node whose syncs missed its lease
+	// (k of them) applies max_concurrency/N slots of its own while the
+	// others re-grant its expired slots: docs/cluster.md bounds the
+	// cluster at cap + k·max(cap/N, 1) until the handover ends (N ≥ 2
+	// here: c's lease is seen before it dies).
+	capAllowed, k := int64(maxConc), 0
+	for _, n := range nodes[:2] {
+		if n.fallbacks.Load() > 0 {
+			k++
+		}
+	}
+	if k > 0 {
+		capAllowed += int64(k * max(maxConc/2, 1))
+		t.Logf("%d node(s) fell back to a local share (syncs missed the lease): the cap allowed is %d", k, capAllowed)
+	}
+	require.LessOrEqual(t, st.PeakInFlight, capAllowed, "max_concurrency is cluster-wide (%d node(s) fell back)", k)
 
 	// The injected pause: after it, nothing reached the upstream for 5 s,
 	// give or take the pause poll (50 ms) and a NOTIFY round trip.
