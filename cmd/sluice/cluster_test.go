@@ -161,6 +161,7 @@ upstreams:
       max_concurrency: %d
 `, st.jobs, clusterStore, name, st.sync, st.ttl, upstream, rpm, maxConc), 0o600))
 	cmd := exec.Command(bin, "serve", "--config", cfg)
+	cmd.Dir = dir // the default spool directory (./sluice-spool) goes there, not into the package
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = cmd.Stdout
