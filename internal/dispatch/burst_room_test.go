@@ -195,3 +195,39 @@ func TestSaturatingClassLeavesTheBatchItsShare(t *testing.T) {
 		"low gets its weighted share (1/3) while normal saturates, less what normal had alone at first")
 	require.Less(t, share, 0.4, "and no more than its share")
 }
+
+// TestSteadyUrgentTrafficKeepsNoRoom: critical requests arrive steadily,
+// each reserving max_tokens (100) of an output quota that refills 100 a
+// second while the provider generates 10: their reservations, 150 a
+// second, exceed the refill; what they use, 15 a second, is far below it.
+// The room the lower classes leave for critical follows what critical
+// uses once its answers settle, not what it reserved at arrival: counted
+// at the reservations the backlog grew without end and the room stood at
+// its cap (250 tokens here) for as long as critical came: refill a batch
+// could not use and critical never needed.
+func TestSteadyUrgentTrafficKeepsNoRoom(t *testing.T) {
+	t.Parallel()
+	p := newPoolRig(t, mock.Config{Limits: mock.Limits{OTPM: 6000}, BurstSeconds: 10, OutputTokens: mock.OutputRange{Min: 10, Max: 10}},
+		upcfg.Config{Limits: upcfg.Limits{OutputTokensPerMinute: 6000}, BurstSeconds: 10})
+	var groups []arrivalGroup
+	for i := range 90 {
+		groups = append(groups, arrivalGroup{at: time.Duration(i) * 2 * time.Second / 3, class: llm.Critical, n: 1})
+	}
+	var worst, depth float64 // the most normal leaves for critical, 10 s in and later
+	res := p.replay(t, groups, func(now time.Time) {
+		if now.Sub(t0) >= 10*time.Second {
+			sn := p.d.Snapshot()
+			worst, depth = max(worst, sn.Room[llm.Normal][flow.OutputTokens]), sn.Buckets[flow.OutputTokens].Depth
+		}
+	})
+	require.Zero(t, status429(p.mock.Stats()), "no provider 429")
+	for _, g := range res {
+		for _, r := range g {
+			require.NoError(t, r.err)
+			require.Zero(t, r.resp.QueueWait, "critical alone is admitted at once")
+		}
+	}
+	t.Logf("room normal leaves for critical: at most %.0f output tokens of a %.0f-token bucket", worst, depth)
+	require.Greater(t, depth, 900.0)
+	require.LessOrEqual(t, worst, 0.15*depth, "steady critical traffic far below the refill keeps no room near the cap (%.0f)", 0.5*depth)
+}

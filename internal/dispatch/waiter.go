@@ -247,7 +247,7 @@ func (d *Dispatcher) release(w *waiter, g admission, r flow.Result, refund flow.
 	if g.key != nil {
 		g.key.refund(refund, now)
 	}
-	d.freeSlot(w, g, r, now)
+	d.freeSlot(w, g, r, now, nil)
 }
 
 // releaseAnswered is release for a request the provider answered with its
@@ -261,14 +261,19 @@ func (d *Dispatcher) releaseAnswered(w *waiter, g admission, r flow.Result, actu
 	if g.key != nil {
 		g.key.reconcile(w.cost, actual, now)
 	}
-	d.freeSlot(w, g, r, now)
+	d.freeSlot(w, g, r, now, &actual)
 }
 
-// freeSlot is the end of release: the breaker's verdict, the slot.
-func (d *Dispatcher) freeSlot(w *waiter, g admission, r flow.Result, now time.Time) {
+// freeSlot is the end of release: the breaker's verdict, the slot, and
+// for an answered request (used: its usage) the room's backlog corrected
+// from its arrival's estimate (flow.BurstRoom.Settle).
+func (d *Dispatcher) freeSlot(w *waiter, g admission, r flow.Result, now time.Time, used *flow.Amount) {
 	w.waitFrom = now // whatever follows (backoff, the queue) is waiting
 	d.brk.Done(g.gen, r, now)
 	d.mu.Lock()
+	if c := w.item.Class; used != nil && c < llm.NumPriorities-1 && d.cfg.RoomCap > 0 {
+		d.room.Settle(c, w.full.Sub(*used), d.poolRate(now), now)
+	}
 	d.inflight--
 	d.reserved = d.reserved.Sub(g.reserved)
 	if g.key != nil {

@@ -117,6 +117,33 @@ func (r *BurstRoom) Arrive(c llm.Priority, cost, rate Amount, now time.Time) {
 	}
 }
 
+// Settle corrects the backlog for a request of class c whose usage is
+// known: unused is what its arrival counted (its estimate, the worst case
+// of its output) less what it used, per dimension (negative where it used
+// more), at the buckets' rate per second. The backlog is then what the
+// urgent classes' requests use, not what they reserve until they end: an
+// estimate that states the output above what is generated (max_tokens far
+// above the answers) would otherwise make steady traffic that the refill
+// serves look like a backlog growing without end, and the room would be
+// held at its cap against bursts that never come. Peaks already reached
+// stay: a burst is admitted at its reservations, before its usage is known.
+func (r *BurstRoom) Settle(c llm.Priority, unused, rate Amount, now time.Time) {
+	if !c.Valid() {
+		return
+	}
+	for p := int(c); p < len(r.backlog); p++ {
+		r.drain(p, now)
+		for d := range NumDims {
+			if rate[d] > 0 && unused[d] != 0 {
+				r.backlog[p][d] = math.Max(r.backlog[p][d]-unused[d]/rate[d], 0)
+				if unused[d] < 0 && r.memory > 0 {
+					r.peaks[p][d].add(r.backlog[p][d], now)
+				}
+			}
+		}
+	}
+}
+
 // Seconds returns, per dimension, how many seconds of refill a request of
 // class c must leave in the buckets at now: the room remembered for the
 // classes more urgent than c (nothing for critical).

@@ -159,3 +159,45 @@ func TestLimiterKeepsTheLearnedRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestBurstRoomSettleCountsWhatWasUsed: steady arrivals whose estimate is
+// ten times what they use and whose answers settle 200 ms later. Counted
+// at the estimate, the backlog grows without end; settled, it stays at
+// what the requests in flight reserve. A request that used more than its
+// estimate adds the difference, and a burst is still remembered at its
+// reservations.
+func TestBurstRoomSettleCountsWhatWasUsed(t *testing.T) {
+	t.Parallel()
+	rate := flow.Amount{0, 0, 100, 0} // output tokens a second
+	est, used := flow.Amount{0, 0, 100, 0}, flow.Amount{0, 0, 10, 0}
+	run := func(settle bool) float64 {
+		r := flow.NewBurstRoom(time.Minute)
+		now := time.Unix(0, 0)
+		var worst float64
+		for i := range 90 { // 1.5 a second for a minute: 150 reserved a second
+			at := now.Add(time.Duration(i) * 2 * time.Second / 3)
+			r.Arrive(llm.Critical, est, rate, at)
+			if settle {
+				r.Settle(llm.Critical, est.Sub(used), rate, at.Add(200*time.Millisecond))
+			}
+			worst = max(worst, r.Seconds(llm.High, at.Add(200*time.Millisecond))[flow.OutputTokens])
+		}
+		return worst
+	}
+	require.Greater(t, run(false), 25.0, "counted at the estimate, the backlog grows 0.5 s a second")
+	require.InDelta(t, 1.0, run(true), 1e-9, "settled: one request's reservation, the room its arrival needs")
+
+	r := flow.NewBurstRoom(time.Minute)
+	now := time.Unix(0, 0)
+	for range 5 {
+		r.Arrive(llm.Critical, est, rate, now) // a burst of five at once: 5 s
+	}
+	for range 5 {
+		r.Settle(llm.Critical, est.Sub(used), rate, now.Add(time.Second))
+	}
+	require.InDelta(t, 5.0, r.Seconds(llm.High, now.Add(2*time.Second))[flow.OutputTokens], 1e-9,
+		"the burst's peak stays: it was admitted at its reservations")
+	r.Settle(llm.Critical, flow.Amount{0, 0, -800, 0}, rate, now.Add(2*time.Second)) // 800 more than estimated
+	require.InDelta(t, 8.0, r.Seconds(llm.High, now.Add(2*time.Second))[flow.OutputTokens], 1e-9,
+		"a request that used more than its estimate adds the difference")
+}
