@@ -101,20 +101,7 @@ func (r *BurstRoom) Prime(c llm.Priority, seconds float64, now time.Time) {
 // while the buckets it will be admitted from refill at rate per second
 // (per dimension; 0 for a dimension not limited, which keeps no room).
 func (r *BurstRoom) Arrive(c llm.Priority, cost, rate Amount, now time.Time) {
-	if !c.Valid() {
-		return
-	}
-	for p := int(c); p < len(r.backlog); p++ {
-		r.drain(p, now)
-		for d := range NumDims {
-			if rate[d] > 0 && cost[d] > 0 {
-				r.backlog[p][d] += cost[d] / rate[d]
-				if r.memory > 0 {
-					r.peaks[p][d].add(r.backlog[p][d], now)
-				}
-			}
-		}
-	}
+	r.shift(c, cost, rate, now)
 }
 
 // Settle corrects the backlog for a request of class c whose usage is
@@ -128,15 +115,22 @@ func (r *BurstRoom) Arrive(c llm.Priority, cost, rate Amount, now time.Time) {
 // held at its cap against bursts that never come. Peaks already reached
 // stay: a burst is admitted at its reservations, before its usage is known.
 func (r *BurstRoom) Settle(c llm.Priority, unused, rate Amount, now time.Time) {
+	r.shift(c, Amount{}.Sub(unused), rate, now)
+}
+
+// shift adds amount (at rate, in seconds of refill) to the backlog of
+// every prefix that holds class c, never below zero; a backlog that grows
+// may be a new peak.
+func (r *BurstRoom) shift(c llm.Priority, amount, rate Amount, now time.Time) {
 	if !c.Valid() {
 		return
 	}
 	for p := int(c); p < len(r.backlog); p++ {
 		r.drain(p, now)
 		for d := range NumDims {
-			if rate[d] > 0 && unused[d] != 0 {
-				r.backlog[p][d] = math.Max(r.backlog[p][d]-unused[d]/rate[d], 0)
-				if unused[d] < 0 && r.memory > 0 {
+			if rate[d] > 0 && amount[d] != 0 {
+				r.backlog[p][d] = math.Max(r.backlog[p][d]+amount[d]/rate[d], 0)
+				if amount[d] > 0 && r.memory > 0 {
 					r.peaks[p][d].add(r.backlog[p][d], now)
 				}
 			}
