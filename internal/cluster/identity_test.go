@@ -164,8 +164,9 @@ func TestNodesWithOneNodeIDEndDistinct(t *testing.T) {
 // moved only while everything rests (the mock served in-process), and
 // both are flooded: the provider answers no 429 (the cluster stays
 // within the quota as with distinct ids), every request is answered, and
-// the nodes end with distinct ids. (With one id and no detection, 62 to
-// 95 of the 120 requests were answered 429.)
+// the nodes end with distinct ids. (Without detection the provider
+// answers many of them 429: docs/cluster.md, "Node identity and
+// duplicates", has the figures.)
 func TestDuplicateNodeIDKeepsTheQuota(t *testing.T) {
 	// Not parallel: clock.Settle reads the whole process's scheduler.
 	fc := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
